@@ -1,0 +1,40 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both install what they need.
+BUILD ?= build
+BUILD_TYPE ?= RelWithDebInfo
+CTEST_ARGS ?=
+
+.PHONY: all deps configure build test demo bench asan tsan format clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure --timeout 300 $(CTEST_ARGS)
+
+demo: build
+	@$(BUILD)/examples/phalanx-coord-demo --bin-dir $(BUILD)
+
+bench: build
+	@mkdir -p $(BUILD)/bench
+	@$(BUILD)/bench/phalanx-coord-bench --bin-dir $(BUILD) --out $(BUILD)/bench/coordination.json
+
+# Sanitizer builds (CMakePresets.json has the same configurations for IDEs).
+asan: deps
+	@cmake --preset asan >/dev/null && cmake --build --preset asan && cd build-asan && ctest --output-on-failure $(CTEST_ARGS)
+
+tsan: deps
+	@cmake --preset tsan >/dev/null && cmake --build --preset tsan && cd build-tsan && ctest --output-on-failure $(CTEST_ARGS)
+
+format:
+	@git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan

@@ -1,0 +1,112 @@
+#include "runtime/coordination/barrier_table.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace phalanx::coord {
+
+void BarrierTable::Arrive(TaskRef task, const std::string& id, std::vector<int> participants,
+                          absl::Time deadline, absl::Time now, StatusCallback done,
+                          Completions& out) {
+  if (auto it = finished_.find(id); it != finished_.end()) {
+    out.Add([done = std::move(done), result = it->second]() mutable { std::move(done)(result); });
+    return;
+  }
+  auto [it, created] = pending_.try_emplace(id);
+  Pending& barrier = it->second;
+  if (created) {
+    barrier.participants = std::move(participants);
+    barrier.deadline = deadline;
+  } else if (barrier.participants != participants) {
+    out.Add([done = std::move(done), id] () mutable {
+      std::move(done)(absl::InvalidArgumentError(
+          absl::StrCat("barrier '", id, "' is already pending with a different set of tasks")));
+    });
+    return;
+  }
+  auto [arrival, fresh] = barrier.arrivals.try_emplace(task.task_id);
+  if (!fresh) {
+    // A retry of the same wait (the client's first RPC died): the newer call takes over.
+    out.Add([old = std::move(arrival->second.done)]() mutable {
+      std::move(old)(absl::CancelledError("superseded by a newer arrival of the same task"));
+    });
+  }
+  arrival->second = Arrival{task.incarnation, now, std::move(done)};
+  if (barrier.arrivals.size() == barrier.participants.size()) {
+    Finish(id, barrier, absl::OkStatus(), now, out);
+    pending_.erase(it);
+  }
+}
+
+absl::Status BarrierTable::Cancel(TaskRef by, const std::string& id, Completions& out) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) {
+    return absl::NotFoundError(absl::StrCat("no pending barrier '", id, "'"));
+  }
+  Finish(id, it->second,
+         absl::CancelledError(absl::StrCat("barrier '", id, "' cancelled by task ", by.task_id)),
+         absl::InfinitePast(), out);
+  pending_.erase(it);
+  return absl::OkStatus();
+}
+
+void BarrierTable::DropTask(TaskRef gone, const absl::Status& why, Completions& out) {
+  for (auto& [id, barrier] : pending_) {
+    auto arrival = barrier.arrivals.find(gone.task_id);
+    if (arrival == barrier.arrivals.end() || arrival->second.incarnation != gone.incarnation) {
+      continue;
+    }
+    out.Add([done = std::move(arrival->second.done), why]() mutable { std::move(done)(why); });
+    barrier.arrivals.erase(arrival);
+  }
+}
+
+void BarrierTable::Expire(absl::Time now, const DescribeTask& describe, Completions& out) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Pending& barrier = it->second;
+    if (barrier.deadline > now) {
+      ++it;
+      continue;
+    }
+    std::vector<std::string> missing;
+    for (int task : barrier.participants) {
+      if (!barrier.arrivals.contains(task)) missing.push_back(describe(task));
+    }
+    metrics_.BarrierTimedOut();
+    Finish(it->first, barrier,
+           absl::DeadlineExceededError(absl::StrCat("barrier '", it->first,
+                                                    "' timed out; tasks that never arrived: ",
+                                                    absl::StrJoin(missing, ", "))),
+           now, out);
+    it = pending_.erase(it);
+  }
+}
+
+void BarrierTable::FailAll(const absl::Status& why, Completions& out) {
+  for (auto& [id, barrier] : pending_) {
+    for (auto& [task, arrival] : barrier.arrivals) {
+      out.Add([done = std::move(arrival.done), why]() mutable { std::move(done)(why); });
+    }
+  }
+  pending_.clear();
+}
+
+void BarrierTable::Finish(const std::string& id, Pending& barrier, const absl::Status& result,
+                          absl::Time now, Completions& out) {
+  for (auto& [task, arrival] : barrier.arrivals) {
+    if (result.ok()) metrics_.BarrierWait(now - arrival.arrived);
+    out.Add([done = std::move(arrival.done), result]() mutable { std::move(done)(result); });
+  }
+  Remember(id, result);
+}
+
+void BarrierTable::Remember(const std::string& id, absl::Status result) {
+  finished_[id] = std::move(result);
+  finished_order_.push_back(id);
+  while (finished_order_.size() > kMaxFinished) {
+    finished_.erase(finished_order_.front());
+    finished_order_.pop_front();
+  }
+}
+
+}  // namespace phalanx::coord

@@ -1,0 +1,117 @@
+#include "runtime/coordination/metrics.h"
+
+#include <string>
+
+namespace phalanx::coord {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
+std::string FailureKindLabel(FailureKind kind) {
+  switch (kind) {
+    case FailureKind::kSessionBroken:
+      return "session_broken";
+    case FailureKind::kHeartbeatTimeout:
+      return "heartbeat_timeout";
+    case FailureKind::kReportedError:
+      return "reported_error";
+    case FailureKind::kSuperseded:
+      return "superseded";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
+    : tasks_registered_(BuildGauge()
+                            .Name("phalanx_coordinator_tasks_registered")
+                            .Help("Tasks that have registered (any state but unregistered)")
+                            .Register(r)
+                            .Add({})),
+      tasks_connected_(BuildGauge()
+                           .Name("phalanx_coordinator_tasks_connected")
+                           .Help("Tasks registered and alive (connected state)")
+                           .Register(r)
+                           .Add({})),
+      task_failures_(BuildCounter()
+                         .Name("phalanx_coordinator_task_failures_total")
+                         .Help("Tasks declared failed, by reason")
+                         .Register(r)),
+      session_breaks_(BuildCounter()
+                          .Name("phalanx_coordinator_session_breaks_total")
+                          .Help("Session streams of connected tasks that broke")
+                          .Register(r)
+                          .Add({})),
+      heartbeat_age_(BuildGauge()
+                         .Name("phalanx_coordinator_heartbeat_age_max_seconds")
+                         .Help("Oldest time since the last heartbeat among connected tasks")
+                         .Register(r)
+                         .Add({})),
+      barrier_wait_(BuildHistogram()
+                        .Name("phalanx_coordinator_barrier_wait_seconds")
+                        .Help("Time each task waited in a barrier that passed")
+                        .Register(r)
+                        .Add({}, LatencyBuckets())),
+      barrier_timeouts_(BuildCounter()
+                            .Name("phalanx_coordinator_barrier_timeouts_total")
+                            .Help("Barriers that timed out")
+                            .Register(r)
+                            .Add({})),
+      kv_entries_(BuildGauge()
+                      .Name("phalanx_coordinator_kv_entries")
+                      .Help("Keys in the key-value store")
+                      .Register(r)
+                      .Add({})),
+      kv_bytes_(BuildGauge()
+                    .Name("phalanx_coordinator_kv_bytes")
+                    .Help("Bytes of keys and values in the key-value store")
+                    .Register(r)
+                    .Add({})),
+      preemption_rounds_(BuildCounter()
+                             .Name("phalanx_coordinator_preemption_rounds_total")
+                             .Help("Preemption sync rounds opened")
+                             .Register(r)
+                             .Add({})),
+      auth_failures_(BuildCounter()
+                         .Name("phalanx_coordinator_auth_failures_total")
+                         .Help("Calls refused for a missing or wrong job token")
+                         .Register(r)
+                         .Add({})),
+      rpcs_(BuildCounter()
+                .Name("phalanx_coordinator_rpcs_total")
+                .Help("RPCs handled, by method and status code")
+                .Register(r)),
+      rpc_latency_(BuildHistogram()
+                       .Name("phalanx_coordinator_rpc_latency_seconds")
+                       .Help("RPC handling time (includes waiting, for blocking calls)")
+                       .Register(r)) {}
+
+void CoordinatorMetrics::SetTaskCounts(int registered, int connected) {
+  tasks_registered_.Set(registered);
+  tasks_connected_.Set(connected);
+}
+
+void CoordinatorMetrics::TaskFailed(FailureKind kind) {
+  task_failures_.Add({{"reason", FailureKindLabel(kind)}}).Increment();
+}
+
+void CoordinatorMetrics::SetKv(size_t entries, size_t bytes) {
+  kv_entries_.Set(static_cast<double>(entries));
+  kv_bytes_.Set(static_cast<double>(bytes));
+}
+
+void CoordinatorMetrics::Rpc(std::string_view method, std::string_view code,
+                             absl::Duration latency) {
+  rpcs_.Add({{"method", std::string(method)}, {"code", std::string(code)}}).Increment();
+  rpc_latency_.Add({{"method", std::string(method)}}, LatencyBuckets())
+      .Observe(absl::ToDoubleSeconds(latency));
+}
+
+}  // namespace phalanx::coord

@@ -1,0 +1,51 @@
+// CoordinatorMetrics: the `phalanx_coordinator_*` Prometheus families, built on an injected
+// registry so tests can assert values on a fresh one. Thread-safe (prometheus-cpp metrics are).
+#pragma once
+
+#include <string_view>
+
+#include "absl/time/time.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace phalanx::coord {
+
+// Why a task was declared failed; bounded label values for task_failures_total.
+enum class FailureKind { kSessionBroken, kHeartbeatTimeout, kReportedError, kSuperseded };
+
+class CoordinatorMetrics {
+ public:
+  explicit CoordinatorMetrics(prometheus::Registry& registry);
+
+  void SetTaskCounts(int registered, int connected);
+  void TaskFailed(FailureKind kind);
+  void SessionBroken() { session_breaks_.Increment(); }
+  void SetMaxHeartbeatAge(absl::Duration age) { heartbeat_age_.Set(absl::ToDoubleSeconds(age)); }
+  void BarrierWait(absl::Duration wait) { barrier_wait_.Observe(absl::ToDoubleSeconds(wait)); }
+  void BarrierTimedOut() { barrier_timeouts_.Increment(); }
+  void SetKv(size_t entries, size_t bytes);
+  void PreemptionRoundOpened() { preemption_rounds_.Increment(); }
+  void AuthFailure() { auth_failures_.Increment(); }
+  // One finished RPC: counted by method and status code, timed by method.
+  void Rpc(std::string_view method, std::string_view code, absl::Duration latency);
+
+ private:
+  prometheus::Gauge& tasks_registered_;
+  prometheus::Gauge& tasks_connected_;
+  prometheus::Family<prometheus::Counter>& task_failures_;
+  prometheus::Counter& session_breaks_;
+  prometheus::Gauge& heartbeat_age_;
+  prometheus::Histogram& barrier_wait_;
+  prometheus::Counter& barrier_timeouts_;
+  prometheus::Gauge& kv_entries_;
+  prometheus::Gauge& kv_bytes_;
+  prometheus::Counter& preemption_rounds_;
+  prometheus::Counter& auth_failures_;
+  prometheus::Family<prometheus::Counter>& rpcs_;
+  prometheus::Family<prometheus::Histogram>& rpc_latency_;
+};
+
+}  // namespace phalanx::coord

@@ -1,0 +1,569 @@
+#include "runtime/coordination/service.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace phalanx::coord {
+namespace {
+
+// The shutdown barrier lives in the barrier table under a name no client can use
+// (KvStore-style ids never start with a space).
+constexpr char kShutdownBarrierId[] = " shutdown";
+
+std::string RandomId() {
+  std::random_device rd;
+  return absl::StrFormat("%08x%08x", rd(), rd());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create(
+    Options options, base::Clock& clock, CoordinatorMetrics& metrics) {
+  if (options.num_tasks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("number of tasks must be at least 1, got ", options.num_tasks));
+  }
+  if (options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.heartbeat_timeout <= options.heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat interval (", absl::FormatDuration(options.heartbeat_interval),
+        ") must be positive and shorter than the heartbeat timeout (",
+        absl::FormatDuration(options.heartbeat_timeout), ")"));
+  }
+  if (options.barrier_default_timeout <= absl::ZeroDuration() ||
+      options.shutdown_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("barrier and shutdown timeouts must be positive");
+  }
+  if (options.coordinator_id.empty()) options.coordinator_id = RandomId();
+  return std::unique_ptr<CoordinationService>(
+      new CoordinationService(std::move(options), clock, metrics));
+}
+
+CoordinationService::CoordinationService(Options options, base::Clock& clock,
+                                         CoordinatorMetrics& metrics)
+    : options_(std::move(options)),
+      clock_(clock),
+      metrics_(metrics),
+      barriers_(metrics),
+      sync_(options_.num_tasks) {
+  tasks_.resize(options_.num_tasks);
+  for (int i = 0; i < options_.num_tasks; ++i) {
+    tasks_[i].info.task_id = i;
+    tasks_[i].info.changed = clock_.Now();
+  }
+  absl::MutexLock lock(&mu_);
+  UpdateGaugesLocked();
+}
+
+CoordinationService::~CoordinationService() { Stop(); }
+
+absl::StatusOr<CoordinationService::Registration> CoordinationService::Register(TaskRef ref) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return absl::UnavailableError("coordinator is shutting down");
+  if (ref.task_id < 0 || ref.task_id >= options_.num_tasks) {
+    return absl::InvalidArgumentError(absl::StrCat("task id ", ref.task_id, " is out of range [0, ",
+                                                   options_.num_tasks, ")"));
+  }
+  Task& task = tasks_[ref.task_id];
+  TaskInfo& info = task.info;
+  const bool known = info.state != TaskState::kUnregistered;
+  if (known && ref.incarnation < info.incarnation) {
+    return absl::AbortedError(absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation,
+                                           " is stale: incarnation ", info.incarnation,
+                                           " has registered since"));
+  }
+  if (known && ref.incarnation == info.incarnation) {
+    if (info.state == TaskState::kFailed) {
+      return absl::AbortedError(absl::StrCat("task ", ref.task_id, " incarnation ",
+                                             ref.incarnation, " was declared failed (",
+                                             info.reason, "); restart it with a new incarnation"));
+    }
+    if (info.state == TaskState::kShutdown) {
+      return absl::AbortedError(absl::StrCat("task ", ref.task_id, " has shut down"));
+    }
+    // Connected already: a retried Register. Nothing changes.
+  } else {
+    if (known && info.state == TaskState::kConnected) {
+      metrics_.TaskFailed(FailureKind::kSuperseded);
+    }
+    if (known) {
+      RetireIncarnationLocked(
+          task,
+          absl::AbortedError(absl::StrCat("task ", ref.task_id, " restarted: incarnation ",
+                                          info.incarnation, " superseded by ", ref.incarnation)),
+          out);
+    }
+    const std::string reason =
+        known ? absl::StrCat("registered, replacing incarnation ", info.incarnation)
+              : std::string("registered");
+    info.incarnation = ref.incarnation;
+    task.last_seen = clock_.Now();
+    SetStateLocked(task, TaskState::kConnected, reason, out);
+  }
+  return Registration{options_.job, options_.num_tasks, options_.heartbeat_interval,
+                      options_.heartbeat_timeout, options_.coordinator_id};
+}
+
+absl::StatusOr<uint64_t> CoordinationService::OpenSession(TaskRef ref,
+                                                          std::shared_ptr<SessionOutbox> outbox) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return absl::UnavailableError("coordinator is shutting down");
+  if (absl::Status s = CheckCallerLocked(ref); !s.ok()) return s;
+  Task& task = tasks_[ref.task_id];
+  if (task.outbox != nullptr) {
+    task.outbox->Close(absl::AbortedError("replaced by a newer session of the same task"));
+    out.Add([o = task.outbox] { o->Notify(); });
+    session_task_.erase(task.session_id);
+  }
+  const uint64_t id = next_session_id_++;
+  task.session_id = id;
+  task.outbox = std::move(outbox);
+  task.last_seen = clock_.Now();
+  session_task_[id] = ref.task_id;
+  PushLocked(task, SnapshotLocked(), out);
+  if (std::optional<PreemptionRound> round = sync_.Active(); round.has_value()) {
+    PushLocked(task, *round, out);  // a task (re)joining mid-round must hear of it too
+  }
+  return id;
+}
+
+void CoordinationService::Heartbeat(uint64_t session_id, int64_t sent_unix_micros) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  auto it = session_task_.find(session_id);
+  if (it == session_task_.end()) return;
+  Task& task = tasks_[it->second];
+  task.last_seen = clock_.Now();
+  PushLocked(task, HeartbeatAck{sent_unix_micros}, out);
+}
+
+void CoordinationService::CloseSession(uint64_t session_id, const absl::Status& why) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  auto it = session_task_.find(session_id);
+  if (it == session_task_.end()) return;  // already replaced or retired
+  Task& task = tasks_[it->second];
+  session_task_.erase(it);
+  task.session_id = 0;
+  task.outbox.reset();
+  if (task.info.state == TaskState::kConnected && !stopped_) {
+    metrics_.SessionBroken();
+    FailTaskLocked(task, FailureKind::kSessionBroken,
+                   absl::StrCat("session broken: ", why.ok() ? "closed by the task"
+                                                             : std::string(why.message())),
+                   out);
+  }
+}
+
+absl::Status CoordinationService::ReportError(TaskRef ref, std::string message) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckCallerLocked(ref); !s.ok()) return s;
+  BroadcastLocked(ErrorReport{ref, message}, out);
+  FailTaskLocked(tasks_[ref.task_id], FailureKind::kReportedError,
+                 absl::StrCat("reported error: ", message), out);
+  return absl::OkStatus();
+}
+
+void CoordinationService::Barrier(TaskRef ref, std::string id, absl::Duration timeout,
+                                  std::vector<int> tasks, StatusCallback done) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  absl::Status status = CheckCallerLocked(ref);
+  absl::StatusOr<absl::Duration> resolved = ResolveTimeout(timeout, options_.barrier_default_timeout);
+  absl::StatusOr<std::vector<int>> subset = ResolveSubset(std::move(tasks), ref.task_id);
+  if (status.ok() && id.empty()) status = absl::InvalidArgumentError("barrier id is empty");
+  if (status.ok() && id.front() == ' ') {
+    status = absl::InvalidArgumentError("barrier ids may not start with a space");
+  }
+  if (status.ok()) status = resolved.status();
+  if (status.ok()) status = subset.status();
+  if (!status.ok()) {
+    out.Add([done = std::move(done), status]() mutable { std::move(done)(status); });
+    return;
+  }
+  const absl::Time now = clock_.Now();
+  barriers_.Arrive(ref, id, *std::move(subset), now + *resolved, now, std::move(done), out);
+}
+
+absl::Status CoordinationService::CancelBarrier(TaskRef ref, const std::string& id) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckCallerLocked(ref); !s.ok()) return s;
+  return barriers_.Cancel(ref, id, out);
+}
+
+absl::Status CoordinationService::KvInsert(const std::string& key, std::string value,
+                                           bool allow_overwrite) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  absl::Status status = kv_.Insert(key, std::move(value), allow_overwrite, out);
+  metrics_.SetKv(kv_.entries(), kv_.bytes());
+  return status;
+}
+
+void CoordinationService::KvGet(const std::string& key, std::optional<TaskRef> waiter,
+                                absl::Duration timeout, ValueCallback done) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<absl::Duration> resolved = ResolveTimeout(timeout, options_.barrier_default_timeout);
+  absl::Status status = resolved.status();
+  if (status.ok() && waiter.has_value()) status = CheckCallerLocked(*waiter);
+  if (!status.ok()) {
+    out.Add([done = std::move(done), status]() mutable { std::move(done)(status); });
+    return;
+  }
+  kv_.Get(key, waiter, clock_.Now() + *resolved, std::move(done), out);
+}
+
+absl::StatusOr<std::string> CoordinationService::KvTryGet(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  return kv_.TryGet(key);
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CoordinationService::KvGetDir(
+    const std::string& directory) {
+  if (absl::Status s = KvStore::ValidateKey(directory); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  return kv_.GetDir(directory);
+}
+
+absl::StatusOr<int> CoordinationService::KvDelete(const std::string& key) {
+  if (absl::Status s = KvStore::ValidateKey(key); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const int deleted = kv_.Delete(key);
+  metrics_.SetKv(kv_.entries(), kv_.bytes());
+  return deleted;
+}
+
+void CoordinationService::WatchJobState(uint64_t known_version, absl::Duration timeout,
+                                        SnapshotCallback done) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (known_version != version_ || stopped_) {
+    out.Add([done = std::move(done), snapshot = SnapshotLocked()]() mutable {
+      std::move(done)(std::move(snapshot));
+    });
+    return;
+  }
+  const absl::Duration wait = std::clamp(timeout, absl::ZeroDuration(), options_.max_wait);
+  watchers_.push_back(Watcher{known_version, clock_.Now() + wait, std::move(done)});
+}
+
+JobSnapshot CoordinationService::Snapshot() {
+  absl::MutexLock lock(&mu_);
+  return SnapshotLocked();
+}
+
+void CoordinationService::GetAliveTasks(TaskRef ref, std::vector<int> tasks,
+                                        absl::Duration timeout, AliveTasksCallback done) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  absl::Status status = CheckCallerLocked(ref);
+  absl::StatusOr<absl::Duration> resolved = ResolveTimeout(timeout, options_.barrier_default_timeout);
+  absl::StatusOr<std::vector<int>> subset = ResolveSubset(std::move(tasks), ref.task_id);
+  if (status.ok()) status = resolved.status();
+  if (status.ok()) status = subset.status();
+  if (!status.ok()) {
+    out.Add([done = std::move(done), status]() mutable { std::move(done)(status); });
+    return;
+  }
+  alive_.Join(ref, *subset, clock_.Now() + *resolved, std::move(done), AliveFnLocked(), out);
+}
+
+absl::StatusOr<std::pair<PreemptionRound, bool>> CoordinationService::NotifyPreemption(
+    PreemptionNotice notice) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return absl::UnavailableError("coordinator is shutting down");
+  for (int task : notice.affected_tasks) {
+    if (task < 0 || task >= options_.num_tasks) {
+      return absl::InvalidArgumentError(absl::StrCat("affected task ", task, " is out of range"));
+    }
+  }
+  auto result = sync_.Notify(notice, clock_.Now());
+  if (!result.second) metrics_.PreemptionRoundOpened();
+  BroadcastLocked(result.first, out);
+  return result;
+}
+
+void CoordinationService::ReportSyncStep(TaskRef ref, uint64_t round, int64_t step,
+                                         SyncStepCallback done) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckCallerLocked(ref); !s.ok()) {
+    out.Add([done = std::move(done), s]() mutable { std::move(done)(s); });
+    return;
+  }
+  sync_.Report(ref, round, step, std::move(done), AliveFnLocked(), out);
+}
+
+void CoordinationService::Shutdown(TaskRef ref, absl::Duration timeout, StatusCallback done) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  absl::Status status = CheckCallerLocked(ref);
+  absl::StatusOr<absl::Duration> resolved = ResolveTimeout(timeout, options_.shutdown_timeout);
+  if (status.ok()) status = resolved.status();
+  if (!status.ok()) {
+    out.Add([done = std::move(done), status]() mutable { std::move(done)(status); });
+    return;
+  }
+  std::vector<int> all(options_.num_tasks);
+  for (int i = 0; i < options_.num_tasks; ++i) all[i] = i;
+  const absl::Time now = clock_.Now();
+  // Mark the tasks shut down before answering, so a task that exits right after its answer
+  // never looks like a crash.
+  barriers_.Arrive(ref, kShutdownBarrierId, std::move(all), now + *resolved, now,
+                   [this, done = std::move(done)](absl::Status s) mutable {
+                     if (s.ok()) MarkAllShutDown();
+                     std::move(done)(s);
+                   },
+                   out);
+}
+
+bool CoordinationService::AllTasksShutDown() {
+  absl::MutexLock lock(&mu_);
+  return std::all_of(tasks_.begin(), tasks_.end(),
+                     [](const Task& t) { return t.info.state == TaskState::kShutdown; });
+}
+
+void CoordinationService::MarkAllShutDown() {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  for (Task& task : tasks_) {
+    if (task.info.state != TaskState::kConnected) continue;
+    SetStateLocked(task, TaskState::kShutdown, "passed the shutdown barrier", out);
+  }
+}
+
+void CoordinationService::Tick(absl::Time now) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return;
+  absl::Duration oldest = absl::ZeroDuration();
+  for (Task& task : tasks_) {
+    if (task.info.state != TaskState::kConnected) continue;
+    const absl::Duration age = now - task.last_seen;
+    if (age > options_.heartbeat_timeout) {
+      FailTaskLocked(task, FailureKind::kHeartbeatTimeout,
+                     task.outbox == nullptr
+                         ? absl::StrCat("no session opened within ",
+                                        absl::FormatDuration(options_.heartbeat_timeout))
+                         : absl::StrCat("heartbeat timeout: none for ",
+                                        absl::FormatDuration(absl::Trunc(age, absl::Milliseconds(1)))),
+                     out);
+    } else {
+      oldest = std::max(oldest, age);
+    }
+  }
+  metrics_.SetMaxHeartbeatAge(oldest);
+  barriers_.Expire(now, [this](int task) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return DescribeTaskLocked(task);
+  }, out);
+  kv_.Expire(now, out);
+  alive_.Expire(now, out);
+  sync_.Expire(now, AliveFnLocked(), out);
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    if (it->deadline <= now) {
+      out.Add([done = std::move(it->done), snapshot = SnapshotLocked()]() mutable {
+        std::move(done)(std::move(snapshot));
+      });
+      it = watchers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void CoordinationService::Stop() {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  const absl::Status cancelled = absl::CancelledError("coordinator is shutting down");
+  barriers_.FailAll(cancelled, out);
+  kv_.FailAll(cancelled, out);
+  alive_.FailAll(cancelled, out);
+  sync_.FailAll(cancelled, out);
+  for (Watcher& w : watchers_) {
+    out.Add([done = std::move(w.done), snapshot = SnapshotLocked()]() mutable {
+      std::move(done)(std::move(snapshot));
+    });
+  }
+  watchers_.clear();
+  for (Task& task : tasks_) {
+    if (task.outbox == nullptr) continue;
+    task.outbox->Close(absl::UnavailableError("coordinator is shutting down"));
+    out.Add([o = task.outbox] { o->Notify(); });
+    task.outbox.reset();
+    task.session_id = 0;
+  }
+  session_task_.clear();
+}
+
+absl::Status CoordinationService::CheckCallerLocked(TaskRef ref) const {
+  if (ref.task_id < 0 || ref.task_id >= options_.num_tasks) {
+    return absl::InvalidArgumentError(absl::StrCat("task id ", ref.task_id, " is out of range [0, ",
+                                                   options_.num_tasks, ")"));
+  }
+  const TaskInfo& info = tasks_[ref.task_id].info;
+  if (info.state == TaskState::kUnregistered) {
+    return absl::FailedPreconditionError(absl::StrCat("task ", ref.task_id, " is not registered"));
+  }
+  if (ref.incarnation < info.incarnation) {
+    return absl::AbortedError(absl::StrCat("task ", ref.task_id, " restarted: incarnation ",
+                                           ref.incarnation, " superseded by ", info.incarnation));
+  }
+  if (ref.incarnation > info.incarnation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "task ", ref.task_id, " incarnation ", ref.incarnation, " is not registered"));
+  }
+  if (info.state == TaskState::kFailed) {
+    return absl::AbortedError(absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation,
+                                           " was declared failed: ", info.reason));
+  }
+  if (info.state == TaskState::kShutdown) {
+    return absl::FailedPreconditionError(absl::StrCat("task ", ref.task_id, " has shut down"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Duration> CoordinationService::ResolveTimeout(absl::Duration timeout,
+                                                                   absl::Duration fallback) const {
+  if (timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout must not be negative, got ", absl::FormatDuration(timeout)));
+  }
+  if (timeout == absl::ZeroDuration()) timeout = fallback;
+  return std::min(timeout, options_.max_wait);
+}
+
+absl::StatusOr<std::vector<int>> CoordinationService::ResolveSubset(std::vector<int> tasks,
+                                                                    int caller) const {
+  if (tasks.empty()) {
+    tasks.resize(options_.num_tasks);
+    for (int i = 0; i < options_.num_tasks; ++i) tasks[i] = i;
+    return tasks;
+  }
+  std::sort(tasks.begin(), tasks.end());
+  if (std::adjacent_find(tasks.begin(), tasks.end()) != tasks.end()) {
+    return absl::InvalidArgumentError("task subset lists a task twice");
+  }
+  if (tasks.front() < 0 || tasks.back() >= options_.num_tasks) {
+    return absl::InvalidArgumentError("task subset names a task id out of range");
+  }
+  if (!std::binary_search(tasks.begin(), tasks.end(), caller)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task subset does not include the calling task ", caller));
+  }
+  return tasks;
+}
+
+std::optional<uint64_t> CoordinationService::AliveIncarnationLocked(int task_id) const {
+  if (task_id < 0 || task_id >= options_.num_tasks) return std::nullopt;
+  const TaskInfo& info = tasks_[task_id].info;
+  if (info.state != TaskState::kConnected) return std::nullopt;
+  return info.incarnation;
+}
+
+AliveTasksAgreement::AliveFn CoordinationService::AliveFnLocked() const {
+  // Only ever called (and the function only used) while mu_ is held.
+  return [this](int task_id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return AliveIncarnationLocked(task_id);
+  };
+}
+
+void CoordinationService::SetStateLocked(Task& task, TaskState state, std::string reason,
+                                         Completions& out) {
+  const TaskState previous = task.info.state;
+  task.info.state = state;
+  task.info.reason = std::move(reason);
+  task.info.changed = clock_.Now();
+  ++version_;
+  // Peers hear of failures and restarts, the changes they must act on. A first registration
+  // or a clean shutdown is not pushed to every session: at 1024 tasks that would be a million
+  // events during start-up; watchers (WatchJobState) still see every change.
+  if (previous != TaskState::kUnregistered && state != TaskState::kShutdown) {
+    BroadcastLocked(task.info, out);
+  }
+  // Membership changed: agreements waiting on this task may now complete.
+  alive_.Reevaluate(AliveFnLocked(), out);
+  sync_.Reevaluate(AliveFnLocked(), out);
+  if (!watchers_.empty()) {
+    JobSnapshot snapshot = SnapshotLocked();
+    for (Watcher& w : watchers_) {
+      out.Add([done = std::move(w.done), snapshot]() mutable { std::move(done)(snapshot); });
+    }
+    watchers_.clear();
+  }
+  UpdateGaugesLocked();
+}
+
+void CoordinationService::FailTaskLocked(Task& task, FailureKind kind, std::string reason,
+                                         Completions& out) {
+  if (task.info.state != TaskState::kConnected) return;
+  metrics_.TaskFailed(kind);
+  RetireIncarnationLocked(task,
+                          absl::AbortedError(absl::StrCat("task ", task.info.task_id,
+                                                          " incarnation ", task.info.incarnation,
+                                                          " was declared failed: ", reason)),
+                          out);
+  SetStateLocked(task, TaskState::kFailed, std::move(reason), out);
+}
+
+void CoordinationService::RetireIncarnationLocked(Task& task, const absl::Status& why,
+                                                  Completions& out) {
+  const TaskRef gone{task.info.task_id, task.info.incarnation};
+  if (task.outbox != nullptr) {
+    task.outbox->Close(why);
+    out.Add([o = task.outbox] { o->Notify(); });
+    session_task_.erase(task.session_id);
+    task.outbox.reset();
+    task.session_id = 0;
+  }
+  barriers_.DropTask(gone, why, out);
+  kv_.DropTask(gone, why, out);
+  alive_.DropTask(gone, why, out);
+  sync_.DropTask(gone, why, out);
+}
+
+void CoordinationService::PushLocked(Task& task, SessionEvent event, Completions& out) {
+  if (task.outbox == nullptr) return;
+  task.outbox->Push(std::move(event));
+  out.Add([o = task.outbox] { o->Notify(); });
+}
+
+void CoordinationService::BroadcastLocked(const SessionEvent& event, Completions& out) {
+  for (Task& task : tasks_) PushLocked(task, event, out);
+}
+
+JobSnapshot CoordinationService::SnapshotLocked() const {
+  JobSnapshot snapshot{options_.job, version_, {}, options_.coordinator_id};
+  snapshot.tasks.reserve(tasks_.size());
+  for (const Task& task : tasks_) snapshot.tasks.push_back(task.info);
+  return snapshot;
+}
+
+void CoordinationService::UpdateGaugesLocked() {
+  int registered = 0;
+  int connected = 0;
+  for (const Task& task : tasks_) {
+    if (task.info.state != TaskState::kUnregistered) ++registered;
+    if (task.info.state == TaskState::kConnected) ++connected;
+  }
+  metrics_.SetTaskCounts(registered, connected);
+}
+
+std::string CoordinationService::DescribeTaskLocked(int task_id) const {
+  const TaskInfo& info = tasks_[task_id].info;
+  if (info.state == TaskState::kConnected) return absl::StrCat(task_id);
+  return absl::StrCat(task_id, " (", TaskStateName(info.state),
+                      info.reason.empty() ? "" : ": ", info.reason, ")");
+}
+
+}  // namespace phalanx::coord

@@ -1,0 +1,202 @@
+// CoordinationService: the per-job coordination state machine. Transport-agnostic: the gRPC
+// layer (rpc_handler.h, grpc_server.h) and tests drive it directly. All state is in memory.
+//
+// Thread-safe: one mutex guards all state; every callback (RPC completion, session notify) is
+// collected under the lock and run after it is released. Time comes from the injected Clock;
+// deadlines and heartbeat staleness are evaluated by Tick(now), which a PeriodicRunner calls in
+// production and tests call after FakeClock::Advance.
+//
+// Task state machine (per task id; `inc` is the incarnation):
+//
+//                 Register(inc)                       session break / heartbeat timeout /
+//  UNREGISTERED ────────────────▶ CONNECTED ───────── ReportError ─────────────▶ FAILED
+//                                  │   ▲  │                                         │
+//                                  │   └──┘ Register(inc' > inc): the old           │
+//                                  │        incarnation is retired (its session     │
+//                                  │        and pending calls end with Aborted)     │
+//                                  │                                                │
+//                                  │ shutdown barrier passed    Register(inc' > inc)│
+//                                  ▼                      CONNECTED ◀───────────────┘
+//                               SHUTDOWN
+//
+// A registered task has `heartbeat_timeout` to open its session; a connected task must send a
+// heartbeat (any session message) at least every `heartbeat_timeout`. Registering again with
+// the same incarnation while connected is idempotent; a failed or shut-down incarnation cannot
+// come back (Aborted): only a new incarnation can.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "runtime/coordination/alive_tasks.h"
+#include "runtime/coordination/barrier_table.h"
+#include "runtime/coordination/completions.h"
+#include "runtime/coordination/kv_store.h"
+#include "runtime/coordination/metrics.h"
+#include "runtime/coordination/preemption_sync.h"
+#include "runtime/coordination/session_outbox.h"
+#include "runtime/coordination/types.h"
+
+namespace phalanx::coord {
+
+class CoordinationService {
+ public:
+  struct Options {
+    std::string job = "job";
+    int num_tasks = 1;
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+    absl::Duration heartbeat_timeout = absl::Seconds(10);
+    absl::Duration barrier_default_timeout = absl::Minutes(5);
+    absl::Duration shutdown_timeout = absl::Minutes(1);
+    // Upper bound on any requested wait, so no call can pin state for days.
+    absl::Duration max_wait = absl::Hours(1);
+    // Random per start when empty; tells reconnecting clients the coordinator restarted.
+    std::string coordinator_id;
+  };
+
+  struct Registration {
+    std::string job;
+    int num_tasks;
+    absl::Duration heartbeat_interval;
+    absl::Duration heartbeat_timeout;
+    std::string coordinator_id;
+  };
+
+  // InvalidArgument for nonsensical options (no tasks, non-positive timeouts, interval ≥ timeout).
+  static absl::StatusOr<std::unique_ptr<CoordinationService>> Create(Options options,
+                                                                     base::Clock& clock,
+                                                                     CoordinatorMetrics& metrics);
+  ~CoordinationService();
+
+  // Errors: InvalidArgument (task id out of range), Aborted (a newer incarnation exists, or this
+  // incarnation was declared failed or shut down).
+  absl::StatusOr<Registration> Register(TaskRef task);
+
+  // Opens the task's session; the first event pushed is the job snapshot. Replaces an older
+  // session of the same incarnation (which ends with Aborted). Returns the session id.
+  // Errors: as CheckCaller.
+  absl::StatusOr<uint64_t> OpenSession(TaskRef task, std::shared_ptr<SessionOutbox> outbox);
+  // Any message on the session counts as a heartbeat; the ack echoes `sent_unix_micros`.
+  void Heartbeat(uint64_t session_id, int64_t sent_unix_micros);
+  // The transport's stream ended (`why`). A connected task whose current session this is fails.
+  void CloseSession(uint64_t session_id, const absl::Status& why);
+
+  // Declares the task failed with `message` and tells every other task. Errors: as CheckCaller.
+  absl::Status ReportError(TaskRef task, std::string message);
+
+  // Waits until every task in `tasks` (empty: all) arrives with its current incarnation.
+  // Errors: InvalidArgument (bad id/subset/timeout), Aborted (caller restarted or failed),
+  // DeadlineExceeded (names the tasks that never arrived), Cancelled.
+  void Barrier(TaskRef task, std::string id, absl::Duration timeout, std::vector<int> tasks,
+               StatusCallback done);
+  // Fails the pending barrier for every waiter with Cancelled. Errors: NotFound, as CheckCaller.
+  absl::Status CancelBarrier(TaskRef task, const std::string& id);
+
+  // Key-value store; see kv_store.h for key rules and errors.
+  absl::Status KvInsert(const std::string& key, std::string value, bool allow_overwrite);
+  void KvGet(const std::string& key, std::optional<TaskRef> waiter, absl::Duration timeout,
+             ValueCallback done);
+  absl::StatusOr<std::string> KvTryGet(const std::string& key);
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KvGetDir(
+      const std::string& directory);
+  absl::StatusOr<int> KvDelete(const std::string& key);
+
+  // Long poll: answers when the job's version differs from `known_version`, or with the
+  // unchanged state when `timeout` passes. Never fails (Stop() answers with the last state).
+  void WatchJobState(uint64_t known_version, absl::Duration timeout, SnapshotCallback done);
+  JobSnapshot Snapshot();
+
+  // Agreement on the alive members of `tasks` (empty: all); see alive_tasks.h.
+  void GetAliveTasks(TaskRef task, std::vector<int> tasks, absl::Duration timeout,
+                     AliveTasksCallback done);
+
+  // Opens (or joins) a preemption round and tells every session. InvalidArgument for an
+  // affected task id out of range.
+  absl::StatusOr<std::pair<PreemptionRound, bool>> NotifyPreemption(PreemptionNotice notice);
+  // Reports the step `task` is about to run; answers with the agreed sync step.
+  // Errors: FailedPrecondition (round not open), DeadlineExceeded, as CheckCaller.
+  void ReportSyncStep(TaskRef task, uint64_t round, int64_t step, SyncStepCallback done);
+
+  // The shutdown barrier: when every task arrives they all become SHUTDOWN.
+  // Errors: as Barrier.
+  void Shutdown(TaskRef task, absl::Duration timeout, StatusCallback done);
+  bool AllTasksShutDown();
+
+  // Expires deadlines and declares tasks with stale heartbeats failed.
+  void Tick(absl::Time now);
+  // Fails every pending call with Cancelled and ends every session with Unavailable. Idempotent.
+  void Stop();
+
+  const Options& options() const { return options_; }
+
+ private:
+  struct Task {
+    TaskInfo info;
+    uint64_t session_id = 0;  // 0: no session
+    std::shared_ptr<SessionOutbox> outbox;
+    absl::Time last_seen;  // registration or last session message
+  };
+
+  CoordinationService(Options options, base::Clock& clock, CoordinatorMetrics& metrics);
+
+  // OK if `task` names the current, connected incarnation of a valid task id.
+  absl::Status CheckCallerLocked(TaskRef task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resolves a timeout: 0 → `fallback`, negative → InvalidArgument, capped at max_wait.
+  absl::StatusOr<absl::Duration> ResolveTimeout(absl::Duration timeout,
+                                                absl::Duration fallback) const;
+  // Sorts and checks a subset (empty → every task); it must contain `caller`.
+  absl::StatusOr<std::vector<int>> ResolveSubset(std::vector<int> tasks, int caller) const;
+  std::optional<uint64_t> AliveIncarnationLocked(int task_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  AliveTasksAgreement::AliveFn AliveFnLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void SetStateLocked(Task& task, TaskState state, std::string reason, Completions& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailTaskLocked(Task& task, FailureKind kind, std::string reason, Completions& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends everything the incarnation `gone` had open: its session and pending calls.
+  void RetireIncarnationLocked(Task& task, const absl::Status& why, Completions& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushLocked(Task& task, SessionEvent event, Completions& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BroadcastLocked(const SessionEvent& event, Completions& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkAllShutDown();
+  JobSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DescribeTaskLocked(int task_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  base::Clock& clock_;
+  CoordinatorMetrics& metrics_;
+
+  mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<Task> tasks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, int> session_task_ ABSL_GUARDED_BY(mu_);
+  BarrierTable barriers_ ABSL_GUARDED_BY(mu_);
+  KvStore kv_ ABSL_GUARDED_BY(mu_);
+  AliveTasksAgreement alive_ ABSL_GUARDED_BY(mu_);
+  PreemptionSync sync_ ABSL_GUARDED_BY(mu_);
+  struct Watcher {
+    uint64_t known_version;
+    absl::Time deadline;
+    SnapshotCallback done;
+  };
+  std::vector<Watcher> watchers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace phalanx::coord

@@ -1,0 +1,427 @@
+#include "runtime/coordination/service.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+
+#include "common/testing/fake_clock.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "runtime/coordination/service_test_util.h"
+
+namespace phalanx::coord {
+namespace {
+
+using ::phalanx::coord::testing::RecordingSession;
+using ::phalanx::coord::testing::Slot;
+using ::phalanx::testing::IsOk;
+using ::phalanx::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(4); }
+
+  void Start(int num_tasks) {
+    CoordinationService::Options options;
+    options.job = "demo";
+    options.num_tasks = num_tasks;
+    options.heartbeat_interval = absl::Milliseconds(500);
+    options.heartbeat_timeout = absl::Seconds(2);
+    options.barrier_default_timeout = absl::Seconds(30);
+    options.coordinator_id = "c1";
+    auto service = CoordinationService::Create(options, clock_, metrics_);
+    ASSERT_THAT(service, IsOk());
+    service_ = *std::move(service);
+    sessions_.clear();
+    for (int i = 0; i < num_tasks; ++i) sessions_.push_back(std::make_unique<RecordingSession>());
+    session_ids_.assign(num_tasks, 0);
+  }
+
+  // Registers task `id` at `incarnation` and opens its session.
+  void Join(int id, uint64_t incarnation = 0) {
+    ASSERT_THAT(service_->Register({id, incarnation}), IsOk());
+    sessions_[id] = std::make_unique<RecordingSession>();
+    auto session = service_->OpenSession({id, incarnation}, sessions_[id]->outbox());
+    ASSERT_THAT(session, IsOk());
+    session_ids_[id] = *session;
+  }
+  void JoinAll() {
+    for (int i = 0; i < static_cast<int>(sessions_.size()); ++i) Join(i);
+  }
+  TaskState StateOf(int id) { return service_->Snapshot().tasks[id].state; }
+  void AdvanceAndTick(absl::Duration d) {
+    clock_.Advance(d);
+    service_->Tick(clock_.Now());
+  }
+
+  phalanx::testing::FakeClock clock_;
+  prometheus::Registry registry_;
+  CoordinatorMetrics metrics_{registry_};
+  std::unique_ptr<CoordinationService> service_;
+  std::vector<std::unique_ptr<RecordingSession>> sessions_;
+  std::vector<uint64_t> session_ids_;
+};
+
+TEST(ServiceCreate, RejectsNonsensicalOptions) {
+  phalanx::testing::FakeClock clock;
+  prometheus::Registry registry;
+  CoordinatorMetrics metrics(registry);
+  CoordinationService::Options no_tasks;
+  no_tasks.num_tasks = 0;
+  EXPECT_THAT(CoordinationService::Create(no_tasks, clock, metrics),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 1")));
+  CoordinationService::Options slow_heartbeat;
+  slow_heartbeat.heartbeat_interval = absl::Seconds(5);
+  slow_heartbeat.heartbeat_timeout = absl::Seconds(2);
+  EXPECT_THAT(CoordinationService::Create(slow_heartbeat, clock, metrics),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("heartbeat")));
+}
+
+TEST_F(ServiceTest, Register_ValidTask_BecomesConnected) {
+  auto reg = service_->Register({2, 0});
+  ASSERT_THAT(reg, IsOk());
+  EXPECT_EQ(reg->num_tasks, 4);
+  EXPECT_EQ(reg->coordinator_id, "c1");
+  EXPECT_EQ(StateOf(2), TaskState::kConnected);
+}
+
+TEST_F(ServiceTest, Register_OutOfRangeTask_IsInvalidArgument) {
+  EXPECT_THAT(service_->Register({4, 0}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(service_->Register({-1, 0}), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(ServiceTest, Register_SameIncarnationTwice_IsIdempotent) {
+  Join(1);
+  const uint64_t version = service_->Snapshot().version;
+  EXPECT_THAT(service_->Register({1, 0}), IsOk());
+  EXPECT_EQ(service_->Snapshot().version, version);
+  EXPECT_FALSE(sessions_[1]->final_status().has_value()) << "session must survive a retry";
+}
+
+TEST_F(ServiceTest, Register_StaleIncarnation_IsAborted) {
+  Join(1, 5);
+  EXPECT_THAT(service_->Register({1, 4}),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("stale")));
+}
+
+TEST_F(ServiceTest, Register_NewIncarnation_AbortsOldSessionAndPendingCalls) {
+  JoinAll();
+  Slot<absl::Status> barrier;
+  service_->Barrier({1, 0}, "b", absl::ZeroDuration(), {}, barrier.Callback());
+  Slot<absl::StatusOr<std::string>> get;
+  service_->KvGet("k", TaskRef{1, 0}, absl::Seconds(10), get.Callback());
+  ASSERT_FALSE(barrier.done());
+
+  ASSERT_THAT(service_->Register({1, 1}), IsOk());
+
+  ASSERT_TRUE(barrier.done());
+  EXPECT_THAT(barrier.value(), StatusIs(absl::StatusCode::kAborted, HasSubstr("superseded")));
+  ASSERT_TRUE(get.done());
+  EXPECT_THAT(get.value(), StatusIs(absl::StatusCode::kAborted));
+  ASSERT_TRUE(sessions_[1]->final_status().has_value());
+  EXPECT_THAT(*sessions_[1]->final_status(), StatusIs(absl::StatusCode::kAborted));
+  // Every peer is told the new incarnation.
+  for (int peer : {0, 2, 3}) {
+    auto changes = sessions_[peer]->EventsOf<TaskInfo>();
+    ASSERT_THAT(changes, SizeIs(1)) << "peer " << peer;
+    EXPECT_EQ(changes[0].task_id, 1);
+    EXPECT_EQ(changes[0].incarnation, 1u);
+    EXPECT_EQ(changes[0].state, TaskState::kConnected);
+  }
+  // The old incarnation's calls are refused from now on.
+  EXPECT_THAT(service_->CancelBarrier({1, 0}, "x"), StatusIs(absl::StatusCode::kAborted));
+}
+
+TEST_F(ServiceTest, Session_Break_FailsTaskAndTellsEveryPeer) {
+  JoinAll();
+  service_->CloseSession(session_ids_[2], absl::UnavailableError("connection reset"));
+  EXPECT_EQ(StateOf(2), TaskState::kFailed);
+  for (int peer : {0, 1, 3}) {
+    auto changes = sessions_[peer]->EventsOf<TaskInfo>();
+    ASSERT_THAT(changes, SizeIs(1));
+    EXPECT_EQ(changes[0].task_id, 2);
+    EXPECT_EQ(changes[0].state, TaskState::kFailed);
+    EXPECT_THAT(changes[0].reason, HasSubstr("connection reset"));
+  }
+  EXPECT_THAT(service_->Register({2, 0}),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("new incarnation")));
+  EXPECT_THAT(service_->Register({2, 1}), IsOk());
+  EXPECT_EQ(StateOf(2), TaskState::kConnected);
+}
+
+TEST_F(ServiceTest, Session_ReplacedSessionClosing_DoesNotFailTask) {
+  Join(0);
+  const uint64_t first = session_ids_[0];
+  auto second = std::make_unique<RecordingSession>();
+  ASSERT_THAT(service_->OpenSession({0, 0}, second->outbox()), IsOk());
+  EXPECT_THAT(*sessions_[0]->final_status(), StatusIs(absl::StatusCode::kAborted));
+  service_->CloseSession(first, absl::CancelledError("gone"));
+  EXPECT_EQ(StateOf(0), TaskState::kConnected);
+}
+
+TEST_F(ServiceTest, Heartbeat_Missing_FailsTaskAfterTimeout) {
+  JoinAll();
+  for (int i = 0; i < 3; ++i) {
+    AdvanceAndTick(absl::Seconds(1));
+    for (int t : {0, 1, 2}) service_->Heartbeat(session_ids_[t], 0);
+  }
+  EXPECT_EQ(StateOf(0), TaskState::kConnected);
+  EXPECT_EQ(StateOf(3), TaskState::kFailed);
+  EXPECT_THAT(service_->Snapshot().tasks[3].reason, HasSubstr("heartbeat timeout"));
+  EXPECT_THAT(*sessions_[3]->final_status(), StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(sessions_[0]->EventsOf<HeartbeatAck>(), SizeIs(3));
+}
+
+TEST_F(ServiceTest, Register_WithoutSession_FailsAfterTimeout) {
+  ASSERT_THAT(service_->Register({0, 0}), IsOk());
+  AdvanceAndTick(absl::Milliseconds(2100));
+  EXPECT_EQ(StateOf(0), TaskState::kFailed);
+  EXPECT_THAT(service_->Snapshot().tasks[0].reason, HasSubstr("no session"));
+}
+
+TEST_F(ServiceTest, Barrier_AllArrive_Passes) {
+  JoinAll();
+  std::vector<Slot<absl::Status>> slots(4);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FALSE(i > 0 && slots[0].done());
+    service_->Barrier({i, 0}, "step-1", absl::ZeroDuration(), {}, slots[i].Callback());
+  }
+  for (auto& s : slots) {
+    ASSERT_TRUE(s.done());
+    EXPECT_THAT(s.value(), IsOk());
+  }
+}
+
+TEST_F(ServiceTest, Barrier_RestartedTaskArrival_DoesNotCount) {
+  JoinAll();
+  std::vector<Slot<absl::Status>> slots(4);
+  for (int i = 0; i < 4; ++i) {
+    if (i == 2) continue;
+    service_->Barrier({i, 0}, "b", absl::ZeroDuration(), {}, slots[i].Callback());
+  }
+  // Task 1 dies and comes back: its old arrival must not let the barrier pass.
+  service_->CloseSession(session_ids_[1], absl::UnavailableError("killed"));
+  Join(1, 1);
+  service_->Barrier({2, 0}, "b", absl::ZeroDuration(), {}, slots[2].Callback());
+  EXPECT_FALSE(slots[0].done());
+  EXPECT_THAT(slots[1].value(), StatusIs(absl::StatusCode::kAborted));
+  Slot<absl::Status> reborn;
+  service_->Barrier({1, 1}, "b", absl::ZeroDuration(), {}, reborn.Callback());
+  ASSERT_TRUE(slots[0].done());
+  EXPECT_THAT(slots[0].value(), IsOk());
+  EXPECT_THAT(reborn.value(), IsOk());
+}
+
+TEST_F(ServiceTest, Barrier_Timeout_NamesTasksThatNeverArrived) {
+  JoinAll();
+  service_->CloseSession(session_ids_[3], absl::UnavailableError("killed"));
+  Slot<absl::Status> a, b;
+  service_->Barrier({0, 0}, "b", absl::Seconds(5), {}, a.Callback());
+  service_->Barrier({1, 0}, "b", absl::Seconds(5), {}, b.Callback());
+  for (int second = 0; second < 4; ++second) {
+    for (int t : {0, 1, 2}) service_->Heartbeat(session_ids_[t], 0);
+    AdvanceAndTick(absl::Seconds(1));
+  }
+  EXPECT_FALSE(a.done());
+  for (int t : {0, 1, 2}) service_->Heartbeat(session_ids_[t], 0);
+  AdvanceAndTick(absl::Seconds(1));
+  ASSERT_TRUE(a.done());
+  EXPECT_THAT(a.value(), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                  HasSubstr("never arrived: 2, 3 (failed: session broken")));
+  EXPECT_EQ(a.value(), b.value());
+}
+
+TEST_F(ServiceTest, Barrier_Subset_PassesWithoutOthers) {
+  JoinAll();
+  Slot<absl::Status> a, b;
+  service_->Barrier({0, 0}, "pair", absl::ZeroDuration(), {2, 0}, a.Callback());
+  service_->Barrier({2, 0}, "pair", absl::ZeroDuration(), {0, 2}, b.Callback());
+  EXPECT_THAT(a.value(), IsOk());
+  EXPECT_THAT(b.value(), IsOk());
+}
+
+TEST_F(ServiceTest, Barrier_BadRequests_AreInvalidArgument) {
+  JoinAll();
+  struct Case {
+    std::string name;
+    std::string id;
+    absl::Duration timeout;
+    std::vector<int> tasks;
+  };
+  for (const Case& c : std::vector<Case>{{"empty id", "", absl::ZeroDuration(), {}},
+                                         {"negative timeout", "x", absl::Seconds(-1), {}},
+                                         {"caller missing", "x", absl::ZeroDuration(), {1, 2}},
+                                         {"duplicate", "x", absl::ZeroDuration(), {0, 0}},
+                                         {"out of range", "x", absl::ZeroDuration(), {0, 9}}}) {
+    SCOPED_TRACE(c.name);
+    Slot<absl::Status> slot;
+    service_->Barrier({0, 0}, c.id, c.timeout, c.tasks, slot.Callback());
+    ASSERT_TRUE(slot.done());
+    EXPECT_THAT(slot.value(), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+}
+
+TEST_F(ServiceTest, Barrier_Cancel_FailsEveryWaiter) {
+  JoinAll();
+  Slot<absl::Status> a, b;
+  service_->Barrier({0, 0}, "b", absl::ZeroDuration(), {}, a.Callback());
+  service_->Barrier({1, 0}, "b", absl::ZeroDuration(), {}, b.Callback());
+  EXPECT_THAT(service_->CancelBarrier({2, 0}, "b"), IsOk());
+  EXPECT_THAT(a.value(), StatusIs(absl::StatusCode::kCancelled, HasSubstr("task 2")));
+  EXPECT_THAT(b.value(), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT(service_->CancelBarrier({2, 0}, "b"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ServiceTest, Barrier_LateArrivalAtPassedBarrier_ReturnsOkAtOnce) {
+  Start(2);
+  JoinAll();
+  Slot<absl::Status> a, b, late;
+  service_->Barrier({0, 0}, "b", absl::ZeroDuration(), {}, a.Callback());
+  service_->Barrier({1, 0}, "b", absl::ZeroDuration(), {}, b.Callback());
+  service_->Barrier({1, 0}, "b", absl::ZeroDuration(), {}, late.Callback());
+  ASSERT_TRUE(late.done());
+  EXPECT_THAT(late.value(), IsOk());
+}
+
+TEST_F(ServiceTest, Kv_BlockingGet_WakesOnInsert_AndTimesOut) {
+  Slot<absl::StatusOr<std::string>> waiting, expiring;
+  service_->KvGet("nccl/id", std::nullopt, absl::Seconds(10), waiting.Callback());
+  service_->KvGet("never", std::nullopt, absl::Seconds(1), expiring.Callback());
+  EXPECT_FALSE(waiting.done());
+  EXPECT_THAT(service_->KvInsert("nccl/id", "abc", false), IsOk());
+  ASSERT_TRUE(waiting.done());
+  EXPECT_EQ(*waiting.value(), "abc");
+  AdvanceAndTick(absl::Seconds(1));
+  EXPECT_THAT(expiring.value(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+}
+
+TEST_F(ServiceTest, Kv_InsertOverwriteDirDelete) {
+  EXPECT_THAT(service_->KvInsert("a/x", "1", false), IsOk());
+  EXPECT_THAT(service_->KvInsert("a/x", "2", false), StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(service_->KvInsert("a/x", "2", true), IsOk());
+  EXPECT_THAT(service_->KvInsert("a/b/y", "3", false), IsOk());
+  EXPECT_THAT(service_->KvInsert("ab", "4", false), IsOk());
+  EXPECT_EQ(*service_->KvTryGet("a/x"), "2");
+  EXPECT_THAT(service_->KvTryGet("a/z"), StatusIs(absl::StatusCode::kNotFound));
+  auto dir = service_->KvGetDir("a");
+  ASSERT_THAT(dir, IsOk());
+  EXPECT_THAT(*dir, ElementsAre(std::pair<std::string, std::string>{"a/b/y", "3"},
+                                std::pair<std::string, std::string>{"a/x", "2"}));
+  EXPECT_EQ(*service_->KvDelete("a"), 2);
+  EXPECT_EQ(*service_->KvTryGet("ab"), "4");
+  EXPECT_EQ(*service_->KvDelete("missing"), 0);
+}
+
+TEST_F(ServiceTest, Kv_BadKeysAndOversizedValues_AreInvalidArgument) {
+  for (std::string key : {std::string(""), std::string("/a"), std::string("a/"),
+                          std::string("a//b"), std::string("sp ace"), std::string(600, 'k'),
+                          std::string("nul\0x", 5)}) {
+    SCOPED_TRACE(key);
+    EXPECT_THAT(service_->KvInsert(key, "v", true), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+  EXPECT_THAT(service_->KvInsert("big", std::string((1 << 20) + 1, 'x'), true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limit")));
+  EXPECT_THAT(service_->KvInsert("max", std::string(1 << 20, 'x'), true), IsOk());
+}
+
+TEST_F(ServiceTest, WatchJobState_WaitsForChange_OrTimesOutUnchanged) {
+  const uint64_t v0 = service_->Snapshot().version;
+  Slot<JobSnapshot> immediate, on_change, on_timeout;
+  service_->WatchJobState(0, absl::Seconds(5), immediate.Callback());
+  EXPECT_TRUE(immediate.done());
+  service_->WatchJobState(v0, absl::Seconds(5), on_change.Callback());
+  EXPECT_FALSE(on_change.done());
+  Join(0);
+  ASSERT_TRUE(on_change.done());
+  EXPECT_GT(on_change.value().version, v0);
+  EXPECT_EQ(on_change.value().tasks[0].state, TaskState::kConnected);
+  const uint64_t v1 = on_change.value().version;
+  service_->WatchJobState(v1, absl::Seconds(1), on_timeout.Callback());
+  service_->Heartbeat(session_ids_[0], 0);
+  AdvanceAndTick(absl::Seconds(1));
+  ASSERT_TRUE(on_timeout.done());
+  EXPECT_EQ(on_timeout.value().version, v1);
+}
+
+TEST_F(ServiceTest, GetAliveTasks_EveryCallerGetsTheSameAnswer_WithoutTheDead) {
+  JoinAll();
+  std::vector<Slot<absl::StatusOr<std::vector<TaskRef>>>> slots(4);
+  service_->GetAliveTasks({0, 0}, {}, absl::ZeroDuration(), slots[0].Callback());
+  service_->GetAliveTasks({1, 0}, {}, absl::ZeroDuration(), slots[1].Callback());
+  service_->GetAliveTasks({3, 0}, {}, absl::ZeroDuration(), slots[3].Callback());
+  EXPECT_FALSE(slots[0].done());
+  service_->CloseSession(session_ids_[2], absl::UnavailableError("killed"));
+  for (int i : {0, 1, 3}) {
+    ASSERT_TRUE(slots[i].done()) << i;
+    ASSERT_THAT(slots[i].value(), IsOk());
+    EXPECT_EQ(*slots[i].value(), (std::vector<TaskRef>{{0, 0}, {1, 0}, {3, 0}}));
+  }
+}
+
+TEST_F(ServiceTest, ReportError_FailsTaskAndTellsPeers) {
+  JoinAll();
+  EXPECT_THAT(service_->ReportError({1, 0}, "CUDA error: an illegal memory access"), IsOk());
+  EXPECT_EQ(StateOf(1), TaskState::kFailed);
+  auto errors = sessions_[0]->EventsOf<ErrorReport>();
+  ASSERT_THAT(errors, SizeIs(1));
+  EXPECT_EQ(errors[0].task.task_id, 1);
+  EXPECT_THAT(errors[0].message, HasSubstr("illegal memory"));
+}
+
+TEST_F(ServiceTest, Shutdown_AllArrive_TasksShutDownAndLaterDisconnectsAreNotFailures) {
+  Start(2);
+  JoinAll();
+  Slot<absl::Status> a, b;
+  service_->Shutdown({0, 0}, absl::ZeroDuration(), a.Callback());
+  EXPECT_FALSE(service_->AllTasksShutDown());
+  service_->Shutdown({1, 0}, absl::ZeroDuration(), b.Callback());
+  EXPECT_THAT(a.value(), IsOk());
+  EXPECT_THAT(b.value(), IsOk());
+  EXPECT_TRUE(service_->AllTasksShutDown());
+  service_->CloseSession(session_ids_[0], absl::CancelledError("exit"));
+  EXPECT_EQ(StateOf(0), TaskState::kShutdown);
+}
+
+TEST_F(ServiceTest, Stop_FailsPendingCallsWithCancelled) {
+  JoinAll();
+  Slot<absl::Status> barrier;
+  service_->Barrier({0, 0}, "b", absl::ZeroDuration(), {}, barrier.Callback());
+  service_->Stop();
+  EXPECT_THAT(barrier.value(), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT(*sessions_[1]->final_status(), StatusIs(absl::StatusCode::kUnavailable));
+  service_->Stop();  // idempotent
+}
+
+TEST_F(ServiceTest, ConcurrentCallers_AllComplete) {
+  // Exercised under TSan: many threads arriving at barriers and using the store at once.
+  Start(8);
+  JoinAll();
+  std::vector<std::thread> threads;
+  std::atomic<int> passed{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 50; ++round) {
+        absl::Notification done;
+        service_->Barrier({t, 0}, "r" + std::to_string(round), absl::ZeroDuration(), {},
+                          [&](absl::Status s) {
+                            if (s.ok()) ++passed;
+                            done.Notify();
+                          });
+        (void)service_->KvInsert("k/" + std::to_string(t), "v", true);
+        service_->Heartbeat(session_ids_[t], 0);
+        done.WaitForNotification();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(passed.load(), 8 * 50);
+}
+
+}  // namespace
+}  // namespace phalanx::coord

@@ -1,0 +1,47 @@
+#include "runtime/coordination/session_outbox.h"
+
+namespace phalanx::coord {
+
+void SessionOutbox::Attach(Listener* listener) {
+  absl::MutexLock lock(&attach_mu_);
+  listener_ = listener;
+}
+
+void SessionOutbox::Detach() {
+  absl::MutexLock lock(&attach_mu_);
+  listener_ = nullptr;
+}
+
+void SessionOutbox::Push(SessionEvent event) {
+  absl::MutexLock lock(&queue_mu_);
+  if (close_status_.has_value()) return;  // nothing follows the end of a session
+  queue_.push_back(std::move(event));
+}
+
+void SessionOutbox::Close(absl::Status status) {
+  absl::MutexLock lock(&queue_mu_);
+  if (!close_status_.has_value()) close_status_ = std::move(status);
+}
+
+void SessionOutbox::Notify() {
+  // The listener only starts a write (it never calls back into the service), so holding
+  // attach_mu_ here is what makes Detach() a reliable barrier against use-after-free.
+  absl::MutexLock lock(&attach_mu_);
+  if (listener_ != nullptr) listener_->OnOutboxReady();
+}
+
+std::optional<SessionEvent> SessionOutbox::Pop() {
+  absl::MutexLock lock(&queue_mu_);
+  if (queue_.empty()) return std::nullopt;
+  SessionEvent event = std::move(queue_.front());
+  queue_.pop_front();
+  return event;
+}
+
+std::optional<absl::Status> SessionOutbox::FinalStatus() {
+  absl::MutexLock lock(&queue_mu_);
+  if (!queue_.empty()) return std::nullopt;
+  return close_status_;
+}
+
+}  // namespace phalanx::coord

@@ -1,0 +1,54 @@
+// SessionOutbox: the ordered queue of events from the service to one task's session stream.
+//
+// The service appends under its own lock (Push / Close are leaf operations: they take only the
+// outbox's queue mutex and call nothing). After releasing its lock the service calls Notify(),
+// which tells the attached transport (a gRPC reactor, or a test) that events are ready; the
+// transport drains with Pop() in order. A transport Detach()es before it is destroyed; after
+// Detach returns no Notify reaches it. Shared (std::shared_ptr) between the service and the
+// transport because either may outlive the other. Thread-safe.
+#pragma once
+
+#include <deque>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/coordination/types.h"
+
+namespace phalanx::coord {
+
+class SessionOutbox {
+ public:
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    // Events are ready or the outbox was closed. Called without the service lock.
+    virtual void OnOutboxReady() = 0;
+  };
+
+  void Attach(Listener* listener);
+  // After this returns, no OnOutboxReady call is running or will start.
+  void Detach();
+
+  // Producer side (the service).
+  void Push(SessionEvent event);
+  // Ends the session once the queued events are drained; `status` is what the stream ends with.
+  void Close(absl::Status status);
+  void Notify();
+
+  // Consumer side (the transport).
+  std::optional<SessionEvent> Pop();
+  // Set once Close() was called and every event before it has been popped.
+  std::optional<absl::Status> FinalStatus();
+
+ private:
+  absl::Mutex attach_mu_;  // held while calling the listener, so Detach can wait it out
+  Listener* listener_ ABSL_GUARDED_BY(attach_mu_) = nullptr;
+
+  absl::Mutex queue_mu_ ABSL_ACQUIRED_AFTER(attach_mu_);
+  std::deque<SessionEvent> queue_ ABSL_GUARDED_BY(queue_mu_);
+  std::optional<absl::Status> close_status_ ABSL_GUARDED_BY(queue_mu_);
+};
+
+}  // namespace phalanx::coord

@@ -1,0 +1,76 @@
+// Value types shared by the coordination service core, its RPC handler and tests.
+// Plain data; no locking.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace phalanx::coord {
+
+// A task and the incarnation (restart count) of the process that speaks for it.
+struct TaskRef {
+  int task_id = 0;
+  uint64_t incarnation = 0;
+  friend bool operator==(const TaskRef&, const TaskRef&) = default;
+};
+
+enum class TaskState { kUnregistered, kConnected, kFailed, kShutdown };
+const char* TaskStateName(TaskState state);
+
+struct TaskInfo {
+  int task_id = 0;
+  uint64_t incarnation = 0;
+  TaskState state = TaskState::kUnregistered;
+  std::string reason;
+  absl::Time changed = absl::InfinitePast();
+};
+
+struct JobSnapshot {
+  std::string job;
+  uint64_t version = 0;
+  std::vector<TaskInfo> tasks;
+  std::string coordinator_id;
+};
+
+struct ErrorReport {
+  TaskRef task;
+  std::string message;
+};
+
+struct PreemptionNotice {
+  std::string reason;
+  absl::Time deadline = absl::InfiniteFuture();
+  std::vector<int> affected_tasks;
+};
+
+struct PreemptionRound {
+  uint64_t round = 0;
+  absl::Time deadline = absl::InfiniteFuture();
+  std::string reason;
+  std::vector<int> affected_tasks;
+};
+
+struct HeartbeatAck {
+  int64_t sent_unix_micros = 0;
+};
+
+// What a task's session stream carries from the service to the task, in order.
+using SessionEvent = std::variant<JobSnapshot, HeartbeatAck, TaskInfo, ErrorReport,
+                                  PreemptionRound>;
+
+// Completion callbacks. Each is called exactly once, never under a service lock.
+using StatusCallback = absl::AnyInvocable<void(absl::Status) &&>;
+using ValueCallback = absl::AnyInvocable<void(absl::StatusOr<std::string>) &&>;
+using SnapshotCallback = absl::AnyInvocable<void(JobSnapshot) &&>;
+using AliveTasksCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<TaskRef>>) &&>;
+using SyncStepCallback = absl::AnyInvocable<void(absl::StatusOr<int64_t>) &&>;
+
+}  // namespace phalanx::coord
