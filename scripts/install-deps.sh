@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libcpprest-dev prometheus-cpp-dev libyaml-cpp-dev
+  libabsl-dev libcpprest-dev prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 

@@ -213,6 +213,7 @@ void CoordinationService::KvGet(const std::string& key, std::optional<TaskRef> w
   absl::MutexLock lock(&mu_);
   absl::StatusOr<absl::Duration> resolved = ResolveTimeout(timeout, options_.barrier_default_timeout);
   absl::Status status = resolved.status();
+  if (status.ok() && stopped_) status = absl::UnavailableError("coordinator is shutting down");
   if (status.ok() && waiter.has_value()) status = CheckCallerLocked(*waiter);
   if (!status.ok()) {
     out.Add([done = std::move(done), status]() mutable { std::move(done)(status); });
@@ -407,6 +408,7 @@ void CoordinationService::Stop() {
 }
 
 absl::Status CoordinationService::CheckCallerLocked(TaskRef ref) const {
+  if (stopped_) return absl::UnavailableError("coordinator is shutting down");
   if (ref.task_id < 0 || ref.task_id >= options_.num_tasks) {
     return absl::InvalidArgumentError(absl::StrCat("task id ", ref.task_id, " is out of range [0, ",
                                                    options_.num_tasks, ")"));

@@ -1,0 +1,192 @@
+#include "runtime/coordination/grpc_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/coordination/grpc_status.h"
+#include "runtime/coordination/rpc_handler.h"
+#include "runtime/coordination/session_reactor.h"
+#include "runtime/coordination/token_auth.h"
+#include "runtime/proto/coordination.grpc.pb.h"
+
+namespace phalanx::coord {
+
+namespace pb = ::phalanx::coord::v1;
+
+class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackService {
+ public:
+  Impl(std::string token, CoordinationService& service, CoordinatorMetrics& metrics,
+       base::Clock& clock)
+      : token_(std::move(token)), service_(service), handler_(service), metrics_(metrics),
+        clock_(clock) {}
+
+  grpc::ServerBidiReactor<pb::SessionRequest, pb::SessionEvent>* Session(
+      grpc::CallbackServerContext* ctx) override {
+    absl::Status auth = Authorize(*ctx);
+    metrics_.Rpc("Session", absl::StatusCodeToString(auth.code()), absl::ZeroDuration());
+    return new SessionReactor(service_, std::move(auth));
+  }
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const pb::RegisterRequest* req,
+                                     pb::RegisterResponse* resp) override {
+    return Unary(ctx, "Register", [&](Finisher done) { done(handler_.Register(*req, resp)); });
+  }
+  grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx,
+                                        const pb::ReportErrorRequest* req,
+                                        pb::ReportErrorResponse*) override {
+    return Unary(ctx, "ReportError", [&](Finisher done) { done(handler_.ReportError(*req)); });
+  }
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx,
+                                    const pb::BarrierRequest* req,
+                                    pb::BarrierResponse*) override {
+    return Unary(ctx, "Barrier", [&](Finisher done) { handler_.Barrier(*req, std::move(done)); });
+  }
+  grpc::ServerUnaryReactor* CancelBarrier(grpc::CallbackServerContext* ctx,
+                                          const pb::CancelBarrierRequest* req,
+                                          pb::CancelBarrierResponse*) override {
+    return Unary(ctx, "CancelBarrier",
+                 [&](Finisher done) { done(handler_.CancelBarrier(*req)); });
+  }
+  grpc::ServerUnaryReactor* KeyValueInsert(grpc::CallbackServerContext* ctx,
+                                           const pb::KeyValueInsertRequest* req,
+                                           pb::KeyValueInsertResponse*) override {
+    return Unary(ctx, "KeyValueInsert", [&](Finisher done) { done(handler_.KvInsert(*req)); });
+  }
+  grpc::ServerUnaryReactor* KeyValueGet(grpc::CallbackServerContext* ctx,
+                                        const pb::KeyValueGetRequest* req,
+                                        pb::KeyValueGetResponse* resp) override {
+    return Unary(ctx, "KeyValueGet",
+                 [&](Finisher done) { handler_.KvGet(*req, resp, std::move(done)); });
+  }
+  grpc::ServerUnaryReactor* KeyValueTryGet(grpc::CallbackServerContext* ctx,
+                                           const pb::KeyValueTryGetRequest* req,
+                                           pb::KeyValueGetResponse* resp) override {
+    return Unary(ctx, "KeyValueTryGet",
+                 [&](Finisher done) { done(handler_.KvTryGet(*req, resp)); });
+  }
+  grpc::ServerUnaryReactor* KeyValueGetDir(grpc::CallbackServerContext* ctx,
+                                           const pb::KeyValueGetDirRequest* req,
+                                           pb::KeyValueGetDirResponse* resp) override {
+    return Unary(ctx, "KeyValueGetDir",
+                 [&](Finisher done) { done(handler_.KvGetDir(*req, resp)); });
+  }
+  grpc::ServerUnaryReactor* KeyValueDelete(grpc::CallbackServerContext* ctx,
+                                           const pb::KeyValueDeleteRequest* req,
+                                           pb::KeyValueDeleteResponse* resp) override {
+    return Unary(ctx, "KeyValueDelete",
+                 [&](Finisher done) { done(handler_.KvDelete(*req, resp)); });
+  }
+  grpc::ServerUnaryReactor* WatchJobState(grpc::CallbackServerContext* ctx,
+                                          const pb::WatchJobStateRequest* req,
+                                          pb::WatchJobStateResponse* resp) override {
+    return Unary(ctx, "WatchJobState",
+                 [&](Finisher done) { handler_.WatchJobState(*req, resp, std::move(done)); });
+  }
+  grpc::ServerUnaryReactor* GetAliveTasks(grpc::CallbackServerContext* ctx,
+                                          const pb::GetAliveTasksRequest* req,
+                                          pb::GetAliveTasksResponse* resp) override {
+    return Unary(ctx, "GetAliveTasks",
+                 [&](Finisher done) { handler_.GetAliveTasks(*req, resp, std::move(done)); });
+  }
+  grpc::ServerUnaryReactor* NotifyPreemption(grpc::CallbackServerContext* ctx,
+                                             const pb::NotifyPreemptionRequest* req,
+                                             pb::NotifyPreemptionResponse* resp) override {
+    return Unary(ctx, "NotifyPreemption",
+                 [&](Finisher done) { done(handler_.NotifyPreemption(*req, resp)); });
+  }
+  grpc::ServerUnaryReactor* ReportSyncStep(grpc::CallbackServerContext* ctx,
+                                           const pb::ReportSyncStepRequest* req,
+                                           pb::ReportSyncStepResponse* resp) override {
+    return Unary(ctx, "ReportSyncStep",
+                 [&](Finisher done) { handler_.ReportSyncStep(*req, resp, std::move(done)); });
+  }
+  grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx,
+                                     const pb::ShutdownRequest* req,
+                                     pb::ShutdownResponse*) override {
+    return Unary(ctx, "Shutdown", [&](Finisher done) { handler_.Shutdown(*req, std::move(done)); });
+  }
+
+ private:
+  // Completes one unary call: records its metrics, then finishes the reactor.
+  class Finisher {
+   public:
+    Finisher(grpc::ServerUnaryReactor* reactor, const char* method, absl::Time start, Impl* impl)
+        : reactor_(reactor), method_(method), start_(start), impl_(impl) {}
+    void operator()(absl::Status status) {
+      impl_->metrics_.Rpc(method_, absl::StatusCodeToString(status.code()),
+                          impl_->clock_.Now() - start_);
+      reactor_->Finish(ToGrpcStatus(status));
+    }
+
+   private:
+    grpc::ServerUnaryReactor* reactor_;
+    const char* method_;
+    absl::Time start_;
+    Impl* impl_;
+  };
+
+  template <typename Body>
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const char* method,
+                                  Body&& body) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    Finisher done(reactor, method, clock_.Now(), this);
+    if (absl::Status auth = Authorize(*ctx); !auth.ok()) {
+      done(auth);
+      return reactor;
+    }
+    body(std::move(done));
+    return reactor;
+  }
+
+  absl::Status Authorize(const grpc::CallbackServerContext& ctx) {
+    absl::Status status = CheckToken(ctx, token_);
+    if (!status.ok()) metrics_.AuthFailure();
+    return status;
+  }
+
+  const std::string token_;
+  CoordinationService& service_;
+  RpcHandler handler_;
+  CoordinatorMetrics& metrics_;
+  base::Clock& clock_;
+};
+
+absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> CoordinationGrpcServer::Start(
+    Options options, CoordinationService& service, CoordinatorMetrics& metrics,
+    base::Clock& clock) {
+  if (options.token.empty()) {
+    return absl::InvalidArgumentError("the coordination service needs a non-empty job token");
+  }
+  std::unique_ptr<CoordinationGrpcServer> server(new CoordinationGrpcServer());
+  server->impl_ = std::make_unique<Impl>(options.token, service, metrics, clock);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
+                           &server->port_);
+  builder.RegisterService(server->impl_.get());
+  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  // Tasks heartbeat on their session; transport keepalive is only a backstop for half-open
+  // connections, so allow clients to ping as often as every 10 s.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen_address, " (address in use or invalid)"));
+  }
+  return server;
+}
+
+CoordinationGrpcServer::~CoordinationGrpcServer() { Shutdown(absl::ZeroDuration()); }
+
+void CoordinationGrpcServer::Shutdown(absl::Duration grace) {
+  if (shut_down_ || server_ == nullptr) return;
+  shut_down_ = true;
+  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+}
+
+void CoordinationGrpcServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+}  // namespace phalanx::coord

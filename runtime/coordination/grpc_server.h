@@ -1,0 +1,53 @@
+// CoordinationGrpcServer: serves the Coordination gRPC service (callback API) over a
+// CoordinationService. Checks the job token on every call, records per-method metrics, and
+// bounds message sizes. Thread-safe; Shutdown() (or the destructor) stops it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "runtime/coordination/metrics.h"
+#include "runtime/coordination/service.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace phalanx::coord {
+
+class CoordinationGrpcServer {
+ public:
+  struct Options {
+    std::string listen_address = "127.0.0.1:0";  // port 0: any free port (see port())
+    std::string token;                           // required on every call
+    // Large enough for a 1 MiB value plus framing, so an oversized value gets a clear
+    // InvalidArgument from the store rather than a transport error.
+    int max_receive_message_bytes = 4 << 20;
+  };
+
+  // Unavailable when the address cannot be bound; InvalidArgument for an empty token.
+  static absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> Start(
+      Options options, CoordinationService& service, CoordinatorMetrics& metrics,
+      base::Clock& clock);
+  ~CoordinationGrpcServer();
+
+  int port() const { return port_; }
+  // Stops accepting calls; in-flight calls get until `grace` to finish. Idempotent.
+  void Shutdown(absl::Duration grace = absl::Seconds(1));
+  // Blocks until Shutdown() was called from another thread.
+  void Wait();
+
+ private:
+  class Impl;
+  CoordinationGrpcServer() = default;
+
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace phalanx::coord

@@ -1,0 +1,145 @@
+// phalanx-coordinator: the per-job coordination service. Flags → options → wiring → run.
+// Prints one line `ready grpc=HOST:PORT metrics=HOST:PORT` once it serves; SIGTERM/SIGINT stop it.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/base/log.h"
+#include "common/base/periodic_runner.h"
+#include "common/http/status_server.h"
+#include "prometheus/registry.h"
+#include "runtime/coordination/grpc_server.h"
+#include "runtime/coordination/metrics.h"
+#include "runtime/coordination/service.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:8470", "gRPC listen address host:port (port 0: any)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090",
+          "HTTP address for /metrics and /healthz (empty: off)");
+ABSL_FLAG(std::string, job, "", "job name (required)");
+ABSL_FLAG(int, num_tasks, 0, "number of tasks in the job (required)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the job token; if unset, the PHALANX_TOKEN environment variable");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "how often tasks heartbeat");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
+          "a task silent this long is declared failed");
+ABSL_FLAG(absl::Duration, barrier_timeout, absl::Minutes(5), "default barrier timeout");
+ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Minutes(1), "shutdown barrier timeout");
+ABSL_FLAG(absl::Duration, tick, absl::Milliseconds(50),
+          "how often deadlines and heartbeats are checked");
+ABSL_FLAG(bool, exit_after_shutdown, false,
+          "exit 0 once every task has passed the shutdown barrier");
+
+namespace {
+
+using phalanx::base::LogSeverity;
+
+int Fail(const std::string& message) {
+  PHX_LOG(ERROR) << message;
+  std::cerr << "phalanx-coordinator: " << message << "\n";
+  return 2;
+}
+
+absl::StatusOr<std::string> ReadToken() {
+  const std::string path = absl::GetFlag(FLAGS_token_file);
+  std::string token;
+  if (!path.empty()) {
+    std::ifstream in(path);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read --token_file ", path));
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    token = buffer.str();
+  } else if (const char* env = std::getenv("PHALANX_TOKEN"); env != nullptr) {
+    token = env;
+  }
+  token = std::string(absl::StripAsciiWhitespace(token));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(
+        "no job token: pass --token_file or set PHALANX_TOKEN (the service refuses to run open)");
+  }
+  return token;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("The Phalanx per-job coordination service.");
+  absl::ParseCommandLine(argc, argv);
+  phalanx::base::SetLogComponent("coordinator");
+
+  // Block the stop signals before any thread starts, so only sigtimedwait below sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  if (absl::GetFlag(FLAGS_job).empty()) return Fail("--job is required");
+  if (absl::GetFlag(FLAGS_num_tasks) < 1) return Fail("--num_tasks must be at least 1");
+  absl::StatusOr<std::string> token = ReadToken();
+  if (!token.ok()) return Fail(std::string(token.status().message()));
+
+  phalanx::base::Clock& clock = phalanx::base::RealClock::Get();
+  prometheus::Registry registry;
+  phalanx::coord::CoordinatorMetrics metrics(registry);
+
+  phalanx::coord::CoordinationService::Options options;
+  options.job = absl::GetFlag(FLAGS_job);
+  options.num_tasks = absl::GetFlag(FLAGS_num_tasks);
+  options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  options.barrier_default_timeout = absl::GetFlag(FLAGS_barrier_timeout);
+  options.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
+  auto service = phalanx::coord::CoordinationService::Create(options, clock, metrics);
+  if (!service.ok()) return Fail(std::string(service.status().message()));
+
+  auto server = phalanx::coord::CoordinationGrpcServer::Start(
+      {absl::GetFlag(FLAGS_listen), *token}, **service, metrics, clock);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+
+  std::unique_ptr<phalanx::http::StatusHttpServer> http;
+  std::string metrics_address = "off";
+  if (const std::string addr = absl::GetFlag(FLAGS_metrics_listen); !addr.empty()) {
+    auto started = phalanx::http::StatusHttpServer::Start(addr, registry, nullptr);
+    if (!started.ok()) return Fail(std::string(started.status().message()));
+    http = *std::move(started);
+    metrics_address = absl::StrCat(addr.substr(0, addr.rfind(':')), ":", http->port());
+  }
+
+  const absl::Duration tick = absl::GetFlag(FLAGS_tick);
+  phalanx::base::PeriodicRunner ticker(clock, tick,
+                                       [&](absl::Time now) { (*service)->Tick(now); });
+
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  std::printf("ready grpc=%s:%d metrics=%s\n", listen.substr(0, listen.rfind(':')).c_str(),
+              (*server)->port(), metrics_address.c_str());
+  std::fflush(stdout);
+  PHX_LOG(INFO) << "job " << options.job << ": serving " << options.num_tasks
+                << " tasks on port " << (*server)->port() << ", heartbeat timeout "
+                << absl::FormatDuration(options.heartbeat_timeout);
+
+  const bool exit_after_shutdown = absl::GetFlag(FLAGS_exit_after_shutdown);
+  const timespec wait{0, 200 * 1000 * 1000};
+  while (true) {
+    const int sig = sigtimedwait(&stop_signals, nullptr, &wait);
+    if (sig == SIGTERM || sig == SIGINT) {
+      PHX_LOG(INFO) << "signal " << sig << ": stopping";
+      break;
+    }
+    if (exit_after_shutdown && (*service)->AllTasksShutDown()) {
+      PHX_LOG(INFO) << "every task passed the shutdown barrier: exiting";
+      break;
+    }
+  }
+  ticker.Stop();
+  (*service)->Stop();
+  (*server)->Shutdown(absl::Seconds(1));
+  return 0;
+}

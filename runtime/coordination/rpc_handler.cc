@@ -1,0 +1,143 @@
+#include "runtime/coordination/rpc_handler.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/coordination/proto_convert.h"
+
+namespace phalanx::coord {
+namespace {
+
+absl::Status MissingTask() { return absl::InvalidArgumentError("request has no task"); }
+
+// Milliseconds from the wire; negative values reach the service, which rejects them.
+absl::Duration Millis(int64_t ms) { return absl::Milliseconds(ms); }
+
+void Fail(RpcHandler::Done done, absl::Status status) { std::move(done)(std::move(status)); }
+
+}  // namespace
+
+absl::Status RpcHandler::Register(const pb::RegisterRequest& req, pb::RegisterResponse* resp) {
+  if (!req.has_task()) return MissingTask();
+  absl::StatusOr<CoordinationService::Registration> reg = service_.Register(FromProto(req.task()));
+  if (!reg.ok()) return reg.status();
+  resp->set_job(reg->job);
+  resp->set_num_tasks(reg->num_tasks);
+  resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(reg->heartbeat_interval));
+  resp->set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(reg->heartbeat_timeout));
+  resp->set_coordinator_id(reg->coordinator_id);
+  return absl::OkStatus();
+}
+
+absl::Status RpcHandler::ReportError(const pb::ReportErrorRequest& req) {
+  if (!req.has_task()) return MissingTask();
+  return service_.ReportError(FromProto(req.task()), req.message());
+}
+
+void RpcHandler::Barrier(const pb::BarrierRequest& req, Done done) {
+  if (!req.has_task()) return Fail(std::move(done), MissingTask());
+  service_.Barrier(FromProto(req.task()), req.barrier_id(), Millis(req.timeout_ms()),
+                   {req.tasks().begin(), req.tasks().end()}, std::move(done));
+}
+
+absl::Status RpcHandler::CancelBarrier(const pb::CancelBarrierRequest& req) {
+  if (!req.has_task()) return MissingTask();
+  return service_.CancelBarrier(FromProto(req.task()), req.barrier_id());
+}
+
+absl::Status RpcHandler::KvInsert(const pb::KeyValueInsertRequest& req) {
+  return service_.KvInsert(req.key(), req.value(), req.allow_overwrite());
+}
+
+void RpcHandler::KvGet(const pb::KeyValueGetRequest& req, pb::KeyValueGetResponse* resp,
+                       Done done) {
+  std::optional<TaskRef> waiter;
+  if (req.has_task()) waiter = FromProto(req.task());
+  service_.KvGet(req.key(), waiter, Millis(req.timeout_ms()),
+                 [resp, done = std::move(done)](absl::StatusOr<std::string> value) mutable {
+                   if (value.ok()) resp->set_value(*std::move(value));
+                   std::move(done)(value.status());
+                 });
+}
+
+absl::Status RpcHandler::KvTryGet(const pb::KeyValueTryGetRequest& req,
+                                  pb::KeyValueGetResponse* resp) {
+  absl::StatusOr<std::string> value = service_.KvTryGet(req.key());
+  if (!value.ok()) return value.status();
+  resp->set_value(*std::move(value));
+  return absl::OkStatus();
+}
+
+absl::Status RpcHandler::KvGetDir(const pb::KeyValueGetDirRequest& req,
+                                  pb::KeyValueGetDirResponse* resp) {
+  auto entries = service_.KvGetDir(req.directory());
+  if (!entries.ok()) return entries.status();
+  for (auto& [key, value] : *entries) {
+    pb::KeyValueEntry* entry = resp->add_entries();
+    entry->set_key(key);
+    entry->set_value(std::move(value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RpcHandler::KvDelete(const pb::KeyValueDeleteRequest& req,
+                                  pb::KeyValueDeleteResponse* resp) {
+  absl::StatusOr<int> deleted = service_.KvDelete(req.key());
+  if (!deleted.ok()) return deleted.status();
+  resp->set_deleted(*deleted);
+  return absl::OkStatus();
+}
+
+void RpcHandler::WatchJobState(const pb::WatchJobStateRequest& req,
+                               pb::WatchJobStateResponse* resp, Done done) {
+  service_.WatchJobState(req.known_version(), Millis(req.timeout_ms()),
+                         [resp, done = std::move(done)](JobSnapshot snapshot) mutable {
+                           *resp->mutable_state() = ToProto(snapshot);
+                           std::move(done)(absl::OkStatus());
+                         });
+}
+
+void RpcHandler::GetAliveTasks(const pb::GetAliveTasksRequest& req,
+                               pb::GetAliveTasksResponse* resp, Done done) {
+  if (!req.has_task()) return Fail(std::move(done), MissingTask());
+  service_.GetAliveTasks(
+      FromProto(req.task()), {req.tasks().begin(), req.tasks().end()}, Millis(req.timeout_ms()),
+      [resp, done = std::move(done)](absl::StatusOr<std::vector<TaskRef>> alive) mutable {
+        if (alive.ok()) {
+          for (const TaskRef& ref : *alive) *resp->add_alive() = ToProto(ref);
+        }
+        std::move(done)(alive.status());
+      });
+}
+
+absl::Status RpcHandler::NotifyPreemption(const pb::NotifyPreemptionRequest& req,
+                                          pb::NotifyPreemptionResponse* resp) {
+  if (req.deadline_unix_micros() < 0) {
+    return absl::InvalidArgumentError("preemption deadline must not be negative");
+  }
+  PreemptionNotice notice{req.reason(), FromUnixMicrosOrInfinite(req.deadline_unix_micros()),
+                          {req.affected_tasks().begin(), req.affected_tasks().end()}};
+  auto round = service_.NotifyPreemption(std::move(notice));
+  if (!round.ok()) return round.status();
+  resp->set_round(round->first.round);
+  resp->set_already_open(round->second);
+  return absl::OkStatus();
+}
+
+void RpcHandler::ReportSyncStep(const pb::ReportSyncStepRequest& req,
+                                pb::ReportSyncStepResponse* resp, Done done) {
+  if (!req.has_task()) return Fail(std::move(done), MissingTask());
+  if (req.step() < 0) {
+    return Fail(std::move(done), absl::InvalidArgumentError("step must not be negative"));
+  }
+  service_.ReportSyncStep(FromProto(req.task()), req.round(), req.step(),
+                          [resp, done = std::move(done)](absl::StatusOr<int64_t> step) mutable {
+                            if (step.ok()) resp->set_sync_step(*step);
+                            std::move(done)(step.status());
+                          });
+}
+
+void RpcHandler::Shutdown(const pb::ShutdownRequest& req, Done done) {
+  if (!req.has_task()) return Fail(std::move(done), MissingTask());
+  service_.Shutdown(FromProto(req.task()), Millis(req.timeout_ms()), std::move(done));
+}
+
+}  // namespace phalanx::coord

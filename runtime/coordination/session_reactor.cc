@@ -1,0 +1,102 @@
+#include "runtime/coordination/session_reactor.h"
+
+#include "runtime/coordination/grpc_status.h"
+#include "runtime/coordination/proto_convert.h"
+
+namespace phalanx::coord {
+
+SessionReactor::SessionReactor(CoordinationService& service, absl::Status auth)
+    : service_(service) {
+  if (!auth.ok()) {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(auth);
+    return;
+  }
+  outbox_->Attach(this);
+  StartRead(&request_);
+}
+
+void SessionReactor::OnReadDone(bool ok) {
+  if (!ok) {
+    // The task closed its side or the connection broke: either way the session is over.
+    if (session_id_ != 0) {
+      service_.CloseSession(session_id_, absl::UnavailableError("stream closed by the task"));
+    }
+    absl::MutexLock lock(&mu_);
+    if (writing_) {
+      pending_finish_ = absl::OkStatus();
+    } else {
+      FinishLocked(absl::OkStatus());
+    }
+    return;
+  }
+  if (session_id_ == 0) {
+    if (request_.kind_case() != v1::SessionRequest::kOpen) {
+      absl::MutexLock lock(&mu_);
+      FinishLocked(absl::InvalidArgumentError("the first session message must be 'open'"));
+      return;
+    }
+    HandleOpen(request_.open());
+  } else if (request_.kind_case() == v1::SessionRequest::kHeartbeat) {
+    service_.Heartbeat(session_id_, request_.heartbeat().sent_unix_micros());
+  } else {
+    // A second 'open' or an unknown message still proves the task is alive.
+    service_.Heartbeat(session_id_, 0);
+  }
+  StartRead(&request_);
+}
+
+void SessionReactor::HandleOpen(const v1::TaskRef& task) {
+  absl::StatusOr<uint64_t> id = service_.OpenSession(FromProto(task), outbox_);
+  if (!id.ok()) {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(id.status());
+    return;
+  }
+  session_id_ = *id;
+}
+
+void SessionReactor::OnOutboxReady() {
+  absl::MutexLock lock(&mu_);
+  PumpLocked();
+}
+
+void SessionReactor::OnWriteDone(bool ok) {
+  absl::MutexLock lock(&mu_);
+  writing_ = false;
+  if (pending_finish_.has_value()) {
+    FinishLocked(*pending_finish_);
+    return;
+  }
+  if (!ok) return;  // the stream is broken; the read side ends it
+  PumpLocked();
+}
+
+void SessionReactor::PumpLocked() {
+  if (writing_ || finished_) return;
+  if (std::optional<SessionEvent> event = outbox_->Pop()) {
+    write_buffer_ = ToProto(*event);
+    writing_ = true;
+    StartWrite(&write_buffer_);
+    return;
+  }
+  if (std::optional<absl::Status> final_status = outbox_->FinalStatus()) {
+    FinishLocked(*final_status);
+  }
+}
+
+void SessionReactor::FinishLocked(const absl::Status& status) {
+  if (finished_) return;
+  finished_ = true;
+  Finish(ToGrpcStatus(status));
+}
+
+void SessionReactor::OnDone() {
+  outbox_->Detach();
+  if (session_id_ != 0) {
+    service_.CloseSession(session_id_, absl::UnavailableError("session stream ended"));
+  }
+  delete this;
+}
+
+}  // namespace phalanx::coord

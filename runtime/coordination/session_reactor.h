@@ -1,0 +1,55 @@
+// SessionReactor: the server side of one task's Session stream (gRPC callback API).
+//
+// Reads `open` then heartbeats and forwards them to the service; writes the events the service
+// queues in the session's outbox, one write in flight at a time, in order. When the client's
+// stream breaks (killed process, reset connection) the service hears of it at once through
+// CloseSession: that is the sub-100 ms crash signal. Deletes itself in OnDone.
+// Thread-safety: gRPC calls the On* methods from its threads; mu_ serialises the write side.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/support/server_callback.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/coordination/metrics.h"
+#include "runtime/coordination/service.h"
+#include "runtime/coordination/session_outbox.h"
+#include "runtime/proto/coordination.pb.h"
+
+namespace phalanx::coord {
+
+class SessionReactor final
+    : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>,
+      public SessionOutbox::Listener {
+ public:
+  // `auth` is the result of the token check; a failed check ends the stream at once.
+  SessionReactor(CoordinationService& service, absl::Status auth);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnDone() override;
+  void OnOutboxReady() override;
+
+ private:
+  void HandleOpen(const v1::TaskRef& task);
+  // Starts the next write or, once the outbox is closed and drained, finishes the stream.
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  CoordinationService& service_;
+  std::shared_ptr<SessionOutbox> outbox_ = std::make_shared<SessionOutbox>();
+  v1::SessionRequest request_;  // only touched by the read side (one read at a time)
+  uint64_t session_id_ = 0;     // read side only
+
+  absl::Mutex mu_;
+  v1::SessionEvent write_buffer_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Set when the read side ended: finish once the in-flight write (if any) completes.
+  std::optional<absl::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace phalanx::coord
