@@ -1,0 +1,290 @@
+// The C ABI (phalanx_c.h) over GrpcCoordinationClient. Converts statuses to codes plus a
+// thread-local message; never lets a C++ exception cross into C.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "runtime/client/grpc_client.h"
+#include "runtime/client/phalanx_c.h"
+
+namespace {
+
+using phalanx::client::ClientCallbacks;
+using phalanx::client::ClientConfig;
+using phalanx::client::GrpcCoordinationClient;
+
+thread_local std::string g_last_error;
+
+int Report(const absl::Status& status) {
+  g_last_error = status.ok() ? "" : std::string(status.message());
+  return static_cast<int>(status.code());
+}
+
+int InvalidArgument(const char* message) {
+  return Report(absl::InvalidArgumentError(message));
+}
+
+// Copies bytes into a malloc'ed, NUL-terminated buffer.
+void* CopyOut(const std::string& bytes) {
+  char* out = static_cast<char*>(std::malloc(bytes.size() + 1));
+  if (out == nullptr) return nullptr;
+  std::memcpy(out, bytes.data(), bytes.size());
+  out[bytes.size()] = '\0';
+  return out;
+}
+
+absl::Duration Millis(int64_t ms) { return absl::Milliseconds(ms); }
+
+}  // namespace
+
+struct phalanx_client {
+  absl::Mutex mu;
+  phalanx_peer_change_fn peer_fn ABSL_GUARDED_BY(mu) = nullptr;
+  void* peer_user ABSL_GUARDED_BY(mu) = nullptr;
+  phalanx_preemption_fn preemption_fn ABSL_GUARDED_BY(mu) = nullptr;
+  void* preemption_user ABSL_GUARDED_BY(mu) = nullptr;
+  std::unique_ptr<GrpcCoordinationClient> impl;
+};
+
+namespace {
+
+int Create(ClientConfig config, phalanx_client** out) {
+  if (out == nullptr) return InvalidArgument("out is NULL");
+  *out = nullptr;
+  auto* client = new phalanx_client;
+  ClientCallbacks callbacks;
+  callbacks.on_peer_change = [client](const phalanx::client::TaskInfo& info) {
+    phalanx_peer_change_fn fn;
+    void* user;
+    {
+      absl::MutexLock lock(&client->mu);
+      fn = client->peer_fn;
+      user = client->peer_user;
+    }
+    if (fn != nullptr) {
+      fn(user, info.task_id, info.incarnation, static_cast<int>(info.state), info.reason.c_str());
+    }
+  };
+  callbacks.on_preemption = [client](const phalanx::client::PreemptionRound& round) {
+    phalanx_preemption_fn fn;
+    void* user;
+    {
+      absl::MutexLock lock(&client->mu);
+      fn = client->preemption_fn;
+      user = client->preemption_user;
+    }
+    if (fn != nullptr) {
+      const int64_t deadline = round.deadline == absl::InfiniteFuture()
+                                   ? 0
+                                   : absl::ToUnixMillis(round.deadline);
+      fn(user, round.round, deadline, round.reason.c_str());
+    }
+  };
+  auto impl = GrpcCoordinationClient::Create(std::move(config), std::move(callbacks));
+  if (!impl.ok()) {
+    delete client;
+    return Report(impl.status());
+  }
+  client->impl = *std::move(impl);
+  *out = client;
+  return Report(absl::OkStatus());
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* phalanx_last_error(void) { return g_last_error.c_str(); }
+
+void phalanx_free(void* p) { std::free(p); }
+
+int phalanx_client_create_from_env(phalanx_client** out) {
+  absl::StatusOr<ClientConfig> config = ClientConfig::FromEnv();
+  if (!config.ok()) {
+    if (out != nullptr) *out = nullptr;
+    return Report(config.status());
+  }
+  return Create(*std::move(config), out);
+}
+
+int phalanx_client_create(const char* coordinator, const char* job, int task_id, int num_tasks,
+                          uint64_t incarnation, const char* token, phalanx_client** out) {
+  if (coordinator == nullptr || job == nullptr || token == nullptr) {
+    return InvalidArgument("coordinator, job and token must not be NULL");
+  }
+  ClientConfig config;
+  config.coordinator = coordinator;
+  config.job = job;
+  config.task_id = task_id;
+  config.num_tasks = num_tasks;
+  config.incarnation = incarnation;
+  config.token = token;
+  return Create(std::move(config), out);
+}
+
+void phalanx_client_destroy(phalanx_client* client) {
+  if (client == nullptr) return;
+  client->impl.reset();  // joins the session thread before the callbacks' state goes away
+  delete client;
+}
+
+void phalanx_set_peer_change_callback(phalanx_client* client, phalanx_peer_change_fn fn,
+                                      void* user) {
+  if (client == nullptr) return;
+  absl::MutexLock lock(&client->mu);
+  client->peer_fn = fn;
+  client->peer_user = user;
+}
+
+void phalanx_set_preemption_callback(phalanx_client* client, phalanx_preemption_fn fn,
+                                     void* user) {
+  if (client == nullptr) return;
+  absl::MutexLock lock(&client->mu);
+  client->preemption_fn = fn;
+  client->preemption_user = user;
+}
+
+int phalanx_task_id(const phalanx_client* client) {
+  return client == nullptr ? -1 : client->impl->task().task_id;
+}
+int phalanx_num_tasks(const phalanx_client* client) {
+  return client == nullptr ? -1 : client->impl->num_tasks();
+}
+uint64_t phalanx_incarnation(const phalanx_client* client) {
+  return client == nullptr ? 0 : client->impl->task().incarnation;
+}
+
+int phalanx_connect(phalanx_client* client, int64_t timeout_ms) {
+  if (client == nullptr) return InvalidArgument("client is NULL");
+  return Report(client->impl->Connect(Millis(timeout_ms)));
+}
+
+int phalanx_barrier(phalanx_client* client, const char* id, int64_t timeout_ms, const int* tasks,
+                    size_t num_tasks) {
+  if (client == nullptr || id == nullptr) return InvalidArgument("client and id are required");
+  std::vector<int> subset;
+  if (tasks != nullptr) subset.assign(tasks, tasks + num_tasks);
+  return Report(client->impl->Barrier(id, Millis(timeout_ms), subset));
+}
+
+int phalanx_cancel_barrier(phalanx_client* client, const char* id) {
+  if (client == nullptr || id == nullptr) return InvalidArgument("client and id are required");
+  return Report(client->impl->CancelBarrier(id));
+}
+
+int phalanx_kv_set(phalanx_client* client, const char* key, const void* value, size_t value_len,
+                   int allow_overwrite) {
+  if (client == nullptr || key == nullptr || (value == nullptr && value_len > 0)) {
+    return InvalidArgument("client, key and value are required");
+  }
+  return Report(client->impl->KvInsert(
+      key, std::string(static_cast<const char*>(value), value_len), allow_overwrite != 0));
+}
+
+static int ReturnValue(absl::StatusOr<std::string> result, void** value, size_t* value_len) {
+  if (!result.ok()) return Report(result.status());
+  *value = CopyOut(*result);
+  if (*value == nullptr) return Report(absl::ResourceExhaustedError("out of memory"));
+  *value_len = result->size();
+  return Report(absl::OkStatus());
+}
+
+int phalanx_kv_get(phalanx_client* client, const char* key, int64_t timeout_ms, void** value,
+                   size_t* value_len) {
+  if (client == nullptr || key == nullptr || value == nullptr || value_len == nullptr) {
+    return InvalidArgument("client, key, value and value_len are required");
+  }
+  return ReturnValue(client->impl->KvGet(key, Millis(timeout_ms)), value, value_len);
+}
+
+int phalanx_kv_try_get(phalanx_client* client, const char* key, void** value, size_t* value_len) {
+  if (client == nullptr || key == nullptr || value == nullptr || value_len == nullptr) {
+    return InvalidArgument("client, key, value and value_len are required");
+  }
+  return ReturnValue(client->impl->KvTryGet(key), value, value_len);
+}
+
+int phalanx_kv_dir(phalanx_client* client, const char* directory, phalanx_kv_entry** entries,
+                   size_t* count) {
+  if (client == nullptr || directory == nullptr || entries == nullptr || count == nullptr) {
+    return InvalidArgument("client, directory, entries and count are required");
+  }
+  auto result = client->impl->KvGetDir(directory);
+  if (!result.ok()) return Report(result.status());
+  *count = result->size();
+  *entries = static_cast<phalanx_kv_entry*>(std::calloc(result->size() + 1, sizeof(phalanx_kv_entry)));
+  for (size_t i = 0; i < result->size(); ++i) {
+    (*entries)[i].key = static_cast<char*>(CopyOut((*result)[i].first));
+    (*entries)[i].value = CopyOut((*result)[i].second);
+    (*entries)[i].value_len = (*result)[i].second.size();
+  }
+  return Report(absl::OkStatus());
+}
+
+void phalanx_kv_entries_free(phalanx_kv_entry* entries, size_t count) {
+  if (entries == nullptr) return;
+  for (size_t i = 0; i < count; ++i) {
+    std::free(entries[i].key);
+    std::free(entries[i].value);
+  }
+  std::free(entries);
+}
+
+int phalanx_kv_delete(phalanx_client* client, const char* key, int* deleted) {
+  if (client == nullptr || key == nullptr) return InvalidArgument("client and key are required");
+  absl::StatusOr<int> result = client->impl->KvDelete(key);
+  if (!result.ok()) return Report(result.status());
+  if (deleted != nullptr) *deleted = *result;
+  return Report(absl::OkStatus());
+}
+
+int phalanx_report_error(phalanx_client* client, const char* message) {
+  if (client == nullptr || message == nullptr) return InvalidArgument("client and message are required");
+  return Report(client->impl->ReportError(message));
+}
+
+int phalanx_alive_tasks(phalanx_client* client, const int* tasks, size_t num_tasks,
+                        int64_t timeout_ms, int* task_ids, uint64_t* incarnations, size_t capacity,
+                        size_t* count) {
+  if (client == nullptr || count == nullptr) return InvalidArgument("client and count are required");
+  std::vector<int> subset;
+  if (tasks != nullptr) subset.assign(tasks, tasks + num_tasks);
+  auto alive = client->impl->GetAliveTasks(subset, Millis(timeout_ms));
+  if (!alive.ok()) return Report(alive.status());
+  *count = alive->size();
+  for (size_t i = 0; i < alive->size() && i < capacity; ++i) {
+    if (task_ids != nullptr) task_ids[i] = (*alive)[i].task_id;
+    if (incarnations != nullptr) incarnations[i] = (*alive)[i].incarnation;
+  }
+  return Report(absl::OkStatus());
+}
+
+int phalanx_notify_preemption(phalanx_client* client, const char* reason, int64_t deadline_unix_ms,
+                              const int* tasks, size_t num_tasks, uint64_t* round) {
+  if (client == nullptr) return InvalidArgument("client is NULL");
+  phalanx::client::PreemptionNotice notice;
+  notice.reason = reason == nullptr ? "" : reason;
+  notice.deadline = deadline_unix_ms <= 0 ? absl::InfiniteFuture()
+                                          : absl::FromUnixMillis(deadline_unix_ms);
+  if (tasks != nullptr) notice.affected_tasks.assign(tasks, tasks + num_tasks);
+  auto result = client->impl->NotifyPreemption(notice);
+  if (!result.ok()) return Report(result.status());
+  if (round != nullptr) *round = result->round;
+  return Report(absl::OkStatus());
+}
+
+int phalanx_reached_sync_point(phalanx_client* client, int64_t step, int* reached) {
+  if (client == nullptr || reached == nullptr) return InvalidArgument("client and reached are required");
+  absl::StatusOr<bool> result = client->impl->ReachedSyncPoint(step);
+  if (!result.ok()) return Report(result.status());
+  *reached = *result ? 1 : 0;
+  return Report(absl::OkStatus());
+}
+
+int phalanx_shutdown(phalanx_client* client, int64_t timeout_ms) {
+  if (client == nullptr) return InvalidArgument("client is NULL");
+  return Report(client->impl->Shutdown(Millis(timeout_ms)));
+}
+
+}  // extern "C"

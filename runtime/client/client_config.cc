@@ -1,0 +1,93 @@
+#include "runtime/client/client_config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace phalanx::client {
+namespace {
+
+using Getenv = std::function<std::optional<std::string>(const std::string&)>;
+
+absl::StatusOr<std::string> Required(const Getenv& getenv, const std::string& name) {
+  std::optional<std::string> value = getenv(name);
+  if (!value.has_value() || value->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is not set"));
+  }
+  return *value;
+}
+
+template <typename Int>
+absl::StatusOr<Int> ParseInt(const std::string& name, const std::string& text) {
+  Int value;
+  if (!absl::SimpleAtoi(text, &value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "='", text, "' is not a whole number"));
+  }
+  return value;
+}
+
+}  // namespace
+
+absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const Getenv& getenv_in) {
+  Getenv getenv = getenv_in ? getenv_in : [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+  ClientConfig config;
+  absl::StatusOr<std::string> value = Required(getenv, "PHALANX_COORDINATOR");
+  if (!value.ok()) return value.status();
+  config.coordinator = *value;
+  if (config.coordinator.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PHALANX_COORDINATOR='", config.coordinator, "' must be host:port"));
+  }
+  value = Required(getenv, "PHALANX_JOB");
+  if (!value.ok()) return value.status();
+  config.job = *value;
+
+  value = Required(getenv, "PHALANX_NUM_TASKS");
+  if (!value.ok()) return value.status();
+  absl::StatusOr<int> num_tasks = ParseInt<int>("PHALANX_NUM_TASKS", *value);
+  if (!num_tasks.ok()) return num_tasks.status();
+  if (*num_tasks < 1) return absl::InvalidArgumentError("PHALANX_NUM_TASKS must be at least 1");
+  config.num_tasks = *num_tasks;
+
+  value = Required(getenv, "PHALANX_TASK_ID");
+  if (!value.ok()) return value.status();
+  absl::StatusOr<int> task_id = ParseInt<int>("PHALANX_TASK_ID", *value);
+  if (!task_id.ok()) return task_id.status();
+  if (*task_id < 0 || *task_id >= config.num_tasks) {
+    return absl::InvalidArgumentError(absl::StrCat("PHALANX_TASK_ID=", *task_id,
+                                                   " is outside [0, PHALANX_NUM_TASKS=",
+                                                   config.num_tasks, ")"));
+  }
+  config.task_id = *task_id;
+
+  if (std::optional<std::string> inc = getenv("PHALANX_INCARNATION"); inc && !inc->empty()) {
+    absl::StatusOr<uint64_t> parsed = ParseInt<uint64_t>("PHALANX_INCARNATION", *inc);
+    if (!parsed.ok()) return parsed.status();
+    config.incarnation = *parsed;
+  }
+
+  if (std::optional<std::string> token = getenv("PHALANX_TOKEN"); token && !token->empty()) {
+    config.token = *token;
+  } else if (std::optional<std::string> file = getenv("PHALANX_TOKEN_FILE"); file && !file->empty()) {
+    std::ifstream in(*file);
+    if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read PHALANX_TOKEN_FILE ", *file));
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    config.token = std::string(absl::StripAsciiWhitespace(buffer.str()));
+  }
+  if (config.token.empty()) {
+    return absl::InvalidArgumentError("neither PHALANX_TOKEN nor PHALANX_TOKEN_FILE gives a token");
+  }
+  return config;
+}
+
+}  // namespace phalanx::client

@@ -1,0 +1,40 @@
+// ClientConfig: how a training process finds and identifies itself to its job's coordinator.
+// Built from the environment the operator injects into every worker pod (DESIGN.md):
+//   PHALANX_COORDINATOR  host:port of the coordination service (required)
+//   PHALANX_JOB          job name (required)
+//   PHALANX_TASK_ID      this task's index, 0..N-1 (required)
+//   PHALANX_NUM_TASKS    N (required)
+//   PHALANX_INCARNATION  restart count of this task (default 0)
+//   PHALANX_TOKEN        the job token, or PHALANX_TOKEN_FILE naming a file holding it
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace phalanx::client {
+
+struct ClientConfig {
+  std::string coordinator;
+  std::string job;
+  int task_id = 0;
+  int num_tasks = 1;
+  uint64_t incarnation = 0;
+  std::string token;
+  // Added to each blocking call's own timeout to form its RPC deadline, so the service's
+  // answer (e.g. a straggler report) arrives before the transport gives up.
+  absl::Duration rpc_margin = absl::Seconds(2);
+  // Deadline for calls that do not wait on other tasks (KV insert, try-get, ...).
+  absl::Duration short_call_timeout = absl::Seconds(10);
+
+  // Reads the variables above through `getenv` (default: the process environment).
+  // InvalidArgument naming the variable that is missing or malformed.
+  static absl::StatusOr<ClientConfig> FromEnv(
+      const std::function<std::optional<std::string>(const std::string&)>& getenv = nullptr);
+};
+
+}  // namespace phalanx::client

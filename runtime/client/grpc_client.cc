@@ -1,0 +1,487 @@
+#include "runtime/client/grpc_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/base/backoff.h"
+#include "common/base/log.h"
+#include "runtime/coordination/grpc_status.h"
+#include "runtime/coordination/proto_convert.h"
+#include "runtime/coordination/token_auth.h"
+
+namespace phalanx::client {
+
+namespace pb = ::phalanx::coord::v1;
+using coord::FromProto;
+using coord::ToProto;
+
+namespace {
+
+// A status that means this incarnation is finished for good: reconnecting cannot help.
+bool IsTerminal(const absl::Status& status) {
+  return absl::IsAborted(status) || absl::IsUnauthenticated(status) ||
+         absl::IsInvalidArgument(status) || absl::IsPermissionDenied(status);
+}
+
+int64_t ToMillis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GrpcCoordinationClient>> GrpcCoordinationClient::Create(
+    ClientConfig config, ClientCallbacks callbacks, base::Clock& clock) {
+  if (config.coordinator.empty()) return absl::InvalidArgumentError("no coordinator address");
+  if (config.token.empty()) return absl::InvalidArgumentError("no job token");
+  if (config.task_id < 0 || config.task_id >= config.num_tasks) {
+    return absl::InvalidArgumentError(absl::StrCat("task id ", config.task_id, " out of range"));
+  }
+  return std::unique_ptr<GrpcCoordinationClient>(
+      new GrpcCoordinationClient(std::move(config), std::move(callbacks), clock));
+}
+
+GrpcCoordinationClient::GrpcCoordinationClient(ClientConfig config, ClientCallbacks callbacks,
+                                               base::Clock& clock)
+    : config_(std::move(config)), callbacks_(std::move(callbacks)), clock_(clock) {
+  grpc::ChannelArguments args;
+  // Each task gets its own TCP connection, even when many share a process (benchmarks, tests):
+  // a shared connection would make one task's break look like all of theirs.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetMaxReceiveMessageSize(8 << 20);
+  args.SetMaxSendMessageSize(8 << 20);
+  // Come back quickly when a restarted coordinator is reachable again.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel_ = grpc::CreateCustomChannel(config_.coordinator, grpc::InsecureChannelCredentials(),
+                                       args);
+  stub_ = pb::Coordination::NewStub(channel_);
+}
+
+GrpcCoordinationClient::~GrpcCoordinationClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (session_thread_.joinable()) session_thread_.join();
+}
+
+template <typename Req, typename Resp>
+void GrpcCoordinationClient::CallAsync(AsyncMethod<Req, Resp> method, Req request,
+                                       absl::Duration timeout, Reply<Resp> done,
+                                       bool wait_for_ready) {
+  struct InFlight {
+    grpc::ClientContext context;
+    Req request;
+    Resp response;
+    Reply<Resp> done;
+  };
+  auto* call = new InFlight;
+  call->request = std::move(request);
+  call->done = std::move(done);
+  call->context.AddMetadata(coord::kAuthorizationHeader, "Bearer " + config_.token);
+  call->context.set_deadline(absl::ToChronoTime(clock_.Now() + timeout));
+  call->context.set_wait_for_ready(wait_for_ready);
+  (stub_->async()->*method)(&call->context, &call->request, &call->response,
+                            [call](grpc::Status status) {
+                              std::move(call->done)(coord::FromGrpcStatus(status),
+                                                    std::move(call->response));
+                              delete call;
+                            });
+}
+
+template <typename Req, typename Resp>
+absl::StatusOr<Resp> GrpcCoordinationClient::Call(AsyncMethod<Req, Resp> method, Req request,
+                                                  absl::Duration timeout, bool wait_for_ready) {
+  absl::Notification done;
+  absl::StatusOr<Resp> result;
+  CallAsync<Req, Resp>(
+      method, std::move(request), timeout,
+      [&](absl::Status status, Resp response) {
+        if (status.ok()) {
+          result = std::move(response);
+        } else {
+          result = status;
+        }
+        done.Notify();
+      },
+      wait_for_ready);
+  done.WaitForNotification();  // gRPC completes every call by its deadline
+  return result;
+}
+
+absl::Duration GrpcCoordinationClient::WaitingDeadline(absl::Duration timeout) const {
+  return (timeout > absl::ZeroDuration() ? timeout : absl::Hours(1)) + config_.rpc_margin;
+}
+
+// ---- Session ---------------------------------------------------------------------------------
+
+absl::Status GrpcCoordinationClient::Connect(absl::Duration timeout) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!started_) {
+      started_ = true;
+      session_thread_ = std::thread([this] { SessionLoop(); });
+    }
+  }
+  return WaitUntilConnected(timeout);
+}
+
+absl::Status GrpcCoordinationClient::WaitUntilConnected(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return connected_ || fatal_.has_value() || stopping_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  if (fatal_.has_value()) return *fatal_;
+  if (connected_) return absl::OkStatus();
+  if (!started_) return absl::FailedPreconditionError("Connect() was not called");
+  return absl::DeadlineExceededError(absl::StrCat("task ", config_.task_id,
+                                                  " could not connect to the coordinator at ",
+                                                  config_.coordinator, " within ",
+                                                  absl::FormatDuration(timeout)));
+}
+
+bool GrpcCoordinationClient::connected() const {
+  absl::MutexLock lock(&mu_);
+  return connected_;
+}
+
+void GrpcCoordinationClient::OnSessionEvent(coord::SessionEvent event) {
+  absl::MutexLock lock(&mu_);
+  events_.push_back(std::move(event));
+}
+
+void GrpcCoordinationClient::OnSessionDone(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  stream_done_ = std::move(status);
+}
+
+bool GrpcCoordinationClient::SleepUnlessStopping(absl::Duration delay) {
+  absl::MutexLock lock(&mu_);
+  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+  mu_.AwaitWithTimeout(absl::Condition(&stopping), delay);
+  return stopping_;
+}
+
+void GrpcCoordinationClient::SetFatal(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (fatal_.has_value() || stopping_) return;
+    fatal_ = status;
+    connected_ = false;
+  }
+  PHX_LOG(ERROR) << "task " << config_.task_id << " incarnation " << config_.incarnation
+                 << " cannot continue: " << status;
+  if (callbacks_.on_fatal) callbacks_.on_fatal(status);
+}
+
+void GrpcCoordinationClient::SessionLoop() {
+  base::ExponentialBackoff backoff(absl::Milliseconds(50), absl::Seconds(2), 2.0,
+                                   config_.task_id * 7919 + config_.incarnation + 1);
+  bool ever_connected = false;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    pb::RegisterRequest request;
+    *request.mutable_task() = ToProto(task());
+    absl::StatusOr<pb::RegisterResponse> reg =
+        Call(&Stub::async::Register, request, absl::Seconds(2), /*wait_for_ready=*/true);
+    if (!reg.ok()) {
+      if (IsTerminal(reg.status())) return SetFatal(reg.status());
+      if (SleepUnlessStopping(backoff.NextDelay())) return;
+      continue;
+    }
+    bool coordinator_restarted = false;
+    {
+      absl::MutexLock lock(&mu_);
+      coordinator_restarted = ever_connected && coordinator_id_ != reg->coordinator_id();
+      coordinator_id_ = reg->coordinator_id();
+      heartbeat_interval_ = absl::Milliseconds(reg->heartbeat_interval_ms());
+      heartbeat_timeout_ = absl::Milliseconds(reg->heartbeat_timeout_ms());
+      events_.clear();
+      stream_done_.reset();
+      last_contact_ = clock_.Now();
+    }
+    auto stream = std::make_unique<SessionStream>(*stub_, config_.token, task(), *this);
+    stream->Start();
+    absl::Status end = RunStream(*stream, ever_connected, coordinator_restarted);
+    stream->Cancel();
+    stream->WaitDone();
+    bool was_connected;
+    {
+      absl::MutexLock lock(&mu_);
+      was_connected = connected_;
+      connected_ = false;
+      if (stopping_) return;
+    }
+    ever_connected = ever_connected || was_connected;
+    if (IsTerminal(end)) return SetFatal(end);
+    PHX_LOG(WARNING) << "task " << config_.task_id << ": session ended (" << end
+                     << "); reconnecting";
+    if (was_connected) backoff.Reset();
+    if (SleepUnlessStopping(backoff.NextDelay())) return;
+  }
+}
+
+absl::Status GrpcCoordinationClient::RunStream(SessionStream& stream, bool reconnect,
+                                               bool coordinator_restarted) {
+  absl::Time next_heartbeat = clock_.Now();
+  while (true) {
+    std::deque<coord::SessionEvent> events;
+    std::optional<absl::Status> done;
+    absl::Duration interval, timeout;
+    absl::Time last_contact;
+    {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !events_.empty() || stream_done_.has_value();
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&wake), next_heartbeat);
+      if (stopping_) return absl::CancelledError("client stopping");
+      events.swap(events_);
+      if (!events.empty()) last_contact_ = clock_.Now();
+      if (events.empty()) done = stream_done_;
+      interval = heartbeat_interval_;
+      timeout = heartbeat_timeout_;
+      last_contact = last_contact_;
+    }
+    for (coord::SessionEvent& event : events) {
+      Dispatch(std::move(event), reconnect, coordinator_restarted);
+    }
+    if (done.has_value()) return *done;
+    const absl::Time now = clock_.Now();
+    if (now >= next_heartbeat) {
+      stream.SendHeartbeat(absl::ToUnixMicros(now));
+      next_heartbeat = now + interval;
+    }
+    if (now - last_contact > timeout) {
+      // The coordinator stopped answering (hung or partitioned): drop the stream and reconnect.
+      stream.Cancel();
+    }
+  }
+}
+
+void GrpcCoordinationClient::Dispatch(coord::SessionEvent event, bool reconnect,
+                                      bool coordinator_restarted) {
+  if (std::holds_alternative<JobSnapshot>(event)) {
+    {
+      absl::MutexLock lock(&mu_);
+      connected_ = true;
+    }
+    if (reconnect && callbacks_.on_reconnect) callbacks_.on_reconnect(coordinator_restarted);
+  } else if (const auto* info = std::get_if<TaskInfo>(&event)) {
+    if (info->task_id != config_.task_id && callbacks_.on_peer_change) {
+      callbacks_.on_peer_change(*info);
+    }
+  } else if (const auto* error = std::get_if<ErrorReport>(&event)) {
+    if (callbacks_.on_error) callbacks_.on_error(*error);
+  } else if (const auto* round = std::get_if<PreemptionRound>(&event)) {
+    bool fresh = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (round->round > finished_round_) {
+        fresh = !active_round_.has_value() || active_round_->round != round->round;
+        active_round_ = *round;
+      }
+    }
+    if (fresh && callbacks_.on_preemption) callbacks_.on_preemption(*round);
+  }
+}
+
+// ---- Calls -------------------------------------------------------------------------------------
+
+absl::Status GrpcCoordinationClient::Barrier(const std::string& id, absl::Duration timeout,
+                                             const std::vector<int>& tasks) {
+  absl::Notification done;
+  absl::Status result;
+  BarrierAsync(id, timeout, tasks, [&](absl::Status status) {
+    result = std::move(status);
+    done.Notify();
+  });
+  done.WaitForNotification();  // bounded by the call's deadline
+  return result;
+}
+
+void GrpcCoordinationClient::BarrierAsync(const std::string& id, absl::Duration timeout,
+                                          const std::vector<int>& tasks,
+                                          absl::AnyInvocable<void(absl::Status) &&> done) {
+  pb::BarrierRequest request;
+  *request.mutable_task() = ToProto(task());
+  request.set_barrier_id(id);
+  request.set_timeout_ms(ToMillis(timeout));
+  for (int t : tasks) request.add_tasks(t);
+  CallAsync<pb::BarrierRequest, pb::BarrierResponse>(
+      &Stub::async::Barrier, std::move(request), WaitingDeadline(timeout),
+      [done = std::move(done)](absl::Status status, pb::BarrierResponse) mutable {
+        std::move(done)(std::move(status));
+      });
+}
+
+absl::Status GrpcCoordinationClient::CancelBarrier(const std::string& id) {
+  pb::CancelBarrierRequest request;
+  *request.mutable_task() = ToProto(task());
+  request.set_barrier_id(id);
+  return Call(&Stub::async::CancelBarrier, request, config_.short_call_timeout).status();
+}
+
+absl::Status GrpcCoordinationClient::KvInsert(const std::string& key, const std::string& value,
+                                              bool allow_overwrite) {
+  pb::KeyValueInsertRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  request.set_allow_overwrite(allow_overwrite);
+  return Call(&Stub::async::KeyValueInsert, request, config_.short_call_timeout).status();
+}
+
+absl::StatusOr<std::string> GrpcCoordinationClient::KvGet(const std::string& key,
+                                                          absl::Duration timeout) {
+  pb::KeyValueGetRequest request;
+  request.set_key(key);
+  request.set_timeout_ms(ToMillis(timeout));
+  *request.mutable_task() = ToProto(task());
+  absl::StatusOr<pb::KeyValueGetResponse> response =
+      Call(&Stub::async::KeyValueGet, request, WaitingDeadline(timeout));
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_value());
+}
+
+absl::StatusOr<std::string> GrpcCoordinationClient::KvTryGet(const std::string& key) {
+  pb::KeyValueTryGetRequest request;
+  request.set_key(key);
+  absl::StatusOr<pb::KeyValueGetResponse> response =
+      Call(&Stub::async::KeyValueTryGet, request, config_.short_call_timeout);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_value());
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GrpcCoordinationClient::KvGetDir(
+    const std::string& directory) {
+  pb::KeyValueGetDirRequest request;
+  request.set_directory(directory);
+  absl::StatusOr<pb::KeyValueGetDirResponse> response =
+      Call(&Stub::async::KeyValueGetDir, request, config_.short_call_timeout);
+  if (!response.ok()) return response.status();
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (pb::KeyValueEntry& entry : *response->mutable_entries()) {
+    entries.emplace_back(std::move(*entry.mutable_key()), std::move(*entry.mutable_value()));
+  }
+  return entries;
+}
+
+absl::StatusOr<int> GrpcCoordinationClient::KvDelete(const std::string& key) {
+  pb::KeyValueDeleteRequest request;
+  request.set_key(key);
+  absl::StatusOr<pb::KeyValueDeleteResponse> response =
+      Call(&Stub::async::KeyValueDelete, request, config_.short_call_timeout);
+  if (!response.ok()) return response.status();
+  return response->deleted();
+}
+
+absl::Status GrpcCoordinationClient::ReportError(const std::string& message) {
+  pb::ReportErrorRequest request;
+  *request.mutable_task() = ToProto(task());
+  request.set_message(message);
+  return Call(&Stub::async::ReportError, request, config_.short_call_timeout).status();
+}
+
+absl::StatusOr<JobSnapshot> GrpcCoordinationClient::WatchJobState(uint64_t known_version,
+                                                                  absl::Duration timeout) {
+  pb::WatchJobStateRequest request;
+  request.set_known_version(known_version);
+  request.set_timeout_ms(ToMillis(timeout));
+  absl::StatusOr<pb::WatchJobStateResponse> response =
+      Call(&Stub::async::WatchJobState, request, WaitingDeadline(timeout));
+  if (!response.ok()) return response.status();
+  return FromProto(response->state());
+}
+
+absl::StatusOr<std::vector<TaskRef>> GrpcCoordinationClient::GetAliveTasks(
+    const std::vector<int>& tasks, absl::Duration timeout) {
+  pb::GetAliveTasksRequest request;
+  *request.mutable_task() = ToProto(task());
+  for (int t : tasks) request.add_tasks(t);
+  request.set_timeout_ms(ToMillis(timeout));
+  absl::StatusOr<pb::GetAliveTasksResponse> response =
+      Call(&Stub::async::GetAliveTasks, request, WaitingDeadline(timeout));
+  if (!response.ok()) return response.status();
+  std::vector<TaskRef> alive;
+  for (const pb::TaskRef& ref : response->alive()) alive.push_back(FromProto(ref));
+  return alive;
+}
+
+absl::StatusOr<PreemptionRound> GrpcCoordinationClient::NotifyPreemption(
+    const PreemptionNotice& notice) {
+  pb::NotifyPreemptionRequest request;
+  request.set_reason(notice.reason);
+  request.set_deadline_unix_micros(coord::ToUnixMicrosOrZero(notice.deadline));
+  for (int t : notice.affected_tasks) request.add_affected_tasks(t);
+  absl::StatusOr<pb::NotifyPreemptionResponse> response =
+      Call(&Stub::async::NotifyPreemption, request, config_.short_call_timeout);
+  if (!response.ok()) return response.status();
+  return PreemptionRound{response->round(), notice.deadline, notice.reason,
+                         notice.affected_tasks};
+}
+
+absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {
+  std::optional<PreemptionRound> round;
+  std::optional<std::pair<uint64_t, int64_t>> agreed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!active_round_.has_value()) return false;  // the common case: no RPC at all
+    round = active_round_;
+    agreed = agreed_;
+  }
+  if (!agreed.has_value() || agreed->first != round->round) {
+    pb::ReportSyncStepRequest request;
+    *request.mutable_task() = ToProto(task());
+    request.set_round(round->round);
+    request.set_step(step);
+    const absl::Duration wait =
+        std::max(absl::Seconds(1), round->deadline == absl::InfiniteFuture()
+                                       ? absl::Minutes(10)
+                                       : round->deadline - clock_.Now());
+    absl::StatusOr<pb::ReportSyncStepResponse> response =
+        Call(&Stub::async::ReportSyncStep, request, wait + config_.rpc_margin);
+    if (!response.ok()) {
+      if (absl::IsFailedPrecondition(response.status()) ||
+          absl::IsDeadlineExceeded(response.status())) {
+        // The round closed without us (deadline passed): nothing to sync on any more.
+        absl::MutexLock lock(&mu_);
+        if (active_round_.has_value() && active_round_->round == round->round) {
+          finished_round_ = round->round;
+          active_round_.reset();
+        }
+      }
+      return response.status();
+    }
+    agreed = std::make_pair(round->round, response->sync_step());
+    absl::MutexLock lock(&mu_);
+    agreed_ = agreed;
+  }
+  if (step < agreed->second) return false;
+  absl::MutexLock lock(&mu_);
+  if (active_round_.has_value() && active_round_->round == agreed->first) {
+    finished_round_ = agreed->first;
+    active_round_.reset();
+  }
+  return step == agreed->second;
+}
+
+absl::Status GrpcCoordinationClient::Shutdown(absl::Duration timeout) {
+  pb::ShutdownRequest request;
+  *request.mutable_task() = ToProto(task());
+  request.set_timeout_ms(ToMillis(timeout));
+  absl::Status status =
+      Call(&Stub::async::Shutdown, request, WaitingDeadline(timeout)).status();
+  if (status.ok()) {
+    // The service now counts this task as shut down: end the session quietly.
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (session_thread_.joinable()) session_thread_.join();
+  }
+  return status;
+}
+
+}  // namespace phalanx::client

@@ -1,0 +1,120 @@
+// GrpcCoordinationClient: the CoordinationClient over gRPC, one connection per client (as
+// separate ranks would have). A session thread registers the task, keeps its Session stream
+// alive with heartbeats, dispatches events to the callbacks, and on a break reconnects with
+// backoff and re-registers the same incarnation (a restarted coordinator accepts it; a live
+// one that declared this incarnation failed answers Aborted, which is fatal).
+// Thread-safe.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/clock.h"
+#include "runtime/client/client_config.h"
+#include "runtime/client/coordination_client.h"
+#include "runtime/client/session_stream.h"
+#include "runtime/proto/coordination.grpc.pb.h"
+
+namespace phalanx::client {
+
+class GrpcCoordinationClient final : public CoordinationClient, public SessionStream::Sink {
+ public:
+  // Does not connect yet (see Connect). InvalidArgument for an unusable config.
+  static absl::StatusOr<std::unique_ptr<GrpcCoordinationClient>> Create(
+      ClientConfig config, ClientCallbacks callbacks = {},
+      base::Clock& clock = base::RealClock::Get());
+  // Stops the session. Without a prior Shutdown() the service sees this task's session break.
+  ~GrpcCoordinationClient() override;
+
+  TaskRef task() const override { return {config_.task_id, config_.incarnation}; }
+  int num_tasks() const override { return config_.num_tasks; }
+
+  absl::Status Connect(absl::Duration timeout) override;
+  absl::Status WaitUntilConnected(absl::Duration timeout) override;
+  bool connected() const override;
+
+  absl::Status Barrier(const std::string& id, absl::Duration timeout,
+                       const std::vector<int>& tasks = {}) override;
+  void BarrierAsync(const std::string& id, absl::Duration timeout, const std::vector<int>& tasks,
+                    absl::AnyInvocable<void(absl::Status) &&> done) override;
+  absl::Status CancelBarrier(const std::string& id) override;
+  absl::Status KvInsert(const std::string& key, const std::string& value,
+                        bool allow_overwrite) override;
+  absl::StatusOr<std::string> KvGet(const std::string& key, absl::Duration timeout) override;
+  absl::StatusOr<std::string> KvTryGet(const std::string& key) override;
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KvGetDir(
+      const std::string& directory) override;
+  absl::StatusOr<int> KvDelete(const std::string& key) override;
+  absl::Status ReportError(const std::string& message) override;
+  absl::StatusOr<JobSnapshot> WatchJobState(uint64_t known_version,
+                                            absl::Duration timeout) override;
+  absl::StatusOr<std::vector<TaskRef>> GetAliveTasks(const std::vector<int>& tasks,
+                                                     absl::Duration timeout) override;
+  absl::StatusOr<PreemptionRound> NotifyPreemption(const PreemptionNotice& notice) override;
+  absl::StatusOr<bool> ReachedSyncPoint(int64_t step) override;
+  absl::Status Shutdown(absl::Duration timeout) override;
+
+ private:
+  using Stub = coord::v1::Coordination::Stub;
+  template <typename Req, typename Resp>
+  using AsyncMethod = void (Stub::async::*)(grpc::ClientContext*, const Req*, Resp*,
+                                             std::function<void(grpc::Status)>);
+  template <typename Resp>
+  using Reply = absl::AnyInvocable<void(absl::Status, Resp) &&>;
+
+  GrpcCoordinationClient(ClientConfig config, ClientCallbacks callbacks, base::Clock& clock);
+
+  // One unary call with the job token and a deadline `timeout` from now.
+  template <typename Req, typename Resp>
+  void CallAsync(AsyncMethod<Req, Resp> method, Req request, absl::Duration timeout,
+                 Reply<Resp> done, bool wait_for_ready = false);
+  // The blocking form; the wait is bounded by the call's deadline.
+  template <typename Req, typename Resp>
+  absl::StatusOr<Resp> Call(AsyncMethod<Req, Resp> method, Req request, absl::Duration timeout,
+                            bool wait_for_ready = false);
+  // The RPC deadline for a call that itself waits `timeout`.
+  absl::Duration WaitingDeadline(absl::Duration timeout) const;
+
+  // SessionStream::Sink (gRPC threads).
+  void OnSessionEvent(coord::SessionEvent event) override;
+  void OnSessionDone(absl::Status status) override;
+
+  void SessionLoop();
+  // Runs one open stream until it ends; returns its final status.
+  absl::Status RunStream(SessionStream& stream, bool reconnect, bool coordinator_restarted);
+  void Dispatch(coord::SessionEvent event, bool reconnect, bool coordinator_restarted);
+  void SetFatal(const absl::Status& status);
+  // Waits `delay` unless stopping; returns true when stopping.
+  bool SleepUnlessStopping(absl::Duration delay);
+
+  const ClientConfig config_;
+  const ClientCallbacks callbacks_;
+  base::Clock& clock_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Stub> stub_;
+
+  mutable absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Status> fatal_ ABSL_GUARDED_BY(mu_);
+  std::string coordinator_id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  absl::Duration heartbeat_timeout_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
+  std::deque<coord::SessionEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> stream_done_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_contact_ ABSL_GUARDED_BY(mu_);
+  // Preemption sync: the open round (from the session) and what this task agreed for it.
+  std::optional<PreemptionRound> active_round_ ABSL_GUARDED_BY(mu_);
+  uint64_t finished_round_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<std::pair<uint64_t, int64_t>> agreed_ ABSL_GUARDED_BY(mu_);  // round, step
+  std::thread session_thread_;
+};
+
+}  // namespace phalanx::client

@@ -1,0 +1,331 @@
+// Real gRPC on 127.0.0.1 (port 0): the client against an in-process coordination server.
+#include "runtime/client/grpc_client.h"
+
+#include <atomic>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/base/periodic_runner.h"
+#include "common/testing/eventually.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "runtime/coordination/grpc_server.h"
+#include "runtime/coordination/service.h"
+#include "runtime/coordination/token_auth.h"
+#include "runtime/proto/coordination.grpc.pb.h"
+
+namespace phalanx::client {
+namespace {
+
+using ::phalanx::testing::Eventually;
+using ::phalanx::testing::IsOk;
+using ::phalanx::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "test-token";
+
+// One coordinator (service + gRPC server) that a test can stop and start again on one port.
+class Coordinator {
+ public:
+  explicit Coordinator(int num_tasks, int port = 0) {
+    coord::CoordinationService::Options options;
+    options.job = "test";
+    options.num_tasks = num_tasks;
+    options.heartbeat_interval = absl::Milliseconds(100);
+    options.heartbeat_timeout = absl::Seconds(3);
+    service_ = *coord::CoordinationService::Create(options, base::RealClock::Get(), metrics_);
+    auto server = coord::CoordinationGrpcServer::Start(
+        {"127.0.0.1:" + std::to_string(port), kToken}, *service_, metrics_,
+        base::RealClock::Get());
+    EXPECT_THAT(server, IsOk());
+    server_ = *std::move(server);
+    ticker_ = std::make_unique<base::PeriodicRunner>(
+        base::RealClock::Get(), absl::Milliseconds(20),
+        [this](absl::Time now) { service_->Tick(now); });
+  }
+  ~Coordinator() {
+    ticker_->Stop();
+    service_->Stop();
+    server_->Shutdown(absl::Milliseconds(100));
+  }
+  int port() const { return server_->port(); }
+  coord::CoordinationService& service() { return *service_; }
+  double AuthFailures() {
+    for (const auto& family : registry_.Collect()) {
+      if (family.name == "phalanx_coordinator_auth_failures_total") {
+        return family.metric.at(0).counter.value;
+      }
+    }
+    return -1;
+  }
+
+ private:
+  prometheus::Registry registry_;
+  coord::CoordinatorMetrics metrics_{registry_};
+  std::unique_ptr<coord::CoordinationService> service_;
+  std::unique_ptr<coord::CoordinationGrpcServer> server_;
+  std::unique_ptr<base::PeriodicRunner> ticker_;
+};
+
+ClientConfig ConfigFor(int port, int task, int num_tasks, uint64_t incarnation = 0,
+                       std::string token = kToken) {
+  ClientConfig config;
+  config.coordinator = "127.0.0.1:" + std::to_string(port);
+  config.job = "test";
+  config.task_id = task;
+  config.num_tasks = num_tasks;
+  config.incarnation = incarnation;
+  config.token = std::move(token);
+  return config;
+}
+
+std::unique_ptr<GrpcCoordinationClient> Connected(int port, int task, int num_tasks,
+                                                  ClientCallbacks callbacks = {},
+                                                  uint64_t incarnation = 0) {
+  auto client = GrpcCoordinationClient::Create(ConfigFor(port, task, num_tasks, incarnation),
+                                               std::move(callbacks));
+  EXPECT_THAT(client, IsOk());
+  EXPECT_THAT((*client)->Connect(absl::Seconds(20)), IsOk());
+  return *std::move(client);
+}
+
+TEST(GrpcClient, Connect_RegistersTaskAndOpensSession) {
+  Coordinator coordinator(2);
+  auto client = Connected(coordinator.port(), 1, 2);
+  EXPECT_TRUE(client->connected());
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[1].state, TaskState::kConnected);
+}
+
+TEST(GrpcClient, WrongToken_IsUnauthenticatedAndCounted) {
+  Coordinator coordinator(1);
+  auto client = *GrpcCoordinationClient::Create(ConfigFor(coordinator.port(), 0, 1, 0, "nope"));
+  EXPECT_THAT(client->Connect(absl::Seconds(20)),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("wrong job token")));
+  EXPECT_GE(coordinator.AuthFailures(), 1);
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[0].state, TaskState::kUnregistered);
+}
+
+TEST(GrpcClient, MissingToken_IsUnauthenticated) {
+  Coordinator coordinator(1);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(coordinator.port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = coord::v1::Coordination::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  coord::v1::KeyValueTryGetRequest request;
+  request.set_key("k");
+  coord::v1::KeyValueGetResponse response;
+  grpc::Status status = stub->KeyValueTryGet(&ctx, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(status.error_message(), HasSubstr("missing job token"));
+}
+
+TEST(GrpcClient, BarrierAndKeyValue_AcrossThreeTasks) {
+  Coordinator coordinator(3);
+  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(Connected(coordinator.port(), i, 3));
+
+  std::vector<std::thread> threads;
+  std::atomic<int> passed{0};
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      if (clients[i]->Barrier("start", absl::Seconds(20)).ok()) ++passed;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(passed.load(), 3);
+
+  std::string got;
+  std::thread getter([&] {
+    absl::StatusOr<std::string> value = clients[1]->KvGet("nccl/clique/id", absl::Seconds(20));
+    if (value.ok()) got = *value;
+  });
+  EXPECT_THAT(clients[0]->KvInsert("nccl/clique/id", std::string("\0\1\2", 3), false), IsOk());
+  getter.join();
+  EXPECT_EQ(got, std::string("\0\1\2", 3));
+  EXPECT_THAT(clients[2]->KvInsert("nccl/clique/id", "x", false),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  auto dir = clients[2]->KvGetDir("nccl");
+  ASSERT_THAT(dir, IsOk());
+  EXPECT_EQ(dir->size(), 1u);
+  EXPECT_EQ(*clients[2]->KvDelete("nccl"), 1);
+  EXPECT_THAT(clients[2]->KvTryGet("nccl/clique/id"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(GrpcClient, BarrierTimeout_NamesTheMissingTask) {
+  Coordinator coordinator(2);
+  auto client = Connected(coordinator.port(), 0, 2);
+  EXPECT_THAT(client->Barrier("lonely", absl::Milliseconds(300)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("never arrived: 1")));
+}
+
+TEST(GrpcClient, MalformedAndOversizedRequests_AreRejected) {
+  Coordinator coordinator(1);
+  auto client = Connected(coordinator.port(), 0, 1);
+  EXPECT_THAT(client->KvInsert("bad key", "v", true), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client->KvInsert("big", std::string((1 << 20) + 10, 'x'), true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limit")));
+  // Beyond the server's message limit the transport itself refuses it.
+  EXPECT_THAT(client->KvInsert("huge", std::string(5 << 20, 'x'), true),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(client->Barrier("", absl::Seconds(1)), StatusIs(absl::StatusCode::kInvalidArgument));
+
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(coordinator.port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = coord::v1::Coordination::NewStub(channel);
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(coord::kAuthorizationHeader, std::string("Bearer ") + kToken);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    coord::v1::BarrierRequest no_task;
+    no_task.set_barrier_id("b");
+    coord::v1::BarrierResponse response;
+    grpc::Status status = stub->Barrier(&ctx, no_task, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("no task"));
+  }
+  {
+    // A session whose first message is not 'open'.
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(coord::kAuthorizationHeader, std::string("Bearer ") + kToken);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto stream = stub->Session(&ctx);
+    coord::v1::SessionRequest heartbeat;
+    heartbeat.mutable_heartbeat()->set_sent_unix_micros(1);
+    stream->Write(heartbeat);
+    coord::v1::SessionEvent event;
+    while (stream->Read(&event)) {
+    }
+    grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("open"));
+  }
+}
+
+TEST(GrpcClient, PeerGone_EverySurvivorLearnsWhichTaskDied) {
+  Coordinator coordinator(3);
+  std::atomic<int> told[3] = {-1, -1, -1};
+  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  for (int i = 0; i < 3; ++i) {
+    ClientCallbacks callbacks;
+    callbacks.on_peer_change = [&told, i](const TaskInfo& info) {
+      if (info.state == TaskState::kFailed) told[i] = info.task_id;
+    };
+    clients.push_back(Connected(coordinator.port(), i, 3, std::move(callbacks)));
+  }
+  clients[1].reset();  // its session breaks
+  EXPECT_TRUE(Eventually([&] { return told[0] == 1 && told[2] == 1; }, absl::Seconds(20)));
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[1].state, TaskState::kFailed);
+}
+
+TEST(GrpcClient, NewIncarnation_SupersedesOldClient_WhichIsToldWhy) {
+  Coordinator coordinator(1);
+  std::atomic<bool> fatal{false};
+  absl::Mutex mu;
+  absl::Status why;
+  ClientCallbacks callbacks;
+  callbacks.on_fatal = [&](const absl::Status& status) {
+    absl::MutexLock lock(&mu);
+    why = status;
+    fatal = true;
+  };
+  auto old_client = Connected(coordinator.port(), 0, 1, std::move(callbacks), 0);
+  auto new_client = Connected(coordinator.port(), 0, 1, {}, 1);
+  EXPECT_TRUE(Eventually([&] { return fatal.load(); }, absl::Seconds(20)));
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(why, StatusIs(absl::StatusCode::kAborted, HasSubstr("superseded by 1")));
+  EXPECT_THAT(old_client->KvTryGet("x"), StatusIs(absl::StatusCode::kNotFound));  // still usable
+  EXPECT_THAT(old_client->Barrier("b", absl::Seconds(1)), StatusIs(absl::StatusCode::kAborted));
+}
+
+TEST(GrpcClient, CoordinatorRestart_ClientReconnectsAndReRegisters) {
+  auto coordinator = std::make_unique<Coordinator>(1);
+  const int port = coordinator->port();
+  std::atomic<int> reconnects{0};
+  std::atomic<bool> restarted{false};
+  ClientCallbacks callbacks;
+  callbacks.on_reconnect = [&](bool coordinator_restarted) {
+    restarted = coordinator_restarted;
+    ++reconnects;
+  };
+  auto client = Connected(port, 0, 1, std::move(callbacks));
+  coordinator.reset();
+  EXPECT_TRUE(Eventually([&] { return !client->connected(); }, absl::Seconds(20)));
+  coordinator = std::make_unique<Coordinator>(1, port);
+  EXPECT_TRUE(Eventually([&] { return reconnects.load() == 1; }, absl::Seconds(30)));
+  EXPECT_TRUE(restarted.load());
+  EXPECT_THAT(client->WaitUntilConnected(absl::Seconds(10)), IsOk());
+  EXPECT_EQ(coordinator->service().Snapshot().tasks[0].state, TaskState::kConnected);
+  EXPECT_THAT(client->Barrier("after-restart", absl::Seconds(10)), IsOk());
+}
+
+TEST(GrpcClient, Preemption_EveryTaskReachesTheSameSyncPoint) {
+  Coordinator coordinator(3);
+  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  std::atomic<int> notified{0};
+  for (int i = 0; i < 3; ++i) {
+    ClientCallbacks callbacks;
+    callbacks.on_preemption = [&](const PreemptionRound&) { ++notified; };
+    clients.push_back(Connected(coordinator.port(), i, 3, std::move(callbacks)));
+  }
+  for (int step = 0; step < 3; ++step) {
+    for (auto& c : clients) EXPECT_FALSE(*c->ReachedSyncPoint(step));
+  }
+  ASSERT_THAT(clients[0]->NotifyPreemption({"test", absl::Now() + absl::Seconds(30), {2}}), IsOk());
+  ASSERT_TRUE(Eventually([&] { return notified.load() == 3; }, absl::Seconds(20)));
+  // Tasks run at different speeds (start at steps 3, 4, 5); each must stop at the same step.
+  std::vector<int64_t> sync_step(3, -1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      for (int64_t step = 3 + i; step < 20; ++step) {
+        absl::StatusOr<bool> reached = clients[i]->ReachedSyncPoint(step);
+        if (!reached.ok()) return;
+        if (*reached) {
+          if (sync_step[i] != -1) sync_step[i] = -2;  // reached twice: wrong
+          else sync_step[i] = step;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(sync_step[0], 5);
+  EXPECT_EQ(sync_step[1], 5);
+  EXPECT_EQ(sync_step[2], 5);
+}
+
+TEST(GrpcClient, Shutdown_AllTasks_LeavesNoFailure) {
+  Coordinator coordinator(2);
+  auto a = Connected(coordinator.port(), 0, 2);
+  auto b = Connected(coordinator.port(), 1, 2);
+  std::thread other([&] { EXPECT_THAT(b->Shutdown(absl::Seconds(20)), IsOk()); });
+  EXPECT_THAT(a->Shutdown(absl::Seconds(20)), IsOk());
+  other.join();
+  a.reset();
+  b.reset();
+  EXPECT_TRUE(coordinator.service().AllTasksShutDown());
+}
+
+TEST(GrpcClient, AliveTasks_AndWatchJobState) {
+  Coordinator coordinator(2);
+  auto a = Connected(coordinator.port(), 0, 2);
+  auto b = Connected(coordinator.port(), 1, 2);
+  absl::StatusOr<std::vector<TaskRef>> from_b;
+  std::thread other([&] { from_b = b->GetAliveTasks({}, absl::Seconds(20)); });
+  auto from_a = a->GetAliveTasks({}, absl::Seconds(20));
+  other.join();
+  ASSERT_THAT(from_a, IsOk());
+  ASSERT_THAT(from_b, IsOk());
+  EXPECT_EQ(*from_a, *from_b);
+  EXPECT_EQ(from_a->size(), 2u);
+  auto state = a->WatchJobState(0, absl::Seconds(1));
+  ASSERT_THAT(state, IsOk());
+  EXPECT_EQ(state->job, "test");
+  EXPECT_EQ(state->tasks.size(), 2u);
+}
+
+}  // namespace
+}  // namespace phalanx::client

@@ -1,0 +1,116 @@
+/* The Phalanx runtime client as a C ABI, for Python (ctypes) and other languages.
+ *
+ * Every function returning int returns PHALANX_OK (0) or one of the status codes below (the
+ * same numbers as absl/gRPC status codes); on failure phalanx_last_error() describes it (a
+ * thread-local string valid until the next call on the same thread).
+ * A phalanx_client is thread-safe; callbacks run on the client's session thread.
+ */
+#ifndef PHALANX_C_H_
+#define PHALANX_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PHALANX_API __attribute__((visibility("default")))
+
+enum {
+  PHALANX_OK = 0,
+  PHALANX_CANCELLED = 1,
+  PHALANX_UNKNOWN = 2,
+  PHALANX_INVALID_ARGUMENT = 3,
+  PHALANX_DEADLINE_EXCEEDED = 4,
+  PHALANX_NOT_FOUND = 5,
+  PHALANX_ALREADY_EXISTS = 6,
+  PHALANX_PERMISSION_DENIED = 7,
+  PHALANX_RESOURCE_EXHAUSTED = 8,
+  PHALANX_FAILED_PRECONDITION = 9,
+  PHALANX_ABORTED = 10,
+  PHALANX_OUT_OF_RANGE = 11,
+  PHALANX_UNIMPLEMENTED = 12,
+  PHALANX_INTERNAL = 13,
+  PHALANX_UNAVAILABLE = 14,
+  PHALANX_DATA_LOSS = 15,
+  PHALANX_UNAUTHENTICATED = 16
+};
+
+/* Task states, as passed to the peer-change callback. */
+enum { PHALANX_TASK_UNREGISTERED = 0, PHALANX_TASK_CONNECTED = 1, PHALANX_TASK_FAILED = 2,
+       PHALANX_TASK_SHUTDOWN = 3 };
+
+typedef struct phalanx_client phalanx_client;
+
+/* A peer failed or restarted. `reason` is valid only during the call. */
+typedef void (*phalanx_peer_change_fn)(void* user, int task_id, uint64_t incarnation, int state,
+                                       const char* reason);
+/* A preemption round opened; `deadline_unix_ms` is 0 when unknown. */
+typedef void (*phalanx_preemption_fn)(void* user, uint64_t round, int64_t deadline_unix_ms,
+                                      const char* reason);
+
+typedef struct {
+  char* key;
+  void* value;
+  size_t value_len;
+} phalanx_kv_entry;
+
+PHALANX_API const char* phalanx_last_error(void);
+/* Frees memory the library returned (values from kv_get / kv_try_get). */
+PHALANX_API void phalanx_free(void* p);
+
+/* From the PHALANX_* environment variables the operator injects. */
+PHALANX_API int phalanx_client_create_from_env(phalanx_client** out);
+PHALANX_API int phalanx_client_create(const char* coordinator, const char* job, int task_id,
+                                      int num_tasks, uint64_t incarnation, const char* token,
+                                      phalanx_client** out);
+/* Stops the session (a peer sees this task's session break unless it shut down first). */
+PHALANX_API void phalanx_client_destroy(phalanx_client* client);
+
+/* Set callbacks before phalanx_connect. NULL clears. */
+PHALANX_API void phalanx_set_peer_change_callback(phalanx_client* client,
+                                                  phalanx_peer_change_fn fn, void* user);
+PHALANX_API void phalanx_set_preemption_callback(phalanx_client* client, phalanx_preemption_fn fn,
+                                                 void* user);
+
+PHALANX_API int phalanx_task_id(const phalanx_client* client);
+PHALANX_API int phalanx_num_tasks(const phalanx_client* client);
+PHALANX_API uint64_t phalanx_incarnation(const phalanx_client* client);
+
+PHALANX_API int phalanx_connect(phalanx_client* client, int64_t timeout_ms);
+/* tasks == NULL / num_tasks == 0: every task. */
+PHALANX_API int phalanx_barrier(phalanx_client* client, const char* id, int64_t timeout_ms,
+                                const int* tasks, size_t num_tasks);
+PHALANX_API int phalanx_cancel_barrier(phalanx_client* client, const char* id);
+
+PHALANX_API int phalanx_kv_set(phalanx_client* client, const char* key, const void* value,
+                               size_t value_len, int allow_overwrite);
+/* *value is malloc'ed (free with phalanx_free); it is NUL-terminated for convenience. */
+PHALANX_API int phalanx_kv_get(phalanx_client* client, const char* key, int64_t timeout_ms,
+                               void** value, size_t* value_len);
+PHALANX_API int phalanx_kv_try_get(phalanx_client* client, const char* key, void** value,
+                                   size_t* value_len);
+/* *entries is freed with phalanx_kv_entries_free. */
+PHALANX_API int phalanx_kv_dir(phalanx_client* client, const char* directory,
+                               phalanx_kv_entry** entries, size_t* count);
+PHALANX_API void phalanx_kv_entries_free(phalanx_kv_entry* entries, size_t count);
+PHALANX_API int phalanx_kv_delete(phalanx_client* client, const char* key, int* deleted);
+
+PHALANX_API int phalanx_report_error(phalanx_client* client, const char* message);
+/* Writes up to `capacity` alive tasks; *count is how many there are. */
+PHALANX_API int phalanx_alive_tasks(phalanx_client* client, const int* tasks, size_t num_tasks,
+                                    int64_t timeout_ms, int* task_ids, uint64_t* incarnations,
+                                    size_t capacity, size_t* count);
+PHALANX_API int phalanx_notify_preemption(phalanx_client* client, const char* reason,
+                                          int64_t deadline_unix_ms, const int* tasks,
+                                          size_t num_tasks, uint64_t* round);
+/* *reached is 1 exactly at the agreed checkpoint step of an open preemption round. */
+PHALANX_API int phalanx_reached_sync_point(phalanx_client* client, int64_t step, int* reached);
+PHALANX_API int phalanx_shutdown(phalanx_client* client, int64_t timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PHALANX_C_H_ */

@@ -1,0 +1,64 @@
+#include "runtime/client/session_stream.h"
+
+#include "runtime/coordination/grpc_status.h"
+#include "runtime/coordination/proto_convert.h"
+#include "runtime/coordination/token_auth.h"
+
+namespace phalanx::client {
+
+SessionStream::SessionStream(coord::v1::Coordination::Stub& stub, const std::string& token,
+                             coord::TaskRef task, Sink& sink)
+    : sink_(sink) {
+  context_.AddMetadata(coord::kAuthorizationHeader, "Bearer " + token);
+  stub.async()->Session(&context_, this);
+  absl::MutexLock lock(&mu_);
+  *write_buffer_.mutable_open() = coord::ToProto(task);
+}
+
+void SessionStream::Start() {
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = true;
+    StartWrite(&write_buffer_);
+  }
+  StartRead(&read_buffer_);
+  StartCall();
+}
+
+void SessionStream::SendHeartbeat(int64_t sent_unix_micros) {
+  absl::MutexLock lock(&mu_);
+  if (!writing_) {
+    write_buffer_.Clear();
+    write_buffer_.mutable_heartbeat()->set_sent_unix_micros(sent_unix_micros);
+    writing_ = true;
+    StartWrite(&write_buffer_);
+  } else {
+    queued_heartbeat_ = sent_unix_micros;
+  }
+}
+
+void SessionStream::OnWriteDone(bool ok) {
+  absl::MutexLock lock(&mu_);
+  writing_ = false;
+  if (!ok || !queued_heartbeat_.has_value()) return;
+  write_buffer_.Clear();
+  write_buffer_.mutable_heartbeat()->set_sent_unix_micros(*queued_heartbeat_);
+  queued_heartbeat_.reset();
+  writing_ = true;
+  StartWrite(&write_buffer_);
+}
+
+void SessionStream::OnReadDone(bool ok) {
+  if (!ok) return;  // the stream is ending; OnDone carries the status
+  if (std::optional<coord::SessionEvent> event = coord::FromProto(read_buffer_)) {
+    sink_.OnSessionEvent(std::move(*event));
+  }
+  StartRead(&read_buffer_);
+}
+
+void SessionStream::OnDone(const grpc::Status& status) {
+  sink_.OnSessionDone(coord::FromGrpcStatus(status));
+  done_.Notify();
+}
+
+}  // namespace phalanx::client
