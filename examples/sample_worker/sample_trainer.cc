@@ -1,0 +1,219 @@
+#include "examples/sample_worker/sample_trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace phalanx::examples {
+
+using client::TaskInfo;
+using client::TaskState;
+
+SampleTrainer::SampleTrainer(TrainerOptions options, client::TaskRef task)
+    : options_(std::move(options)), task_(task), store_(options_.checkpoint_dir, task.task_id) {}
+
+void SampleTrainer::Event(const client::TaskRef& task, const std::string& kind,
+                          const std::string& fields) {
+  // One write per line so events from the session thread and the loop never interleave.
+  std::string line = absl::StrCat("EVENT t_ms=", absl::ToUnixMillis(absl::Now()),
+                                  " task=", task.task_id, " inc=", task.incarnation,
+                                  " kind=", kind, fields.empty() ? "" : " ", fields, "\n");
+  ssize_t unused = write(STDOUT_FILENO, line.data(), line.size());
+  (void)unused;
+}
+
+client::ClientCallbacks SampleTrainer::Callbacks() {
+  client::ClientCallbacks callbacks;
+  callbacks.on_peer_change = [this](const TaskInfo& info) {
+    ++membership_changes_;
+    const bool failed = info.state == TaskState::kFailed;
+    Event(task_, failed ? "peer_failed" : "peer_changed",
+          absl::StrCat("peer=", info.task_id, " peer_inc=", info.incarnation, " state=",
+                       coord::TaskStateName(info.state), " reason=\"", info.reason, "\""));
+    if (!failed) return;
+    // Survivors must not sit in a barrier the dead task will never reach: release everyone.
+    std::string barrier;
+    {
+      absl::MutexLock lock(&mu_);
+      barrier = current_barrier_;
+    }
+    if (!barrier.empty()) (void)client().CancelBarrier(barrier);  // set: a barrier is running
+  };
+  callbacks.on_reconnect = [this](bool coordinator_restarted) {
+    ++membership_changes_;
+    Event(task_, "reconnected",
+          absl::StrCat("coordinator_restarted=", coordinator_restarted ? 1 : 0));
+  };
+  callbacks.on_preemption = [this](const client::PreemptionRound& round) {
+    Event(task_, "preemption_notice",
+          absl::StrCat("round=", round.round, " reason=\"", round.reason, "\""));
+  };
+  callbacks.on_fatal = [this](const absl::Status& status) {
+    Event(task_, "fatal", absl::StrCat("reason=\"", status.message(), "\""));
+    // This incarnation is dead to the job; exit so it is restarted with a new one.
+    std::fflush(nullptr);
+    _exit(3);
+  };
+  return callbacks;
+}
+
+absl::Status SampleTrainer::Checkpoint(int64_t step, const char* why) {
+  absl::Status status = store_.Save(step, state_);
+  if (status.ok()) {
+    Event(task_, "checkpoint", absl::StrCat("step=", step, " why=", why));
+  }
+  return status;
+}
+
+absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time deadline) {
+  if (absl::Status s = client().WaitUntilConnected(deadline - absl::Now()); !s.ok()) return s;
+  absl::StatusOr<client::JobSnapshot> job = client().WatchJobState(0, absl::Seconds(1));
+  if (!job.ok()) return job.status();
+  while (!std::all_of(job->tasks.begin(), job->tasks.end(),
+                      [](const TaskInfo& t) { return t.state == TaskState::kConnected; })) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError("not every task came back in time");
+    }
+    job = client().WatchJobState(job->version, std::min(absl::Seconds(5), deadline - absl::Now()));
+    if (!job.ok()) return job.status();
+  }
+  std::vector<uint64_t> incarnations;
+  for (const TaskInfo& t : job->tasks) incarnations.push_back(t.incarnation);
+  const std::string epoch = absl::StrFormat(
+      "e%016x", std::hash<std::string>{}(absl::StrCat(job->coordinator_id, ":",
+                                                      absl::StrJoin(incarnations, "."))));
+  const client::TaskRef me = task_;
+  if (absl::Status s = client().KvInsert(absl::StrCat("recovery/", epoch, "/", me.task_id),
+                                        absl::StrCat(store_.Latest()), true);
+      !s.ok()) {
+    return s;
+  }
+  const std::string barrier = absl::StrCat("recovery/", epoch);
+  {
+    absl::MutexLock lock(&mu_);
+    current_barrier_ = barrier;
+  }
+  absl::Status passed =
+      client().Barrier(barrier, std::min(options_.barrier_timeout, deadline - absl::Now()));
+  {
+    absl::MutexLock lock(&mu_);
+    current_barrier_.clear();
+  }
+  if (!passed.ok()) return passed;
+  auto published = client().KvGetDir(barrier);
+  if (!published.ok()) return published.status();
+  if (static_cast<int>(published->size()) != client().num_tasks()) {
+    return absl::UnavailableError("recovery state incomplete (coordinator restarted?)");
+  }
+  int64_t resume = INT64_MAX;
+  for (const auto& [key, value] : *published) {
+    int64_t step = 0;
+    if (!absl::SimpleAtoi(value, &step)) return absl::InternalError("bad recovery entry " + key);
+    resume = std::min(resume, step);
+  }
+  return Epoch{epoch, resume};
+}
+
+absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::Recover() {
+  const absl::Time deadline = absl::Now() + options_.recovery_timeout;
+  while (true) {
+    absl::StatusOr<Epoch> epoch = TryRecoverOnce(deadline);
+    if (epoch.ok() || absl::IsAborted(epoch.status()) || absl::Now() >= deadline) return epoch;
+    Event(task_, "recovery_retry",
+          absl::StrCat("reason=\"", epoch.status().message(), "\""));
+  }
+}
+
+absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
+  client_.store(&coordination);
+  const client::TaskRef me = task_;
+  if (absl::Status s = client().Connect(options_.connect_timeout); !s.ok()) return s;
+  Event(me, "connected");
+
+  uint64_t seen_changes = membership_changes_.load();
+  absl::StatusOr<Epoch> epoch = Recover();
+  if (!epoch.ok()) return epoch.status();
+  int64_t step = epoch->resume_step;
+  if (step > 0) {
+    absl::StatusOr<uint64_t> state = store_.Load(step);
+    if (!state.ok()) return state.status();
+    state_ = *state;
+  }
+  Event(me, "start", absl::StrCat("resume_step=", step, " epoch=", epoch->id));
+
+  bool barrier_failed = false;
+  while (step < options_.steps) {
+    if (barrier_failed || membership_changes_.load() != seen_changes) {
+      seen_changes = membership_changes_.load();
+      absl::StatusOr<Epoch> next = Recover();
+      if (!next.ok()) return next.status();
+      if (next->id == epoch->id) {
+        if (barrier_failed) {
+          // Same membership, yet the step barrier failed (a straggler timed out): treat it as
+          // a collective timeout, which real training cannot survive in place either.
+          const std::string message = absl::StrCat("step ", step, " barrier failed twice");
+          (void)client().ReportError(message);
+          return absl::InternalError(message);
+        }
+      } else {
+        Event(me, "recovered",
+              absl::StrCat("from_step=", step, " resume_step=", next->resume_step,
+                           " lost=", step - next->resume_step, " epoch=", next->id));
+        step = next->resume_step;
+        absl::StatusOr<uint64_t> state = step > 0 ? store_.Load(step) : absl::StatusOr<uint64_t>(0);
+        if (!state.ok()) return state.status();
+        state_ = *state;
+        epoch = next;
+      }
+      barrier_failed = false;
+      continue;
+    }
+
+    absl::StatusOr<bool> sync = client().ReachedSyncPoint(step);
+    if (!sync.ok()) {
+      Event(me, "sync_failed", absl::StrCat("reason=\"", sync.status().message(), "\""));
+    } else if (*sync) {
+      if (absl::Status s = Checkpoint(step, "preemption"); !s.ok()) return s;
+      Event(me, "sync_checkpoint", absl::StrCat("step=", step));
+    }
+
+    std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.step_time));  // "compute"
+    const uint64_t next_state = AdvanceState(state_, step);
+    const std::string barrier = absl::StrCat(epoch->id, "/step-", step);
+    {
+      absl::MutexLock lock(&mu_);
+      current_barrier_ = barrier;
+    }
+    absl::Status passed = client().Barrier(barrier, options_.barrier_timeout);
+    {
+      absl::MutexLock lock(&mu_);
+      current_barrier_.clear();
+    }
+    if (!passed.ok()) {
+      Event(me, "barrier_failed",
+            absl::StrCat("step=", step, " code=", absl::StatusCodeToString(passed.code()),
+                         " reason=\"", passed.message(), "\""));
+      if (absl::IsAborted(passed)) return passed;
+      barrier_failed = true;
+      continue;
+    }
+    state_ = next_state;
+    ++step;
+    if (step % options_.checkpoint_every == 0 || step == options_.steps) {
+      if (absl::Status s = Checkpoint(step, "periodic"); !s.ok()) return s;
+    }
+  }
+  if (absl::Status s = client().Shutdown(absl::Seconds(60)); !s.ok()) return s;
+  Event(me, "done", absl::StrFormat("steps=%d state=%016x", step, state_));
+  return absl::OkStatus();
+}
+
+}  // namespace phalanx::examples

@@ -1,0 +1,75 @@
+// SampleTrainer: a stand-in for a data-parallel training loop, driven through the runtime
+// client the way real training code would be. Every step ends in a barrier (standing in for
+// the all-reduce). It checkpoints every K steps, and follows the recovery protocol below.
+//
+// Recovery (at start, after a peer failure or restart, after a coordinator restart):
+//   1. wait until every task is connected; the epoch is the job's incarnation vector plus the
+//      coordinator id, so every task computes the same epoch for the same membership;
+//   2. publish this task's newest checkpoint step under recovery/<epoch>/<task>;
+//   3. barrier recovery/<epoch>; resume from the smallest published step (a checkpoint
+//      every task has). Step barriers are named <epoch>/step-<n>, fresh for every epoch.
+// A preemption round makes every task checkpoint at the same agreed step.
+//
+// It prints one `EVENT t_ms=<unix ms> task=<id> inc=<n> kind=<kind> ...` line per event on
+// stdout; the demo and the tests read them. Not thread-safe apart from the client callbacks.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "examples/sample_worker/checkpoint_store.h"
+#include "runtime/client/coordination_client.h"
+
+namespace phalanx::examples {
+
+struct TrainerOptions {
+  int64_t steps = 100;
+  absl::Duration step_time = absl::Milliseconds(20);
+  int64_t checkpoint_every = 10;
+  std::string checkpoint_dir;
+  absl::Duration barrier_timeout = absl::Seconds(60);
+  absl::Duration connect_timeout = absl::Seconds(60);
+  absl::Duration recovery_timeout = absl::Seconds(120);
+};
+
+class SampleTrainer {
+ public:
+  SampleTrainer(TrainerOptions options, client::TaskRef task);
+
+  // Callbacks to hand to the client when it is created (they act once Run has started).
+  client::ClientCallbacks Callbacks();
+  // Connects, then runs to the last step and through the shutdown barrier.
+  absl::Status Run(client::CoordinationClient& client);
+
+  static void Event(const client::TaskRef& task, const std::string& kind,
+                    const std::string& fields = "");
+
+ private:
+  struct Epoch {
+    std::string id;
+    int64_t resume_step;
+  };
+  // Runs the recovery protocol until it succeeds or recovery_timeout passes.
+  absl::StatusOr<Epoch> Recover();
+  absl::StatusOr<Epoch> TryRecoverOnce(absl::Time deadline);
+  absl::Status Checkpoint(int64_t step, const char* why);
+
+  client::CoordinationClient& client() { return *client_.load(); }
+
+  TrainerOptions options_;
+  const client::TaskRef task_;
+  std::atomic<client::CoordinationClient*> client_{nullptr};
+  CheckpointStore store_;
+  uint64_t state_ = 0;
+  std::atomic<uint64_t> membership_changes_{0};
+
+  absl::Mutex mu_;
+  std::string current_barrier_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace phalanx::examples
