@@ -32,37 +32,74 @@ void SampleTrainer::Event(const client::TaskRef& task, const std::string& kind,
 
 client::ClientCallbacks SampleTrainer::Callbacks() {
   client::ClientCallbacks callbacks;
-  callbacks.on_peer_change = [this](const TaskInfo& info) {
-    ++membership_changes_;
+  std::shared_ptr<Shared> shared = shared_;
+  const client::TaskRef me = task_;
+  callbacks.on_peer_change = [this, shared, me](const TaskInfo& info) {
     const bool failed = info.state == TaskState::kFailed;
-    Event(task_, failed ? "peer_failed" : "peer_changed",
+    Event(me, failed ? "peer_failed" : "peer_changed",
           absl::StrCat("peer=", info.task_id, " peer_inc=", info.incarnation, " state=",
                        coord::TaskStateName(info.state), " reason=\"", info.reason, "\""));
-    if (!failed) return;
-    // Survivors must not sit in a barrier the dead task will never reach: release everyone.
     std::string barrier;
     {
-      absl::MutexLock lock(&mu_);
-      barrier = current_barrier_;
+      absl::MutexLock lock(&shared->mu);
+      ++shared->membership_changes;
+      barrier = shared->current_barrier;
     }
-    if (!barrier.empty()) (void)client().CancelBarrier(barrier);  // set: a barrier is running
+    // Release the peers waiting with us in a barrier the dead task will never reach.
+    if (failed && !barrier.empty()) (void)client().CancelBarrier(barrier);
   };
-  callbacks.on_reconnect = [this](bool coordinator_restarted) {
-    ++membership_changes_;
-    Event(task_, "reconnected",
-          absl::StrCat("coordinator_restarted=", coordinator_restarted ? 1 : 0));
+  callbacks.on_reconnect = [shared, me](bool coordinator_restarted) {
+    {
+      absl::MutexLock lock(&shared->mu);
+      ++shared->membership_changes;
+    }
+    Event(me, "reconnected", absl::StrCat("coordinator_restarted=", coordinator_restarted ? 1 : 0));
   };
-  callbacks.on_preemption = [this](const client::PreemptionRound& round) {
-    Event(task_, "preemption_notice",
+  callbacks.on_preemption = [me](const client::PreemptionRound& round) {
+    Event(me, "preemption_notice",
           absl::StrCat("round=", round.round, " reason=\"", round.reason, "\""));
   };
-  callbacks.on_fatal = [this](const absl::Status& status) {
-    Event(task_, "fatal", absl::StrCat("reason=\"", status.message(), "\""));
+  callbacks.on_fatal = [me](const absl::Status& status) {
+    Event(me, "fatal", absl::StrCat("reason=\"", status.message(), "\""));
     // This incarnation is dead to the job; exit so it is restarted with a new one.
     std::fflush(nullptr);
     _exit(3);
   };
   return callbacks;
+}
+
+uint64_t SampleTrainer::MembershipChanges() {
+  absl::MutexLock lock(&shared_->mu);
+  return shared_->membership_changes;
+}
+
+absl::Status SampleTrainer::AwaitBarrier(const std::string& id, absl::Duration timeout,
+                                         uint64_t seen) {
+  auto result = std::make_shared<std::optional<absl::Status>>();
+  std::shared_ptr<Shared> shared = shared_;
+  {
+    absl::MutexLock lock(&shared->mu);
+    if (shared->membership_changes != seen) {
+      return absl::CancelledError("membership changed before the barrier");
+    }
+    shared->current_barrier = id;
+  }
+  client().BarrierAsync(id, timeout, {}, [shared, result](absl::Status status) {
+    absl::MutexLock lock(&shared->mu);
+    *result = std::move(status);
+  });
+  absl::MutexLock lock(&shared->mu);
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared->mu) {
+    return result->has_value() || shared->membership_changes != seen;
+  };
+  // The RPC's own deadline ends it by timeout + margin; this bound is only a backstop.
+  shared->mu.AwaitWithTimeout(absl::Condition(&done), timeout + absl::Seconds(10));
+  shared->current_barrier.clear();
+  if (result->has_value()) return **result;
+  if (shared->membership_changes != seen) {
+    return absl::CancelledError("membership changed while waiting");
+  }
+  return absl::DeadlineExceededError(absl::StrCat("barrier '", id, "' did not answer"));
 }
 
 absl::Status SampleTrainer::Checkpoint(int64_t step, const char* why) {
@@ -75,6 +112,7 @@ absl::Status SampleTrainer::Checkpoint(int64_t step, const char* why) {
 
 absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time deadline) {
   if (absl::Status s = client().WaitUntilConnected(deadline - absl::Now()); !s.ok()) return s;
+  const uint64_t seen = MembershipChanges();  // before the snapshot the epoch is built from
   absl::StatusOr<client::JobSnapshot> job = client().WatchJobState(0, absl::Seconds(1));
   if (!job.ok()) return job.status();
   while (!std::all_of(job->tasks.begin(), job->tasks.end(),
@@ -97,16 +135,8 @@ absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time de
     return s;
   }
   const std::string barrier = absl::StrCat("recovery/", epoch);
-  {
-    absl::MutexLock lock(&mu_);
-    current_barrier_ = barrier;
-  }
   absl::Status passed =
-      client().Barrier(barrier, std::min(options_.barrier_timeout, deadline - absl::Now()));
-  {
-    absl::MutexLock lock(&mu_);
-    current_barrier_.clear();
-  }
+      AwaitBarrier(barrier, std::min(options_.barrier_timeout, deadline - absl::Now()), seen);
   if (!passed.ok()) return passed;
   auto published = client().KvGetDir(barrier);
   if (!published.ok()) return published.status();
@@ -119,7 +149,7 @@ absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time de
     if (!absl::SimpleAtoi(value, &step)) return absl::InternalError("bad recovery entry " + key);
     resume = std::min(resume, step);
   }
-  return Epoch{epoch, resume};
+  return Epoch{epoch, resume, seen};
 }
 
 absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::Recover() {
@@ -138,9 +168,9 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
   if (absl::Status s = client().Connect(options_.connect_timeout); !s.ok()) return s;
   Event(me, "connected");
 
-  uint64_t seen_changes = membership_changes_.load();
   absl::StatusOr<Epoch> epoch = Recover();
   if (!epoch.ok()) return epoch.status();
+  uint64_t seen_changes = epoch->changes_seen;
   int64_t step = epoch->resume_step;
   if (step > 0) {
     absl::StatusOr<uint64_t> state = store_.Load(step);
@@ -151,10 +181,10 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
 
   bool barrier_failed = false;
   while (step < options_.steps) {
-    if (barrier_failed || membership_changes_.load() != seen_changes) {
-      seen_changes = membership_changes_.load();
+    if (barrier_failed || MembershipChanges() != seen_changes) {
       absl::StatusOr<Epoch> next = Recover();
       if (!next.ok()) return next.status();
+      seen_changes = next->changes_seen;
       if (next->id == epoch->id) {
         if (barrier_failed) {
           // Same membership, yet the step barrier failed (a straggler timed out): treat it as
@@ -188,21 +218,15 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.step_time));  // "compute"
     const uint64_t next_state = AdvanceState(state_, step);
     const std::string barrier = absl::StrCat(epoch->id, "/step-", step);
-    {
-      absl::MutexLock lock(&mu_);
-      current_barrier_ = barrier;
-    }
-    absl::Status passed = client().Barrier(barrier, options_.barrier_timeout);
-    {
-      absl::MutexLock lock(&mu_);
-      current_barrier_.clear();
-    }
+    absl::Status passed = AwaitBarrier(barrier, options_.barrier_timeout, seen_changes);
     if (!passed.ok()) {
       Event(me, "barrier_failed",
             absl::StrCat("step=", step, " code=", absl::StatusCodeToString(passed.code()),
                          " reason=\"", passed.message(), "\""));
       if (absl::IsAborted(passed)) return passed;
-      barrier_failed = true;
+      // A membership change is handled by recovery at the top of the loop; only a failure
+      // with the membership unchanged (a timeout) counts against the barrier.
+      barrier_failed = MembershipChanges() == seen_changes;
       continue;
     }
     state_ = next_state;

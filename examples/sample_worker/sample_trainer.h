@@ -53,7 +53,21 @@ class SampleTrainer {
   struct Epoch {
     std::string id;
     int64_t resume_step;
+    uint64_t changes_seen;  // membership changes already reflected in this epoch
   };
+  // State shared with the client's callbacks and in-flight RPC completions, which may run
+  // after a wait was abandoned (hence shared ownership).
+  struct Shared {
+    absl::Mutex mu;
+    uint64_t membership_changes ABSL_GUARDED_BY(mu) = 0;
+    std::string current_barrier ABSL_GUARDED_BY(mu);
+  };
+
+  uint64_t MembershipChanges();
+  // Waits for barrier `id`, or returns Cancelled as soon as the membership changes from
+  // `seen` (a survivor must not wait for a task that is gone, even if it entered the barrier
+  // just after the failure was announced).
+  absl::Status AwaitBarrier(const std::string& id, absl::Duration timeout, uint64_t seen);
   // Runs the recovery protocol until it succeeds or recovery_timeout passes.
   absl::StatusOr<Epoch> Recover();
   absl::StatusOr<Epoch> TryRecoverOnce(absl::Time deadline);
@@ -66,10 +80,7 @@ class SampleTrainer {
   std::atomic<client::CoordinationClient*> client_{nullptr};
   CheckpointStore store_;
   uint64_t state_ = 0;
-  std::atomic<uint64_t> membership_changes_{0};
-
-  absl::Mutex mu_;
-  std::string current_barrier_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };
 
 }  // namespace phalanx::examples

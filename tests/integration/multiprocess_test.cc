@@ -1,0 +1,209 @@
+// Multi-process tests: the real phalanx-coordinator and phalanx-sample-worker binaries as
+// separate processes on 127.0.0.1, with real signals.
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/harness/local_job.h"
+#include "tests/integration/http_get.h"
+
+namespace phalanx::harness {
+namespace {
+
+using ::phalanx::testing::IsOk;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+std::string WorkDir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string dir = std::filesystem::temp_directory_path() /
+                    absl::StrCat("phalanx-mp-", ::getpid(), "-", info->name());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+LocalJobOptions Options(int num_tasks, int steps) {
+  LocalJobOptions options;
+  options.bin_dir = PHALANX_BUILD_DIR;
+  options.work_dir = WorkDir();
+  options.num_tasks = num_tasks;
+  options.echo = std::getenv("PHALANX_TEST_ECHO") != nullptr;  // debugging aid
+  options.worker_args = {absl::StrCat("--steps=", steps), "--step_time=20ms",
+                         "--checkpoint_every=5"};
+  return options;
+}
+
+std::unique_ptr<LocalJob> StartJob(LocalJobOptions options) {
+  auto job = LocalJob::Start(std::move(options));
+  EXPECT_THAT(job, IsOk());
+  return *std::move(job);
+}
+
+// Waits until every task has passed `step` (its periodic checkpoint at that step).
+void WaitForCheckpoint(LocalJob& job, int64_t step) {
+  for (int task = 0; task < job.options().num_tasks; ++task) {
+    ASSERT_TRUE(job.WaitForEvent(task, "checkpoint", kTimeout,
+                                 [&](const WorkerEvent& e) { return e.Int("step") >= step; }))
+        << "task " << task << " never reached step " << step;
+  }
+}
+
+TEST(MultiProcess, KilledWorker_EverySurvivorLearnsWhichTaskDied_AndJobFinishes) {
+  auto job = StartJob(Options(4, 60));
+  WaitForCheckpoint(*job, 10);
+  job->worker(2).Signal(SIGKILL);
+  for (int survivor : {0, 1, 3}) {
+    auto told = job->WaitForEvent(survivor, "peer_failed", kTimeout);
+    ASSERT_TRUE(told.has_value()) << "task " << survivor << " was never told";
+    EXPECT_EQ(told->Int("peer"), 2);
+    EXPECT_THAT(told->fields["reason"], HasSubstr("session broken"));
+  }
+  ASSERT_THAT(job->StartWorker(2), IsOk());
+  auto resumed = job->WaitForEvent(2, "start", kTimeout,
+                                   [](const WorkerEvent& e) { return e.incarnation == 1; });
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_GE(resumed->Int("resume_step"), 10) << "the restarted task must resume from a checkpoint";
+  // The barriers after the restart complete with the new incarnation: everybody finishes.
+  EXPECT_TRUE(job->WaitAllExited(kTimeout));
+  std::set<std::string> final_states;
+  for (int task = 0; task < 4; ++task) {
+    auto done = job->WaitForEvent(task, "done", absl::Seconds(1));
+    ASSERT_TRUE(done.has_value());
+    EXPECT_EQ(done->Int("steps"), 60);
+    final_states.insert(done->fields["state"]);
+  }
+  EXPECT_EQ(final_states.size(), 1u) << "every task must end with the same model state";
+}
+
+TEST(MultiProcess, StoppedWorker_IsCaughtByHeartbeatTimeout) {
+  LocalJobOptions options = Options(3, 400);
+  options.heartbeat_timeout = absl::Seconds(1);
+  auto job = StartJob(options);
+  WaitForCheckpoint(*job, 5);
+  job->worker(1).Signal(SIGSTOP);
+  for (int survivor : {0, 2}) {
+    auto told = job->WaitForEvent(survivor, "peer_failed", kTimeout);
+    ASSERT_TRUE(told.has_value());
+    EXPECT_EQ(told->Int("peer"), 1);
+    EXPECT_THAT(told->fields["reason"], HasSubstr("heartbeat timeout"));
+  }
+  // When it wakes up it learns it was declared failed and exits (code 3) for a restart.
+  job->worker(1).Signal(SIGCONT);
+  ASSERT_TRUE(job->worker(1).Wait(kTimeout).has_value());
+  EXPECT_EQ(job->worker(1).ExitCode(), 3);
+  ASSERT_THAT(job->StartWorker(1), IsOk());
+  EXPECT_TRUE(job->WaitAllExited(absl::Seconds(120)));
+}
+
+TEST(MultiProcess, CoordinatorRestart_WorkersReconnectReRegisterAndFinish) {
+  auto job = StartJob(Options(3, 80));
+  WaitForCheckpoint(*job, 10);
+  ASSERT_THAT(job->RestartCoordinator(), IsOk());
+  for (int task = 0; task < 3; ++task) {
+    auto reconnected = job->WaitForEvent(task, "reconnected", kTimeout);
+    ASSERT_TRUE(reconnected.has_value()) << "task " << task;
+    EXPECT_EQ(reconnected->Int("coordinator_restarted"), 1);
+  }
+  EXPECT_TRUE(job->WaitAllExited(kTimeout));
+  for (int task = 0; task < 3; ++task) {
+    EXPECT_TRUE(job->WaitForEvent(task, "done", absl::Seconds(1)).has_value());
+    EXPECT_EQ(job->incarnation(task), 0u) << "nobody needed a restart";
+  }
+}
+
+TEST(MultiProcess, PreemptionNotice_EveryTaskCheckpointsAtTheSameStep) {
+  auto job = StartJob(Options(4, 100));
+  WaitForCheckpoint(*job, 10);
+  auto admin = job->AdminClient();
+  ASSERT_THAT(admin->NotifyPreemption({"node n1: spot instance-action", absl::Now() + absl::Seconds(30), {3}}),
+              IsOk());
+  std::set<int64_t> steps;
+  for (int task = 0; task < 4; ++task) {
+    auto synced = job->WaitForEvent(task, "sync_checkpoint", kTimeout);
+    ASSERT_TRUE(synced.has_value()) << "task " << task;
+    steps.insert(synced->Int("step"));
+  }
+  EXPECT_EQ(steps.size(), 1u) << "all tasks must checkpoint at one step";
+  EXPECT_TRUE(job->WaitAllExited(kTimeout));
+  for (int task = 0; task < 4; ++task) {
+    int synced = 0;
+    for (const WorkerEvent& e : job->Events(task)) synced += e.kind == "sync_checkpoint";
+    EXPECT_EQ(synced, 1) << "task " << task << " must checkpoint exactly once for the round";
+  }
+}
+
+TEST(MultiProcess, WrongToken_WorkerIsRefusedWithClearError) {
+  LocalJobOptions options = Options(1, 5);
+  options.start_workers = false;
+  auto job = StartJob(options);
+  ASSERT_THAT(job->StartWorker(0, {{"PHALANX_TOKEN", "not-the-token"}}), IsOk());
+  ASSERT_TRUE(job->worker(0).Wait(kTimeout).has_value());
+  EXPECT_NE(job->worker(0).ExitCode(), 0);
+  auto failed = job->WaitForEvent(0, "failed", absl::Seconds(1));
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_THAT(failed->fields["reason"], HasSubstr("wrong job token"));
+}
+
+TEST(MultiProcess, Coordinator_ServesMetricsAndHealth) {
+  LocalJobOptions options = Options(2, 5);
+  auto job = StartJob(options);
+  EXPECT_TRUE(job->WaitAllExited(kTimeout));
+  // The ready line names the metrics address.
+  std::string ready;
+  for (const std::string& line : job->coordinator().Lines()) {
+    if (line.rfind("ready ", 0) == 0) ready = line;
+  }
+  const size_t at = ready.find("metrics=127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << ready;
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(ready.substr(at + 18), &port)) << ready;
+  auto health = phalanx::testing::HttpGet(port, "/healthz");
+  ASSERT_TRUE(health.has_value());
+  EXPECT_EQ(health->code, 200);
+  auto metrics = phalanx::testing::HttpGet(port, "/metrics");
+  ASSERT_TRUE(metrics.has_value());
+  EXPECT_EQ(metrics->code, 200);
+  EXPECT_THAT(metrics->body, HasSubstr("phalanx_coordinator_tasks_registered 2"));
+  EXPECT_THAT(metrics->body, HasSubstr("phalanx_coordinator_rpcs_total{"));
+  EXPECT_THAT(metrics->body, HasSubstr("phalanx_coordinator_barrier_wait_seconds_bucket"));
+}
+
+TEST(MultiProcess, Coordinator_BadFlags_ExitNonZeroSayingWhatToFix) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::string bin = std::string(PHALANX_BUILD_DIR) + "/runtime/coordination/phalanx-coordinator";
+  for (const Case& c : std::vector<Case>{
+           {{bin, "--num_tasks=2", "--token_file=/dev/null"}, "--job is required"},
+           {{bin, "--job=j", "--token_file=/dev/null"}, "--num_tasks"},
+           {{bin, "--job=j", "--num_tasks=2", "--token_file=/nonexistent"}, "cannot read"},
+           {{bin, "--job=j", "--num_tasks=2", "--token_file=/dev/null"}, "no job token"},
+       }) {
+    SCOPED_TRACE(c.message);
+    process::SubprocessOptions options;
+    options.argv = c.args;
+    const std::string log = WorkDir() + ".log";
+    options.stderr_path = log;
+    auto child = process::Subprocess::Start(options);
+    ASSERT_THAT(child, IsOk());
+    ASSERT_TRUE((*child)->Wait(kTimeout).has_value());
+    EXPECT_EQ((*child)->ExitCode(), 2);
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_THAT(text, HasSubstr(c.message));
+    std::filesystem::remove(log);
+  }
+}
+
+}  // namespace
+}  // namespace phalanx::harness
