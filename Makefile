@@ -20,11 +20,11 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 300 $(CTEST_ARGS)
 
 demo: build
-	@$(BUILD)/examples/phalanx-coord-demo --bin-dir $(BUILD)
+	@$(BUILD)/examples/phalanx-coord-demo --bin_dir $(BUILD)
 
 bench: build
 	@mkdir -p $(BUILD)/bench
-	@$(BUILD)/bench/phalanx-coord-bench --bin-dir $(BUILD) --out $(BUILD)/bench/coordination.json
+	@$(BUILD)/bench/phalanx-coord-bench --bin_dir $(BUILD) --out $(BUILD)/bench/coordination.json
 
 # Sanitizer builds (CMakePresets.json has the same configurations for IDEs).
 asan: deps
