@@ -1,0 +1,395 @@
+// phalanx-coord-bench: whole-workload benchmarks of the coordination service on this machine.
+// The coordinator is the real binary; tasks run in a few task-host processes (threads), each
+// task with its own gRPC connection. Writes JSON (--out) and prints a table.
+// See docs/benchmarks.md for what each key measures.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/task_host.h"
+#include "common/process/subprocess.h"
+#include "runtime/client/grpc_client.h"
+#include "tests/harness/local_job.h"
+
+ABSL_FLAG(std::string, bin_dir, "build", "build directory");
+ABSL_FLAG(std::string, out, "build/bench/coordination.json", "where the JSON goes");
+ABSL_FLAG(int, runs, 3, "runs per measurement (the median is reported)");
+ABSL_FLAG(std::string, role, "driver", "driver | tasks (internal: a task-host process)");
+ABSL_FLAG(std::string, address, "", "tasks role: coordinator address");
+ABSL_FLAG(std::string, token, "", "tasks role: job token");
+ABSL_FLAG(int, first, 0, "tasks role: first task id");
+ABSL_FLAG(int, count, 1, "tasks role: how many tasks");
+ABSL_FLAG(int, num_tasks, 1, "tasks role: tasks in the job");
+ABSL_FLAG(int, barriers, 0, "tasks role: barriers after the rendezvous");
+ABSL_FLAG(double, kv_seconds, 5, "duration of the key-value workload");
+ABSL_FLAG(std::string, only, "", "comma-separated subset: rendezvous,barrier,kv,crash,hang");
+
+namespace phalanx::bench {
+namespace {
+
+using harness::LocalJob;
+using harness::LocalJobOptions;
+
+std::string self_path;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct Line {
+  std::string kind;
+  std::map<std::string, std::string> fields;
+  int64_t Int(const std::string& k) const {
+    int64_t v = 0;
+    auto it = fields.find(k);
+    if (it != fields.end()) (void)absl::SimpleAtoi(it->second, &v);
+    return v;
+  }
+};
+
+std::vector<Line> Parse(const std::vector<std::string>& raw) {
+  std::vector<Line> lines;
+  for (const std::string& s : raw) {
+    std::vector<std::string> parts = absl::StrSplit(s, ' ');
+    if (parts.empty()) continue;
+    Line line{parts[0], {}};
+    for (size_t i = 1; i < parts.size(); ++i) {
+      std::vector<std::string> kv = absl::StrSplit(parts[i], absl::MaxSplits('=', 1));
+      if (kv.size() == 2) line.fields[kv[0]] = kv[1];
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+// A fresh coordinator for one measurement.
+std::unique_ptr<LocalJob> StartCoordinator(int num_tasks, absl::Duration heartbeat_timeout,
+                                           absl::Duration heartbeat_interval) {
+  LocalJobOptions options;
+  options.bin_dir = absl::GetFlag(FLAGS_bin_dir);
+  options.work_dir = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-bench-", getpid());
+  options.job = "bench";
+  options.num_tasks = num_tasks;
+  options.heartbeat_timeout = heartbeat_timeout;
+  options.heartbeat_interval = heartbeat_interval;
+  options.start_workers = false;
+  auto job = LocalJob::Start(options);
+  if (!job.ok()) {
+    std::fprintf(stderr, "bench: %s\n", job.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *std::move(job);
+}
+
+std::unique_ptr<process::Subprocess> StartHost(const LocalJob& job, int first, int count,
+                                               int num_tasks, int barriers) {
+  process::SubprocessOptions options;
+  options.argv = {self_path, "--role=tasks", "--address=" + job.address(),
+                  "--token=" + job.options().token, absl::StrCat("--first=", first),
+                  absl::StrCat("--count=", count), absl::StrCat("--num_tasks=", num_tasks),
+                  absl::StrCat("--barriers=", barriers)};
+  options.stderr_path = job.options().work_dir + "/host.log";
+  auto host = process::Subprocess::Start(options);
+  if (!host.ok()) {
+    std::fprintf(stderr, "bench: %s\n", host.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *std::move(host);
+}
+
+int HostsFor(int n) { return std::clamp(n / 32, 1, 8); }
+
+// Starts N tasks across a few host processes; waits until each printed `expected` PASS lines.
+struct Gang {
+  std::unique_ptr<LocalJob> job;
+  std::vector<std::unique_ptr<process::Subprocess>> hosts;
+  int64_t t0_us = 0;
+  std::vector<Line> lines;
+  bool ok = true;
+};
+
+Gang RunGang(int n, int barriers) {
+  Gang gang;
+  gang.job = StartCoordinator(n, absl::Seconds(10), absl::Seconds(1));
+  const int hosts = HostsFor(n);
+  gang.t0_us = absl::ToUnixMicros(absl::Now());
+  for (int h = 0; h < hosts; ++h) {
+    const int first = n * h / hosts;
+    const int last = n * (h + 1) / hosts;
+    gang.hosts.push_back(StartHost(*gang.job, first, last - first, n, barriers));
+  }
+  for (int h = 0; h < hosts; ++h) {
+    const int count = n * (h + 1) / hosts - n * h / hosts;
+    const size_t expected = static_cast<size_t>(count) * (barriers + 1);
+    size_t seen = 0;
+    const absl::Time deadline = absl::Now() + absl::Seconds(180);
+    while (seen < expected && absl::Now() < deadline) {
+      auto line = gang.hosts[h]->WaitForLine(
+          [](const std::string& l) { return l.rfind("PASS", 0) == 0 || l.rfind("ERROR", 0) == 0; },
+          deadline - absl::Now(), 0);
+      std::vector<std::string> all = gang.hosts[h]->Lines();
+      seen = std::count_if(all.begin(), all.end(),
+                           [](const std::string& l) { return l.rfind("PASS", 0) == 0; });
+      if (std::any_of(all.begin(), all.end(),
+                      [](const std::string& l) { return l.rfind("ERROR", 0) == 0; })) {
+        std::fprintf(stderr, "bench: task error: see output of host %d\n", h);
+        for (auto& l : all) if (l.rfind("ERROR", 0) == 0) std::fprintf(stderr, "  %s\n", l.c_str());
+        gang.ok = false;
+        return gang;
+      }
+      if (!line.has_value()) break;
+      if (seen < expected) gang.hosts[h]->WaitForLine([](const std::string&) { return true; },
+                                                      absl::Milliseconds(50), all.size());
+    }
+    if (seen < expected) gang.ok = false;
+    for (Line& l : Parse(gang.hosts[h]->Lines())) gang.lines.push_back(std::move(l));
+  }
+  return gang;
+}
+
+double RssMib(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      int64_t kb = 0;
+      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (parts.size() >= 2) (void)absl::SimpleAtoi(parts[1], &kb);
+      return kb / 1024.0;
+    }
+  }
+  return -1;
+}
+
+void StopGang(Gang& gang) {
+  for (auto& h : gang.hosts) h->Signal(SIGTERM);
+  for (auto& h : gang.hosts) h->Wait(absl::Seconds(20));
+  gang.hosts.clear();
+  gang.job.reset();
+}
+
+struct Results {
+  std::map<int, double> rendezvous_s;
+  std::map<int, double> barrier_p50_ms;
+  double kv_ops_per_s = 0;
+  double crash_detect_p50_ms = 0;
+  double hang_detect_s = 0;
+  double hang_timeout_s = 2.0;
+  double coordinator_rss_mib_1024 = 0;
+};
+
+void BenchRendezvous(Results& r, int runs) {
+  for (int n : {16, 64, 256, 1024}) {
+    std::vector<double> times;
+    std::vector<double> rss;
+    for (int run = 0; run < runs; ++run) {
+      Gang gang = RunGang(n, 0);
+      if (!gang.ok) continue;
+      int64_t last = 0;
+      for (const Line& l : gang.lines) if (l.kind == "PASS") last = std::max(last, l.Int("t_us"));
+      times.push_back((last - gang.t0_us) / 1e6);
+      if (n == 1024) rss.push_back(RssMib(gang.job->coordinator().pid()));
+      StopGang(gang);
+    }
+    r.rendezvous_s[n] = Median(times);
+    if (n == 1024) r.coordinator_rss_mib_1024 = Median(rss);
+    std::fprintf(stderr, "  rendezvous %4d tasks: %.3f s (%zu runs, %d host processes)\n", n,
+                 r.rendezvous_s[n], times.size(), HostsFor(n));
+  }
+}
+
+void BenchBarriers(Results& r, int runs) {
+  constexpr int kBarriers = 20;
+  for (int n : {16, 64, 256}) {
+    std::vector<double> p50s;
+    for (int run = 0; run < runs; ++run) {
+      Gang gang = RunGang(n, kBarriers);
+      if (!gang.ok) continue;
+      std::vector<int64_t> last(kBarriers + 1, 0);
+      for (const Line& l : gang.lines) {
+        if (l.kind != "PASS") continue;
+        const int64_t b = l.Int("barrier") + 1;
+        last[b] = std::max(last[b], l.Int("t_us"));
+      }
+      std::vector<double> rounds;
+      for (int b = 1; b <= kBarriers; ++b) rounds.push_back((last[b] - last[b - 1]) / 1e3);
+      p50s.push_back(Median(rounds));
+      StopGang(gang);
+    }
+    r.barrier_p50_ms[n] = Median(p50s);
+    std::fprintf(stderr, "  barrier %3d tasks: p50 %.2f ms per barrier\n", n, r.barrier_p50_ms[n]);
+  }
+}
+
+void BenchKv(Results& r, int runs) {
+  constexpr int kClients = 8;
+  constexpr int kInFlight = 8;  // concurrent set→get chains per client (one connection each)
+  const double seconds = absl::GetFlag(FLAGS_kv_seconds);
+  std::vector<double> rates;
+  for (int run = 0; run < runs; ++run) {
+    auto job = StartCoordinator(kClients, absl::Seconds(10), absl::Seconds(1));
+    std::vector<std::unique_ptr<client::GrpcCoordinationClient>> clients;
+    for (int c = 0; c < kClients; ++c) {
+      client::ClientConfig config;
+      config.coordinator = job->address();
+      config.job = "bench";
+      config.task_id = c;
+      config.num_tasks = kClients;
+      config.token = job->options().token;
+      clients.push_back(*client::GrpcCoordinationClient::Create(config));
+      if (absl::Status s = clients.back()->Connect(absl::Seconds(30)); !s.ok()) {
+        std::fprintf(stderr, "bench: kv client: %s\n", s.ToString().c_str());
+        return;
+      }
+    }
+    std::atomic<int64_t> ops{0};
+    std::atomic<bool> stop{false};
+    const std::string value(100, 'v');
+    std::vector<std::thread> threads;
+    const absl::Time start = absl::Now();
+    for (int c = 0; c < kClients; ++c) {
+      for (int w = 0; w < kInFlight; ++w) {
+        threads.emplace_back([&, c, w] {
+          int64_t i = 0;
+          while (!stop.load(std::memory_order_relaxed)) {
+            const std::string key = absl::StrCat("bench/", c, "/", w, "/", i++ % 1000);
+            if (!clients[c]->KvInsert(key, value, true).ok()) continue;
+            if (clients[c]->KvGet(key, absl::Seconds(5)).ok()) ops += 2;
+          }
+        });
+      }
+    }
+    std::this_thread::sleep_for(absl::ToChronoMilliseconds(absl::Seconds(seconds)));
+    stop = true;
+    for (auto& t : threads) t.join();
+    rates.push_back(ops.load() / absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  r.kv_ops_per_s = Median(rates);
+  std::fprintf(stderr, "  kv: %.0f ops/s (%d clients x %d in flight, 100-byte values)\n",
+               r.kv_ops_per_s, kClients, kInFlight);
+}
+
+// Starts 4 single-task hosts, hurts task 3 with `sig`, returns when every survivor was told:
+// the worst survivor's delay in seconds.
+double DetectOnce(int sig, absl::Duration heartbeat_timeout, absl::Duration heartbeat_interval) {
+  constexpr int kTasks = 4;
+  auto job = StartCoordinator(kTasks, heartbeat_timeout, heartbeat_interval);
+  std::vector<std::unique_ptr<process::Subprocess>> hosts;
+  for (int t = 0; t < kTasks; ++t) hosts.push_back(StartHost(*job, t, 1, kTasks, 0));
+  for (auto& h : hosts) {
+    if (!h->WaitForLine([](const std::string& l) { return l.rfind("PASS", 0) == 0; },
+                        absl::Seconds(60))) {
+      return -1;
+    }
+  }
+  const int64_t t_hurt = absl::ToUnixMicros(absl::Now());
+  hosts[kTasks - 1]->Signal(sig);
+  int64_t worst = 0;
+  for (int t = 0; t < kTasks - 1; ++t) {
+    auto told = hosts[t]->WaitForLine(
+        [](const std::string& l) { return l.rfind("TOLD", 0) == 0; },
+        heartbeat_timeout + absl::Seconds(30));
+    if (!told) return -1;
+    worst = std::max(worst, Parse({*told})[0].Int("t_us") - t_hurt);
+  }
+  if (sig == SIGSTOP) hosts[kTasks - 1]->Signal(SIGKILL);
+  for (auto& h : hosts) h->Signal(SIGTERM);
+  return worst / 1e6;
+}
+
+void BenchDetection(Results& r, int runs, bool crash, bool hang) {
+  if (crash) {
+    std::vector<double> ms;
+    for (int run = 0; run < std::max(runs, 5); ++run) {
+      ms.push_back(DetectOnce(SIGKILL, absl::Seconds(10), absl::Seconds(1)) * 1e3);
+    }
+    r.crash_detect_p50_ms = Median(ms);
+    std::fprintf(stderr, "  crash (SIGKILL) → every survivor told: p50 %.1f ms\n",
+                 r.crash_detect_p50_ms);
+  }
+  if (hang) {
+    std::vector<double> s;
+    for (int run = 0; run < runs; ++run) {
+      s.push_back(DetectOnce(SIGSTOP, absl::Seconds(2), absl::Milliseconds(500)));
+    }
+    r.hang_detect_s = Median(s);
+    std::fprintf(stderr, "  hang (SIGSTOP, 2 s timeout) → every survivor told: p50 %.2f s\n",
+                 r.hang_detect_s);
+  }
+}
+
+std::string Json(const Results& r, int runs) {
+  auto map = [](const std::map<int, double>& m, const char* fmt) {
+    std::string out = "{";
+    for (const auto& [k, v] : m) {
+      if (out.size() > 1) out += ", ";
+      out += absl::StrFormat("\"%d\": ", k) + absl::StrFormat(fmt, v);
+    }
+    return out + "}";
+  };
+  return absl::StrCat(
+      "{\n", "  \"rendezvous_s\": ", map(r.rendezvous_s, "%.4f"), ",\n",
+      "  \"barrier_p50_ms\": ", map(r.barrier_p50_ms, "%.3f"), ",\n",
+      absl::StrFormat("  \"kv_ops_per_s\": %.0f,\n", r.kv_ops_per_s),
+      absl::StrFormat("  \"crash_detect_p50_ms\": %.2f,\n", r.crash_detect_p50_ms),
+      absl::StrFormat("  \"hang_detect_s\": %.3f,\n", r.hang_detect_s),
+      absl::StrFormat("  \"hang_timeout_s\": %.1f,\n", r.hang_timeout_s),
+      absl::StrFormat("  \"coordinator_rss_mib_1024\": %.1f,\n", r.coordinator_rss_mib_1024),
+      absl::StrFormat("  \"runs\": %d,\n", runs),
+      absl::StrFormat("  \"cores\": %d,\n", static_cast<int>(std::thread::hardware_concurrency())),
+      "  \"method\": \"coordinator = phalanx-coordinator process; tasks = threads in up to 8 "
+      "task-host processes, one gRPC connection per task; kv = 8 clients x 8 in-flight "
+      "set-then-get chains; detection = 4 single-task processes, worst survivor\"\n}\n");
+}
+
+}  // namespace
+}  // namespace phalanx::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  using namespace phalanx::bench;
+  self_path = std::filesystem::canonical("/proc/self/exe");
+  if (absl::GetFlag(FLAGS_role) == "tasks") {
+    return RunTaskHost({absl::GetFlag(FLAGS_address), absl::GetFlag(FLAGS_token),
+                        absl::GetFlag(FLAGS_first), absl::GetFlag(FLAGS_count),
+                        absl::GetFlag(FLAGS_num_tasks), absl::GetFlag(FLAGS_barriers)});
+  }
+  const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
+  const std::string only = absl::GetFlag(FLAGS_only);
+  auto want = [&](const char* name) { return only.empty() || only.find(name) != std::string::npos; };
+  Results r;
+  std::fprintf(stderr, "phalanx coordination benchmarks (%d runs each, median)\n", runs);
+  if (want("rendezvous")) BenchRendezvous(r, runs);
+  if (want("barrier")) BenchBarriers(r, runs);
+  if (want("kv")) BenchKv(r, runs);
+  BenchDetection(r, runs, want("crash"), want("hang"));
+
+  const std::string json = Json(r, runs);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  std::filesystem::create_directories(std::filesystem::path(out).parent_path());
+  std::ofstream(out) << json;
+
+  std::printf("\n| key | measured | target |\n|---|---|---|\n");
+  for (const auto& [n, v] : r.rendezvous_s) std::printf("| rendezvous_s.%d | %.3f | %s |\n", n, v, n == 1024 ? "< 0.5" : "");
+  for (const auto& [n, v] : r.barrier_p50_ms) std::printf("| barrier_p50_ms.%d | %.2f | %s |\n", n, v, n == 256 ? "< 4" : "");
+  std::printf("| kv_ops_per_s | %.0f | >= 60000 |\n", r.kv_ops_per_s);
+  std::printf("| crash_detect_p50_ms | %.1f | < 100 |\n", r.crash_detect_p50_ms);
+  std::printf("| hang_detect_s (hang_timeout_s %.1f) | %.2f | <= %.1f |\n", r.hang_timeout_s, r.hang_detect_s, r.hang_timeout_s + 0.5);
+  std::printf("| coordinator_rss_mib_1024 | %.1f | < 128 |\n", r.coordinator_rss_mib_1024);
+  std::printf("\nwritten to %s\n", out.c_str());
+  return 0;
+}

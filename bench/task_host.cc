@@ -1,0 +1,78 @@
+#include "bench/task_host.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "runtime/client/grpc_client.h"
+
+namespace phalanx::bench {
+namespace {
+
+void Print(const std::string& line) {
+  std::string out = line + "\n";
+  ssize_t unused = write(STDOUT_FILENO, out.data(), out.size());
+  (void)unused;
+}
+
+int64_t NowMicros() { return absl::ToUnixMicros(absl::Now()); }
+
+}  // namespace
+
+int RunTaskHost(const TaskHostOptions& options) {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  absl::Notification release;
+  std::vector<std::thread> threads;
+  for (int task = options.first; task < options.first + options.count; ++task) {
+    threads.emplace_back([&, task] {
+      client::ClientConfig config;
+      config.coordinator = options.address;
+      config.job = "bench";
+      config.task_id = task;
+      config.num_tasks = options.num_tasks;
+      config.token = options.token;
+      client::ClientCallbacks callbacks;
+      callbacks.on_peer_change = [task](const client::TaskInfo& info) {
+        if (info.state == client::TaskState::kFailed) {
+          Print(absl::StrCat("TOLD task=", task, " peer=", info.task_id, " t_us=", NowMicros()));
+        }
+      };
+      auto created = client::GrpcCoordinationClient::Create(config, callbacks);
+      if (!created.ok()) {
+        Print(absl::StrCat("ERROR task=", task, " ", created.status().ToString()));
+        return;
+      }
+      auto& client = **created;
+      if (absl::Status s = client.Connect(absl::Seconds(120)); !s.ok()) {
+        Print(absl::StrCat("ERROR task=", task, " ", s.ToString()));
+        return;
+      }
+      for (int b = -1; b < options.barriers; ++b) {
+        absl::Status s = client.Barrier(absl::StrCat("b", b), absl::Seconds(120));
+        if (!s.ok()) {
+          Print(absl::StrCat("ERROR task=", task, " ", s.ToString()));
+          return;
+        }
+        Print(absl::StrCat("PASS task=", task, " barrier=", b, " t_us=", NowMicros()));
+      }
+      release.WaitForNotification();  // keep the session alive until the driver is done
+    });
+  }
+  int sig = 0;
+  sigwait(&stop, &sig);
+  release.Notify();
+  for (auto& t : threads) t.join();
+  return 0;
+}
+
+}  // namespace phalanx::bench

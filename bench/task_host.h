@@ -1,0 +1,25 @@
+// Task host: one bench process that runs `count` coordination tasks as threads, each with its
+// own client and TCP connection (as separate ranks would have). It connects them, passes a
+// rendezvous barrier and `barriers` more, printing one line per pass, then keeps every
+// session alive until SIGTERM. Peer failures are printed as they are told.
+//   PASS task=<id> barrier=<n> t_us=<unix micros>     (n = -1 for the rendezvous)
+//   TOLD task=<id> peer=<id> t_us=<unix micros>
+//   ERROR task=<id> <message>
+#pragma once
+
+#include <string>
+
+namespace phalanx::bench {
+
+struct TaskHostOptions {
+  std::string address;
+  std::string token;
+  int first = 0;
+  int count = 1;
+  int num_tasks = 1;
+  int barriers = 0;
+};
+
+int RunTaskHost(const TaskHostOptions& options);
+
+}  // namespace phalanx::bench
