@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/task_host.h"
+#include "common/base/process_init.h"
 #include "common/process/subprocess.h"
 #include "runtime/client/grpc_client.h"
 #include "tests/harness/local_job.h"
@@ -361,6 +362,7 @@ std::string Json(const Results& r, int runs) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  phalanx::base::InitProcess("bench");
   using namespace phalanx::bench;
   self_path = std::filesystem::canonical("/proc/self/exe");
   if (absl::GetFlag(FLAGS_role) == "tasks") {

@@ -17,6 +17,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/process_init.h"
 #include "tests/harness/local_job.h"
 
 ABSL_FLAG(std::string, bin_dir, "build", "the build directory holding the binaries");
@@ -50,6 +51,7 @@ int Fail(const std::string& why) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Kill-and-recover demo of the Phalanx coordination service.");
   absl::ParseCommandLine(argc, argv);
+  phalanx::base::InitProcess("demo");
   const int tasks = absl::GetFlag(FLAGS_tasks);
   const int victim = absl::GetFlag(FLAGS_kill_task);
   const int steps = absl::GetFlag(FLAGS_steps);

@@ -9,6 +9,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/base/log.h"
+#include "common/base/process_init.h"
 #include "examples/sample_worker/sample_trainer.h"
 #include "runtime/client/grpc_client.h"
 
@@ -21,7 +22,7 @@ ABSL_FLAG(absl::Duration, barrier_timeout, absl::Seconds(60), "per-step barrier 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("A simulated Phalanx training task.");
   absl::ParseCommandLine(argc, argv);
-  phalanx::base::SetLogComponent("worker");
+  phalanx::base::InitProcess("worker");
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_checkpoint_every) < 1) {
     std::cerr << "phalanx-sample-worker: --steps and --checkpoint_every must be at least 1\n";
     return 2;

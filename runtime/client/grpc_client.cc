@@ -145,13 +145,73 @@ bool GrpcCoordinationClient::connected() const {
 }
 
 void GrpcCoordinationClient::OnSessionEvent(coord::SessionEvent event) {
+  if (auto* result = std::get_if<coord::CallResult>(&event)) {
+    // Call results go straight to their caller, not through the session thread.
+    CallDone done;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = pending_calls_.find(result->call_id);
+      if (it == pending_calls_.end()) return;
+      done = std::move(it->second);
+      pending_calls_.erase(it);
+      last_contact_ = clock_.Now();
+    }
+    std::move(done)(std::move(result->status), std::move(result->value));
+    return;
+  }
   absl::MutexLock lock(&mu_);
   events_.push_back(std::move(event));
 }
 
 void GrpcCoordinationClient::OnSessionDone(absl::Status status) {
+  absl::flat_hash_map<uint64_t, CallDone> orphans;
+  {
+    absl::MutexLock lock(&mu_);
+    stream_done_ = status;
+    stream_ = nullptr;
+    orphans.swap(pending_calls_);
+  }
+  const absl::Status lost = absl::UnavailableError(
+      absl::StrCat("session to the coordinator ended: ", status.ToString()));
+  for (auto& [id, done] : orphans) std::move(done)(lost, "");
+}
+
+bool GrpcCoordinationClient::StartSessionCall(coord::v1::SessionCall call, CallDone& done) {
+  // A message over the server's limit would end the session and with it the task's life:
+  // big requests go as their own RPC, where the limit only fails that call.
+  constexpr size_t kMaxSessionCallBytes = 64 << 10;
+  if (call.ByteSizeLong() > kMaxSessionCallBytes) return false;
   absl::MutexLock lock(&mu_);
-  stream_done_ = std::move(status);
+  if (stream_ == nullptr || !connected_) return false;
+  const uint64_t id = next_call_id_++;
+  call.set_call_id(id);
+  pending_calls_.emplace(id, std::move(done));
+  stream_->SendCall(std::move(call));
+  return true;
+}
+
+absl::StatusOr<std::string> GrpcCoordinationClient::SessionCallOr(
+    coord::v1::SessionCall call, absl::Duration wait,
+    const std::function<absl::StatusOr<std::string>()>& unary) {
+  struct Result {
+    absl::Notification done;
+    absl::StatusOr<std::string> value;
+  };
+  auto result = std::make_shared<Result>();
+  CallDone done = [result](absl::Status status, std::string value) {
+    if (status.ok()) {
+      result->value = std::move(value);
+    } else {
+      result->value = std::move(status);
+    }
+    result->done.Notify();
+  };
+  if (!StartSessionCall(std::move(call), done)) return unary();
+  // The service answers by the call's own timeout; a broken session fails it at once.
+  if (!result->done.WaitForNotificationWithTimeout(wait)) {
+    return absl::DeadlineExceededError("no answer from the coordinator");
+  }
+  return result->value;
 }
 
 bool GrpcCoordinationClient::SleepUnlessStopping(absl::Duration delay) {
@@ -204,7 +264,15 @@ void GrpcCoordinationClient::SessionLoop() {
     }
     auto stream = std::make_unique<SessionStream>(*stub_, config_.token, task(), *this);
     stream->Start();
+    {
+      absl::MutexLock lock(&mu_);
+      stream_ = stream.get();
+    }
     absl::Status end = RunStream(*stream, ever_connected, coordinator_restarted);
+    {
+      absl::MutexLock lock(&mu_);
+      stream_ = nullptr;  // no new calls on it; OnSessionDone fails those in flight
+    }
     stream->Cancel();
     stream->WaitDone();
     bool was_connected;
@@ -310,10 +378,19 @@ void GrpcCoordinationClient::BarrierAsync(const std::string& id, absl::Duration 
   request.set_barrier_id(id);
   request.set_timeout_ms(ToMillis(timeout));
   for (int t : tasks) request.add_tasks(t);
+  pb::SessionCall call;
+  *call.mutable_barrier() = request;
+  // Shared so the same completion serves whichever path (session or unary) takes the call.
+  auto shared_done =
+      std::make_shared<absl::AnyInvocable<void(absl::Status) &&>>(std::move(done));
+  CallDone via_session = [shared_done](absl::Status status, std::string) {
+    std::move(*shared_done)(std::move(status));
+  };
+  if (StartSessionCall(std::move(call), via_session)) return;
   CallAsync<pb::BarrierRequest, pb::BarrierResponse>(
       &Stub::async::Barrier, std::move(request), WaitingDeadline(timeout),
-      [done = std::move(done)](absl::Status status, pb::BarrierResponse) mutable {
-        std::move(done)(std::move(status));
+      [shared_done](absl::Status status, pb::BarrierResponse) {
+        std::move(*shared_done)(std::move(status));
       });
 }
 
@@ -330,7 +407,15 @@ absl::Status GrpcCoordinationClient::KvInsert(const std::string& key, const std:
   request.set_key(key);
   request.set_value(value);
   request.set_allow_overwrite(allow_overwrite);
-  return Call(&Stub::async::KeyValueInsert, request, config_.short_call_timeout).status();
+  pb::SessionCall call;
+  *call.mutable_kv_insert() = request;
+  return SessionCallOr(std::move(call), config_.short_call_timeout, [&]() -> absl::StatusOr<std::string> {
+           absl::Status s =
+               Call(&Stub::async::KeyValueInsert, request, config_.short_call_timeout).status();
+           if (!s.ok()) return s;
+           return std::string();
+         })
+      .status();
 }
 
 absl::StatusOr<std::string> GrpcCoordinationClient::KvGet(const std::string& key,
@@ -339,10 +424,15 @@ absl::StatusOr<std::string> GrpcCoordinationClient::KvGet(const std::string& key
   request.set_key(key);
   request.set_timeout_ms(ToMillis(timeout));
   *request.mutable_task() = ToProto(task());
-  absl::StatusOr<pb::KeyValueGetResponse> response =
-      Call(&Stub::async::KeyValueGet, request, WaitingDeadline(timeout));
-  if (!response.ok()) return response.status();
-  return std::move(*response->mutable_value());
+  pb::SessionCall call;
+  *call.mutable_kv_get() = request;
+  return SessionCallOr(std::move(call), WaitingDeadline(timeout),
+                       [&]() -> absl::StatusOr<std::string> {
+                         absl::StatusOr<pb::KeyValueGetResponse> response =
+                             Call(&Stub::async::KeyValueGet, request, WaitingDeadline(timeout));
+                         if (!response.ok()) return response.status();
+                         return std::move(*response->mutable_value());
+                       });
 }
 
 absl::StatusOr<std::string> GrpcCoordinationClient::KvTryGet(const std::string& key) {

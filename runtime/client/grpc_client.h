@@ -14,6 +14,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "runtime/client/client_config.h"
@@ -81,6 +82,14 @@ class GrpcCoordinationClient final : public CoordinationClient, public SessionSt
   // The RPC deadline for a call that itself waits `timeout`.
   absl::Duration WaitingDeadline(absl::Duration timeout) const;
 
+  using CallDone = absl::AnyInvocable<void(absl::Status, std::string) &&>;
+  // Sends `call` on the open session; false (with `done` untouched) when there is none, and
+  // the caller falls back to a unary RPC.
+  bool StartSessionCall(coord::v1::SessionCall call, CallDone& done);
+  // Blocking form of a session call with unary fallback `unary`.
+  absl::StatusOr<std::string> SessionCallOr(coord::v1::SessionCall call, absl::Duration wait,
+                                            const std::function<absl::StatusOr<std::string>()>& unary);
+
   // SessionStream::Sink (gRPC threads).
   void OnSessionEvent(coord::SessionEvent event) override;
   void OnSessionDone(absl::Status status) override;
@@ -109,6 +118,9 @@ class GrpcCoordinationClient final : public CoordinationClient, public SessionSt
   absl::Duration heartbeat_timeout_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
   std::deque<coord::SessionEvent> events_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> stream_done_ ABSL_GUARDED_BY(mu_);
+  SessionStream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // while a session is connected
+  uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, CallDone> pending_calls_ ABSL_GUARDED_BY(mu_);
   absl::Time last_contact_ ABSL_GUARDED_BY(mu_);
   // Preemption sync: the open round (from the session) and what this task agreed for it.
   std::optional<PreemptionRound> active_round_ ABSL_GUARDED_BY(mu_);

@@ -27,25 +27,36 @@ void SessionStream::Start() {
 
 void SessionStream::SendHeartbeat(int64_t sent_unix_micros) {
   absl::MutexLock lock(&mu_);
-  if (!writing_) {
-    write_buffer_.Clear();
-    write_buffer_.mutable_heartbeat()->set_sent_unix_micros(sent_unix_micros);
-    writing_ = true;
-    StartWrite(&write_buffer_);
-  } else {
-    queued_heartbeat_ = sent_unix_micros;
-  }
+  if (heartbeat_queued_) return;  // one waiting heartbeat proves as much as two
+  coord::v1::SessionRequest request;
+  request.mutable_heartbeat()->set_sent_unix_micros(sent_unix_micros);
+  queue_.push_back(std::move(request));
+  heartbeat_queued_ = true;
+  PumpLocked();
+}
+
+void SessionStream::SendCall(coord::v1::SessionCall call) {
+  absl::MutexLock lock(&mu_);
+  coord::v1::SessionRequest request;
+  *request.mutable_call() = std::move(call);
+  queue_.push_back(std::move(request));
+  PumpLocked();
+}
+
+void SessionStream::PumpLocked() {
+  if (writing_ || queue_.empty()) return;
+  write_buffer_ = std::move(queue_.front());
+  queue_.pop_front();
+  if (write_buffer_.has_heartbeat()) heartbeat_queued_ = false;
+  writing_ = true;
+  StartWrite(&write_buffer_);
 }
 
 void SessionStream::OnWriteDone(bool ok) {
   absl::MutexLock lock(&mu_);
   writing_ = false;
-  if (!ok || !queued_heartbeat_.has_value()) return;
-  write_buffer_.Clear();
-  write_buffer_.mutable_heartbeat()->set_sent_unix_micros(*queued_heartbeat_);
-  queued_heartbeat_.reset();
-  writing_ = true;
-  StartWrite(&write_buffer_);
+  if (!ok) return;  // the stream is ending; OnDone follows and fails the pending calls
+  PumpLocked();
 }
 
 void SessionStream::OnReadDone(bool ok) {

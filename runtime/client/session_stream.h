@@ -5,6 +5,7 @@
 // gRPC threads, never under this object's lock.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,8 @@ class SessionStream final
   void Start();
   // Queues a heartbeat unless one is already waiting to be written.
   void SendHeartbeat(int64_t sent_unix_micros);
+  // Queues a call; its answer arrives as a CallResult event.
+  void SendCall(coord::v1::SessionCall call);
   // Ends the stream from this side; OnSessionDone follows.
   void Cancel() { context_.TryCancel(); }
   // Blocks until gRPC is done with this object (after OnSessionDone). Bounded: every stream
@@ -53,9 +56,13 @@ class SessionStream final
   coord::v1::SessionEvent read_buffer_;
 
   absl::Mutex mu_;
+  // Starts the next queued write if none is in flight.
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   coord::v1::SessionRequest write_buffer_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<int64_t> queued_heartbeat_ ABSL_GUARDED_BY(mu_);
+  bool heartbeat_queued_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<coord::v1::SessionRequest> queue_ ABSL_GUARDED_BY(mu_);
   absl::Notification done_;
 };
 

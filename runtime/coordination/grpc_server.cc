@@ -23,8 +23,8 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
   grpc::ServerBidiReactor<pb::SessionRequest, pb::SessionEvent>* Session(
       grpc::CallbackServerContext* ctx) override {
     absl::Status auth = Authorize(*ctx);
-    metrics_.Rpc("Session", absl::StatusCodeToString(auth.code()), absl::ZeroDuration());
-    return new SessionReactor(service_, std::move(auth));
+    metrics_.Rpc("Session", auth.code(), absl::ZeroDuration());
+    return new SessionReactor(service_, metrics_, clock_, std::move(auth));
   }
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
@@ -114,8 +114,7 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
     Finisher(grpc::ServerUnaryReactor* reactor, const char* method, absl::Time start, Impl* impl)
         : reactor_(reactor), method_(method), start_(start), impl_(impl) {}
     void operator()(absl::Status status) {
-      impl_->metrics_.Rpc(method_, absl::StatusCodeToString(status.code()),
-                          impl_->clock_.Now() - start_);
+      impl_->metrics_.Rpc(method_, status.code(), impl_->clock_.Now() - start_);
       reactor_->Finish(ToGrpcStatus(status));
     }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/base/log.h"
+#include "common/base/process_init.h"
 #include "common/base/periodic_runner.h"
 #include "common/http/status_server.h"
 #include "prometheus/registry.h"
@@ -72,7 +73,7 @@ absl::StatusOr<std::string> ReadToken() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("The Phalanx per-job coordination service.");
   absl::ParseCommandLine(argc, argv);
-  phalanx::base::SetLogComponent("coordinator");
+  phalanx::base::InitProcess("coordinator");
 
   // Block the stop signals before any thread starts, so only sigtimedwait below sees them.
   sigset_t stop_signals;

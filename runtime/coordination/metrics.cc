@@ -1,5 +1,6 @@
 #include "runtime/coordination/metrics.h"
 
+#include <algorithm>
 #include <string>
 
 namespace phalanx::coord {
@@ -107,11 +108,26 @@ void CoordinatorMetrics::SetKv(size_t entries, size_t bytes) {
   kv_bytes_.Set(static_cast<double>(bytes));
 }
 
-void CoordinatorMetrics::Rpc(std::string_view method, std::string_view code,
-                             absl::Duration latency) {
-  rpcs_.Add({{"method", std::string(method)}, {"code", std::string(code)}}).Increment();
-  rpc_latency_.Add({{"method", std::string(method)}}, LatencyBuckets())
-      .Observe(absl::ToDoubleSeconds(latency));
+void CoordinatorMetrics::Rpc(const char* method, absl::StatusCode code, absl::Duration latency) {
+  const size_t index = std::min<size_t>(static_cast<size_t>(code), 16);
+  prometheus::Histogram* histogram;
+  prometheus::Counter* counter;
+  {
+    absl::MutexLock lock(&rpc_mu_);
+    std::unique_ptr<MethodSeries>& series = rpc_series_[method];
+    if (series == nullptr) {
+      series = std::make_unique<MethodSeries>();
+      series->latency = &rpc_latency_.Add({{"method", method}}, LatencyBuckets());
+    }
+    if (series->by_code[index] == nullptr) {
+      series->by_code[index] =
+          &rpcs_.Add({{"method", method}, {"code", absl::StatusCodeToString(code)}});
+    }
+    histogram = series->latency;
+    counter = series->by_code[index];
+  }
+  counter->Increment();
+  histogram->Observe(absl::ToDoubleSeconds(latency));
 }
 
 }  // namespace phalanx::coord

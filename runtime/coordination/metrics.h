@@ -2,7 +2,15 @@
 // registry so tests can assert values on a fresh one. Thread-safe (prometheus-cpp metrics are).
 #pragma once
 
+#include <array>
+#include <memory>
+#include <string>
 #include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 
 #include "absl/time/time.h"
 #include "prometheus/counter.h"
@@ -30,7 +38,7 @@ class CoordinatorMetrics {
   void PreemptionRoundOpened() { preemption_rounds_.Increment(); }
   void AuthFailure() { auth_failures_.Increment(); }
   // One finished RPC: counted by method and status code, timed by method.
-  void Rpc(std::string_view method, std::string_view code, absl::Duration latency);
+  void Rpc(const char* method, absl::StatusCode code, absl::Duration latency);
 
  private:
   prometheus::Gauge& tasks_registered_;
@@ -46,6 +54,16 @@ class CoordinatorMetrics {
   prometheus::Counter& auth_failures_;
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Family<prometheus::Histogram>& rpc_latency_;
+
+  // prometheus-cpp's Family::Add builds a metric (and its label map) on every call even when
+  // the series exists; the hot RPC path looks its series up here instead.
+  struct MethodSeries {
+    prometheus::Histogram* latency = nullptr;
+    std::array<prometheus::Counter*, 17> by_code{};
+  };
+  absl::Mutex rpc_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<MethodSeries>> rpc_series_
+      ABSL_GUARDED_BY(rpc_mu_);
 };
 
 }  // namespace phalanx::coord

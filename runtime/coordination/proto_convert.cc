@@ -109,6 +109,12 @@ pb::SessionEvent ToProto(const SessionEvent& event) {
     out.mutable_error()->set_message(error->message);
   } else if (const auto* round = std::get_if<PreemptionRound>(&event)) {
     *out.mutable_preemption() = ToProto(*round);
+  } else if (const auto* result = std::get_if<CallResult>(&event)) {
+    pb::CallResult* r = out.mutable_call_result();
+    r->set_call_id(result->call_id);
+    r->set_code(static_cast<int32_t>(result->status.code()));
+    r->set_message(std::string(result->status.message()));
+    r->set_value(result->value);
   }
   return out;
 }
@@ -125,6 +131,12 @@ std::optional<SessionEvent> FromProto(const pb::SessionEvent& event) {
       return ErrorReport{FromProto(event.error().task()), event.error().message()};
     case pb::SessionEvent::kPreemption:
       return FromProto(event.preemption());
+    case pb::SessionEvent::kCallResult: {
+      const pb::CallResult& r = event.call_result();
+      return CallResult{r.call_id(),
+                        absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()),
+                        r.value()};
+    }
     default:
       return std::nullopt;
   }

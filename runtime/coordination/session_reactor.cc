@@ -5,8 +5,9 @@
 
 namespace phalanx::coord {
 
-SessionReactor::SessionReactor(CoordinationService& service, absl::Status auth)
-    : service_(service) {
+SessionReactor::SessionReactor(CoordinationService& service, CoordinatorMetrics& metrics,
+                               base::Clock& clock, absl::Status auth)
+    : service_(service), metrics_(metrics), clock_(clock) {
   if (!auth.ok()) {
     absl::MutexLock lock(&mu_);
     FinishLocked(auth);
@@ -37,6 +38,8 @@ void SessionReactor::OnReadDone(bool ok) {
       return;
     }
     HandleOpen(request_.open());
+  } else if (request_.kind_case() == v1::SessionRequest::kCall) {
+    HandleCall(request_.call());
   } else if (request_.kind_case() == v1::SessionRequest::kHeartbeat) {
     service_.Heartbeat(session_id_, request_.heartbeat().sent_unix_micros());
   } else {
@@ -54,6 +57,58 @@ void SessionReactor::HandleOpen(const v1::TaskRef& task) {
     return;
   }
   session_id_ = *id;
+  task_ = FromProto(task);
+}
+
+void SessionReactor::HandleCall(const v1::SessionCall& call) {
+  // Completions may run on any thread and after this reactor is gone: they hold only the
+  // outbox (shared) and plain values.
+  struct Reply {
+    std::shared_ptr<SessionOutbox> outbox;
+    CoordinatorMetrics* metrics;
+    base::Clock* clock;
+    const char* method;
+    uint64_t call_id;
+    absl::Time start;
+    void operator()(absl::Status status, std::string value = "") const {
+      metrics->Rpc(method, status.code(), clock->Now() - start);
+      outbox->Push(CallResult{call_id, std::move(status), std::move(value)});
+      outbox->Notify();
+    }
+  };
+  Reply reply{outbox_, &metrics_, &clock_, "", call.call_id(), clock_.Now()};
+  switch (call.call_case()) {
+    case v1::SessionCall::kBarrier: {
+      reply.method = "Session.Barrier";
+      const v1::BarrierRequest& req = call.barrier();
+      service_.Barrier(task_, req.barrier_id(), absl::Milliseconds(req.timeout_ms()),
+                       {req.tasks().begin(), req.tasks().end()},
+                       [reply](absl::Status s) { reply(std::move(s)); });
+      return;
+    }
+    case v1::SessionCall::kKvInsert: {
+      reply.method = "Session.KeyValueInsert";
+      const v1::KeyValueInsertRequest& req = call.kv_insert();
+      reply(service_.KvInsert(req.key(), req.value(), req.allow_overwrite()));
+      return;
+    }
+    case v1::SessionCall::kKvGet: {
+      reply.method = "Session.KeyValueGet";
+      const v1::KeyValueGetRequest& req = call.kv_get();
+      service_.KvGet(req.key(), task_, absl::Milliseconds(req.timeout_ms()),
+                     [reply](absl::StatusOr<std::string> value) {
+                       if (value.ok()) {
+                         reply(absl::OkStatus(), *std::move(value));
+                       } else {
+                         reply(value.status());
+                       }
+                     });
+      return;
+    }
+    default:
+      reply.method = "Session.Unknown";
+      reply(absl::UnimplementedError("unknown session call"));
+  }
 }
 
 void SessionReactor::OnOutboxReady() {

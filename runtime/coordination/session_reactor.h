@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/clock.h"
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/service.h"
 #include "runtime/coordination/session_outbox.h"
@@ -26,7 +27,8 @@ class SessionReactor final
       public SessionOutbox::Listener {
  public:
   // `auth` is the result of the token check; a failed check ends the stream at once.
-  SessionReactor(CoordinationService& service, absl::Status auth);
+  SessionReactor(CoordinationService& service, CoordinatorMetrics& metrics, base::Clock& clock,
+                 absl::Status auth);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -35,14 +37,19 @@ class SessionReactor final
 
  private:
   void HandleOpen(const v1::TaskRef& task);
+  // Runs a call carried on the stream; its result is queued on the outbox as a CallResult.
+  void HandleCall(const v1::SessionCall& call);
   // Starts the next write or, once the outbox is closed and drained, finishes the stream.
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   CoordinationService& service_;
+  CoordinatorMetrics& metrics_;
+  base::Clock& clock_;
   std::shared_ptr<SessionOutbox> outbox_ = std::make_shared<SessionOutbox>();
   v1::SessionRequest request_;  // only touched by the read side (one read at a time)
   uint64_t session_id_ = 0;     // read side only
+  TaskRef task_;                // read side only: the task this session speaks for
 
   absl::Mutex mu_;
   v1::SessionEvent write_buffer_ ABSL_GUARDED_BY(mu_);

@@ -62,9 +62,16 @@ struct HeartbeatAck {
   int64_t sent_unix_micros = 0;
 };
 
+// The answer to a call made on the session stream (see SessionCall in the proto).
+struct CallResult {
+  uint64_t call_id = 0;
+  absl::Status status;
+  std::string value;
+};
+
 // What a task's session stream carries from the service to the task, in order.
 using SessionEvent = std::variant<JobSnapshot, HeartbeatAck, TaskInfo, ErrorReport,
-                                  PreemptionRound>;
+                                  PreemptionRound, CallResult>;
 
 // Completion callbacks. Each is called exactly once, never under a service lock.
 using StatusCallback = absl::AnyInvocable<void(absl::Status) &&>;

@@ -148,7 +148,8 @@ TEST(MultiProcess, WrongToken_WorkerIsRefusedWithClearError) {
   ASSERT_THAT(job->StartWorker(0, {{"PHALANX_TOKEN", "not-the-token"}}), IsOk());
   ASSERT_TRUE(job->worker(0).Wait(kTimeout).has_value());
   EXPECT_NE(job->worker(0).ExitCode(), 0);
-  auto failed = job->WaitForEvent(0, "failed", absl::Seconds(1));
+  // Terminal for this incarnation: reported through the client's fatal callback.
+  auto failed = job->WaitForEvent(0, "fatal", absl::Seconds(1));
   ASSERT_TRUE(failed.has_value());
   EXPECT_THAT(failed->fields["reason"], HasSubstr("wrong job token"));
 }
