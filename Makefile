@@ -20,7 +20,7 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 300 $(CTEST_ARGS)
 
 demo: build
-	@$(BUILD)/examples/phalanx-coord-demo --bin_dir $(BUILD)
+	@$(BUILD)/examples/coord_demo/phalanx-coord-demo --bin_dir $(BUILD)
 
 bench: build
 	@mkdir -p $(BUILD)/bench

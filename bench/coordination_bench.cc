@@ -46,9 +46,13 @@ using harness::LocalJobOptions;
 
 std::string self_path;
 
+constexpr double kFailed = -1;  // a measurement with no successful run
+
+// Median of the successful runs (negative values mark failed runs); kFailed if none succeeded.
 double Median(std::vector<double> v) {
+  std::erase_if(v, [](double x) { return x < 0; });
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  return v.empty() ? kFailed : v[v.size() / 2];
 }
 
 struct Line {
@@ -189,7 +193,7 @@ struct Results {
   double kv_ops_per_s = 0;
   double crash_detect_p50_ms = 0;
   double hang_detect_s = 0;
-  double hang_timeout_s = 2.0;
+  double hang_timeout_s = 0;
   double coordinator_rss_mib_1024 = 0;
 };
 
@@ -199,7 +203,10 @@ void BenchRendezvous(Results& r, int runs) {
     std::vector<double> rss;
     for (int run = 0; run < runs; ++run) {
       Gang gang = RunGang(n, 0);
-      if (!gang.ok) continue;
+      if (!gang.ok) {
+        StopGang(gang);
+        continue;
+      }
       int64_t last = 0;
       for (const Line& l : gang.lines) if (l.kind == "PASS") last = std::max(last, l.Int("t_us"));
       times.push_back((last - gang.t0_us) / 1e6);
@@ -219,7 +226,10 @@ void BenchBarriers(Results& r, int runs) {
     std::vector<double> p50s;
     for (int run = 0; run < runs; ++run) {
       Gang gang = RunGang(n, kBarriers);
-      if (!gang.ok) continue;
+      if (!gang.ok) {
+        StopGang(gang);
+        continue;
+      }
       std::vector<int64_t> last(kBarriers + 1, 0);
       for (const Line& l : gang.lines) {
         if (l.kind != "PASS") continue;
@@ -316,16 +326,19 @@ void BenchDetection(Results& r, int runs, bool crash, bool hang) {
   if (crash) {
     std::vector<double> ms;
     for (int run = 0; run < std::max(runs, 5); ++run) {
-      ms.push_back(DetectOnce(SIGKILL, absl::Seconds(10), absl::Seconds(1)) * 1e3);
+      const double s = DetectOnce(SIGKILL, absl::Seconds(10), absl::Seconds(1));
+      ms.push_back(s < 0 ? kFailed : s * 1e3);
     }
     r.crash_detect_p50_ms = Median(ms);
     std::fprintf(stderr, "  crash (SIGKILL) → every survivor told: p50 %.1f ms\n",
                  r.crash_detect_p50_ms);
   }
   if (hang) {
+    constexpr absl::Duration kHangTimeout = absl::Seconds(2);
+    r.hang_timeout_s = absl::ToDoubleSeconds(kHangTimeout);
     std::vector<double> s;
     for (int run = 0; run < runs; ++run) {
-      s.push_back(DetectOnce(SIGSTOP, absl::Seconds(2), absl::Milliseconds(500)));
+      s.push_back(DetectOnce(SIGSTOP, kHangTimeout, absl::Milliseconds(500)));
     }
     r.hang_detect_s = Median(s);
     std::fprintf(stderr, "  hang (SIGSTOP, 2 s timeout) → every survivor told: p50 %.2f s\n",
@@ -334,22 +347,29 @@ void BenchDetection(Results& r, int runs, bool crash, bool hang) {
 }
 
 std::string Json(const Results& r, int runs) {
-  auto map = [](const std::map<int, double>& m, const char* fmt) {
+  // A failed measurement is null, never a number that could pass a "<" target.
+  auto num = [](double v, const char* fmt) -> std::string {
+    if (v < 0) return "null";
+    char buffer[64];
+    std::snprintf(buffer, sizeof(buffer), fmt, v);
+    return buffer;
+  };
+  auto map = [&](const std::map<int, double>& m, const char* fmt) {
     std::string out = "{";
     for (const auto& [k, v] : m) {
       if (out.size() > 1) out += ", ";
-      out += absl::StrFormat("\"%d\": ", k) + absl::StrFormat(fmt, v);
+      out += absl::StrFormat("\"%d\": ", k) + num(v, fmt);
     }
     return out + "}";
   };
   return absl::StrCat(
       "{\n", "  \"rendezvous_s\": ", map(r.rendezvous_s, "%.4f"), ",\n",
       "  \"barrier_p50_ms\": ", map(r.barrier_p50_ms, "%.3f"), ",\n",
-      absl::StrFormat("  \"kv_ops_per_s\": %.0f,\n", r.kv_ops_per_s),
-      absl::StrFormat("  \"crash_detect_p50_ms\": %.2f,\n", r.crash_detect_p50_ms),
-      absl::StrFormat("  \"hang_detect_s\": %.3f,\n", r.hang_detect_s),
-      absl::StrFormat("  \"hang_timeout_s\": %.1f,\n", r.hang_timeout_s),
-      absl::StrFormat("  \"coordinator_rss_mib_1024\": %.1f,\n", r.coordinator_rss_mib_1024),
+      "  \"kv_ops_per_s\": ", num(r.kv_ops_per_s, "%.0f"), ",\n",
+      "  \"crash_detect_p50_ms\": ", num(r.crash_detect_p50_ms, "%.2f"), ",\n",
+      "  \"hang_detect_s\": ", num(r.hang_detect_s, "%.3f"), ",\n",
+      "  \"hang_timeout_s\": ", num(r.hang_timeout_s, "%.1f"), ",\n",
+      "  \"coordinator_rss_mib_1024\": ", num(r.coordinator_rss_mib_1024, "%.1f"), ",\n",
       absl::StrFormat("  \"runs\": %d,\n", runs),
       absl::StrFormat("  \"cores\": %d,\n", static_cast<int>(std::thread::hardware_concurrency())),
       "  \"method\": \"coordinator = phalanx-coordinator process; tasks = threads in up to 8 "

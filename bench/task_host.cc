@@ -57,6 +57,7 @@ int RunTaskHost(const TaskHostOptions& options) {
         Print(absl::StrCat("ERROR task=", task, " ", s.ToString()));
         return;
       }
+      Print(absl::StrCat("CONNECTED task=", task, " t_us=", NowMicros()));
       for (int b = -1; b < options.barriers; ++b) {
         absl::Status s = client.Barrier(absl::StrCat("b", b), absl::Seconds(120));
         if (!s.ok()) {

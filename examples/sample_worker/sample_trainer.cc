@@ -46,7 +46,7 @@ client::ClientCallbacks SampleTrainer::Callbacks() {
       barrier = shared->current_barrier;
     }
     // Release the peers waiting with us in a barrier the dead task will never reach.
-    if (failed && !barrier.empty()) (void)client().CancelBarrier(barrier);
+    if (failed && !barrier.empty()) client().CancelBarrierAsync(barrier, [](absl::Status) {});
   };
   callbacks.on_reconnect = [shared, me](bool coordinator_restarted) {
     {
@@ -61,9 +61,10 @@ client::ClientCallbacks SampleTrainer::Callbacks() {
   };
   callbacks.on_fatal = [me](const absl::Status& status) {
     Event(me, "fatal", absl::StrCat("reason=\"", status.message(), "\""));
-    // This incarnation is dead to the job; exit so it is restarted with a new one.
+    // Aborted: this incarnation is dead to the job; exit 3 so it is restarted with a new one.
+    // Anything else (wrong token, wrong job) will not get better with a restart: exit 2.
     std::fflush(nullptr);
-    _exit(3);
+    _exit(absl::IsAborted(status) ? 3 : 2);
   };
   return callbacks;
 }

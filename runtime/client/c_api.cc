@@ -214,6 +214,7 @@ int phalanx_kv_dir(phalanx_client* client, const char* directory, phalanx_kv_ent
   if (!result.ok()) return Report(result.status());
   *count = result->size();
   *entries = static_cast<phalanx_kv_entry*>(std::calloc(result->size() + 1, sizeof(phalanx_kv_entry)));
+  if (*entries == nullptr) return Report(absl::ResourceExhaustedError("out of memory"));
   for (size_t i = 0; i < result->size(); ++i) {
     (*entries)[i].key = static_cast<char*>(CopyOut((*result)[i].first));
     (*entries)[i].value = CopyOut((*result)[i].second);

@@ -76,7 +76,8 @@ absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const Getenv& getenv_in) {
   }
 
   if (std::optional<std::string> token = getenv("PHALANX_TOKEN"); token && !token->empty()) {
-    config.token = *token;
+    // Stripped like the coordinator strips its token file, so a trailing newline is harmless.
+    config.token = std::string(absl::StripAsciiWhitespace(*token));
   } else if (std::optional<std::string> file = getenv("PHALANX_TOKEN_FILE"); file && !file->empty()) {
     std::ifstream in(*file);
     if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read PHALANX_TOKEN_FILE ", *file));

@@ -6,7 +6,8 @@
 // Error codes common to every call: Unavailable (coordinator unreachable or restarting: retry
 // after the client reconnects), Aborted (this incarnation was superseded or declared failed:
 // the process should exit and be restarted), Unauthenticated (wrong token),
-// InvalidArgument (bad request), FailedPrecondition (not connected yet).
+// InvalidArgument (bad request), FailedPrecondition (the coordinator does not know this task
+// as registered, e.g. before Connect).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,7 @@ using coord::TaskState;
 // Called on the client's session thread, in order; keep them short (no blocking calls: the
 // session's heartbeats wait while a callback runs).
 struct ClientCallbacks {
-  // A peer failed, restarted with a new incarnation, or reconnected.
+  // A peer failed or registered again with a new incarnation.
   std::function<void(const TaskInfo&)> on_peer_change;
   // A task reported an error.
   std::function<void(const ErrorReport&)> on_error;
@@ -59,7 +60,7 @@ class CoordinationClient {
   virtual absl::Status Connect(absl::Duration timeout) = 0;
   // Waits until the session is up again after a break (or fails with the fatal status).
   virtual absl::Status WaitUntilConnected(absl::Duration timeout) = 0;
-  // The last job state the session delivered, or that WatchJobState returned.
+  // True while the task is registered and its session is open.
   virtual bool connected() const = 0;
 
   // Barrier over `tasks` (empty: all). DeadlineExceeded names the tasks that never arrived;
@@ -70,6 +71,9 @@ class CoordinationClient {
                             const std::vector<int>& tasks,
                             absl::AnyInvocable<void(absl::Status) &&> done) = 0;
   virtual absl::Status CancelBarrier(const std::string& id) = 0;
+  // Non-blocking form, safe to call from a callback.
+  virtual void CancelBarrierAsync(const std::string& id,
+                                  absl::AnyInvocable<void(absl::Status) &&> done) = 0;
 
   // Key-value store (see runtime/coordination/kv_store.h for key rules).
   virtual absl::Status KvInsert(const std::string& key, const std::string& value,

@@ -171,23 +171,28 @@ void GrpcCoordinationClient::OnSessionDone(absl::Status status) {
     stream_ = nullptr;
     orphans.swap(pending_calls_);
   }
-  const absl::Status lost = absl::UnavailableError(
-      absl::StrCat("session to the coordinator ended: ", status.ToString()));
+  // A terminal end (this incarnation was retired) keeps its code; anything else is a
+  // transport problem the caller may retry after the client reconnects.
+  const absl::Status lost =
+      IsTerminal(status) ? status
+                         : absl::UnavailableError(absl::StrCat(
+                               "session to the coordinator ended: ", status.ToString()));
   for (auto& [id, done] : orphans) std::move(done)(lost, "");
 }
 
-bool GrpcCoordinationClient::StartSessionCall(coord::v1::SessionCall call, CallDone& done) {
+std::optional<uint64_t> GrpcCoordinationClient::StartSessionCall(coord::v1::SessionCall call,
+                                                                 CallDone& done) {
   // A message over the server's limit would end the session and with it the task's life:
   // big requests go as their own RPC, where the limit only fails that call.
   constexpr size_t kMaxSessionCallBytes = 64 << 10;
-  if (call.ByteSizeLong() > kMaxSessionCallBytes) return false;
+  if (call.ByteSizeLong() > kMaxSessionCallBytes) return std::nullopt;
   absl::MutexLock lock(&mu_);
-  if (stream_ == nullptr || !connected_) return false;
+  if (stream_ == nullptr || !connected_) return std::nullopt;
   const uint64_t id = next_call_id_++;
   call.set_call_id(id);
   pending_calls_.emplace(id, std::move(done));
   stream_->SendCall(std::move(call));
-  return true;
+  return id;
 }
 
 absl::StatusOr<std::string> GrpcCoordinationClient::SessionCallOr(
@@ -206,9 +211,12 @@ absl::StatusOr<std::string> GrpcCoordinationClient::SessionCallOr(
     }
     result->done.Notify();
   };
-  if (!StartSessionCall(std::move(call), done)) return unary();
+  std::optional<uint64_t> id = StartSessionCall(std::move(call), done);
+  if (!id.has_value()) return unary();
   // The service answers by the call's own timeout; a broken session fails it at once.
   if (!result->done.WaitForNotificationWithTimeout(wait)) {
+    absl::MutexLock lock(&mu_);
+    pending_calls_.erase(*id);  // a late answer finds nothing to complete
     return absl::DeadlineExceededError("no answer from the coordinator");
   }
   return result->value;
@@ -244,6 +252,7 @@ void GrpcCoordinationClient::SessionLoop() {
     }
     pb::RegisterRequest request;
     *request.mutable_task() = ToProto(task());
+    request.set_job(config_.job);
     absl::StatusOr<pb::RegisterResponse> reg =
         Call(&Stub::async::Register, request, absl::Seconds(2), /*wait_for_ready=*/true);
     if (!reg.ok()) {
@@ -251,10 +260,23 @@ void GrpcCoordinationClient::SessionLoop() {
       if (SleepUnlessStopping(backoff.NextDelay())) return;
       continue;
     }
+    if (reg->job() != config_.job || reg->num_tasks() != config_.num_tasks) {
+      // Pointed at another job's coordinator (or a mis-sized one): never take part.
+      return SetFatal(absl::InvalidArgumentError(absl::StrCat(
+          "coordinator at ", config_.coordinator, " serves job '", reg->job(), "' with ",
+          reg->num_tasks(), " tasks; this task expects job '", config_.job, "' with ",
+          config_.num_tasks)));
+    }
     bool coordinator_restarted = false;
     {
       absl::MutexLock lock(&mu_);
       coordinator_restarted = ever_connected && coordinator_id_ != reg->coordinator_id();
+      if (coordinator_restarted) {
+        // A new coordinator numbers preemption rounds from 1 again.
+        active_round_.reset();
+        agreed_.reset();
+        finished_round_ = 0;
+      }
       coordinator_id_ = reg->coordinator_id();
       heartbeat_interval_ = absl::Milliseconds(reg->heartbeat_interval_ms());
       heartbeat_timeout_ = absl::Milliseconds(reg->heartbeat_timeout_ms());
@@ -386,11 +408,23 @@ void GrpcCoordinationClient::BarrierAsync(const std::string& id, absl::Duration 
   CallDone via_session = [shared_done](absl::Status status, std::string) {
     std::move(*shared_done)(std::move(status));
   };
-  if (StartSessionCall(std::move(call), via_session)) return;
+  if (StartSessionCall(std::move(call), via_session).has_value()) return;
   CallAsync<pb::BarrierRequest, pb::BarrierResponse>(
       &Stub::async::Barrier, std::move(request), WaitingDeadline(timeout),
       [shared_done](absl::Status status, pb::BarrierResponse) {
         std::move(*shared_done)(std::move(status));
+      });
+}
+
+void GrpcCoordinationClient::CancelBarrierAsync(const std::string& id,
+                                                absl::AnyInvocable<void(absl::Status) &&> done) {
+  pb::CancelBarrierRequest request;
+  *request.mutable_task() = ToProto(task());
+  request.set_barrier_id(id);
+  CallAsync<pb::CancelBarrierRequest, pb::CancelBarrierResponse>(
+      &Stub::async::CancelBarrier, std::move(request), config_.short_call_timeout,
+      [done = std::move(done)](absl::Status status, pb::CancelBarrierResponse) mutable {
+        std::move(done)(std::move(status));
       });
 }
 

@@ -45,6 +45,8 @@ class GrpcCoordinationClient final : public CoordinationClient, public SessionSt
   void BarrierAsync(const std::string& id, absl::Duration timeout, const std::vector<int>& tasks,
                     absl::AnyInvocable<void(absl::Status) &&> done) override;
   absl::Status CancelBarrier(const std::string& id) override;
+  void CancelBarrierAsync(const std::string& id,
+                          absl::AnyInvocable<void(absl::Status) &&> done) override;
   absl::Status KvInsert(const std::string& key, const std::string& value,
                         bool allow_overwrite) override;
   absl::StatusOr<std::string> KvGet(const std::string& key, absl::Duration timeout) override;
@@ -83,9 +85,9 @@ class GrpcCoordinationClient final : public CoordinationClient, public SessionSt
   absl::Duration WaitingDeadline(absl::Duration timeout) const;
 
   using CallDone = absl::AnyInvocable<void(absl::Status, std::string) &&>;
-  // Sends `call` on the open session; false (with `done` untouched) when there is none, and
-  // the caller falls back to a unary RPC.
-  bool StartSessionCall(coord::v1::SessionCall call, CallDone& done);
+  // Sends `call` on the open session and returns its id; nullopt (with `done` untouched) when
+  // there is none, and the caller falls back to a unary RPC.
+  std::optional<uint64_t> StartSessionCall(coord::v1::SessionCall call, CallDone& done);
   // Blocking form of a session call with unary fallback `unary`.
   absl::StatusOr<std::string> SessionCallOr(coord::v1::SessionCall call, absl::Duration wait,
                                             const std::function<absl::StatusOr<std::string>()>& unary);

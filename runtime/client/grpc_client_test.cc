@@ -108,6 +108,16 @@ TEST(GrpcClient, WrongToken_IsUnauthenticatedAndCounted) {
   EXPECT_EQ(coordinator.service().Snapshot().tasks[0].state, TaskState::kUnregistered);
 }
 
+TEST(GrpcClient, WrongJob_IsRefusedBeforeTakingPart) {
+  Coordinator coordinator(2);
+  ClientConfig config = ConfigFor(coordinator.port(), 0, 2);
+  config.job = "another-job";
+  auto client = *GrpcCoordinationClient::Create(config);
+  EXPECT_THAT(client->Connect(absl::Seconds(20)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("serves job 'test'")));
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[0].state, TaskState::kUnregistered);
+}
+
 TEST(GrpcClient, MissingToken_IsUnauthenticated) {
   Coordinator coordinator(1);
   auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(coordinator.port()),

@@ -91,6 +91,11 @@ void BarrierTable::FailAll(const absl::Status& why, Completions& out) {
   pending_.clear();
 }
 
+void BarrierTable::ForgetFailure(const std::string& id) {
+  auto it = finished_.find(id);
+  if (it != finished_.end() && !it->second.ok()) finished_.erase(it);
+}
+
 void BarrierTable::Finish(const std::string& id, Pending& barrier, const absl::Status& result,
                           absl::Time now, Completions& out) {
   for (auto& [task, arrival] : barrier.arrivals) {

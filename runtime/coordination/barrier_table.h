@@ -49,6 +49,9 @@ class BarrierTable {
   void DropTask(TaskRef gone, const absl::Status& why, Completions& out);
   void Expire(absl::Time now, const DescribeTask& describe, Completions& out);
   void FailAll(const absl::Status& why, Completions& out);
+  // Drops the remembered result of `id` if it failed, so the id can be used again (the
+  // shutdown barrier, which a job may retry after a timeout).
+  void ForgetFailure(const std::string& id);
 
   size_t pending_count() const { return pending_.size(); }
 

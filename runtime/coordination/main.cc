@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
 
   if (absl::GetFlag(FLAGS_job).empty()) return Fail("--job is required");
   if (absl::GetFlag(FLAGS_num_tasks) < 1) return Fail("--num_tasks must be at least 1");
+  if (absl::GetFlag(FLAGS_tick) <= absl::ZeroDuration()) return Fail("--tick must be positive");
   absl::StatusOr<std::string> token = ReadToken();
   if (!token.ok()) return Fail(std::string(token.status().message()));
 

@@ -9,7 +9,9 @@ namespace phalanx::coord {
 
 std::pair<PreemptionRound, bool> PreemptionSync::Notify(const PreemptionNotice& notice,
                                                         absl::Time now) {
-  if (round_.has_value()) {
+  // A notice joins a round still collecting steps; once a round agreed on its step, a new
+  // notice (another node, a later event) needs a checkpoint of its own: a new round.
+  if (round_.has_value() && !round_->sync_step.has_value()) {
     PreemptionRound& info = round_->info;
     info.deadline = std::min(info.deadline, notice.deadline);
     for (int task : notice.affected_tasks) {

@@ -99,6 +99,25 @@ TEST_F(PreemptionTest, Deadline_FailsWaitersNamingTasksThatNeverReported) {
   EXPECT_GT(next->first.round, round->first.round);
 }
 
+TEST_F(PreemptionTest, NoticeAfterAgreement_OpensANewRound) {
+  auto first = service_->NotifyPreemption({"a", clock_.Now() + absl::Seconds(60), {}});
+  std::vector<Slot<absl::StatusOr<int64_t>>> slots(3);
+  for (int i = 0; i < 3; ++i) {
+    service_->ReportSyncStep({i, 0}, first->first.round, 10, slots[i].Callback());
+  }
+  ASSERT_EQ(*slots[0].value(), 10);
+  auto second = service_->NotifyPreemption({"b", clock_.Now() + absl::Seconds(60), {}});
+  ASSERT_THAT(second, IsOk());
+  EXPECT_FALSE(second->second);
+  EXPECT_GT(second->first.round, first->first.round);
+}
+
+TEST_F(PreemptionTest, NoticeWithoutDeadline_GetsAFiniteWindow) {
+  auto round = service_->NotifyPreemption({"no deadline", absl::InfiniteFuture(), {}});
+  ASSERT_THAT(round, IsOk());
+  EXPECT_LT(round->first.deadline, clock_.Now() + absl::Hours(1));
+}
+
 TEST_F(PreemptionTest, ReportForUnknownRound_IsFailedPrecondition) {
   Slot<absl::StatusOr<int64_t>> a;
   service_->ReportSyncStep({0, 0}, 99, 3, a.Callback());

@@ -17,6 +17,11 @@ void Fail(RpcHandler::Done done, absl::Status status) { std::move(done)(std::mov
 
 absl::Status RpcHandler::Register(const pb::RegisterRequest& req, pb::RegisterResponse* resp) {
   if (!req.has_task()) return MissingTask();
+  if (!req.job().empty() && req.job() != service_.options().job) {
+    return absl::InvalidArgumentError(absl::StrCat("this coordinator serves job '",
+                                                   service_.options().job, "', not '",
+                                                   req.job(), "'"));
+  }
   absl::StatusOr<CoordinationService::Registration> reg = service_.Register(FromProto(req.task()));
   if (!reg.ok()) return reg.status();
   resp->set_job(reg->job);

@@ -13,6 +13,9 @@ namespace {
 // (KvStore-style ids never start with a space).
 constexpr char kShutdownBarrierId[] = " shutdown";
 
+// How long a preemption round lasts when the notice names no deadline.
+constexpr absl::Duration kDefaultPreemptionWindow = absl::Minutes(10);
+
 std::string RandomId() {
   std::random_device rd;
   return absl::StrFormat("%08x%08x", rd(), rd());
@@ -125,7 +128,10 @@ absl::StatusOr<uint64_t> CoordinationService::OpenSession(TaskRef ref,
   task.outbox = std::move(outbox);
   task.last_seen = clock_.Now();
   session_task_[id] = ref.task_id;
-  PushLocked(task, SnapshotLocked(), out);
+  // The first event says the session is open. It carries the job's header, not every task:
+  // a full snapshot per session would make start-up O(N^2) (1M task entries at 1024 tasks);
+  // a task that wants the membership asks WatchJobState.
+  PushLocked(task, JobSnapshot{options_.job, version_, {}, options_.coordinator_id}, out);
   if (std::optional<PreemptionRound> round = sync_.Active(); round.has_value()) {
     PushLocked(task, *round, out);  // a task (re)joining mid-round must hear of it too
   }
@@ -195,6 +201,9 @@ absl::Status CoordinationService::CancelBarrier(TaskRef ref, const std::string& 
   Completions out;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckCallerLocked(ref); !s.ok()) return s;
+  if (!id.empty() && id.front() == ' ') {
+    return absl::InvalidArgumentError("barrier ids may not start with a space");
+  }
   return barriers_.Cancel(ref, id, out);
 }
 
@@ -287,6 +296,10 @@ absl::StatusOr<std::pair<PreemptionRound, bool>> CoordinationService::NotifyPree
       return absl::InvalidArgumentError(absl::StrCat("affected task ", task, " is out of range"));
     }
   }
+  if (notice.deadline == absl::InfiniteFuture()) {
+    // A round must end some time, or every later notice would only join it.
+    notice.deadline = clock_.Now() + kDefaultPreemptionWindow;
+  }
   auto result = sync_.Notify(notice, clock_.Now());
   if (!result.second) metrics_.PreemptionRoundOpened();
   BroadcastLocked(result.first, out);
@@ -317,6 +330,7 @@ void CoordinationService::Shutdown(TaskRef ref, absl::Duration timeout, StatusCa
   std::vector<int> all(options_.num_tasks);
   for (int i = 0; i < options_.num_tasks; ++i) all[i] = i;
   const absl::Time now = clock_.Now();
+  barriers_.ForgetFailure(kShutdownBarrierId);  // a timed-out shutdown may be tried again
   // Mark the tasks shut down before answering, so a task that exits right after its answer
   // never looks like a crash.
   barriers_.Arrive(ref, kShutdownBarrierId, std::move(all), now + *resolved, now,

@@ -17,7 +17,7 @@
 //                                  │                                                │
 //                                  │ shutdown barrier passed    Register(inc' > inc)│
 //                                  ▼                      CONNECTED ◀───────────────┘
-//                               SHUTDOWN
+//                               SHUTDOWN ── Register(inc' > inc) ──▶ CONNECTED
 //
 // A registered task has `heartbeat_timeout` to open its session; a connected task must send a
 // heartbeat (any session message) at least every `heartbeat_timeout`. Registering again with
@@ -80,10 +80,11 @@ class CoordinationService {
   ~CoordinationService();
 
   // Errors: InvalidArgument (task id out of range), Aborted (a newer incarnation exists, or this
-  // incarnation was declared failed or shut down).
+  // incarnation was declared failed or shut down), Unavailable (the service is stopping).
   absl::StatusOr<Registration> Register(TaskRef task);
 
-  // Opens the task's session; the first event pushed is the job snapshot. Replaces an older
+  // Opens the task's session; the first event pushed is the job's header (a JobSnapshot
+  // without task entries). Replaces an older
   // session of the same incarnation (which ends with Aborted). Returns the session id.
   // Errors: as CheckCaller.
   absl::StatusOr<uint64_t> OpenSession(TaskRef task, std::shared_ptr<SessionOutbox> outbox);

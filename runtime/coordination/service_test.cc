@@ -388,6 +388,28 @@ TEST_F(ServiceTest, Shutdown_AllArrive_TasksShutDownAndLaterDisconnectsAreNotFai
   EXPECT_EQ(StateOf(0), TaskState::kShutdown);
 }
 
+TEST_F(ServiceTest, Shutdown_AfterATimeout_CanBeTriedAgain) {
+  Start(2);
+  JoinAll();
+  Slot<absl::Status> first;
+  service_->Shutdown({0, 0}, absl::Seconds(1), first.Callback());
+  service_->Heartbeat(session_ids_[0], 0);
+  service_->Heartbeat(session_ids_[1], 0);
+  AdvanceAndTick(absl::Seconds(1));
+  EXPECT_THAT(first.value(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("1")));
+  Slot<absl::Status> a, b;
+  service_->Shutdown({0, 0}, absl::Seconds(5), a.Callback());
+  service_->Shutdown({1, 0}, absl::Seconds(5), b.Callback());
+  EXPECT_THAT(a.value(), IsOk());
+  EXPECT_THAT(b.value(), IsOk());
+}
+
+TEST_F(ServiceTest, CancelBarrier_ReservedShutdownId_IsInvalidArgument) {
+  JoinAll();
+  EXPECT_THAT(service_->CancelBarrier({0, 0}, " shutdown"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST_F(ServiceTest, Stop_FailsPendingCallsWithCancelled) {
   JoinAll();
   Slot<absl::Status> barrier;

@@ -38,6 +38,7 @@ void SessionReactor::OnReadDone(bool ok) {
       return;
     }
     HandleOpen(request_.open());
+    if (session_id_ == 0) return;  // refused: the stream is finishing, read no more
   } else if (request_.kind_case() == v1::SessionRequest::kCall) {
     HandleCall(request_.call());
   } else if (request_.kind_case() == v1::SessionRequest::kHeartbeat) {
