@@ -1,5 +1,6 @@
 // Real gRPC on 127.0.0.1 (port 0): the client against an in-process coordination server.
 #include "runtime/client/grpc_client.h"
+#include "runtime/client/test_coordinator.h"
 
 #include <atomic>
 #include <thread>
@@ -12,7 +13,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
-#include "runtime/coordination/grpc_server.h"
 #include "runtime/coordination/service.h"
 #include "runtime/coordination/token_auth.h"
 #include "runtime/proto/coordination.grpc.pb.h"
@@ -25,50 +25,8 @@ using ::phalanx::testing::IsOk;
 using ::phalanx::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr char kToken[] = "test-token";
-
-// One coordinator (service + gRPC server) that a test can stop and start again on one port.
-class Coordinator {
- public:
-  explicit Coordinator(int num_tasks, int port = 0) {
-    coord::CoordinationService::Options options;
-    options.job = "test";
-    options.num_tasks = num_tasks;
-    options.heartbeat_interval = absl::Milliseconds(100);
-    options.heartbeat_timeout = absl::Seconds(3);
-    service_ = *coord::CoordinationService::Create(options, base::RealClock::Get(), metrics_);
-    auto server = coord::CoordinationGrpcServer::Start(
-        {"127.0.0.1:" + std::to_string(port), kToken}, *service_, metrics_,
-        base::RealClock::Get());
-    EXPECT_THAT(server, IsOk());
-    server_ = *std::move(server);
-    ticker_ = std::make_unique<base::PeriodicRunner>(
-        base::RealClock::Get(), absl::Milliseconds(20),
-        [this](absl::Time now) { service_->Tick(now); });
-  }
-  ~Coordinator() {
-    ticker_->Stop();
-    service_->Stop();
-    server_->Shutdown(absl::Milliseconds(100));
-  }
-  int port() const { return server_->port(); }
-  coord::CoordinationService& service() { return *service_; }
-  double AuthFailures() {
-    for (const auto& family : registry_.Collect()) {
-      if (family.name == "phalanx_coordinator_auth_failures_total") {
-        return family.metric.at(0).counter.value;
-      }
-    }
-    return -1;
-  }
-
- private:
-  prometheus::Registry registry_;
-  coord::CoordinatorMetrics metrics_{registry_};
-  std::unique_ptr<coord::CoordinationService> service_;
-  std::unique_ptr<coord::CoordinationGrpcServer> server_;
-  std::unique_ptr<base::PeriodicRunner> ticker_;
-};
+using ::phalanx::client::testing::Coordinator;
+using ::phalanx::client::testing::kToken;
 
 ClientConfig ConfigFor(int port, int task, int num_tasks, uint64_t incarnation = 0,
                        std::string token = kToken) {

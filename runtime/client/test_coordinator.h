@@ -1,0 +1,66 @@
+// An in-process coordinator (service + gRPC server on 127.0.0.1, port 0 or a given port)
+// for client tests; stop it by destroying it, start another on the same port to simulate a
+// coordinator restart.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/base/periodic_runner.h"
+#include "common/testing/status_matchers.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "runtime/coordination/grpc_server.h"
+#include "runtime/coordination/service.h"
+
+namespace phalanx::client::testing {
+
+using ::phalanx::testing::IsOk;
+
+constexpr char kToken[] = "test-token";
+
+// One coordinator (service + gRPC server) that a test can stop and start again on one port.
+class Coordinator {
+ public:
+  explicit Coordinator(int num_tasks, int port = 0) {
+    coord::CoordinationService::Options options;
+    options.job = "test";
+    options.num_tasks = num_tasks;
+    options.heartbeat_interval = absl::Milliseconds(100);
+    options.heartbeat_timeout = absl::Seconds(3);
+    service_ = *coord::CoordinationService::Create(options, base::RealClock::Get(), metrics_);
+    auto server = coord::CoordinationGrpcServer::Start(
+        {"127.0.0.1:" + std::to_string(port), kToken}, *service_, metrics_,
+        base::RealClock::Get());
+    EXPECT_THAT(server, IsOk());
+    server_ = *std::move(server);
+    ticker_ = std::make_unique<base::PeriodicRunner>(
+        base::RealClock::Get(), absl::Milliseconds(20),
+        [this](absl::Time now) { service_->Tick(now); });
+  }
+  ~Coordinator() {
+    ticker_->Stop();
+    service_->Stop();
+    server_->Shutdown(absl::Milliseconds(100));
+  }
+  int port() const { return server_->port(); }
+  coord::CoordinationService& service() { return *service_; }
+  double AuthFailures() {
+    for (const auto& family : registry_.Collect()) {
+      if (family.name == "phalanx_coordinator_auth_failures_total") {
+        return family.metric.at(0).counter.value;
+      }
+    }
+    return -1;
+  }
+
+ private:
+  prometheus::Registry registry_;
+  coord::CoordinatorMetrics metrics_{registry_};
+  std::unique_ptr<coord::CoordinationService> service_;
+  std::unique_ptr<coord::CoordinationGrpcServer> server_;
+  std::unique_ptr<base::PeriodicRunner> ticker_;
+};
+
+
+}  // namespace phalanx::client::testing
