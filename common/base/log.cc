@@ -5,18 +5,25 @@
 #include <atomic>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace phalanx::base {
 namespace {
-std::atomic<const std::string*> g_component{new std::string("phalanx")};
+ABSL_CONST_INIT absl::Mutex g_component_mu(absl::kConstInit);
 std::atomic<LogSeverity> g_min_severity{LogSeverity::kInfo};
+
+// Never destroyed, so logging from static destructors and other threads at exit stays safe.
+std::string& ComponentLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_component_mu) {
+  static std::string* const component = new std::string("phalanx");
+  return *component;
+}
 }  // namespace
 
 void SetLogComponent(std::string_view component) {
-  // Leaked on purpose: other threads may still be reading the old name.
-  g_component.store(new std::string(component));
+  absl::MutexLock lock(&g_component_mu);
+  ComponentLocked() = std::string(component);
 }
 
 void SetMinLogSeverity(LogSeverity severity) { g_min_severity.store(severity); }
@@ -28,7 +35,10 @@ LogMessage::~LogMessage() {
                                                            : 'E';
   std::string line(1, letter);
   line += absl::FormatTime("%m%d %H:%M:%E3S ", absl::Now(), absl::UTCTimeZone());
-  line += *g_component.load();
+  {
+    absl::MutexLock lock(&g_component_mu);
+    line += ComponentLocked();
+  }
   line += "] ";
   line += stream_.str();
   line += '\n';

@@ -160,6 +160,10 @@ absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::Recover() {
     if (epoch.ok() || absl::IsAborted(epoch.status()) || absl::Now() >= deadline) return epoch;
     Event(task_, "recovery_retry",
           absl::StrCat("reason=\"", epoch.status().message(), "\""));
+    if (absl::IsUnavailable(epoch.status())) {
+      // The coordinator is unreachable: give the client's reconnect a moment, not a spin.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
 }
 

@@ -169,6 +169,7 @@ void GrpcCoordinationClient::OnSessionDone(absl::Status status) {
     absl::MutexLock lock(&mu_);
     stream_done_ = status;
     stream_ = nullptr;
+    connected_ = false;  // callers of WaitUntilConnected wait for the reconnect from now on
     orphans.swap(pending_calls_);
   }
   // A terminal end (this incarnation was retired) keeps its code; anything else is a
@@ -300,7 +301,8 @@ void GrpcCoordinationClient::SessionLoop() {
     bool was_connected;
     {
       absl::MutexLock lock(&mu_);
-      was_connected = connected_;
+      was_connected = session_opened_;
+      session_opened_ = false;
       connected_ = false;
       if (stopping_) return;
     }
@@ -357,6 +359,7 @@ void GrpcCoordinationClient::Dispatch(coord::SessionEvent event, bool reconnect,
     {
       absl::MutexLock lock(&mu_);
       connected_ = true;
+      session_opened_ = true;
     }
     if (reconnect && callbacks_.on_reconnect) callbacks_.on_reconnect(coordinator_restarted);
   } else if (const auto* info = std::get_if<TaskInfo>(&event)) {

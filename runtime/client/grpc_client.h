@@ -114,6 +114,7 @@ class GrpcCoordinationClient final : public CoordinationClient, public SessionSt
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  bool session_opened_ ABSL_GUARDED_BY(mu_) = false;  // the current stream got its `opened`
   std::optional<absl::Status> fatal_ ABSL_GUARDED_BY(mu_);
   std::string coordinator_id_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
