@@ -400,6 +400,9 @@ int main(int argc, char** argv) {
   if (want("kv")) BenchKv(r, runs);
   BenchDetection(r, runs, want("crash"), want("hang"));
 
+  std::error_code ec;
+  std::filesystem::remove_all(
+      std::filesystem::temp_directory_path() / absl::StrCat("phalanx-bench-", getpid()), ec);
   const std::string json = Json(r, runs);
   const std::string out = absl::GetFlag(FLAGS_out);
   std::filesystem::create_directories(std::filesystem::path(out).parent_path());

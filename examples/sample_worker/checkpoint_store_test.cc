@@ -20,7 +20,8 @@ std::string TempDir() {
 }
 
 TEST(CheckpointStore, SavesLoadsAndKeepsTheNewest) {
-  CheckpointStore store(TempDir(), 2, /*keep=*/2);
+  const std::string dir = TempDir();
+  CheckpointStore store(dir, 2, /*keep=*/2);
   EXPECT_EQ(store.Latest(), 0);
   ASSERT_THAT(store.Save(10, 111), IsOk());
   ASSERT_THAT(store.Save(20, 222), IsOk());
@@ -28,6 +29,7 @@ TEST(CheckpointStore, SavesLoadsAndKeepsTheNewest) {
   EXPECT_EQ(store.Latest(), 30);
   EXPECT_EQ(*store.Load(20), 222u);
   EXPECT_THAT(store.Load(10), StatusIs(absl::StatusCode::kNotFound));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CheckpointStore, StateIsDeterministic) {

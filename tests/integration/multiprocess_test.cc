@@ -31,6 +31,22 @@ std::string WorkDir() {
   return dir;
 }
 
+// Keeps a test's work dir (logs, checkpoints) only when the test failed.
+class MultiProcess : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      absl::StrCat("phalanx-mp-", ::getpid(), "-", info->name());
+    if (HasFailure()) {
+      std::fprintf(stderr, "logs kept in %s\n", dir.c_str());
+      return;
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
 LocalJobOptions Options(int num_tasks, int steps) {
   LocalJobOptions options;
   options.bin_dir = PHALANX_BUILD_DIR;
@@ -57,7 +73,7 @@ void WaitForCheckpoint(LocalJob& job, int64_t step) {
   }
 }
 
-TEST(MultiProcess, KilledWorker_EverySurvivorLearnsWhichTaskDied_AndJobFinishes) {
+TEST_F(MultiProcess, KilledWorker_EverySurvivorLearnsWhichTaskDied_AndJobFinishes) {
   auto job = StartJob(Options(4, 60));
   WaitForCheckpoint(*job, 10);
   job->worker(2).Signal(SIGKILL);
@@ -84,7 +100,7 @@ TEST(MultiProcess, KilledWorker_EverySurvivorLearnsWhichTaskDied_AndJobFinishes)
   EXPECT_EQ(final_states.size(), 1u) << "every task must end with the same model state";
 }
 
-TEST(MultiProcess, StoppedWorker_IsCaughtByHeartbeatTimeout) {
+TEST_F(MultiProcess, StoppedWorker_IsCaughtByHeartbeatTimeout) {
   LocalJobOptions options = Options(3, 400);
   options.heartbeat_timeout = absl::Seconds(1);
   auto job = StartJob(options);
@@ -104,7 +120,7 @@ TEST(MultiProcess, StoppedWorker_IsCaughtByHeartbeatTimeout) {
   EXPECT_TRUE(job->WaitAllExited(absl::Seconds(120)));
 }
 
-TEST(MultiProcess, CoordinatorRestart_WorkersReconnectReRegisterAndFinish) {
+TEST_F(MultiProcess, CoordinatorRestart_WorkersReconnectReRegisterAndFinish) {
   auto job = StartJob(Options(3, 80));
   WaitForCheckpoint(*job, 10);
   ASSERT_THAT(job->RestartCoordinator(), IsOk());
@@ -120,7 +136,7 @@ TEST(MultiProcess, CoordinatorRestart_WorkersReconnectReRegisterAndFinish) {
   }
 }
 
-TEST(MultiProcess, PreemptionNotice_EveryTaskCheckpointsAtTheSameStep) {
+TEST_F(MultiProcess, PreemptionNotice_EveryTaskCheckpointsAtTheSameStep) {
   auto job = StartJob(Options(4, 100));
   WaitForCheckpoint(*job, 10);
   auto admin = job->AdminClient();
@@ -141,7 +157,7 @@ TEST(MultiProcess, PreemptionNotice_EveryTaskCheckpointsAtTheSameStep) {
   }
 }
 
-TEST(MultiProcess, WrongToken_WorkerIsRefusedWithClearError) {
+TEST_F(MultiProcess, WrongToken_WorkerIsRefusedWithClearError) {
   LocalJobOptions options = Options(1, 5);
   options.start_workers = false;
   auto job = StartJob(options);
@@ -154,7 +170,7 @@ TEST(MultiProcess, WrongToken_WorkerIsRefusedWithClearError) {
   EXPECT_THAT(failed->fields["reason"], HasSubstr("wrong job token"));
 }
 
-TEST(MultiProcess, Coordinator_ServesMetricsAndHealth) {
+TEST_F(MultiProcess, Coordinator_ServesMetricsAndHealth) {
   LocalJobOptions options = Options(2, 5);
   auto job = StartJob(options);
   EXPECT_TRUE(job->WaitAllExited(kTimeout));
@@ -178,7 +194,7 @@ TEST(MultiProcess, Coordinator_ServesMetricsAndHealth) {
   EXPECT_THAT(metrics->body, HasSubstr("phalanx_coordinator_barrier_wait_seconds_bucket"));
 }
 
-TEST(MultiProcess, Coordinator_BadFlags_ExitNonZeroSayingWhatToFix) {
+TEST_F(MultiProcess, Coordinator_BadFlags_ExitNonZeroSayingWhatToFix) {
   struct Case {
     std::vector<std::string> args;
     std::string message;
