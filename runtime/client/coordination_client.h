@@ -79,6 +79,13 @@ class CoordinationClient {
   virtual absl::Status KvInsert(const std::string& key, const std::string& value,
                                 bool allow_overwrite) = 0;
   virtual absl::StatusOr<std::string> KvGet(const std::string& key, absl::Duration timeout) = 0;
+  // Non-blocking forms: `done` runs once, on a client thread; keep it short. They let one
+  // thread keep many operations in flight.
+  virtual void KvInsertAsync(const std::string& key, const std::string& value,
+                             bool allow_overwrite,
+                             absl::AnyInvocable<void(absl::Status) &&> done) = 0;
+  virtual void KvGetAsync(const std::string& key, absl::Duration timeout,
+                          absl::AnyInvocable<void(absl::StatusOr<std::string>) &&> done) = 0;
   virtual absl::StatusOr<std::string> KvTryGet(const std::string& key) = 0;
   virtual absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KvGetDir(
       const std::string& directory) = 0;

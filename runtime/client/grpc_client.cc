@@ -196,32 +196,41 @@ std::optional<uint64_t> GrpcCoordinationClient::StartSessionCall(coord::v1::Sess
   return id;
 }
 
-absl::StatusOr<std::string> GrpcCoordinationClient::SessionCallOr(
-    coord::v1::SessionCall call, absl::Duration wait,
-    const std::function<absl::StatusOr<std::string>()>& unary) {
-  struct Result {
-    absl::Notification done;
-    absl::StatusOr<std::string> value;
-  };
-  auto result = std::make_shared<Result>();
-  CallDone done = [result](absl::Status status, std::string value) {
-    if (status.ok()) {
-      result->value = std::move(value);
-    } else {
-      result->value = std::move(status);
-    }
-    result->done.Notify();
-  };
-  std::optional<uint64_t> id = StartSessionCall(std::move(call), done);
-  if (!id.has_value()) return unary();
-  // The service answers by the call's own timeout; a broken session fails it at once.
-  if (!result->done.WaitForNotificationWithTimeout(wait)) {
-    absl::MutexLock lock(&mu_);
-    pending_calls_.erase(*id);  // a late answer finds nothing to complete
-    return absl::DeadlineExceededError("no answer from the coordinator");
+namespace {
+
+// Blocks for the single result of an async call. The wait is bounded: the service answers by
+// the call's own timeout, and a broken session fails every call in flight at once; `backstop`
+// only guards against a coordinator that neither answers nor lets the session break.
+template <typename T>
+class Await {
+ public:
+  absl::AnyInvocable<void(T) &&> Callback() {
+    return [state = state_](T value) {
+      absl::MutexLock lock(&state->mu);
+      state->value.emplace(std::move(value));
+    };
   }
-  return result->value;
-}
+  T Wait(absl::Duration backstop) {
+    absl::MutexLock lock(&state_->mu);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
+      return state_->value.has_value();
+    };
+    if (!state_->mu.AwaitWithTimeout(absl::Condition(&ready), backstop)) {
+      return T(absl::DeadlineExceededError("no answer from the coordinator"));
+    }
+    return std::move(*state_->value);
+  }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    std::optional<T> value ABSL_GUARDED_BY(mu);
+  };
+  // Shared: a late completion after a backstop timeout must find live state.
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+}  // namespace
 
 bool GrpcCoordinationClient::SleepUnlessStopping(absl::Duration delay) {
   absl::MutexLock lock(&mu_);
@@ -385,14 +394,9 @@ void GrpcCoordinationClient::Dispatch(coord::SessionEvent event, bool reconnect,
 
 absl::Status GrpcCoordinationClient::Barrier(const std::string& id, absl::Duration timeout,
                                              const std::vector<int>& tasks) {
-  absl::Notification done;
-  absl::Status result;
-  BarrierAsync(id, timeout, tasks, [&](absl::Status status) {
-    result = std::move(status);
-    done.Notify();
-  });
-  done.WaitForNotification();  // bounded by the call's deadline
-  return result;
+  Await<absl::Status> result;
+  BarrierAsync(id, timeout, tasks, result.Callback());
+  return result.Wait(WaitingDeadline(timeout) + config_.rpc_margin);
 }
 
 void GrpcCoordinationClient::BarrierAsync(const std::string& id, absl::Duration timeout,
@@ -438,38 +442,69 @@ absl::Status GrpcCoordinationClient::CancelBarrier(const std::string& id) {
   return Call(&Stub::async::CancelBarrier, request, config_.short_call_timeout).status();
 }
 
-absl::Status GrpcCoordinationClient::KvInsert(const std::string& key, const std::string& value,
-                                              bool allow_overwrite) {
+void GrpcCoordinationClient::KvInsertAsync(const std::string& key, const std::string& value,
+                                           bool allow_overwrite,
+                                           absl::AnyInvocable<void(absl::Status) &&> done) {
   pb::KeyValueInsertRequest request;
   request.set_key(key);
   request.set_value(value);
   request.set_allow_overwrite(allow_overwrite);
   pb::SessionCall call;
   *call.mutable_kv_insert() = request;
-  return SessionCallOr(std::move(call), config_.short_call_timeout, [&]() -> absl::StatusOr<std::string> {
-           absl::Status s =
-               Call(&Stub::async::KeyValueInsert, request, config_.short_call_timeout).status();
-           if (!s.ok()) return s;
-           return std::string();
-         })
-      .status();
+  auto shared = std::make_shared<absl::AnyInvocable<void(absl::Status) &&>>(std::move(done));
+  CallDone via_session = [shared](absl::Status status, std::string) {
+    std::move(*shared)(std::move(status));
+  };
+  if (StartSessionCall(std::move(call), via_session).has_value()) return;
+  CallAsync<pb::KeyValueInsertRequest, pb::KeyValueInsertResponse>(
+      &Stub::async::KeyValueInsert, std::move(request), config_.short_call_timeout,
+      [shared](absl::Status status, pb::KeyValueInsertResponse) {
+        std::move(*shared)(std::move(status));
+      });
 }
 
-absl::StatusOr<std::string> GrpcCoordinationClient::KvGet(const std::string& key,
-                                                          absl::Duration timeout) {
+void GrpcCoordinationClient::KvGetAsync(
+    const std::string& key, absl::Duration timeout,
+    absl::AnyInvocable<void(absl::StatusOr<std::string>) &&> done) {
   pb::KeyValueGetRequest request;
   request.set_key(key);
   request.set_timeout_ms(ToMillis(timeout));
   *request.mutable_task() = ToProto(task());
   pb::SessionCall call;
   *call.mutable_kv_get() = request;
-  return SessionCallOr(std::move(call), WaitingDeadline(timeout),
-                       [&]() -> absl::StatusOr<std::string> {
-                         absl::StatusOr<pb::KeyValueGetResponse> response =
-                             Call(&Stub::async::KeyValueGet, request, WaitingDeadline(timeout));
-                         if (!response.ok()) return response.status();
-                         return std::move(*response->mutable_value());
-                       });
+  auto shared =
+      std::make_shared<absl::AnyInvocable<void(absl::StatusOr<std::string>) &&>>(std::move(done));
+  CallDone via_session = [shared](absl::Status status, std::string value) {
+    if (status.ok()) {
+      std::move(*shared)(std::move(value));
+    } else {
+      std::move(*shared)(std::move(status));
+    }
+  };
+  if (StartSessionCall(std::move(call), via_session).has_value()) return;
+  CallAsync<pb::KeyValueGetRequest, pb::KeyValueGetResponse>(
+      &Stub::async::KeyValueGet, std::move(request), WaitingDeadline(timeout),
+      [shared](absl::Status status, pb::KeyValueGetResponse response) {
+        if (status.ok()) {
+          std::move(*shared)(std::move(*response.mutable_value()));
+        } else {
+          std::move(*shared)(std::move(status));
+        }
+      });
+}
+
+absl::Status GrpcCoordinationClient::KvInsert(const std::string& key, const std::string& value,
+                                              bool allow_overwrite) {
+  Await<absl::Status> result;
+  KvInsertAsync(key, value, allow_overwrite, result.Callback());
+  return result.Wait(config_.short_call_timeout + config_.rpc_margin);
+}
+
+absl::StatusOr<std::string> GrpcCoordinationClient::KvGet(const std::string& key,
+                                                          absl::Duration timeout) {
+  Await<absl::StatusOr<std::string>> result;
+  KvGetAsync(key, timeout, result.Callback());
+  return result.Wait(WaitingDeadline(timeout) + config_.rpc_margin);
 }
 
 absl::StatusOr<std::string> GrpcCoordinationClient::KvTryGet(const std::string& key) {

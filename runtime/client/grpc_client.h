@@ -50,6 +50,10 @@ class GrpcCoordinationClient final : public CoordinationClient, public SessionSt
   absl::Status KvInsert(const std::string& key, const std::string& value,
                         bool allow_overwrite) override;
   absl::StatusOr<std::string> KvGet(const std::string& key, absl::Duration timeout) override;
+  void KvInsertAsync(const std::string& key, const std::string& value, bool allow_overwrite,
+                     absl::AnyInvocable<void(absl::Status) &&> done) override;
+  void KvGetAsync(const std::string& key, absl::Duration timeout,
+                  absl::AnyInvocable<void(absl::StatusOr<std::string>) &&> done) override;
   absl::StatusOr<std::string> KvTryGet(const std::string& key) override;
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KvGetDir(
       const std::string& directory) override;
@@ -88,10 +92,6 @@ class GrpcCoordinationClient final : public CoordinationClient, public SessionSt
   // Sends `call` on the open session and returns its id; nullopt (with `done` untouched) when
   // there is none, and the caller falls back to a unary RPC.
   std::optional<uint64_t> StartSessionCall(coord::v1::SessionCall call, CallDone& done);
-  // Blocking form of a session call with unary fallback `unary`.
-  absl::StatusOr<std::string> SessionCallOr(coord::v1::SessionCall call, absl::Duration wait,
-                                            const std::function<absl::StatusOr<std::string>()>& unary);
-
   // SessionStream::Sink (gRPC threads).
   void OnSessionEvent(coord::SessionEvent event) override;
   void OnSessionDone(absl::Status status) override;

@@ -49,7 +49,10 @@ void SessionStream::PumpLocked() {
   queue_.pop_front();
   if (write_buffer_.has_heartbeat()) heartbeat_queued_ = false;
   writing_ = true;
-  StartWrite(&write_buffer_);
+  // With more queued behind it, let gRPC hold this message and send the burst in one write.
+  grpc::WriteOptions options;
+  if (!queue_.empty()) options.set_buffer_hint();
+  StartWrite(&write_buffer_, options);
 }
 
 void SessionStream::OnWriteDone(bool ok) {

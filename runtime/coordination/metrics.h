@@ -37,7 +37,8 @@ class CoordinatorMetrics {
   void SetKv(size_t entries, size_t bytes);
   void PreemptionRoundOpened() { preemption_rounds_.Increment(); }
   void AuthFailure() { auth_failures_.Increment(); }
-  // One finished RPC: counted by method and status code, timed by method.
+  // One finished RPC: counted by method and status code, timed by method. `method` must be a
+  // string literal (or otherwise live for the process).
   void Rpc(const char* method, absl::StatusCode code, absl::Duration latency);
 
  private:
@@ -62,7 +63,9 @@ class CoordinatorMetrics {
     std::array<prometheus::Counter*, 17> by_code{};
   };
   absl::Mutex rpc_mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<MethodSeries>> rpc_series_
+  // Keyed by the method name's address: callers pass string literals, so no string is built
+  // per call.
+  absl::flat_hash_map<const char*, std::unique_ptr<MethodSeries>> rpc_series_
       ABSL_GUARDED_BY(rpc_mu_);
 };
 

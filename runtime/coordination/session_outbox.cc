@@ -38,6 +38,11 @@ std::optional<SessionEvent> SessionOutbox::Pop() {
   return event;
 }
 
+bool SessionOutbox::Empty() {
+  absl::MutexLock lock(&queue_mu_);
+  return queue_.empty();
+}
+
 std::optional<absl::Status> SessionOutbox::FinalStatus() {
   absl::MutexLock lock(&queue_mu_);
   if (!queue_.empty()) return std::nullopt;

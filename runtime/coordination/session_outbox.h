@@ -39,6 +39,8 @@ class SessionOutbox {
 
   // Consumer side (the transport).
   std::optional<SessionEvent> Pop();
+  // True when nothing is queued (the transport coalesces writes while more are waiting).
+  bool Empty();
   // Set once Close() was called and every event before it has been popped.
   std::optional<absl::Status> FinalStatus();
 

@@ -133,7 +133,10 @@ void SessionReactor::PumpLocked() {
   if (std::optional<SessionEvent> event = outbox_->Pop()) {
     write_buffer_ = ToProto(*event);
     writing_ = true;
-    StartWrite(&write_buffer_);
+    // More events behind this one: let gRPC send the burst in one write.
+    grpc::WriteOptions options;
+    if (!outbox_->Empty()) options.set_buffer_hint();
+    StartWrite(&write_buffer_, options);
     return;
   }
   if (std::optional<absl::Status> final_status = outbox_->FinalStatus()) {
