@@ -1,0 +1,237 @@
+#include "tests/localcluster/object_store.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+
+namespace phalanx::localcluster {
+namespace {
+
+std::string MetaString(const Json& object, const char* field) {
+  if (!object.is_object() || !object.has_field("metadata")) return "";
+  const Json& meta = object.at("metadata");
+  if (!meta.is_object() || !meta.has_field(field) || !meta.at(field).is_string()) return "";
+  return meta.at(field).as_string();
+}
+
+bool HasFinalizers(const Json& object) {
+  const Json& meta = object.at("metadata");
+  return meta.has_field("finalizers") && meta.at("finalizers").is_array() &&
+         meta.at("finalizers").size() > 0;
+}
+
+std::map<std::string, std::string> Labels(const Json& object) {
+  std::map<std::string, std::string> labels;
+  const Json& meta = object.at("metadata");
+  if (!meta.has_field("labels") || !meta.at("labels").is_object()) return labels;
+  for (const auto& [key, value] : meta.at("labels").as_object()) {
+    if (value.is_string()) labels[key] = value.as_string();
+  }
+  return labels;
+}
+
+Json FieldOrNull(const Json& object, const char* field) {
+  return object.has_field(field) ? object.at(field) : Json::null();
+}
+
+std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
+
+}  // namespace
+
+ObjectStore::ObjectStore(base::Clock& clock, size_t history_limit)
+    : clock_(clock), history_limit_(history_limit) {}
+
+void ObjectStore::EnableStatusSubresource(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  status_resources_.insert(resource);
+}
+
+uint64_t ObjectStore::NextVersionLocked() { return ++version_; }
+
+void ObjectStore::RecordLocked(const std::string& type, const std::string& resource,
+                               const std::string& ns, const Json& object) {
+  history_.push_back(WatchEvent{type, resource, ns, version_, object});
+  while (history_.size() > history_limit_) {
+    oldest_retained_ = history_.front().resource_version;
+    history_.pop_front();
+  }
+}
+
+absl::StatusOr<Json> ObjectStore::Create(const std::string& resource, const std::string& ns,
+                                         Json object) {
+  if (!object.is_object()) return absl::InvalidArgumentError("object must be a JSON object");
+  const std::string name = MetaString(object, "name");
+  if (name.empty()) return absl::InvalidArgumentError("metadata.name: Required value");
+  absl::MutexLock lock(&mu_);
+  const Key key{resource, ns, name};
+  if (objects_.contains(key)) {
+    return absl::AlreadyExistsError(absl::StrCat(resource, " \"", name, "\" already exists"));
+  }
+  Json& meta = object["metadata"];
+  if (!ns.empty()) meta["namespace"] = Json::string(ns);
+  meta["uid"] = Json::string(absl::StrFormat("00000000-0000-4000-8000-%012d", next_uid_++));
+  meta["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
+  meta["creationTimestamp"] = Json::string(Rfc3339(clock_.Now()));
+  meta["generation"] = Json::number(1);
+  if (meta.has_field("deletionTimestamp")) meta.erase("deletionTimestamp");
+  if (status_resources_.contains(resource) && object.has_field("status")) object.erase("status");
+  objects_[key] = object;
+  RecordLocked("ADDED", resource, ns, object);
+  return object;
+}
+
+absl::StatusOr<Json> ObjectStore::Get(const std::string& resource, const std::string& ns,
+                                      const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find(Key{resource, ns, name});
+  if (it == objects_.end()) {
+    return absl::NotFoundError(absl::StrCat(resource, " \"", name, "\" not found"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<ListResult> ObjectStore::List(const std::string& resource, const std::string& ns,
+                                             const kube::LabelSelector& selector, int64_t limit,
+                                             const std::string& continue_token) const {
+  std::string start_ns = ns;
+  std::string start_name;
+  if (!continue_token.empty()) {
+    const size_t slash = continue_token.find('/');
+    if (slash == std::string::npos) return absl::InvalidArgumentError("invalid continue token");
+    start_ns = continue_token.substr(0, slash);
+    start_name = continue_token.substr(slash + 1) + '\0';  // strictly after the last one sent
+  }
+  absl::MutexLock lock(&mu_);
+  ListResult result;
+  result.resource_version = version_;
+  for (auto it = objects_.lower_bound(Key{resource, start_ns, start_name});
+       it != objects_.end() && std::get<0>(it->first) == resource; ++it) {
+    if (!ns.empty() && std::get<1>(it->first) != ns) break;
+    if (!selector.Matches(Labels(it->second))) continue;
+    if (limit > 0 && static_cast<int64_t>(result.items.size()) == limit) {
+      const Json& last = result.items.back();
+      result.continue_token = MetaString(last, "namespace") + "/" + MetaString(last, "name");
+      break;
+    }
+    result.items.push_back(it->second);
+  }
+  return result;
+}
+
+absl::StatusOr<Json> ObjectStore::Update(const std::string& resource, const std::string& ns,
+                                         Json object, bool status_subresource) {
+  if (!object.is_object()) return absl::InvalidArgumentError("object must be a JSON object");
+  const std::string name = MetaString(object, "name");
+  if (name.empty()) return absl::InvalidArgumentError("metadata.name: Required value");
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find(Key{resource, ns, name});
+  if (it == objects_.end()) {
+    return absl::NotFoundError(absl::StrCat(resource, " \"", name, "\" not found"));
+  }
+  Json& stored = it->second;
+  const std::string want_version = MetaString(object, "resourceVersion");
+  if (!want_version.empty() && want_version != MetaString(stored, "resourceVersion")) {
+    return absl::AbortedError(absl::StrCat(
+        "Operation cannot be fulfilled on ", resource, " \"", name,
+        "\": the object has been modified; please apply your changes to the latest version "
+        "and try again"));
+  }
+  Json updated;
+  if (status_subresource) {
+    updated = stored;
+    updated["status"] = FieldOrNull(object, "status");
+  } else {
+    updated = object;
+    if (status_resources_.contains(resource)) {
+      if (stored.has_field("status")) {
+        updated["status"] = stored.at("status");
+      } else if (updated.has_field("status")) {
+        updated.erase("status");
+      }
+    }
+    // Immutable metadata stays as stored.
+    Json& meta = updated["metadata"];
+    const Json& old_meta = stored.at("metadata");
+    for (const char* field : {"uid", "creationTimestamp", "deletionTimestamp", "namespace"}) {
+      if (old_meta.has_field(field)) {
+        meta[field] = old_meta.at(field);
+      } else if (meta.has_field(field)) {
+        meta.erase(field);
+      }
+    }
+    int64_t generation = old_meta.at("generation").as_number().to_int64();
+    if (!(FieldOrNull(updated, "spec") == FieldOrNull(stored, "spec"))) ++generation;
+    meta["generation"] = Json::number(generation);
+  }
+  updated["metadata"]["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
+  const bool finishing = updated.at("metadata").has_field("deletionTimestamp") &&
+                         !HasFinalizers(updated);
+  if (finishing) {
+    objects_.erase(it);
+    RecordLocked("DELETED", resource, ns, updated);
+    return updated;
+  }
+  stored = updated;
+  RecordLocked("MODIFIED", resource, ns, stored);
+  return stored;
+}
+
+absl::StatusOr<Json> ObjectStore::Delete(const std::string& resource, const std::string& ns,
+                                         const std::string& name,
+                                         const std::string& uid_precondition) {
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find(Key{resource, ns, name});
+  if (it == objects_.end()) {
+    return absl::NotFoundError(absl::StrCat(resource, " \"", name, "\" not found"));
+  }
+  Json& stored = it->second;
+  if (!uid_precondition.empty() && uid_precondition != MetaString(stored, "uid")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Precondition failed: UID in precondition: ", uid_precondition,
+        ", UID in object meta: ", MetaString(stored, "uid")));
+  }
+  if (HasFinalizers(stored)) {
+    if (!stored.at("metadata").has_field("deletionTimestamp")) {
+      stored["metadata"]["deletionTimestamp"] = Json::string(Rfc3339(clock_.Now()));
+      stored["metadata"]["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
+      RecordLocked("MODIFIED", resource, ns, stored);
+    }
+    return stored;
+  }
+  Json deleted = stored;
+  objects_.erase(it);
+  deleted["metadata"]["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
+  RecordLocked("DELETED", resource, ns, deleted);
+  return deleted;
+}
+
+absl::StatusOr<std::vector<WatchEvent>> ObjectStore::EventsSince(const std::string& resource,
+                                                                 const std::string& ns,
+                                                                 uint64_t since) const {
+  absl::MutexLock lock(&mu_);
+  if (since < oldest_retained_) {
+    return absl::OutOfRangeError(absl::StrCat("too old resource version: ", since, " (",
+                                              oldest_retained_, ")"));
+  }
+  std::vector<WatchEvent> events;
+  for (const WatchEvent& e : history_) {
+    if (e.resource_version <= since || e.resource != resource) continue;
+    if (!ns.empty() && e.ns != ns) continue;
+    events.push_back(e);
+  }
+  return events;
+}
+
+void ObjectStore::WaitForChange(uint64_t since, absl::Duration max_wait) const {
+  absl::MutexLock lock(&mu_);
+  auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_ > since; };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), max_wait);
+}
+
+uint64_t ObjectStore::resource_version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+}  // namespace phalanx::localcluster

@@ -1,0 +1,100 @@
+// ObjectStore: the local cluster's in-memory API storage (the part of kube-apiserver + etcd the
+// operator and agent depend on), with the semantics controllers rely on:
+//   - one monotonically increasing resourceVersion for every write, returned on objects/lists;
+//   - optimistic concurrency: an update naming an older resourceVersion is a conflict (Aborted,
+//     served as 409); Create of an existing name is AlreadyExists (409);
+//   - metadata.generation starts at 1 and bumps only when `spec` changes;
+//   - resources with a status subresource: a main update keeps the stored status, a status
+//     update keeps everything but status;
+//   - deletion with finalizers only sets deletionTimestamp; removing the last finalizer of an
+//     object being deleted deletes it;
+//   - a bounded history of watch events; asking for events older than it is OutOfRange (410).
+// Objects are JSON (cpprestsdk). Thread-safe; WaitForEvents blocks on real time with a bound.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <cpprest/json.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/clock.h"
+#include "common/kube/label_selector.h"
+
+namespace phalanx::localcluster {
+
+using Json = web::json::value;
+
+struct WatchEvent {
+  std::string type;  // ADDED, MODIFIED, DELETED
+  std::string resource;
+  std::string ns;
+  uint64_t resource_version = 0;
+  Json object;
+};
+
+struct ListResult {
+  std::vector<Json> items;
+  uint64_t resource_version = 0;
+  std::string continue_token;  // empty: no more pages
+};
+
+class ObjectStore {
+ public:
+  // `resource` strings name a kind's plural with its group: "pods", "trainingjobs.phalanx.dev".
+  // Cluster-scoped objects use ns "".
+  explicit ObjectStore(base::Clock& clock, size_t history_limit = 10000);
+
+  void EnableStatusSubresource(const std::string& resource);
+
+  // AlreadyExists, InvalidArgument (no metadata.name / not an object).
+  absl::StatusOr<Json> Create(const std::string& resource, const std::string& ns, Json object);
+  // NotFound.
+  absl::StatusOr<Json> Get(const std::string& resource, const std::string& ns,
+                           const std::string& name) const;
+  // ns "" lists every namespace. `limit` 0: no paging. InvalidArgument for a bad token.
+  absl::StatusOr<ListResult> List(const std::string& resource, const std::string& ns,
+                                  const kube::LabelSelector& selector, int64_t limit,
+                                  const std::string& continue_token) const;
+  // NotFound, Aborted (resourceVersion conflict), InvalidArgument.
+  absl::StatusOr<Json> Update(const std::string& resource, const std::string& ns, Json object,
+                              bool status_subresource);
+  // Returns the object as deleted, or as marked for deletion when it has finalizers.
+  // NotFound; FailedPrecondition when `uid_precondition` is set and differs.
+  absl::StatusOr<Json> Delete(const std::string& resource, const std::string& ns,
+                              const std::string& name, const std::string& uid_precondition = "");
+
+  // Events for `resource` (and `ns`, "" = all) with resourceVersion > since. OutOfRange when
+  // `since` is older than the retained history (the client must relist).
+  absl::StatusOr<std::vector<WatchEvent>> EventsSince(const std::string& resource,
+                                                      const std::string& ns,
+                                                      uint64_t since) const;
+  // Blocks until the store's resourceVersion passes `since` or `max_wait` passes.
+  void WaitForChange(uint64_t since, absl::Duration max_wait) const;
+  uint64_t resource_version() const;
+
+ private:
+  using Key = std::tuple<std::string, std::string, std::string>;  // resource, ns, name
+
+  uint64_t NextVersionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordLocked(const std::string& type, const std::string& resource, const std::string& ns,
+                    const Json& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  base::Clock& clock_;
+  const size_t history_limit_;
+  mutable absl::Mutex mu_;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_uid_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<Key, Json> objects_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> status_resources_ ABSL_GUARDED_BY(mu_);
+  std::deque<WatchEvent> history_ ABSL_GUARDED_BY(mu_);
+  uint64_t oldest_retained_ ABSL_GUARDED_BY(mu_) = 0;  // events after this are all retained
+};
+
+}  // namespace phalanx::localcluster

@@ -1,0 +1,148 @@
+#include "tests/localcluster/object_store.h"
+
+#include "common/testing/fake_clock.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace phalanx::localcluster {
+namespace {
+
+using ::phalanx::testing::IsOk;
+using ::phalanx::testing::StatusIs;
+using ::testing::HasSubstr;
+
+Json Parse(const std::string& text) { return Json::parse(text); }
+
+Json Pod(const std::string& name, const std::string& labels = "{}") {
+  return Parse(R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":")" + name +
+               R"(","labels":)" + labels + R"(},"spec":{"containers":[]},"status":{"phase":"Pending"}})");
+}
+
+std::string Rv(const Json& object) { return object.at("metadata").at("resourceVersion").as_string(); }
+int64_t Generation(const Json& object) {
+  return object.at("metadata").at("generation").as_number().to_int64();
+}
+
+class ObjectStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { store_.EnableStatusSubresource("pods"); }
+  phalanx::testing::FakeClock clock_;
+  ObjectStore store_{clock_, 5};
+};
+
+TEST_F(ObjectStoreTest, Create_AssignsMetadata_AndRefusesDuplicates) {
+  auto pod = store_.Create("pods", "default", Pod("p1"));
+  ASSERT_THAT(pod, IsOk());
+  const Json& meta = pod->at("metadata");
+  EXPECT_FALSE(meta.at("uid").as_string().empty());
+  EXPECT_EQ(meta.at("namespace").as_string(), "default");
+  EXPECT_EQ(Generation(*pod), 1);
+  EXPECT_FALSE(pod->has_field("status")) << "status is the status subresource's";
+  EXPECT_THAT(store_.Create("pods", "default", Pod("p1")),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(store_.Create("pods", "other", Pod("p1")), IsOk()) << "names are per namespace";
+  EXPECT_THAT(store_.Create("pods", "default", Parse(R"({"metadata":{}})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("metadata.name")));
+}
+
+TEST_F(ObjectStoreTest, Update_StaleResourceVersion_IsAConflict) {
+  Json pod = *store_.Create("pods", "ns", Pod("p"));
+  Json first = pod;
+  first["metadata"]["labels"]["a"] = Json::string("1");
+  auto updated = store_.Update("pods", "ns", first, false);
+  ASSERT_THAT(updated, IsOk());
+  EXPECT_GT(std::stoull(Rv(*updated)), std::stoull(Rv(pod)));
+  Json stale = pod;  // still carries the old resourceVersion
+  EXPECT_THAT(store_.Update("pods", "ns", stale, false),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("has been modified")));
+}
+
+TEST_F(ObjectStoreTest, Generation_BumpsOnSpecChangeOnly_AndStatusIsItsOwnSubresource) {
+  Json pod = *store_.Create("pods", "ns", Pod("p"));
+  Json labels_only = pod;
+  labels_only["metadata"]["labels"]["x"] = Json::string("y");
+  labels_only["status"] = Parse(R"({"phase":"Running"})");  // ignored on the main resource
+  pod = *store_.Update("pods", "ns", labels_only, false);
+  EXPECT_EQ(Generation(pod), 1);
+  EXPECT_FALSE(pod.has_field("status"));
+
+  Json status = pod;
+  status["status"] = Parse(R"({"phase":"Running"})");
+  status["spec"] = Parse(R"({"changed":true})");  // ignored on the status subresource
+  pod = *store_.Update("pods", "ns", status, true);
+  EXPECT_EQ(pod.at("status").at("phase").as_string(), "Running");
+  EXPECT_EQ(Generation(pod), 1);
+
+  Json spec = pod;
+  spec["spec"] = Parse(R"({"containers":[{"name":"c"}]})");
+  pod = *store_.Update("pods", "ns", spec, false);
+  EXPECT_EQ(Generation(pod), 2);
+  EXPECT_EQ(pod.at("status").at("phase").as_string(), "Running") << "status kept";
+}
+
+TEST_F(ObjectStoreTest, Finalizers_DelayDeletionUntilRemoved) {
+  Json pod = Pod("p");
+  pod["metadata"]["finalizers"] = Parse(R"(["phalanx.dev/cleanup"])");
+  pod = *store_.Create("pods", "ns", pod);
+  auto marked = store_.Delete("pods", "ns", "p");
+  ASSERT_THAT(marked, IsOk());
+  EXPECT_TRUE(marked->at("metadata").has_field("deletionTimestamp"));
+  EXPECT_THAT(store_.Get("pods", "ns", "p"), IsOk());
+  Json cleared = *marked;
+  cleared["metadata"]["finalizers"] = Json::array();
+  ASSERT_THAT(store_.Update("pods", "ns", cleared, false), IsOk());
+  EXPECT_THAT(store_.Get("pods", "ns", "p"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ObjectStoreTest, Delete_UidPrecondition) {
+  store_.Create("pods", "ns", Pod("p")).IgnoreError();
+  EXPECT_THAT(store_.Delete("pods", "ns", "p", "wrong-uid"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("UID")));
+  EXPECT_THAT(store_.Delete("pods", "ns", "p"), IsOk());
+  EXPECT_THAT(store_.Delete("pods", "ns", "p"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ObjectStoreTest, List_FiltersByNamespaceAndLabels_AndPages) {
+  for (const char* name : {"a", "b", "c", "d"}) {
+    store_.Create("pods", "ns", Pod(name, R"({"job":"j1"})")).IgnoreError();
+  }
+  store_.Create("pods", "ns", Pod("e", R"({"job":"j2"})")).IgnoreError();
+  store_.Create("pods", "elsewhere", Pod("f", R"({"job":"j1"})")).IgnoreError();
+  const auto j1 = *kube::LabelSelector::Parse("job=j1");
+  auto all = store_.List("pods", "", j1, 0, "");
+  ASSERT_THAT(all, IsOk());
+  EXPECT_EQ(all->items.size(), 5u);
+  std::vector<std::string> names;
+  std::string token;
+  do {
+    auto page = store_.List("pods", "ns", j1, 3, token);
+    ASSERT_THAT(page, IsOk());
+    for (const Json& item : page->items) names.push_back(item.at("metadata").at("name").as_string());
+    token = page->continue_token;
+  } while (!token.empty());
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "b", "c", "d"}));
+  EXPECT_THAT(store_.List("pods", "ns", j1, 3, "garbage"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(ObjectStoreTest, Watch_HistoryFromAVersion_AndGoneWhenTooOld) {
+  const uint64_t start = store_.resource_version();
+  store_.Create("pods", "ns", Pod("a")).IgnoreError();
+  store_.Create("pods", "ns", Pod("b")).IgnoreError();
+  store_.Delete("pods", "ns", "a").IgnoreError();
+  auto events = store_.EventsSince("pods", "ns", start);
+  ASSERT_THAT(events, IsOk());
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ((*events)[0].type, "ADDED");
+  EXPECT_EQ((*events)[2].type, "DELETED");
+  EXPECT_LT((*events)[0].resource_version, (*events)[2].resource_version);
+  // History holds 5 events; three more writes push the first ones out.
+  for (const char* name : {"c", "d", "e"}) store_.Create("pods", "ns", Pod(name)).IgnoreError();
+  EXPECT_THAT(store_.EventsSince("pods", "ns", start),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("too old")));
+  EXPECT_THAT(store_.EventsSince("pods", "ns", store_.resource_version()), IsOk());
+}
+
+}  // namespace
+}  // namespace phalanx::localcluster
