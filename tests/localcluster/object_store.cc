@@ -1,5 +1,7 @@
 #include "tests/localcluster/object_store.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -33,6 +35,28 @@ std::map<std::string, std::string> Labels(const Json& object) {
 
 Json FieldOrNull(const Json& object, const char* field) {
   return object.has_field(field) ? object.at(field) : Json::null();
+}
+
+constexpr char kForegroundFinalizer[] = "foregroundDeletion";
+
+std::vector<std::string> OwnerUids(const Json& object) {
+  std::vector<std::string> uids;
+  const Json& meta = object.at("metadata");
+  if (!meta.has_field("ownerReferences") || !meta.at("ownerReferences").is_array()) return uids;
+  for (const Json& ref : meta.at("ownerReferences").as_array()) {
+    if (ref.is_object() && ref.has_field("uid") && ref.at("uid").is_string()) {
+      uids.push_back(ref.at("uid").as_string());
+    }
+  }
+  return uids;
+}
+
+bool HasFinalizer(const Json& object, const std::string& finalizer) {
+  if (!HasFinalizers(object)) return false;
+  for (const Json& f : object.at("metadata").at("finalizers").as_array()) {
+    if (f.is_string() && f.as_string() == finalizer) return true;
+  }
+  return false;
 }
 
 std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
@@ -179,18 +203,47 @@ absl::StatusOr<Json> ObjectStore::Update(const std::string& resource, const std:
 
 absl::StatusOr<Json> ObjectStore::Delete(const std::string& resource, const std::string& ns,
                                          const std::string& name,
-                                         const std::string& uid_precondition) {
+                                         const std::string& uid_precondition,
+                                         Propagation propagation) {
   absl::MutexLock lock(&mu_);
   auto it = objects_.find(Key{resource, ns, name});
   if (it == objects_.end()) {
     return absl::NotFoundError(absl::StrCat(resource, " \"", name, "\" not found"));
   }
   Json& stored = it->second;
-  if (!uid_precondition.empty() && uid_precondition != MetaString(stored, "uid")) {
+  const std::string uid = MetaString(stored, "uid");
+  if (!uid_precondition.empty() && uid_precondition != uid) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Precondition failed: UID in precondition: ", uid_precondition,
-        ", UID in object meta: ", MetaString(stored, "uid")));
+        ", UID in object meta: ", uid));
   }
+  if (propagation == Propagation::kOrphan) {
+    for (auto& [key, object] : objects_) {
+      std::vector<std::string> owners = OwnerUids(object);
+      if (std::find(owners.begin(), owners.end(), uid) == owners.end()) continue;
+      Json kept = Json::array();
+      for (const Json& ref : object.at("metadata").at("ownerReferences").as_array()) {
+        if (!(ref.has_field("uid") && ref.at("uid").is_string() && ref.at("uid").as_string() == uid)) {
+          kept[kept.size()] = ref;
+        }
+      }
+      object["metadata"]["ownerReferences"] = kept;
+      object["metadata"]["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
+      RecordLocked("MODIFIED", std::get<0>(key), std::get<1>(key), object);
+    }
+  }
+  if (propagation == Propagation::kForeground && !HasFinalizer(stored, kForegroundFinalizer)) {
+    Json& finalizers = stored["metadata"]["finalizers"];
+    if (!finalizers.is_array()) finalizers = Json::array();
+    finalizers[finalizers.size()] = Json::string(kForegroundFinalizer);
+  }
+  return DeleteLocked(it);
+}
+
+Json ObjectStore::DeleteLocked(std::map<Key, Json>::iterator it) {
+  Json& stored = it->second;
+  const std::string& resource = std::get<0>(it->first);
+  const std::string& ns = std::get<1>(it->first);
   if (HasFinalizers(stored)) {
     if (!stored.at("metadata").has_field("deletionTimestamp")) {
       stored["metadata"]["deletionTimestamp"] = Json::string(Rfc3339(clock_.Now()));
@@ -200,10 +253,77 @@ absl::StatusOr<Json> ObjectStore::Delete(const std::string& resource, const std:
     return stored;
   }
   Json deleted = stored;
-  objects_.erase(it);
   deleted["metadata"]["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
-  RecordLocked("DELETED", resource, ns, deleted);
+  const std::string resource_copy = resource;
+  const std::string ns_copy = ns;
+  objects_.erase(it);
+  RecordLocked("DELETED", resource_copy, ns_copy, deleted);
   return deleted;
+}
+
+int ObjectStore::CollectGarbage() {
+  absl::MutexLock lock(&mu_);
+  int collected = 0;
+  // Repeat until nothing changes: deleting one level of dependents can orphan the next.
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::set<std::string> live_uids;
+    std::set<std::string> owners_with_dependents;
+    for (const auto& [key, object] : objects_) {
+      live_uids.insert(MetaString(object, "uid"));
+      for (const std::string& owner : OwnerUids(object)) owners_with_dependents.insert(owner);
+    }
+    for (auto it = objects_.begin(); it != objects_.end();) {
+      const Json& object = it->second;
+      auto next = std::next(it);
+      const std::vector<std::string> owners = OwnerUids(object);
+      const bool orphaned =
+          !owners.empty() && std::none_of(owners.begin(), owners.end(), [&](const std::string& u) {
+            return live_uids.contains(u);
+          });
+      const bool being_deleted = object.at("metadata").has_field("deletionTimestamp");
+      if (orphaned && !being_deleted) {
+        DeleteLocked(it);
+        ++collected;
+        changed = true;
+      } else if (being_deleted && HasFinalizer(object, kForegroundFinalizer) &&
+                 !owners_with_dependents.contains(MetaString(object, "uid"))) {
+        // Foreground deletion: every dependent is gone, so the owner may go too.
+        Json& stored = it->second;
+        Json kept = Json::array();
+        for (const Json& f : stored.at("metadata").at("finalizers").as_array()) {
+          if (!(f.is_string() && f.as_string() == kForegroundFinalizer)) kept[kept.size()] = f;
+        }
+        stored["metadata"]["finalizers"] = kept;
+        if (kept.size() == 0) {
+          DeleteLocked(it);
+        } else {
+          stored["metadata"]["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
+          RecordLocked("MODIFIED", std::get<0>(it->first), std::get<1>(it->first), stored);
+        }
+        ++collected;
+        changed = true;
+      } else if (being_deleted && HasFinalizer(object, kForegroundFinalizer)) {
+        // Foreground: delete the dependents first.
+        const std::string uid = MetaString(object, "uid");
+        for (auto dep = objects_.begin(); dep != objects_.end();) {
+          auto dep_next = std::next(dep);
+          const std::vector<std::string> dep_owners = OwnerUids(dep->second);
+          if (dep != it && std::find(dep_owners.begin(), dep_owners.end(), uid) != dep_owners.end() &&
+              !dep->second.at("metadata").has_field("deletionTimestamp")) {
+            DeleteLocked(dep);
+            ++collected;
+            changed = true;
+          }
+          dep = dep_next;
+        }
+      }
+      // Any change may orphan or free others, and erasing may have touched `next`: rescan.
+      if (changed) break;
+      it = next;
+    }
+  }
+  return collected;
 }
 
 absl::StatusOr<std::vector<WatchEvent>> ObjectStore::EventsSince(const std::string& resource,

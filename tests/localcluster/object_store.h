@@ -8,7 +8,11 @@
 //     update keeps everything but status;
 //   - deletion with finalizers only sets deletionTimestamp; removing the last finalizer of an
 //     object being deleted deletes it;
-//   - a bounded history of watch events; asking for events older than it is OutOfRange (410).
+//   - a bounded history of watch events; asking for events older than it is OutOfRange (410);
+//   - owner-reference garbage collection: CollectGarbage() deletes dependents whose owners are
+//     all gone (background deletion), finishes foreground deletions (an owner carrying the
+//     foregroundDeletion finalizer goes once no dependent remains), and Delete with the Orphan
+//     policy strips the owner reference from dependents.
 // Objects are JSON (cpprestsdk). Thread-safe; WaitForEvents blocks on real time with a bound.
 #pragma once
 
@@ -65,10 +69,15 @@ class ObjectStore {
   // NotFound, Aborted (resourceVersion conflict), InvalidArgument.
   absl::StatusOr<Json> Update(const std::string& resource, const std::string& ns, Json object,
                               bool status_subresource);
+  enum class Propagation { kBackground, kForeground, kOrphan };
   // Returns the object as deleted, or as marked for deletion when it has finalizers.
   // NotFound; FailedPrecondition when `uid_precondition` is set and differs.
   absl::StatusOr<Json> Delete(const std::string& resource, const std::string& ns,
-                              const std::string& name, const std::string& uid_precondition = "");
+                              const std::string& name, const std::string& uid_precondition = "",
+                              Propagation propagation = Propagation::kBackground);
+  // One garbage-collection pass (the local cluster runs it periodically); returns how many
+  // objects it deleted or finished deleting.
+  int CollectGarbage();
 
   // Events for `resource` (and `ns`, "" = all) with resourceVersion > since. OutOfRange when
   // `since` is older than the retained history (the client must relist).
@@ -85,6 +94,8 @@ class ObjectStore {
   uint64_t NextVersionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordLocked(const std::string& type, const std::string& resource, const std::string& ns,
                     const Json& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes (or marks, with finalizers) the object at `it`; returns the resulting object.
+  Json DeleteLocked(std::map<Key, Json>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   base::Clock& clock_;
   const size_t history_limit_;

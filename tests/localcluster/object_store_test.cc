@@ -146,3 +146,60 @@ TEST_F(ObjectStoreTest, Watch_HistoryFromAVersion_AndGoneWhenTooOld) {
 
 }  // namespace
 }  // namespace phalanx::localcluster
+
+namespace phalanx::localcluster {
+namespace {
+
+Json Owned(const std::string& name, const Json& owner) {
+  Json pod = Pod(name);
+  Json ref = Json::object();
+  ref["apiVersion"] = Json::string("phalanx.dev/v1alpha1");
+  ref["kind"] = Json::string("TrainingJob");
+  ref["name"] = owner.at("metadata").at("name");
+  ref["uid"] = owner.at("metadata").at("uid");
+  ref["controller"] = Json::boolean(true);
+  pod["metadata"]["ownerReferences"] = Json::array();
+  pod["metadata"]["ownerReferences"][0] = ref;
+  return pod;
+}
+
+TEST_F(ObjectStoreTest, GarbageCollection_Background_DeletesDependentsOfAGoneOwner) {
+  Json job = *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
+  store_.Create("pods", "ns", Owned("j-0", job)).IgnoreError();
+  store_.Create("pods", "ns", Owned("j-1", job)).IgnoreError();
+  store_.Create("pods", "ns", Pod("unowned")).IgnoreError();
+  EXPECT_EQ(store_.CollectGarbage(), 0);
+  ASSERT_THAT(store_.Delete("trainingjobs.phalanx.dev", "ns", "j"), IsOk());
+  EXPECT_EQ(store_.CollectGarbage(), 2);
+  EXPECT_THAT(store_.Get("pods", "ns", "j-0"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_.Get("pods", "ns", "unowned"), IsOk());
+}
+
+TEST_F(ObjectStoreTest, GarbageCollection_Foreground_OwnerGoesAfterItsDependents) {
+  Json job = *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
+  store_.Create("pods", "ns", Owned("j-0", job)).IgnoreError();
+  auto marked = store_.Delete("trainingjobs.phalanx.dev", "ns", "j", "",
+                              ObjectStore::Propagation::kForeground);
+  ASSERT_THAT(marked, IsOk());
+  EXPECT_TRUE(marked->at("metadata").has_field("deletionTimestamp"));
+  EXPECT_THAT(store_.Get("trainingjobs.phalanx.dev", "ns", "j"), IsOk()) << "waits for dependents";
+  EXPECT_GE(store_.CollectGarbage(), 2);
+  EXPECT_THAT(store_.Get("pods", "ns", "j-0"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_.Get("trainingjobs.phalanx.dev", "ns", "j"),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ObjectStoreTest, GarbageCollection_Orphan_KeepsDependentsWithoutTheReference) {
+  Json job = *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
+  store_.Create("pods", "ns", Owned("j-0", job)).IgnoreError();
+  ASSERT_THAT(store_.Delete("trainingjobs.phalanx.dev", "ns", "j", "",
+                            ObjectStore::Propagation::kOrphan),
+              IsOk());
+  EXPECT_EQ(store_.CollectGarbage(), 0);
+  auto pod = store_.Get("pods", "ns", "j-0");
+  ASSERT_THAT(pod, IsOk());
+  EXPECT_EQ(pod->at("metadata").at("ownerReferences").size(), 0u);
+}
+
+}  // namespace
+}  // namespace phalanx::localcluster
