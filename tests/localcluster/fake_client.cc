@@ -1,0 +1,149 @@
+#include "tests/localcluster/fake_client.h"
+
+#include <deque>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace phalanx::localcluster {
+namespace {
+
+std::string ResourceVersionOf(const Json& object) {
+  return object.at("metadata").at("resourceVersion").as_string();
+}
+
+// A watch over the store: polls its event history, bounded by the caller's wait.
+class FakeWatch final : public kube::WatchStream {
+ public:
+  FakeWatch(ObjectStore& store, std::string resource, std::string ns, uint64_t since,
+            kube::LabelSelector selector)
+      : store_(store), resource_(std::move(resource)), ns_(std::move(ns)), since_(since),
+        selector_(std::move(selector)) {}
+
+  absl::StatusOr<std::optional<kube::WatchEventData>> Next(absl::Duration max_wait) override {
+    const absl::Time deadline = absl::Now() + max_wait;
+    while (true) {
+      if (!buffered_.empty()) {
+        kube::WatchEventData event = std::move(buffered_.front());
+        buffered_.pop_front();
+        return std::optional<kube::WatchEventData>(std::move(event));
+      }
+      // Read the store's version first: a write after it wakes the wait below.
+      const uint64_t seen = store_.resource_version();
+      absl::StatusOr<std::vector<WatchEvent>> events = store_.EventsSince(resource_, ns_, since_);
+      if (!events.ok()) return events.status();
+      for (WatchEvent& e : *events) {
+        since_ = e.resource_version;
+        std::map<std::string, std::string> labels;
+        const Json& meta = e.object.at("metadata");
+        if (meta.has_field("labels") && meta.at("labels").is_object()) {
+          for (const auto& [k, v] : meta.at("labels").as_object()) {
+            if (v.is_string()) labels[k] = v.as_string();
+          }
+        }
+        if (!selector_.Matches(labels)) continue;
+        buffered_.push_back({e.type, e.object, ResourceVersionOf(e.object)});
+      }
+      if (!buffered_.empty()) continue;
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return std::optional<kube::WatchEventData>();
+      store_.WaitForChange(seen, left);
+    }
+  }
+
+ private:
+  ObjectStore& store_;
+  const std::string resource_;
+  const std::string ns_;
+  uint64_t since_;
+  const kube::LabelSelector selector_;
+  std::deque<kube::WatchEventData> buffered_;
+};
+
+ObjectStore::Propagation ToStore(kube::PropagationPolicy p) {
+  switch (p) {
+    case kube::PropagationPolicy::kForeground:
+      return ObjectStore::Propagation::kForeground;
+    case kube::PropagationPolicy::kOrphan:
+      return ObjectStore::Propagation::kOrphan;
+    default:
+      return ObjectStore::Propagation::kBackground;
+  }
+}
+
+}  // namespace
+
+void FakeClient::FailNext(int calls, absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  fail_calls_ = calls;
+  fail_status_ = std::move(status);
+}
+
+absl::Status FakeClient::Injected() {
+  absl::MutexLock lock(&mu_);
+  if (fail_calls_ <= 0) return absl::OkStatus();
+  --fail_calls_;
+  return fail_status_;
+}
+
+absl::StatusOr<Json> FakeClient::Get(const kube::Resource& r, const std::string& ns,
+                                     const std::string& name) {
+  if (absl::Status s = Injected(); !s.ok()) return s;
+  return store_.Get(r.Qualified(), r.namespaced ? ns : "", name);
+}
+
+absl::StatusOr<kube::ObjectList> FakeClient::List(const kube::Resource& r, const std::string& ns,
+                                                  const kube::ListOptions& options) {
+  if (absl::Status s = Injected(); !s.ok()) return s;
+  absl::StatusOr<kube::LabelSelector> selector = kube::LabelSelector::Parse(options.label_selector);
+  if (!selector.ok()) return selector.status();
+  absl::StatusOr<ListResult> list = store_.List(r.Qualified(), r.namespaced ? ns : "", *selector,
+                                                options.limit, options.continue_token);
+  if (!list.ok()) return list.status();
+  return kube::ObjectList{std::move(list->items), absl::StrCat(list->resource_version),
+                          list->continue_token};
+}
+
+absl::StatusOr<Json> FakeClient::Create(const kube::Resource& r, const std::string& ns,
+                                        const Json& object) {
+  if (absl::Status s = Injected(); !s.ok()) return s;
+  return store_.Create(r.Qualified(), r.namespaced ? ns : "", object);
+}
+
+absl::StatusOr<Json> FakeClient::Update(const kube::Resource& r, const std::string& ns,
+                                        const Json& object) {
+  if (absl::Status s = Injected(); !s.ok()) return s;
+  return store_.Update(r.Qualified(), r.namespaced ? ns : "", object, false);
+}
+
+absl::StatusOr<Json> FakeClient::UpdateStatus(const kube::Resource& r, const std::string& ns,
+                                              const Json& object) {
+  if (absl::Status s = Injected(); !s.ok()) return s;
+  return store_.Update(r.Qualified(), r.namespaced ? ns : "", object, true);
+}
+
+absl::Status FakeClient::Delete(const kube::Resource& r, const std::string& ns,
+                                const std::string& name, const kube::DeleteOptions& options) {
+  if (absl::Status s = Injected(); !s.ok()) return s;
+  return store_
+      .Delete(r.Qualified(), r.namespaced ? ns : "", name, options.uid_precondition,
+              ToStore(options.propagation))
+      .status();
+}
+
+absl::StatusOr<std::unique_ptr<kube::WatchStream>> FakeClient::Watch(
+    const kube::Resource& r, const std::string& ns, const std::string& resource_version,
+    const std::string& label_selector) {
+  if (absl::Status s = Injected(); !s.ok()) return s;
+  absl::StatusOr<kube::LabelSelector> selector = kube::LabelSelector::Parse(label_selector);
+  if (!selector.ok()) return selector.status();
+  uint64_t since = store_.resource_version();
+  if (!resource_version.empty() && !absl::SimpleAtoi(resource_version, &since)) {
+    return absl::InvalidArgumentError("resourceVersion must be a number");
+  }
+  return std::unique_ptr<kube::WatchStream>(std::make_unique<FakeWatch>(
+      store_, r.Qualified(), r.namespaced ? ns : "", since, *std::move(selector)));
+}
+
+}  // namespace phalanx::localcluster

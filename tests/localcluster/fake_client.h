@@ -1,0 +1,47 @@
+// FakeClient: kube::Client served from an in-memory ObjectStore, for component tests of
+// controllers (CONVENTIONS.md: "Component tests with fakes ... in-memory API server").
+// Fault injection: FailNext(n, status) makes the next n calls fail with `status` (e.g. a 500
+// → Unavailable, a 409 → Aborted). Thread-safe.
+#pragma once
+
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+#include "common/kube/client.h"
+#include "tests/localcluster/object_store.h"
+
+namespace phalanx::localcluster {
+
+class FakeClient final : public kube::Client {
+ public:
+  explicit FakeClient(ObjectStore& store) : store_(store) {}
+
+  void FailNext(int calls, absl::Status status);
+
+  absl::StatusOr<Json> Get(const kube::Resource& r, const std::string& ns,
+                           const std::string& name) override;
+  absl::StatusOr<kube::ObjectList> List(const kube::Resource& r, const std::string& ns,
+                                        const kube::ListOptions& options) override;
+  absl::StatusOr<Json> Create(const kube::Resource& r, const std::string& ns,
+                              const Json& object) override;
+  absl::StatusOr<Json> Update(const kube::Resource& r, const std::string& ns,
+                              const Json& object) override;
+  absl::StatusOr<Json> UpdateStatus(const kube::Resource& r, const std::string& ns,
+                                    const Json& object) override;
+  absl::Status Delete(const kube::Resource& r, const std::string& ns, const std::string& name,
+                      const kube::DeleteOptions& options) override;
+  absl::StatusOr<std::unique_ptr<kube::WatchStream>> Watch(
+      const kube::Resource& r, const std::string& ns, const std::string& resource_version,
+      const std::string& label_selector) override;
+
+ private:
+  // The injected failure for this call, if any.
+  absl::Status Injected();
+
+  ObjectStore& store_;
+  absl::Mutex mu_;
+  int fail_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status fail_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace phalanx::localcluster
