@@ -35,14 +35,7 @@ class FakeWatch final : public kube::WatchStream {
       if (!events.ok()) return events.status();
       for (WatchEvent& e : *events) {
         since_ = e.resource_version;
-        std::map<std::string, std::string> labels;
-        const Json& meta = e.object.at("metadata");
-        if (meta.has_field("labels") && meta.at("labels").is_object()) {
-          for (const auto& [k, v] : meta.at("labels").as_object()) {
-            if (v.is_string()) labels[k] = v.as_string();
-          }
-        }
-        if (!selector_.Matches(labels)) continue;
+        if (!selector_.Matches(LabelsOf(e.object))) continue;
         buffered_.push_back({e.type, e.object, ResourceVersionOf(e.object)});
       }
       if (!buffered_.empty()) continue;

@@ -23,16 +23,6 @@ bool HasFinalizers(const Json& object) {
          meta.at("finalizers").size() > 0;
 }
 
-std::map<std::string, std::string> Labels(const Json& object) {
-  std::map<std::string, std::string> labels;
-  const Json& meta = object.at("metadata");
-  if (!meta.has_field("labels") || !meta.at("labels").is_object()) return labels;
-  for (const auto& [key, value] : meta.at("labels").as_object()) {
-    if (value.is_string()) labels[key] = value.as_string();
-  }
-  return labels;
-}
-
 Json FieldOrNull(const Json& object, const char* field) {
   return object.has_field(field) ? object.at(field) : Json::null();
 }
@@ -62,6 +52,19 @@ bool HasFinalizer(const Json& object, const std::string& finalizer) {
 std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
 
 }  // namespace
+
+std::map<std::string, std::string> LabelsOf(const Json& object) {
+  std::map<std::string, std::string> labels;
+  if (!object.is_object() || !object.has_field("metadata")) return labels;
+  const Json& meta = object.at("metadata");
+  if (!meta.is_object() || !meta.has_field("labels") || !meta.at("labels").is_object()) {
+    return labels;
+  }
+  for (const auto& [key, value] : meta.at("labels").as_object()) {
+    if (value.is_string()) labels[key] = value.as_string();
+  }
+  return labels;
+}
 
 ObjectStore::ObjectStore(base::Clock& clock, size_t history_limit)
     : clock_(clock), history_limit_(history_limit) {}
@@ -132,7 +135,7 @@ absl::StatusOr<ListResult> ObjectStore::List(const std::string& resource, const 
   for (auto it = objects_.lower_bound(Key{resource, start_ns, start_name});
        it != objects_.end() && std::get<0>(it->first) == resource; ++it) {
     if (!ns.empty() && std::get<1>(it->first) != ns) break;
-    if (!selector.Matches(Labels(it->second))) continue;
+    if (!selector.Matches(LabelsOf(it->second))) continue;
     if (limit > 0 && static_cast<int64_t>(result.items.size()) == limit) {
       const Json& last = result.items.back();
       result.continue_token = MetaString(last, "namespace") + "/" + MetaString(last, "name");

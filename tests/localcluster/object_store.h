@@ -35,6 +35,9 @@ namespace phalanx::localcluster {
 
 using Json = web::json::value;
 
+// metadata.labels of an object (empty when absent or malformed).
+std::map<std::string, std::string> LabelsOf(const Json& object);
+
 struct WatchEvent {
   std::string type;  // ADDED, MODIFIED, DELETED
   std::string resource;
