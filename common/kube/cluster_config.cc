@@ -2,29 +2,23 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/base/env_and_files.h"
 
 namespace phalanx::kube {
 namespace {
-
-using Getenv = std::function<std::optional<std::string>(const std::string&)>;
 
 absl::Status Bad(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("kubeconfig: ", what));
 }
 
+// The file's contents; NotFound naming the field that referenced it.
 absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string& field) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", field, " file ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  absl::StatusOr<std::string> text = base::ReadFileToString(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat(field, ": ", text.status().message()));
+  return text;
 }
 
 std::string Resolve(const std::string& path, const std::string& base_dir) {
@@ -168,13 +162,9 @@ absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std:
                          context);
 }
 
-absl::StatusOr<ClusterConfig> InClusterConfig(const Getenv& getenv_in,
+absl::StatusOr<ClusterConfig> InClusterConfig(const base::GetenvFn& getenv_in,
                                               const std::string& account_dir) {
-  Getenv getenv = getenv_in ? getenv_in : [](const std::string& name) -> std::optional<std::string> {
-    const char* value = std::getenv(name.c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  };
+  const base::GetenvFn getenv = getenv_in ? getenv_in : base::ProcessGetenv;
   std::optional<std::string> host = getenv("KUBERNETES_SERVICE_HOST");
   std::optional<std::string> port = getenv("KUBERNETES_SERVICE_PORT");
   if (!host || host->empty() || !port || port->empty()) {

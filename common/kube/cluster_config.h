@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/base/env_and_files.h"
 
 namespace phalanx::kube {
 
@@ -36,7 +37,7 @@ absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path,
 // In-cluster: KUBERNETES_SERVICE_HOST/PORT from `getenv` and the service account files under
 // `account_dir` (token, ca.crt, namespace). FailedPrecondition when not running in a pod.
 absl::StatusOr<ClusterConfig> InClusterConfig(
-    const std::function<std::optional<std::string>(const std::string&)>& getenv = nullptr,
+    const base::GetenvFn& getenv = nullptr,
     const std::string& account_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
 
 }  // namespace phalanx::kube

@@ -1,19 +1,15 @@
 #include "runtime/client/client_config.h"
 
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/base/env_and_files.h"
 
 namespace phalanx::client {
 namespace {
 
-using Getenv = std::function<std::optional<std::string>(const std::string&)>;
 
-absl::StatusOr<std::string> Required(const Getenv& getenv, const std::string& name) {
+absl::StatusOr<std::string> Required(const base::GetenvFn& getenv, const std::string& name) {
   std::optional<std::string> value = getenv(name);
   if (!value.has_value() || value->empty()) {
     return absl::InvalidArgumentError(absl::StrCat(name, " is not set"));
@@ -33,12 +29,8 @@ absl::StatusOr<Int> ParseInt(const std::string& name, const std::string& text) {
 
 }  // namespace
 
-absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const Getenv& getenv_in) {
-  Getenv getenv = getenv_in ? getenv_in : [](const std::string& name) -> std::optional<std::string> {
-    const char* value = std::getenv(name.c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  };
+absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const base::GetenvFn& getenv_in) {
+  const base::GetenvFn getenv = getenv_in ? getenv_in : base::ProcessGetenv;
   ClientConfig config;
   absl::StatusOr<std::string> value = Required(getenv, "PHALANX_COORDINATOR");
   if (!value.ok()) return value.status();
@@ -79,11 +71,12 @@ absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const Getenv& getenv_in) {
     // Stripped like the coordinator strips its token file, so a trailing newline is harmless.
     config.token = std::string(absl::StripAsciiWhitespace(*token));
   } else if (std::optional<std::string> file = getenv("PHALANX_TOKEN_FILE"); file && !file->empty()) {
-    std::ifstream in(*file);
-    if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read PHALANX_TOKEN_FILE ", *file));
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    config.token = std::string(absl::StripAsciiWhitespace(buffer.str()));
+    absl::StatusOr<std::string> text = base::ReadFileToString(*file);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PHALANX_TOKEN_FILE: ", text.status().message()));
+    }
+    config.token = std::string(absl::StripAsciiWhitespace(*text));
   }
   if (config.token.empty()) {
     return absl::InvalidArgumentError("neither PHALANX_TOKEN nor PHALANX_TOKEN_FILE gives a token");

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/base/env_and_files.h"
 
 namespace phalanx::client {
 
@@ -33,8 +34,7 @@ struct ClientConfig {
 
   // Reads the variables above through `getenv` (default: the process environment).
   // InvalidArgument naming the variable that is missing or malformed.
-  static absl::StatusOr<ClientConfig> FromEnv(
-      const std::function<std::optional<std::string>(const std::string&)>& getenv = nullptr);
+  static absl::StatusOr<ClientConfig> FromEnv(const base::GetenvFn& getenv = nullptr);
 };
 
 }  // namespace phalanx::client

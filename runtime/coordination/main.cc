@@ -3,15 +3,14 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/base/env_and_files.h"
 #include "common/base/log.h"
 #include "common/base/process_init.h"
 #include "common/base/periodic_runner.h"
@@ -52,13 +51,13 @@ absl::StatusOr<std::string> ReadToken() {
   const std::string path = absl::GetFlag(FLAGS_token_file);
   std::string token;
   if (!path.empty()) {
-    std::ifstream in(path);
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot read --token_file ", path));
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    token = buffer.str();
-  } else if (const char* env = std::getenv("PHALANX_TOKEN"); env != nullptr) {
-    token = env;
+    absl::StatusOr<std::string> text = phalanx::base::ReadFileToString(path);
+    if (!text.ok()) {
+      return absl::NotFoundError(absl::StrCat("--token_file: ", text.status().message()));
+    }
+    token = *text;
+  } else if (std::optional<std::string> env = phalanx::base::ProcessGetenv("PHALANX_TOKEN")) {
+    token = *env;
   }
   token = std::string(absl::StripAsciiWhitespace(token));
   if (token.empty()) {

@@ -49,6 +49,10 @@ bool HasFinalizer(const Json& object, const std::string& finalizer) {
   return false;
 }
 
+absl::Status NotFound(const std::string& resource, const std::string& name) {
+  return absl::NotFoundError(absl::StrCat(resource, " \"", name, "\" not found"));
+}
+
 std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
 
 }  // namespace
@@ -112,9 +116,7 @@ absl::StatusOr<Json> ObjectStore::Get(const std::string& resource, const std::st
                                       const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = objects_.find(Key{resource, ns, name});
-  if (it == objects_.end()) {
-    return absl::NotFoundError(absl::StrCat(resource, " \"", name, "\" not found"));
-  }
+  if (it == objects_.end()) return NotFound(resource, name);
   return it->second;
 }
 
@@ -153,9 +155,7 @@ absl::StatusOr<Json> ObjectStore::Update(const std::string& resource, const std:
   if (name.empty()) return absl::InvalidArgumentError("metadata.name: Required value");
   absl::MutexLock lock(&mu_);
   auto it = objects_.find(Key{resource, ns, name});
-  if (it == objects_.end()) {
-    return absl::NotFoundError(absl::StrCat(resource, " \"", name, "\" not found"));
-  }
+  if (it == objects_.end()) return NotFound(resource, name);
   Json& stored = it->second;
   const std::string want_version = MetaString(object, "resourceVersion");
   if (!want_version.empty() && want_version != MetaString(stored, "resourceVersion")) {
@@ -210,9 +210,7 @@ absl::StatusOr<Json> ObjectStore::Delete(const std::string& resource, const std:
                                          Propagation propagation) {
   absl::MutexLock lock(&mu_);
   auto it = objects_.find(Key{resource, ns, name});
-  if (it == objects_.end()) {
-    return absl::NotFoundError(absl::StrCat(resource, " \"", name, "\" not found"));
-  }
+  if (it == objects_.end()) return NotFound(resource, name);
   Json& stored = it->second;
   const std::string uid = MetaString(stored, "uid");
   if (!uid_precondition.empty() && uid_precondition != uid) {
