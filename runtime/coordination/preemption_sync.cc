@@ -7,8 +7,7 @@
 
 namespace phalanx::coord {
 
-std::pair<PreemptionRound, bool> PreemptionSync::Notify(const PreemptionNotice& notice,
-                                                        absl::Time now) {
+std::pair<PreemptionRound, bool> PreemptionSync::Notify(const PreemptionNotice& notice) {
   // A notice joins a round still collecting steps; once a round agreed on its step, a new
   // notice (another node, a later event) needs a checkpoint of its own: a new round.
   if (round_.has_value() && !round_->sync_step.has_value()) {

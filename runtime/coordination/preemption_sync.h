@@ -33,7 +33,7 @@ class PreemptionSync {
   explicit PreemptionSync(int num_tasks) : num_tasks_(num_tasks) {}
 
   // Opens a round (returns it, false) or joins the open one (returns it, true).
-  std::pair<PreemptionRound, bool> Notify(const PreemptionNotice& notice, absl::Time now);
+  std::pair<PreemptionRound, bool> Notify(const PreemptionNotice& notice);
   // The open round, if any.
   std::optional<PreemptionRound> Active() const;
 

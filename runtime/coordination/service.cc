@@ -300,7 +300,7 @@ absl::StatusOr<std::pair<PreemptionRound, bool>> CoordinationService::NotifyPree
     // A round must end some time, or every later notice would only join it.
     notice.deadline = clock_.Now() + kDefaultPreemptionWindow;
   }
-  auto result = sync_.Notify(notice, clock_.Now());
+  auto result = sync_.Notify(notice);
   if (!result.second) metrics_.PreemptionRoundOpened();
   BroadcastLocked(result.first, out);
   return result;
