@@ -1,5 +1,5 @@
 // kube::Client: the seam between Phalanx's controllers and a Kubernetes API server. The real
-// implementation speaks REST (cpprestsdk, to come with issue 3); FakeClient
+// implementation speaks REST (rest_client.h); FakeClient
 // (tests/localcluster/fake_client.h) serves the same calls from an in-memory ObjectStore so
 // operator and agent logic can be tested without a server. Objects are JSON. Implementations
 // are thread-safe. Errors follow the table in api_status.h (NotFound, AlreadyExists, Aborted
@@ -35,8 +35,31 @@ struct Resource {
 
 struct ListOptions {
   std::string label_selector;
+  std::string field_selector;  // "spec.nodeName=n1,status.phase!=Failed"
   int64_t limit = 0;
   std::string continue_token;
+};
+
+// How a watch is opened (CONVENTIONS.md "Watches"): from `resource_version` ("" = from now),
+// bookmarks on, and a server-side timeout shorter than the client's own read timeout so a
+// silently dead connection is noticed.
+struct WatchOptions {
+  std::string resource_version;
+  std::string label_selector;
+  std::string field_selector;
+  bool allow_bookmarks = true;
+  absl::Duration server_timeout = absl::Minutes(5);
+};
+
+enum class PatchType {
+  kMerge,  // application/merge-patch+json (RFC 7386)
+  kApply,  // server-side apply: the patch is the caller's whole intent for its field manager
+};
+
+struct PatchOptions {
+  std::string field_manager = "phalanx";
+  bool force = false;         // apply: take ownership of conflicting fields
+  bool status = false;        // patch the /status subresource
 };
 
 struct ObjectList {
@@ -50,6 +73,8 @@ enum class PropagationPolicy { kBackground, kForeground, kOrphan };
 struct DeleteOptions {
   PropagationPolicy propagation = PropagationPolicy::kBackground;
   std::string uid_precondition;
+  std::string resource_version_precondition;
+  std::optional<int64_t> grace_period_seconds;  // unset: the object's own default
 };
 
 // One open watch. Next waits up to `max_wait` for an event: nullopt when none came; an error
@@ -76,13 +101,16 @@ class Client {
   // The /status subresource.
   virtual absl::StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns,
                                             const Json& object) = 0;
+  // Merge patch or server-side apply of `patch` onto the named object (apply creates it).
+  virtual absl::StatusOr<Json> Patch(const Resource& r, const std::string& ns,
+                                     const std::string& name, PatchType type, const Json& patch,
+                                     const PatchOptions& options) = 0;
   virtual absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
                               const DeleteOptions& options) = 0;
-  // Events after `resource_version` ("" = from now).
+  // Events after options.resource_version; ns "" watches every namespace.
   virtual absl::StatusOr<std::unique_ptr<WatchStream>> Watch(const Resource& r,
                                                              const std::string& ns,
-                                                             const std::string& resource_version,
-                                                             const std::string& label_selector) = 0;
+                                                             const WatchOptions& options) = 0;
 };
 
 }  // namespace phalanx::kube

@@ -5,6 +5,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/kube/merge_patch.h"
+#include "common/kube/object_meta.h"
 
 namespace phalanx::localcluster {
 namespace {
@@ -17,9 +19,9 @@ std::string ResourceVersionOf(const Json& object) {
 class FakeWatch final : public kube::WatchStream {
  public:
   FakeWatch(ObjectStore& store, std::string resource, std::string ns, uint64_t since,
-            kube::LabelSelector selector)
+            kube::ObjectFilter filter)
       : store_(store), resource_(std::move(resource)), ns_(std::move(ns)), since_(since),
-        selector_(std::move(selector)) {}
+        filter_(std::move(filter)) {}
 
   absl::StatusOr<std::optional<kube::WatchEventData>> Next(absl::Duration max_wait) override {
     const absl::Time deadline = absl::Now() + max_wait;
@@ -35,7 +37,7 @@ class FakeWatch final : public kube::WatchStream {
       if (!events.ok()) return events.status();
       for (WatchEvent& e : *events) {
         since_ = e.resource_version;
-        if (!selector_.Matches(LabelsOf(e.object))) continue;
+        if (!filter_.Matches(e.object)) continue;
         buffered_.push_back({e.type, e.object, ResourceVersionOf(e.object)});
       }
       if (!buffered_.empty()) continue;
@@ -50,7 +52,7 @@ class FakeWatch final : public kube::WatchStream {
   const std::string resource_;
   const std::string ns_;
   uint64_t since_;
-  const kube::LabelSelector selector_;
+  const kube::ObjectFilter filter_;
   std::deque<kube::WatchEventData> buffered_;
 };
 
@@ -89,9 +91,10 @@ absl::StatusOr<Json> FakeClient::Get(const kube::Resource& r, const std::string&
 absl::StatusOr<kube::ObjectList> FakeClient::List(const kube::Resource& r, const std::string& ns,
                                                   const kube::ListOptions& options) {
   if (absl::Status s = Injected(); !s.ok()) return s;
-  absl::StatusOr<kube::LabelSelector> selector = kube::LabelSelector::Parse(options.label_selector);
-  if (!selector.ok()) return selector.status();
-  absl::StatusOr<ListResult> list = store_.List(r.Qualified(), r.namespaced ? ns : "", *selector,
+  absl::StatusOr<kube::ObjectFilter> filter =
+      kube::ObjectFilter::Parse(options.label_selector, options.field_selector);
+  if (!filter.ok()) return filter.status();
+  absl::StatusOr<ListResult> list = store_.List(r.Qualified(), r.namespaced ? ns : "", *filter,
                                                 options.limit, options.continue_token);
   if (!list.ok()) return list.status();
   return kube::ObjectList{std::move(list->items), absl::StrCat(list->resource_version),
@@ -119,24 +122,48 @@ absl::StatusOr<Json> FakeClient::UpdateStatus(const kube::Resource& r, const std
 absl::Status FakeClient::Delete(const kube::Resource& r, const std::string& ns,
                                 const std::string& name, const kube::DeleteOptions& options) {
   if (absl::Status s = Injected(); !s.ok()) return s;
+  if (!options.resource_version_precondition.empty()) {
+    absl::StatusOr<Json> current = store_.Get(r.Qualified(), r.namespaced ? ns : "", name);
+    if (!current.ok()) return current.status();
+    if (kube::MetaString(*current, "resourceVersion") != options.resource_version_precondition) {
+      return absl::AbortedError("resourceVersion precondition failed");
+    }
+  }
   return store_
       .Delete(r.Qualified(), r.namespaced ? ns : "", name, options.uid_precondition,
               ToStore(options.propagation))
       .status();
 }
 
-absl::StatusOr<std::unique_ptr<kube::WatchStream>> FakeClient::Watch(
-    const kube::Resource& r, const std::string& ns, const std::string& resource_version,
-    const std::string& label_selector) {
+absl::StatusOr<Json> FakeClient::Patch(const kube::Resource& r, const std::string& ns,
+                                       const std::string& name, kube::PatchType type,
+                                       const Json& patch, const kube::PatchOptions& options) {
   if (absl::Status s = Injected(); !s.ok()) return s;
-  absl::StatusOr<kube::LabelSelector> selector = kube::LabelSelector::Parse(label_selector);
-  if (!selector.ok()) return selector.status();
+  const std::string store_ns = r.namespaced ? ns : "";
+  absl::StatusOr<Json> current = store_.Get(r.Qualified(), store_ns, name);
+  if (!current.ok() && absl::IsNotFound(current.status()) && type == kube::PatchType::kApply) {
+    Json object = patch;
+    object["metadata"]["name"] = Json::string(name);
+    return store_.Create(r.Qualified(), store_ns, object);
+  }
+  if (!current.ok()) return current.status();
+  // Server-side apply is approximated by a merge of the caller's intent (no field ownership).
+  return store_.Update(r.Qualified(), store_ns, kube::MergePatch(*current, patch), options.status);
+}
+
+absl::StatusOr<std::unique_ptr<kube::WatchStream>> FakeClient::Watch(
+    const kube::Resource& r, const std::string& ns, const kube::WatchOptions& options) {
+  if (absl::Status s = Injected(); !s.ok()) return s;
+  absl::StatusOr<kube::ObjectFilter> filter =
+      kube::ObjectFilter::Parse(options.label_selector, options.field_selector);
+  if (!filter.ok()) return filter.status();
   uint64_t since = store_.resource_version();
+  const std::string& resource_version = options.resource_version;
   if (!resource_version.empty() && !absl::SimpleAtoi(resource_version, &since)) {
     return absl::InvalidArgumentError("resourceVersion must be a number");
   }
   return std::unique_ptr<kube::WatchStream>(std::make_unique<FakeWatch>(
-      store_, r.Qualified(), r.namespaced ? ns : "", since, *std::move(selector)));
+      store_, r.Qualified(), r.namespaced ? ns : "", since, *std::move(filter)));
 }
 
 }  // namespace phalanx::localcluster

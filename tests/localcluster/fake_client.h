@@ -28,11 +28,13 @@ class FakeClient final : public kube::Client {
                               const Json& object) override;
   absl::StatusOr<Json> UpdateStatus(const kube::Resource& r, const std::string& ns,
                                     const Json& object) override;
+  absl::StatusOr<Json> Patch(const kube::Resource& r, const std::string& ns,
+                             const std::string& name, kube::PatchType type, const Json& patch,
+                             const kube::PatchOptions& options) override;
   absl::Status Delete(const kube::Resource& r, const std::string& ns, const std::string& name,
                       const kube::DeleteOptions& options) override;
   absl::StatusOr<std::unique_ptr<kube::WatchStream>> Watch(
-      const kube::Resource& r, const std::string& ns, const std::string& resource_version,
-      const std::string& label_selector) override;
+      const kube::Resource& r, const std::string& ns, const kube::WatchOptions& options) override;
 
  private:
   // The injected failure for this call, if any.

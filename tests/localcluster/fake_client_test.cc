@@ -29,7 +29,7 @@ TEST_F(FakeClientTest, CrudThroughTheClientInterface) {
   ASSERT_THAT(client_.Create(kPods, "ns", Pod("a", "j1")), IsOk());
   auto got = client_.Get(kPods, "ns", "a");
   ASSERT_THAT(got, IsOk());
-  auto list = client_.List(kPods, "ns", {"job=j1", 0, ""});
+  auto list = client_.List(kPods, "ns", {.label_selector = "job=j1"});
   ASSERT_THAT(list, IsOk());
   EXPECT_EQ(list->items.size(), 1u);
   EXPECT_FALSE(list->resource_version.empty());
@@ -40,7 +40,7 @@ TEST_F(FakeClientTest, CrudThroughTheClientInterface) {
       << "stale resourceVersion after the status write";
   EXPECT_THAT(client_.Delete(kPods, "ns", "a", {}), IsOk());
   EXPECT_THAT(client_.Get(kPods, "ns", "a"), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(client_.List(kPods, "ns", {"job in (", 0, ""}),
+  EXPECT_THAT(client_.List(kPods, "ns", {.label_selector = "job in ("}),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
@@ -54,7 +54,7 @@ TEST_F(FakeClientTest, InjectedFailures_HitTheNextCallsOnly) {
 TEST_F(FakeClientTest, Watch_DeliversMatchingEventsFromAVersion) {
   auto list = client_.List(kPods, "ns", {});
   ASSERT_THAT(list, IsOk());
-  auto watch = client_.Watch(kPods, "ns", list->resource_version, "job=j1");
+  auto watch = client_.Watch(kPods, "ns", {.resource_version = list->resource_version, .label_selector = "job=j1"});
   ASSERT_THAT(watch, IsOk());
   std::thread writer([&] {
     client_.Create(kPods, "ns", Pod("other", "j2")).IgnoreError();
@@ -75,7 +75,7 @@ TEST_F(FakeClientTest, Watch_FromAnExpiredVersion_IsOutOfRange) {
   ObjectStore small(base::RealClock::Get(), 2);
   FakeClient client(small);
   for (const char* name : {"a", "b", "c", "d"}) client.Create(kPods, "ns", Pod(name, "j")).IgnoreError();
-  auto watch = client.Watch(kPods, "ns", "1", "");
+  auto watch = client.Watch(kPods, "ns", {.resource_version = "1"});
   ASSERT_THAT(watch, IsOk());
   EXPECT_THAT((*watch)->Next(absl::Seconds(1)), StatusIs(absl::StatusCode::kOutOfRange));
 }

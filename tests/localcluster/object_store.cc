@@ -6,16 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/kube/object_meta.h"
 
 namespace phalanx::localcluster {
 namespace {
 
-std::string MetaString(const Json& object, const char* field) {
-  if (!object.is_object() || !object.has_field("metadata")) return "";
-  const Json& meta = object.at("metadata");
-  if (!meta.is_object() || !meta.has_field(field) || !meta.at(field).is_string()) return "";
-  return meta.at(field).as_string();
-}
+using kube::MetaString;
 
 bool HasFinalizers(const Json& object) {
   const Json& meta = object.at("metadata");
@@ -53,22 +49,8 @@ absl::Status NotFound(const std::string& resource, const std::string& name) {
   return absl::NotFoundError(absl::StrCat(resource, " \"", name, "\" not found"));
 }
 
-std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
 
 }  // namespace
-
-std::map<std::string, std::string> LabelsOf(const Json& object) {
-  std::map<std::string, std::string> labels;
-  if (!object.is_object() || !object.has_field("metadata")) return labels;
-  const Json& meta = object.at("metadata");
-  if (!meta.is_object() || !meta.has_field("labels") || !meta.at("labels").is_object()) {
-    return labels;
-  }
-  for (const auto& [key, value] : meta.at("labels").as_object()) {
-    if (value.is_string()) labels[key] = value.as_string();
-  }
-  return labels;
-}
 
 ObjectStore::ObjectStore(base::Clock& clock, size_t history_limit)
     : clock_(clock), history_limit_(history_limit) {}
@@ -103,7 +85,7 @@ absl::StatusOr<Json> ObjectStore::Create(const std::string& resource, const std:
   if (!ns.empty()) meta["namespace"] = Json::string(ns);
   meta["uid"] = Json::string(absl::StrFormat("00000000-0000-4000-8000-%012d", next_uid_++));
   meta["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
-  meta["creationTimestamp"] = Json::string(Rfc3339(clock_.Now()));
+  meta["creationTimestamp"] = Json::string(kube::FormatKubeTime(clock_.Now()));
   meta["generation"] = Json::number(1);
   if (meta.has_field("deletionTimestamp")) meta.erase("deletionTimestamp");
   if (status_resources_.contains(resource) && object.has_field("status")) object.erase("status");
@@ -121,7 +103,7 @@ absl::StatusOr<Json> ObjectStore::Get(const std::string& resource, const std::st
 }
 
 absl::StatusOr<ListResult> ObjectStore::List(const std::string& resource, const std::string& ns,
-                                             const kube::LabelSelector& selector, int64_t limit,
+                                             const kube::ObjectFilter& filter, int64_t limit,
                                              const std::string& continue_token) const {
   std::string start_ns = ns;
   std::string start_name;
@@ -137,7 +119,7 @@ absl::StatusOr<ListResult> ObjectStore::List(const std::string& resource, const 
   for (auto it = objects_.lower_bound(Key{resource, start_ns, start_name});
        it != objects_.end() && std::get<0>(it->first) == resource; ++it) {
     if (!ns.empty() && std::get<1>(it->first) != ns) break;
-    if (!selector.Matches(LabelsOf(it->second))) continue;
+    if (!filter.Matches(it->second)) continue;
     if (limit > 0 && static_cast<int64_t>(result.items.size()) == limit) {
       const Json& last = result.items.back();
       result.continue_token = MetaString(last, "namespace") + "/" + MetaString(last, "name");
@@ -247,7 +229,7 @@ Json ObjectStore::DeleteLocked(std::map<Key, Json>::iterator it) {
   const std::string& ns = std::get<1>(it->first);
   if (HasFinalizers(stored)) {
     if (!stored.at("metadata").has_field("deletionTimestamp")) {
-      stored["metadata"]["deletionTimestamp"] = Json::string(Rfc3339(clock_.Now()));
+      stored["metadata"]["deletionTimestamp"] = Json::string(kube::FormatKubeTime(clock_.Now()));
       stored["metadata"]["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
       RecordLocked("MODIFIED", resource, ns, stored);
     }

@@ -29,14 +29,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
-#include "common/kube/label_selector.h"
+#include "common/kube/object_filter.h"
 
 namespace phalanx::localcluster {
 
 using Json = web::json::value;
-
-// metadata.labels of an object (empty when absent or malformed).
-std::map<std::string, std::string> LabelsOf(const Json& object);
 
 struct WatchEvent {
   std::string type;  // ADDED, MODIFIED, DELETED
@@ -67,7 +64,7 @@ class ObjectStore {
                            const std::string& name) const;
   // ns "" lists every namespace. `limit` 0: no paging. InvalidArgument for a bad token.
   absl::StatusOr<ListResult> List(const std::string& resource, const std::string& ns,
-                                  const kube::LabelSelector& selector, int64_t limit,
+                                  const kube::ObjectFilter& filter, int64_t limit,
                                   const std::string& continue_token) const;
   // NotFound, Aborted (resourceVersion conflict), InvalidArgument.
   absl::StatusOr<Json> Update(const std::string& resource, const std::string& ns, Json object,

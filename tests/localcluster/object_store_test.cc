@@ -109,7 +109,7 @@ TEST_F(ObjectStoreTest, List_FiltersByNamespaceAndLabels_AndPages) {
   }
   store_.Create("pods", "ns", Pod("e", R"({"job":"j2"})")).IgnoreError();
   store_.Create("pods", "elsewhere", Pod("f", R"({"job":"j1"})")).IgnoreError();
-  const auto j1 = *kube::LabelSelector::Parse("job=j1");
+  const auto j1 = *kube::ObjectFilter::Parse("job=j1", "");
   auto all = store_.List("pods", "", j1, 0, "");
   ASSERT_THAT(all, IsOk());
   EXPECT_EQ(all->items.size(), 5u);
