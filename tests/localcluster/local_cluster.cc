@@ -1,0 +1,193 @@
+#include "tests/localcluster/local_cluster.h"
+
+#include <openssl/rand.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/log.h"
+#include "common/kube/object_meta.h"
+
+namespace phalanx::localcluster {
+namespace {
+
+// Forwards the admin endpoint's pod and node faults to the kubelet.
+class KubeletFaults final : public FaultTarget {
+ public:
+  explicit KubeletFaults(Kubelet& kubelet) : kubelet_(kubelet) {}
+  absl::Status KillPod(const std::string& ns, const std::string& name, int signal) override {
+    return kubelet_.KillPod(ns, name, signal);
+  }
+  absl::Status StopPod(const std::string& ns, const std::string& name) override {
+    return kubelet_.StopPod(ns, name);
+  }
+  absl::Status ContinuePod(const std::string& ns, const std::string& name) override {
+    return kubelet_.ContinuePod(ns, name);
+  }
+  absl::Status FailPod(const std::string& ns, const std::string& name, int exit_code) override {
+    return kubelet_.FailPod(ns, name, exit_code);
+  }
+  absl::Status PreemptNode(const std::string& node, absl::Duration grace) override {
+    return kubelet_.PreemptNode(node, grace);
+  }
+  absl::Status SetNodeReady(const std::string& node, bool ready) override {
+    return kubelet_.SetNodeReady(node, ready);
+  }
+
+ private:
+  Kubelet& kubelet_;
+};
+
+std::string RandomToken() {
+  unsigned char bytes[24];
+  RAND_bytes(bytes, sizeof(bytes));
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
+Json NamespaceObject(const std::string& name) {
+  Json ns = Json::object();
+  ns["apiVersion"] = Json::string("v1");
+  ns["kind"] = Json::string("Namespace");
+  ns["metadata"] = Json::object();
+  ns["metadata"]["name"] = Json::string(name);
+  ns["status"] = Json::object();
+  ns["status"]["phase"] = Json::string("Active");
+  return ns;
+}
+
+}  // namespace
+
+LocalCluster::LocalCluster(LocalClusterOptions options)
+    : options_(std::move(options)), store_(clock_, options_.history_limit) {}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions options) {
+  if (options.work_dir.empty()) return absl::InvalidArgumentError("work_dir is required");
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(options)));
+  if (absl::Status s = cluster->Init(); !s.ok()) {
+    cluster->Stop();
+    return s;
+  }
+  return cluster;
+}
+
+absl::Status LocalCluster::Init() {
+  std::error_code ec;
+  std::filesystem::create_directories(options_.work_dir + "/logs", ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", options_.work_dir, "/logs: ", ec.message()));
+  }
+  absl::StatusOr<TlsMaterial> tls = GenerateTlsMaterial();
+  if (!tls.ok()) return tls.status();
+  tls_ = *std::move(tls);
+  token_ = RandomToken();
+  kubeconfig_path_ =
+      options_.kubeconfig_out.empty() ? options_.work_dir + "/kubeconfig" : options_.kubeconfig_out;
+
+  for (const ResourceType& t : registry_.All()) {
+    if (t.status_subresource) store_.EnableStatusSubresource(t.StoreKey());
+  }
+  for (const char* ns : {"default", "kube-system", "kube-public", "kube-node-lease"}) {
+    if (absl::StatusOr<Json> created = store_.Create("namespaces", "", NamespaceObject(ns));
+        !created.ok()) {
+      return created.status();
+    }
+  }
+
+  ApiServer::Options api_options;
+  api_options.token = token_;
+  api_options.log_dir = options_.work_dir + "/logs";
+  api_ = std::make_unique<ApiServer>(store_, registry_, clock_, api_options);
+
+  HttpsServer::Options https_options;
+  https_options.port = options_.port;
+  https_options.cert_pem = tls_.server_cert_pem;
+  https_options.key_pem = tls_.server_key_pem;
+  absl::StatusOr<int> port = https_.Start(
+      https_options, [this](const HttpRequest& req, HttpResponse& resp) { api_->Handle(req, resp); });
+  if (!port.ok()) return port.status();
+  url_ = absl::StrCat("https://127.0.0.1:", *port);
+  api_->set_address(absl::StrCat("127.0.0.1:", *port));
+
+  Kubelet::Options kubelet_options;
+  kubelet_options.log_dir = options_.work_dir + "/logs";
+  kubelet_options.extra_env = options_.pod_env;
+  kubelet_options.extra_env["KUBERNETES_SERVICE_HOST"] = "127.0.0.1";
+  kubelet_options.extra_env["KUBERNETES_SERVICE_PORT"] = absl::StrCat(*port);
+  kubelet_options.nodes = options_.node_configs;
+  if (kubelet_options.nodes.empty()) {
+    for (int i = 0; i < options_.nodes + options_.simulated_nodes; ++i) {
+      NodeConfig node;
+      const bool simulated = i >= options_.nodes;
+      node.name = simulated ? absl::StrCat("sim-node-", i - options_.nodes)
+                            : absl::StrCat("node-", i);
+      node.gpus = options_.gpus_per_node;
+      node.labels = options_.node_labels;
+      if (simulated) node.labels["phalanx.dev/simulated-node"] = "true";
+      node.taints = options_.node_taints;
+      node.simulated = simulated;
+      kubelet_options.nodes.push_back(std::move(node));
+    }
+  }
+  if (!kubelet_options.nodes.empty()) {
+    kubelet_ = std::make_unique<Kubelet>(store_, clock_, kubelet_options);
+    if (absl::Status s = kubelet_->Start(); !s.ok()) return s;
+    faults_ = std::make_unique<KubeletFaults>(*kubelet_);
+    api_->set_fault_target(faults_.get());
+  }
+
+  gc_thread_ = std::thread([this] {
+    while (!stop_gc_.WaitForNotificationWithTimeout(options_.gc_interval)) {
+      store_.CollectGarbage();
+    }
+  });
+  return WriteKubeconfig();
+}
+
+absl::Status LocalCluster::WriteKubeconfig() {
+  const std::string text = absl::StrCat(
+      "# Written by phalanx-localcluster: a local test cluster, not a Kubernetes.\n"
+      "apiVersion: v1\nkind: Config\nclusters:\n- name: phalanx-local\n  cluster:\n    server: ",
+      url_, "\n    certificate-authority-data: ", absl::Base64Escape(tls_.ca_cert_pem),
+      "\nusers:\n- name: phalanx-admin\n  user:\n    token: ", token_,
+      "\ncontexts:\n- name: phalanx-local\n  context:\n    cluster: phalanx-local\n"
+      "    user: phalanx-admin\n    namespace: default\ncurrent-context: phalanx-local\n");
+  const std::string tmp = kubeconfig_path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  chmod(tmp.c_str(), 0600);  // it holds the admin token
+  if (std::rename(tmp.c_str(), kubeconfig_path_.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot write ", kubeconfig_path_));
+  }
+  return absl::OkStatus();
+}
+
+kube::ClusterConfig LocalCluster::client_config() const {
+  kube::ClusterConfig config;
+  config.server = url_;
+  config.ca_pem = tls_.ca_cert_pem;
+  config.token = token_;
+  config.namespace_ = "default";
+  return config;
+}
+
+void LocalCluster::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  stop_gc_.Notify();
+  if (gc_thread_.joinable()) gc_thread_.join();
+  https_.Stop();
+  if (kubelet_) kubelet_->Stop();
+}
+
+LocalCluster::~LocalCluster() { Stop(); }
+
+}  // namespace phalanx::localcluster

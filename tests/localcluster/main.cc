@@ -1,0 +1,260 @@
+// phalanx-localcluster: a Kubernetes-API-compatible local test cluster (see README.md here).
+//   phalanx-localcluster --kubeconfig-out FILE [--nodes N] [--gpus-per-node G]
+//       [--simulated-nodes M] [--port P] [--work-dir DIR] [--node-labels k=v,...]
+//       [--node-taints key=value:Effect,...]
+//     serves in the foreground; prints `ready <url>` once it serves; SIGTERM/SIGINT stop it and
+//     every pod process it started.
+//   phalanx-localcluster admin --kubeconfig FILE COMMAND ...   fault injection (see Usage()).
+#include <signal.h>
+#include <stdlib.h>
+
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/base/log.h"
+#include "common/base/process_init.h"
+#include "common/kube/cluster_config.h"
+#include "common/kube/rest_client.h"
+#include "tests/localcluster/local_cluster.h"
+
+namespace {
+
+using phalanx::localcluster::Json;
+
+constexpr char kUsage[] = R"(usage:
+  phalanx-localcluster --kubeconfig-out FILE [--nodes N] [--gpus-per-node G]
+      [--simulated-nodes M] [--port P] [--work-dir DIR]
+      [--node-labels k=v,...] [--node-taints key=value:Effect,...]
+  phalanx-localcluster admin --kubeconfig FILE COMMAND
+    kill-pod NAMESPACE/POD [--signal N]     signal a pod's process (default SIGKILL)
+    stop-pod NAMESPACE/POD                  SIGSTOP it (a hang)
+    continue-pod NAMESPACE/POD              SIGCONT it
+    fail-pod NAMESPACE/POD [--exit-code N]  fail a pod on a simulated node
+    preempt-node NODE [--grace-seconds S]   taint, mark pods DisruptionTarget, evict after S (30)
+    node-ready NODE | node-not-ready NODE   flip the node's Ready condition
+    drop-watches                            end every open watch stream
+    inject-errors --share X [--code 500|429]  answer a share X (0..1) of API requests with errors
+)";
+
+int Usage(const std::string& error) {
+  std::cerr << "phalanx-localcluster: " << error << "\n" << kUsage;
+  return 2;
+}
+
+// --flag VALUE pairs after the positional arguments; unknown flags are errors.
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;
+};
+
+absl::StatusOr<Args> ParseArgs(int argc, char** argv, int from) {
+  Args args;
+  for (int i = from; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) == 0) {
+      std::string value;
+      const size_t eq = a.find('=');
+      if (eq != std::string::npos) {
+        value = a.substr(eq + 1);
+        a = a.substr(0, eq);
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(a, " needs a value"));
+      }
+      args.flags[a.substr(2)] = value;
+    } else {
+      args.positional.push_back(a);
+    }
+  }
+  return args;
+}
+
+absl::StatusOr<int> IntFlag(const Args& args, const std::string& name, int fallback, int min) {
+  auto it = args.flags.find(name);
+  if (it == args.flags.end()) return fallback;
+  int v = 0;
+  if (!absl::SimpleAtoi(it->second, &v) || v < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " must be an integer >= ", min, ", got \"", it->second, "\""));
+  }
+  return v;
+}
+
+// "key=value:Effect" or "key:Effect".
+absl::StatusOr<Json> ParseTaint(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("taint \"", text, "\" is not key=value:Effect"));
+  }
+  const std::string effect = text.substr(colon + 1);
+  if (effect != "NoSchedule" && effect != "PreferNoSchedule" && effect != "NoExecute") {
+    return absl::InvalidArgumentError(absl::StrCat("taint \"", text,
+                                                   "\": effect must be NoSchedule, "
+                                                   "PreferNoSchedule or NoExecute"));
+  }
+  const std::string kv = text.substr(0, colon);
+  const size_t eq = kv.find('=');
+  Json taint = Json::object();
+  taint["key"] = Json::string(kv.substr(0, eq));
+  if (eq != std::string::npos) taint["value"] = Json::string(kv.substr(eq + 1));
+  taint["effect"] = Json::string(effect);
+  return taint;
+}
+
+int Serve(const Args& args) {
+  static const std::vector<std::string> kKnown = {"kubeconfig-out", "nodes", "gpus-per-node",
+                                                  "simulated-nodes", "port", "work-dir",
+                                                  "node-labels", "node-taints"};
+  for (const auto& [flag, value] : args.flags) {
+    if (std::find(kKnown.begin(), kKnown.end(), flag) == kKnown.end()) {
+      return Usage(absl::StrCat("unknown flag --", flag));
+    }
+  }
+  if (!args.positional.empty()) return Usage("unexpected argument " + args.positional[0]);
+  phalanx::localcluster::LocalClusterOptions options;
+  auto out = args.flags.find("kubeconfig-out");
+  if (out == args.flags.end()) return Usage("--kubeconfig-out FILE is required");
+  options.kubeconfig_out = out->second;
+  absl::StatusOr<int> nodes = IntFlag(args, "nodes", 2, 0);
+  absl::StatusOr<int> gpus = IntFlag(args, "gpus-per-node", 0, 0);
+  absl::StatusOr<int> simulated = IntFlag(args, "simulated-nodes", 0, 0);
+  absl::StatusOr<int> port = IntFlag(args, "port", 0, 0);
+  for (const auto* s : {&nodes, &gpus, &simulated, &port}) {
+    if (!s->ok()) return Usage(std::string(s->status().message()));
+  }
+  options.nodes = *nodes;
+  options.gpus_per_node = *gpus;
+  options.simulated_nodes = *simulated;
+  options.port = *port;
+  if (auto labels = args.flags.find("node-labels"); labels != args.flags.end()) {
+    for (absl::string_view kv : absl::StrSplit(labels->second, ',', absl::SkipEmpty())) {
+      const size_t eq = kv.find('=');
+      if (eq == absl::string_view::npos) return Usage(absl::StrCat("label \"", kv, "\" is not k=v"));
+      options.node_labels[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
+    }
+  }
+  if (auto taints = args.flags.find("node-taints"); taints != args.flags.end()) {
+    for (absl::string_view t : absl::StrSplit(taints->second, ',', absl::SkipEmpty())) {
+      absl::StatusOr<Json> taint = ParseTaint(std::string(t));
+      if (!taint.ok()) return Usage(std::string(taint.status().message()));
+      options.node_taints.push_back(*taint);
+    }
+  }
+  if (auto dir = args.flags.find("work-dir"); dir != args.flags.end()) {
+    options.work_dir = dir->second;
+  } else {
+    char tmpl[] = "/tmp/phalanx-localcluster-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return Usage("cannot create a work directory in /tmp");
+    options.work_dir = tmpl;
+  }
+
+  // Block the stop signals before any thread starts so only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<phalanx::localcluster::LocalCluster>> cluster =
+      phalanx::localcluster::LocalCluster::Start(options);
+  if (!cluster.ok()) {
+    std::cerr << "phalanx-localcluster: " << cluster.status().message() << "\n";
+    return 1;
+  }
+  std::cerr << "phalanx-localcluster: serving " << (*cluster)->url() << " with "
+            << options.nodes << " process node(s), " << options.simulated_nodes
+            << " simulated node(s), " << options.gpus_per_node << " GPU(s) per node\n"
+            << "  export KUBECONFIG=" << (*cluster)->kubeconfig_path() << "\n"
+            << "  pod logs: " << options.work_dir << "/logs\n";
+  std::cout << "ready " << (*cluster)->url() << std::endl;
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::cerr << "phalanx-localcluster: signal " << sig << ", stopping pods and the server\n";
+  (*cluster)->Stop();
+  return 0;
+}
+
+int Admin(const Args& args) {
+  auto kubeconfig = args.flags.find("kubeconfig");
+  std::string path = kubeconfig != args.flags.end() ? kubeconfig->second : "";
+  if (path.empty()) {
+    if (const char* env = getenv("KUBECONFIG"); env != nullptr) path = env;
+  }
+  if (path.empty()) return Usage("admin: --kubeconfig FILE (or KUBECONFIG) is required");
+  if (args.positional.empty()) return Usage("admin: a command is required");
+  absl::StatusOr<phalanx::kube::ClusterConfig> config = phalanx::kube::LoadKubeconfig(path);
+  if (!config.ok()) return Usage(std::string(config.status().message()));
+  absl::StatusOr<std::unique_ptr<phalanx::kube::RestClient>> client =
+      phalanx::kube::RestClient::Create(*config);
+  if (!client.ok()) return Usage(std::string(client.status().message()));
+
+  const std::string& command = args.positional[0];
+  const std::string target = args.positional.size() > 1 ? args.positional[1] : "";
+  auto flag = [&](const std::string& name, const std::string& fallback) {
+    auto it = args.flags.find(name);
+    return it == args.flags.end() ? fallback : it->second;
+  };
+  std::string path_and_query;
+  auto pod_path = [&](const std::string& verb) -> bool {
+    const size_t slash = target.find('/');
+    if (slash == std::string::npos) return false;
+    path_and_query = absl::StrCat("/admin/pods/", target.substr(0, slash), "/",
+                                  target.substr(slash + 1), "/", verb);
+    return true;
+  };
+  bool ok = true;
+  if (command == "kill-pod") {
+    ok = pod_path("kill");
+    path_and_query += "?signal=" + flag("signal", "9");
+  } else if (command == "stop-pod") {
+    ok = pod_path("stop");
+  } else if (command == "continue-pod") {
+    ok = pod_path("continue");
+  } else if (command == "fail-pod") {
+    ok = pod_path("fail");
+    path_and_query += "?exitCode=" + flag("exit-code", "1");
+  } else if (command == "preempt-node" && !target.empty()) {
+    path_and_query =
+        absl::StrCat("/admin/nodes/", target, "/preempt?graceSeconds=", flag("grace-seconds", "30"));
+  } else if (command == "node-ready" && !target.empty()) {
+    path_and_query = absl::StrCat("/admin/nodes/", target, "/ready");
+  } else if (command == "node-not-ready" && !target.empty()) {
+    path_and_query = absl::StrCat("/admin/nodes/", target, "/notready");
+  } else if (command == "drop-watches") {
+    path_and_query = "/admin/watches/drop";
+  } else if (command == "inject-errors") {
+    path_and_query =
+        absl::StrCat("/admin/errors?share=", flag("share", ""), "&code=", flag("code", "500"));
+  } else {
+    ok = false;
+  }
+  if (!ok) return Usage(absl::StrCat("admin: bad command or target: ", command, " ", target));
+  absl::StatusOr<std::string> result = (*client)->Raw("POST", path_and_query);
+  if (!result.ok()) {
+    std::cerr << "phalanx-localcluster admin: " << result.status().message() << "\n";
+    return 1;
+  }
+  std::cout << *result;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  phalanx::base::InitProcess("localcluster");
+  const bool admin = argc > 1 && std::string(argv[1]) == "admin";
+  const bool help = argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h");
+  if (help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  absl::StatusOr<Args> args = ParseArgs(argc, argv, admin ? 2 : 1);
+  if (!args.ok()) return Usage(std::string(args.status().message()));
+  return admin ? Admin(*args) : Serve(*args);
+}

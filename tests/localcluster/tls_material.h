@@ -1,0 +1,22 @@
+// TLS material the local cluster generates at start: a throwaway CA and a server certificate for
+// 127.0.0.1/localhost signed by it (ECDSA P-256, valid for a year). Clients trust the CA through
+// the kubeconfig the cluster writes, so the client's certificate verification runs exactly as it
+// does against a real API server. Pure OpenSSL; thread-safe.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace phalanx::localcluster {
+
+struct TlsMaterial {
+  std::string ca_cert_pem;
+  std::string server_cert_pem;
+  std::string server_key_pem;
+};
+
+// Internal when OpenSSL fails (it should not).
+absl::StatusOr<TlsMaterial> GenerateTlsMaterial();
+
+}  // namespace phalanx::localcluster
