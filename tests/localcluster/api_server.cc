@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/log.h"
+#include "tests/localcluster/openapi_docs.h"
 
 namespace phalanx::localcluster {
 namespace {
@@ -119,6 +120,12 @@ void ApiServer::Dispatch(const HttpRequest& request, HttpResponse& response) {
   const std::string& path = request.path;
   if (path == "/version") return RespondJson(response, 200, VersionInfo());
   if (absl::StartsWith(path, "/admin/")) return HandleAdmin(request, response);
+  if (path == "/openapi/v3") return RespondJson(response, 200, OpenApiV3Root(registry_));
+  if (absl::StartsWith(path, "/openapi/v3/")) {
+    if (std::optional<Json> doc = OpenApiV3GroupVersion(registry_, path.substr(12))) {
+      return RespondJson(response, 200, *doc);
+    }
+  }
   std::vector<std::string> parts = absl::StrSplit(path, '/', absl::SkipEmpty());
   if (parts.empty()) {
     RespondError(response, absl::NotFoundError("the server could not find the requested resource"));
