@@ -42,10 +42,10 @@ std::string PropagationName(PropagationPolicy p) {
 class TokenSource {
  public:
   TokenSource(std::string inline_token, std::string file)
-      : token_(std::move(inline_token)), file_(std::move(file)) {}
+      : inline_token_(std::move(inline_token)), file_(std::move(file)) {}
 
   std::string Current(bool force_reread) {
-    if (file_.empty()) return token_;
+    if (file_.empty()) return inline_token_;
     absl::MutexLock lock(&mu_);
     struct stat st {};
     if (stat(file_.c_str(), &st) == 0) {
@@ -63,9 +63,10 @@ class TokenSource {
   }
 
  private:
-  absl::Mutex mu_;
-  std::string token_ ABSL_GUARDED_BY(mu_);
+  const std::string inline_token_;
   const std::string file_;
+  absl::Mutex mu_;
+  std::string token_ ABSL_GUARDED_BY(mu_);  // the file's contents as last read
   timespec mtime_ ABSL_GUARDED_BY(mu_) = {0, 0};
   off_t size_ ABSL_GUARDED_BY(mu_) = -1;
 };
