@@ -35,30 +35,43 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(SubprocessOptions 
   for (std::string& s : options.argv) argv.push_back(s.data());
   argv.push_back(nullptr);
 
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) {
+  // out[0] is the parent's read end (-1 when stdout goes to a file), out[1] the child's stdout.
+  int out[2] = {-1, -1};
+  if (!options.stdout_path.empty()) {
+    out[1] = open(options.stdout_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (out[1] < 0) {
+      return absl::InternalError(
+          absl::StrCat("open ", options.stdout_path, ": ", std::strerror(errno)));
+    }
+  } else if (pipe2(out, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
+  auto close_out = [&out] {
+    if (out[0] >= 0) close(out[0]);
+    close(out[1]);
+  };
   int err_fd = -1;
   if (!options.stderr_path.empty()) {
     err_fd = open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (err_fd < 0) {
-      close(out[0]);
-      close(out[1]);
+      close_out();
       return absl::InternalError(
           absl::StrCat("open ", options.stderr_path, ": ", std::strerror(errno)));
     }
+  } else if (!options.stdout_path.empty()) {
+    err_fd = out[1];  // one log for both streams
   }
+  const char* working_dir = options.working_dir.empty() ? nullptr : options.working_dir.c_str();
   const pid_t pid = fork();
   if (pid < 0) {
-    close(out[0]);
-    close(out[1]);
-    if (err_fd >= 0) close(err_fd);
+    close_out();
+    if (err_fd >= 0 && err_fd != out[1]) close(err_fd);
     return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   }
   if (pid == 0) {
     dup2(out[1], STDOUT_FILENO);
     if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
+    if (working_dir != nullptr && chdir(working_dir) != 0) _exit(127);
     // Own process group, so a signal to the test's group does not hit the children twice.
     setpgid(0, 0);
     sigset_t none;
@@ -67,10 +80,20 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(SubprocessOptions 
     execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
+  // The child makes itself a group leader too; doing it here as well closes the window in
+  // which a signal to the group (SignalGroup) right after Start would find no such group.
+  // Fails harmlessly once the child has exec'd (by then it has done it itself).
+  setpgid(pid, pid);
   close(out[1]);
-  if (err_fd >= 0) close(err_fd);
+  if (err_fd >= 0 && err_fd != out[1]) close(err_fd);
   std::unique_ptr<Subprocess> child(new Subprocess());
   child->pid_ = pid;
+  child->kill_group_on_exit_ = options.kill_group_on_exit;
+  if (out[0] < 0) {
+    absl::MutexLock lock(&child->mu_);
+    child->stdout_closed_ = true;  // nothing to read: WaitForLine returns at once
+    return child;
+  }
   child->reader_ = std::thread([c = child.get(), fd = out[0], echo = options.echo_stdout,
                                 prefix = options.echo_prefix] { c->ReadLoop(fd, echo, prefix); });
   return child;
@@ -81,7 +104,7 @@ Subprocess::~Subprocess() {
     absl::MutexLock lock(&mu_);
     ReapLocked();
     if (!wait_status_.has_value()) {
-      kill(pid_, SIGKILL);
+      kill(kill_group_on_exit_ ? -pid_ : pid_, SIGKILL);
       int status = 0;
       waitpid(pid_, &status, 0);
       wait_status_ = status;
@@ -119,8 +142,23 @@ void Subprocess::ReadLoop(int fd, bool echo, std::string prefix) {
 
 void Subprocess::ReapLocked() {
   if (wait_status_.has_value()) return;
+  if (kill_group_on_exit_) {
+    // Look without reaping: the zombie keeps the group id ours while we kill what is left.
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid != pid_) {
+      return;
+    }
+    kill(-pid_, SIGKILL);
+  }
   int status = 0;
   if (waitpid(pid_, &status, WNOHANG) == pid_) wait_status_ = status;
+}
+
+void Subprocess::SignalGroup(int sig) {
+  absl::MutexLock lock(&mu_);
+  // No ReapLocked first: an exited but unreaped child still reserves the group id.
+  if (!wait_status_.has_value()) kill(-pid_, sig);
 }
 
 void Subprocess::Signal(int sig) {

@@ -1,7 +1,9 @@
 // Subprocess: starts a program with fork/exec, captures its stdout line by line (stderr goes
-// to a file or is inherited), and lets the owner signal and reap it. Used by multi-process
-// tests, the demo and benchmarks, and later by the local cluster's process kubelet.
-// Thread-safe. The destructor SIGKILLs a child that is still running and reaps it.
+// to a file or is inherited) or sends both to a log file, and lets the owner signal and reap
+// it. Used by multi-process tests, the demo and benchmarks, and the local cluster's kubelet.
+// Every child leads its own process group (setpgid), so SignalGroup reaches whatever it
+// forked too. Thread-safe. The destructor SIGKILLs a child that is still running (its whole
+// group with kill_group_on_exit) and reaps it.
 #pragma once
 
 #include <sys/types.h>
@@ -27,6 +29,14 @@ struct SubprocessOptions {
   std::string stderr_path;                       // empty: inherit the parent's stderr
   bool echo_stdout = false;                      // also copy each stdout line to our stderr
   std::string echo_prefix;
+  // Set: stdout goes to this file (created, appended to) instead of being captured, so there
+  // is no reader thread and Lines() stays empty; stderr goes there too unless stderr_path is
+  // set (one log, as `kubectl logs` shows a container's).
+  std::string stdout_path;
+  std::string working_dir;  // empty: the parent's; the child exits 127 if it cannot chdir
+  // Like a container's end: once the child exits, whatever is left in its process group is
+  // SIGKILLed before the child is reaped (while the group id is still reserved by the zombie).
+  bool kill_group_on_exit = false;
 };
 
 class Subprocess {
@@ -39,6 +49,9 @@ class Subprocess {
   pid_t pid() const { return pid_; }
   // Sends `sig` unless the child was already reaped.
   void Signal(int sig);
+  // Sends `sig` to the child's process group unless the child was already reaped (a zombie
+  // child still reserves the group id, so the signal cannot reach a stranger's group).
+  void SignalGroup(int sig);
   // Waits up to `timeout` for the child to exit; returns its wait status (as from waitpid).
   std::optional<int> Wait(absl::Duration timeout);
   // The exit code if it exited normally, or 128+signal if killed; nullopt while running.
@@ -57,10 +70,11 @@ class Subprocess {
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   pid_t pid_ = -1;
+  bool kill_group_on_exit_ = false;
   std::thread reader_;
   absl::Mutex mu_;
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
-  bool stdout_closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stdout_closed_ ABSL_GUARDED_BY(mu_) = false;  // true from the start with stdout_path
   std::optional<int> wait_status_ ABSL_GUARDED_BY(mu_);
 };
 

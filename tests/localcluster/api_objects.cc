@@ -305,7 +305,10 @@ void ApiServer::Create(const HttpRequest& request, HttpResponse& response, const
   }
   if (responded) return;
   if (request.Param("dryRun") == "All") return RespondJson(response, 201, object);
-  absl::StatusOr<Json> stored = store_.Create(type.StoreKey(), type.namespaced ? ns : "", object);
+  // Pods and namespaces get their initial status from the server (Admit set it).
+  const bool server_status = type.StoreKey() == "pods" || type.StoreKey() == "namespaces";
+  absl::StatusOr<Json> stored =
+      store_.Create(type.StoreKey(), type.namespaced ? ns : "", object, server_status);
   if (!stored.ok()) return RespondError(response, stored.status());
   AfterWrite(write, *stored, false);
   RespondJson(response, 201, *stored);

@@ -131,7 +131,7 @@ absl::Status FakeClient::Delete(const kube::Resource& r, const std::string& ns,
   }
   return store_
       .Delete(r.Qualified(), r.namespaced ? ns : "", name, options.uid_precondition,
-              ToStore(options.propagation))
+              ToStore(options.propagation), options.grace_period_seconds)
       .status();
 }
 

@@ -1,1 +1,502 @@
-// placeholder: being written
+#include "tests/localcluster/kubelet.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/kube/object_meta.h"
+#include "common/testing/eventually.h"
+#include "common/testing/fake_clock.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/localcluster/container_launch.h"
+
+namespace phalanx::localcluster {
+namespace {
+
+using ::phalanx::testing::Eventually;
+using ::phalanx::testing::IsOk;
+using ::phalanx::testing::StatusIs;
+using ::testing::HasSubstr;
+using kube::StringAt;
+
+constexpr absl::Duration kWait = absl::Seconds(20);
+
+Json Strings(const std::vector<std::string>& values) {
+  Json array = Json::array();
+  for (const std::string& v : values) array[array.size()] = Json::string(v);
+  return array;
+}
+
+// A pod running `script` under /bin/sh -c, unbound (the kubelet's scheduler pass binds it).
+Json ShellPod(const std::string& name, const std::string& script,
+              const std::string& restart_policy = "Never", int grace_seconds = 30) {
+  Json pod = Json::object();
+  pod["apiVersion"] = Json::string("v1");
+  pod["kind"] = Json::string("Pod");
+  pod["metadata"]["name"] = Json::string(name);
+  pod["spec"]["restartPolicy"] = Json::string(restart_policy);
+  pod["spec"]["terminationGracePeriodSeconds"] = Json::number(grace_seconds);
+  Json container = Json::object();
+  container["name"] = Json::string("main");
+  container["image"] = Json::string("ignored:latest");
+  container["command"] = Strings({"/bin/sh", "-c", script});
+  pod["spec"]["containers"] = Json::array();
+  pod["spec"]["containers"][0] = container;
+  return pod;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool ProcessGone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+// /proc/<pid>/stat's state letter (R, S, T, Z...).
+char ProcessState(pid_t pid) {
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
+}
+
+class KubeletTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_.EnableStatusSubresource("pods");
+    store_.EnableStatusSubresource("nodes");
+    log_dir_ = ::testing::TempDir() + "/kubelet_test_" + std::to_string(getpid()) + "_" +
+               ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(log_dir_);
+  }
+  void TearDown() override {
+    kubelet_.reset();
+    std::filesystem::remove_all(log_dir_);
+  }
+
+  // One process node "node-a" (4 GPUs) unless told otherwise; nodes registered, no thread.
+  void Make(std::vector<NodeConfig> nodes = {}) {
+    if (nodes.empty()) nodes.push_back(NodeConfig{"node-a", 4, {{"pool", "gpu"}}, {}, false});
+    Kubelet::Options options;
+    options.nodes = std::move(nodes);
+    options.log_dir = log_dir_;
+    options.extra_env = {{"FROM_KUBELET", "yes"}};
+    kubelet_ = std::make_unique<Kubelet>(store_, clock_, options);
+    ASSERT_THAT(kubelet_->RegisterNodes(), IsOk());
+  }
+  void Create(const Json& pod) { ASSERT_THAT(store_.Create("pods", "ns", pod), IsOk()); }
+  std::optional<Json> Pod(const std::string& name) {
+    absl::StatusOr<Json> pod = store_.Get("pods", "ns", name);
+    if (!pod.ok()) return std::nullopt;
+    return *pod;
+  }
+  std::string Phase(const std::string& name) {
+    std::optional<Json> pod = Pod(name);
+    return pod.has_value() ? StringAt(*pod, "status.phase") : "<gone>";
+  }
+  Json Container(const std::string& name) {
+    return Pod(name)->at("status").at("containerStatuses").at(0);
+  }
+  std::string Condition(const std::string& name, const std::string& type,
+                        const std::string& field = "status") {
+    std::optional<Json> pod = Pod(name);
+    if (!pod.has_value() || !pod->has_field("status")) return "";
+    for (const Json& c : pod->at("status").at("conditions").as_array()) {
+      if (StringAt(c, "type") == type) return StringAt(c, field);
+    }
+    return "";
+  }
+  // Passes until `done` holds (processes take real time to start and exit).
+  bool SyncUntil(const std::function<bool()>& done, absl::Duration timeout = kWait) {
+    return Eventually(
+        [&] {
+          kubelet_->SyncOnce();
+          return done();
+        },
+        timeout);
+  }
+  std::string Log(const std::string& pod) { return ReadFile(log_dir_ + "/ns_" + pod + ".log"); }
+
+  phalanx::testing::FakeClock clock_;
+  ObjectStore store_{clock_};
+  std::string log_dir_;
+  std::unique_ptr<Kubelet> kubelet_;
+};
+
+TEST(ExpandKubeVarsTest, Table) {
+  const std::map<std::string, std::string> env = {{"A", "1"}, {"B", "two"}};
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"$(A)", "1"},          {"x-$(B)-y", "x-two-y"}, {"$(C)", "$(C)"},
+      {"$$(A)", "$(A)"},      {"$A", "$A"},            {"cost $", "cost $"},
+      {"$(A", "$(A"},         {"$(A)$(B)", "1two"},
+  };
+  for (const auto& [in, want] : cases) {
+    SCOPED_TRACE(in);
+    EXPECT_EQ(ExpandKubeVars(in, env), want);
+  }
+}
+
+TEST(ContainerLaunchOptionsTest, ResolvesPathEnvAndRejectsWhatCannotRun) {
+  Json pod = ShellPod("p", "true");
+  pod["metadata"]["namespace"] = Json::string("ns");
+  pod["spec"]["nodeName"] = Json::string("n1");
+  pod["spec"]["containers"][0]["command"] = Strings({"sh", "-c", "echo $(WHO)"});
+  Json env = Json::array();
+  env[0]["name"] = Json::string("WHO");
+  env[0]["value"] = Json::string("$(BASE)-x");
+  env[1]["name"] = Json::string("NODE");
+  env[1]["valueFrom"]["fieldRef"]["fieldPath"] = Json::string("spec.nodeName");
+  env[2]["name"] = Json::string("SECRET");
+  env[2]["valueFrom"]["secretKeyRef"]["name"] = Json::string("s");
+  pod["spec"]["containers"][0]["env"] = env;
+  auto options = ContainerLaunchOptions(pod, "/tmp/x.log", {{"BASE", "b"}});
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->argv[0].back(), 'h');
+  EXPECT_EQ(options->argv[0].front(), '/') << "found on PATH";
+  EXPECT_EQ(options->argv[2], "echo b-x");
+  EXPECT_EQ(options->env.at("NODE"), "n1");
+  EXPECT_EQ(options->env.at("HOSTNAME"), "p");
+  EXPECT_FALSE(options->env.contains("SECRET"));
+  EXPECT_EQ(options->stdout_path, "/tmp/x.log");
+  EXPECT_TRUE(options->kill_group_on_exit);
+
+  Json missing = pod;
+  missing["spec"]["containers"][0]["command"] = Strings({"no-such-program-phalanx"});
+  EXPECT_THAT(ContainerLaunchOptions(missing, "/tmp/x.log", {}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("not found in $PATH")));
+  Json no_command = pod;
+  no_command["spec"]["containers"][0].erase("command");
+  EXPECT_THAT(ContainerLaunchOptions(no_command, "/tmp/x.log", {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no command")));
+  Json bad_ref = pod;
+  bad_ref["spec"]["containers"][0]["env"][1]["valueFrom"]["fieldRef"]["fieldPath"] =
+      Json::string("spec.nope");
+  EXPECT_THAT(ContainerLaunchOptions(bad_ref, "/tmp/x.log", {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("spec.nope")));
+}
+
+TEST_F(KubeletTest, RegisterNodes_WritesNodeObjects) {
+  Json taint = Json::object();
+  taint["key"] = Json::string("dedicated");
+  taint["value"] = Json::string("phalanx");
+  taint["effect"] = Json::string("NoSchedule");
+  Make({NodeConfig{"node-a", 4, {{"pool", "gpu"}}, {taint}, false},
+        NodeConfig{"sim-0", 8, {}, {}, true}});
+  auto node = store_.Get("nodes", "", "node-a");
+  ASSERT_THAT(node, IsOk());
+  EXPECT_EQ(kube::LabelsOf(*node).at("pool"), "gpu");
+  EXPECT_EQ(kube::LabelsOf(*node).at("kubernetes.io/hostname"), "node-a");
+  EXPECT_EQ(StringAt(node->at("spec").at("taints").at(0), "key"), "dedicated");
+  EXPECT_EQ(node->at("status").at("allocatable").at("nvidia.com/gpu").as_string(), "4");
+  EXPECT_EQ(node->at("status").at("capacity").at("pods").as_string(), "110");
+  const Json& ready = node->at("status").at("conditions").at(0);
+  EXPECT_EQ(StringAt(ready, "type"), "Ready");
+  EXPECT_EQ(StringAt(ready, "status"), "True");
+  EXPECT_FALSE(StringAt(ready, "lastHeartbeatTime").empty());
+  EXPECT_EQ(StringAt(*node, "status.nodeInfo.kubeletVersion"), "v1.32.0-phalanx");
+  EXPECT_EQ(StringAt(node->at("status").at("addresses").at(0), "address"), "127.0.0.1");
+  EXPECT_EQ(store_.Get("nodes", "", "sim-0")->at("status").at("allocatable").at("nvidia.com/gpu"),
+            Json::string("8"));
+}
+
+TEST_F(KubeletTest, ProcessPod_RunsWithEnvAndWorkingDir_LogsAndReportsRunning) {
+  Make();
+  Json pod = ShellPod("p1", "echo \"hello $GREETING $MY_NAME $MY_NODE $EXPANDED $FROM_KUBELET $PWD\"; "
+                            "exec sleep 1000");
+  Json env = Json::array();
+  env[0]["name"] = Json::string("GREETING");
+  env[0]["value"] = Json::string("hi");
+  env[1]["name"] = Json::string("MY_NAME");
+  env[1]["valueFrom"]["fieldRef"]["fieldPath"] = Json::string("metadata.name");
+  env[2]["name"] = Json::string("MY_NODE");
+  env[2]["valueFrom"]["fieldRef"]["fieldPath"] = Json::string("spec.nodeName");
+  env[3]["name"] = Json::string("EXPANDED");
+  env[3]["value"] = Json::string("$(GREETING)-x");
+  pod["spec"]["containers"][0]["env"] = env;
+  pod["spec"]["containers"][0]["workingDir"] = Json::string(log_dir_);
+  Create(pod);
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Phase("p1"), "Running");
+  EXPECT_EQ(StringAt(*Pod("p1"), "spec.nodeName"), "node-a");
+  const std::string want =
+      "hello hi p1 node-a hi-x yes " + std::filesystem::canonical(log_dir_).string();
+  EXPECT_TRUE(Eventually([&] { return Log("p1").find(want) != std::string::npos; }, kWait))
+      << Log("p1");
+
+  Json status = Pod("p1")->at("status");
+  EXPECT_EQ(StringAt(status, "podIP"), "127.0.0.1");
+  EXPECT_EQ(StringAt(status, "hostIP"), "127.0.0.1");
+  EXPECT_FALSE(StringAt(status, "startTime").empty());
+  for (const char* type : {"PodScheduled", "Initialized", "ContainersReady", "Ready"}) {
+    EXPECT_EQ(Condition("p1", type), "True") << type;
+  }
+  Json container = Container("p1");
+  EXPECT_EQ(StringAt(container, "name"), "main");
+  EXPECT_EQ(StringAt(container, "image"), "ignored:latest");
+  EXPECT_TRUE(container.at("ready").as_bool());
+  EXPECT_TRUE(container.at("started").as_bool());
+  EXPECT_EQ(container.at("restartCount").as_integer(), 0);
+  EXPECT_FALSE(StringAt(container, "state.running.startedAt").empty());
+  ASSERT_TRUE(kubelet_->PodPid("ns", "p1").has_value());
+
+  // Level-triggered: passes over an unchanged pod write nothing.
+  const uint64_t version = store_.resource_version();
+  for (int i = 0; i < 3; ++i) kubelet_->SyncOnce();
+  EXPECT_EQ(store_.resource_version(), version);
+}
+
+TEST_F(KubeletTest, ExitZero_Succeeded_ExitThreeWithNever_FailedWithError) {
+  Make();
+  Create(ShellPod("ok", "exit 0"));
+  Create(ShellPod("bad", "echo failing >&2; exit 3"));
+  ASSERT_TRUE(SyncUntil([&] { return Phase("ok") == "Succeeded" && Phase("bad") == "Failed"; }));
+  EXPECT_EQ(Container("ok").at("state").at("terminated").at("exitCode").as_integer(), 0);
+  EXPECT_EQ(StringAt(Container("ok"), "state.terminated.reason"), "Completed");
+  EXPECT_EQ(Condition("ok", "Ready"), "False");
+  EXPECT_EQ(Condition("ok", "Ready", "reason"), "PodCompleted");
+  Json bad = Container("bad");
+  EXPECT_EQ(bad.at("state").at("terminated").at("exitCode").as_integer(), 3);
+  EXPECT_EQ(StringAt(bad, "state.terminated.reason"), "Error");
+  EXPECT_FALSE(StringAt(bad, "state.terminated.finishedAt").empty());
+  EXPECT_FALSE(bad.at("ready").as_bool());
+  EXPECT_THAT(Log("bad"), HasSubstr("failing")) << "stderr shares the log";
+}
+
+TEST_F(KubeletTest, MissingCommand_ContainerCannotRun) {
+  Make();
+  Json pod = ShellPod("nocmd", "");
+  pod["spec"]["containers"][0].erase("command");
+  Create(pod);
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Phase("nocmd"), "Failed");
+  EXPECT_EQ(StringAt(Container("nocmd"), "state.terminated.reason"), "ContainerCannotRun");
+  EXPECT_THAT(StringAt(Container("nocmd"), "state.terminated.message"), HasSubstr("no command"));
+}
+
+TEST_F(KubeletTest, OnFailure_RestartsAfterBackOff_CountingRestarts) {
+  Make();
+  // Fails on its first run, succeeds on its second.
+  const std::string counter = log_dir_ + "/runs";
+  Create(ShellPod("flaky",
+                  "n=$(cat " + counter + " 2>/dev/null || echo 0); echo $((n+1)) > " + counter +
+                      "; [ \"$n\" -ge 1 ] && exit 0; exit 3",
+                  "OnFailure"));
+  ASSERT_TRUE(SyncUntil([&] {
+    return StringAt(Container("flaky"), "state.waiting.reason") == "CrashLoopBackOff";
+  }));
+  Json waiting = Container("flaky");
+  EXPECT_EQ(waiting.at("lastState").at("terminated").at("exitCode").as_integer(), 3);
+  EXPECT_EQ(waiting.at("restartCount").as_integer(), 0);
+  EXPECT_EQ(Phase("flaky"), "Running");
+  EXPECT_EQ(Condition("flaky", "Ready"), "False");
+  EXPECT_THAT(StringAt(waiting, "state.waiting.message"), HasSubstr("back-off 1s"));
+  kubelet_->SyncOnce();
+  EXPECT_EQ(StringAt(Container("flaky"), "state.waiting.reason"), "CrashLoopBackOff")
+      << "the back-off runs on the injected clock";
+
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(SyncUntil([&] { return Phase("flaky") == "Succeeded"; }));
+  EXPECT_EQ(Container("flaky").at("restartCount").as_integer(), 1);
+  EXPECT_EQ(Container("flaky").at("lastState").at("terminated").at("exitCode").as_integer(), 3);
+}
+
+TEST_F(KubeletTest, GracefulDelete_TermTrappingProcessExits_PodDisappears) {
+  Make();
+  Create(ShellPod("polite", "trap 'echo got-term; exit 0' TERM; echo ready; "
+                            "while true; do sleep 0.05; done"));
+  kubelet_->SyncOnce();
+  ASSERT_TRUE(Eventually([&] { return Log("polite").find("ready") != std::string::npos; }, kWait));
+  const pid_t pid = *kubelet_->PodPid("ns", "polite");
+  auto marked = store_.Delete("pods", "ns", "polite");
+  ASSERT_THAT(marked, IsOk());
+  EXPECT_EQ(marked->at("metadata").at("deletionGracePeriodSeconds").as_integer(), 30);
+  ASSERT_TRUE(SyncUntil([&] { return !Pod("polite").has_value(); }))
+      << "SIGTERM, no clock needed";
+  EXPECT_THAT(Log("polite"), HasSubstr("got-term"));
+  EXPECT_TRUE(ProcessGone(pid));
+}
+
+TEST_F(KubeletTest, GracefulDelete_TermIgnoringProcess_KilledWhenGraceEnds) {
+  Make();
+  Create(ShellPod("stubborn", "trap '' TERM; echo ready; while true; do sleep 0.05; done",
+                  "Never", 5));
+  kubelet_->SyncOnce();
+  ASSERT_TRUE(Eventually([&] { return Log("stubborn").find("ready") != std::string::npos; },
+                         kWait));
+  const pid_t pid = *kubelet_->PodPid("ns", "stubborn");
+  ASSERT_THAT(store_.Delete("pods", "ns", "stubborn"), IsOk());
+  for (int i = 0; i < 20; ++i) {
+    kubelet_->SyncOnce();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(Pod("stubborn").has_value()) << "still in its grace period";
+  EXPECT_FALSE(ProcessGone(pid));
+  clock_.Advance(absl::Seconds(5));
+  ASSERT_TRUE(SyncUntil([&] { return !Pod("stubborn").has_value(); }));
+  EXPECT_TRUE(ProcessGone(pid));
+}
+
+TEST_F(KubeletTest, KillPod_SignalsTheProcess_AndErrorsWithoutOne) {
+  Make();
+  Create(ShellPod("victim", "exec sleep 1000"));
+  kubelet_->SyncOnce();
+  EXPECT_THAT(kubelet_->KillPod("ns", "nobody"), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_THAT(kubelet_->KillPod("ns", "victim"), IsOk());
+  ASSERT_TRUE(SyncUntil([&] { return Phase("victim") == "Failed"; }));
+  Json terminated = Container("victim").at("state").at("terminated");
+  EXPECT_EQ(terminated.at("exitCode").as_integer(), 137);
+  EXPECT_EQ(terminated.at("signal").as_integer(), SIGKILL);
+  EXPECT_EQ(StringAt(terminated, "reason"), "Error");
+  EXPECT_THAT(kubelet_->KillPod("ns", "victim"),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST_F(KubeletTest, StopPodAndContinuePod_FreezeAndThawTheProcess) {
+  Make();
+  Create(ShellPod("frozen", "exec sleep 1000"));
+  kubelet_->SyncOnce();
+  const pid_t pid = *kubelet_->PodPid("ns", "frozen");
+  ASSERT_THAT(kubelet_->StopPod("ns", "frozen"), IsOk());
+  EXPECT_TRUE(Eventually([&] { return ProcessState(pid) == 'T'; }, kWait));
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Phase("frozen"), "Running") << "a stopped process is still running to Kubernetes";
+  ASSERT_THAT(kubelet_->ContinuePod("ns", "frozen"), IsOk());
+  EXPECT_TRUE(Eventually([&] { return ProcessState(pid) == 'S'; }, kWait));
+}
+
+TEST_F(KubeletTest, SetNodeReady_FlipsNodeAndPodReadiness_ProcessKeepsRunning) {
+  Make();
+  Create(ShellPod("p", "exec sleep 1000"));
+  kubelet_->SyncOnce();
+  const pid_t pid = *kubelet_->PodPid("ns", "p");
+  ASSERT_THAT(kubelet_->SetNodeReady("node-a", false), IsOk());
+  auto node = store_.Get("nodes", "", "node-a");
+  EXPECT_EQ(StringAt(node->at("status").at("conditions").at(0), "status"), "False");
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Condition("p", "Ready"), "False");
+  EXPECT_EQ(Condition("p", "ContainersReady"), "True");
+  EXPECT_EQ(kubelet_->PodPid("ns", "p"), pid);
+  EXPECT_FALSE(ProcessGone(pid));
+  ASSERT_THAT(kubelet_->SetNodeReady("node-a", true), IsOk());
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Condition("p", "Ready"), "True");
+  EXPECT_THAT(kubelet_->SetNodeReady("nowhere", true), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(KubeletTest, PreemptNode_TaintsMarksThenEvictsAfterGrace) {
+  Make();
+  Create(ShellPod("worker", "trap 'exit 0' TERM; echo ready; while true; do sleep 0.05; done"));
+  kubelet_->SyncOnce();
+  ASSERT_TRUE(Eventually([&] { return Log("worker").find("ready") != std::string::npos; }, kWait));
+  ASSERT_THAT(kubelet_->PreemptNode("node-a", absl::Seconds(30)), IsOk());
+  auto node = store_.Get("nodes", "", "node-a");
+  const Json& taint = node->at("spec").at("taints").at(0);
+  EXPECT_EQ(StringAt(taint, "key"), "cloud.google.com/impending-node-termination");
+  EXPECT_EQ(StringAt(taint, "value"), "true");
+  EXPECT_EQ(StringAt(taint, "effect"), "NoSchedule");
+  EXPECT_FALSE(node->at("spec").has_field("unschedulable"));
+
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Condition("worker", "DisruptionTarget"), "True");
+  EXPECT_EQ(Condition("worker", "DisruptionTarget", "reason"), "TerminationByKubelet");
+  EXPECT_EQ(Condition("worker", "DisruptionTarget", "message"), "node is being preempted");
+  EXPECT_FALSE(kube::IsBeingDeleted(*Pod("worker")));
+  // Nothing new lands on the tainted node.
+  Create(ShellPod("latecomer", "true"));
+  kubelet_->SyncOnce();
+  EXPECT_THAT(Condition("latecomer", "PodScheduled", "message"),
+              HasSubstr("untolerated taint {cloud.google.com/impending-node-termination: true}"));
+
+  clock_.Advance(absl::Seconds(30));
+  kubelet_->SyncOnce();
+  ASSERT_TRUE(Pod("worker").has_value());
+  EXPECT_TRUE(kube::IsBeingDeleted(*Pod("worker")));
+  ASSERT_TRUE(SyncUntil([&] { return !Pod("worker").has_value(); }));
+}
+
+TEST_F(KubeletTest, SimulatedNode_RunningWithoutProcess_FailPodAndDeleteAtOnce) {
+  Make({NodeConfig{"sim-0", 8, {}, {}, true}});
+  Json pod = ShellPod("sim", "ignored", "Always");
+  pod["spec"]["containers"][1]["name"] = Json::string("sidecar");
+  Create(pod);
+  Create(ShellPod("once", "ignored", "Never"));
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Phase("sim"), "Running");
+  EXPECT_EQ(Condition("sim", "Ready"), "True");
+  EXPECT_EQ(Pod("sim")->at("status").at("containerStatuses").size(), 2u);
+  EXPECT_FALSE(kubelet_->PodPid("ns", "sim").has_value());
+  EXPECT_THAT(kubelet_->KillPod("ns", "sim"), StatusIs(absl::StatusCode::kFailedPrecondition));
+
+  ASSERT_THAT(kubelet_->FailPod("ns", "once", 7), IsOk());
+  ASSERT_THAT(kubelet_->FailPod("ns", "sim", 1), IsOk());
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Phase("once"), "Failed");
+  EXPECT_EQ(Container("once").at("state").at("terminated").at("exitCode").as_integer(), 7);
+  EXPECT_EQ(StringAt(Container("sim"), "state.waiting.reason"), "CrashLoopBackOff");
+  EXPECT_THAT(kubelet_->FailPod("ns", "sim", 1), StatusIs(absl::StatusCode::kFailedPrecondition));
+  clock_.Advance(absl::Seconds(1));
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Condition("sim", "Ready"), "True");
+  EXPECT_EQ(Container("sim").at("restartCount").as_integer(), 1);
+
+  ASSERT_THAT(store_.Delete("pods", "ns", "sim"), IsOk());
+  EXPECT_TRUE(Pod("sim").has_value()) << "bound and running: graceful";
+  kubelet_->SyncOnce();
+  EXPECT_FALSE(Pod("sim").has_value()) << "nothing to stop on a simulated node";
+}
+
+TEST_F(KubeletTest, SimulatedNodes_TwoThousandPods_AllReachRunning_ThenAllGo) {
+  std::vector<NodeConfig> nodes;
+  for (int i = 0; i < 4; ++i) nodes.push_back(NodeConfig{"sim-" + std::to_string(i), 8, {}, {}, true});
+  Kubelet::Options options;
+  options.nodes = std::move(nodes);
+  kubelet_ = std::make_unique<Kubelet>(store_, clock_, options);
+  ASSERT_THAT(kubelet_->Start(), IsOk());
+  constexpr int kPods = 2000;
+  for (int i = 0; i < kPods; ++i) Create(ShellPod("p-" + std::to_string(i), "ignored"));
+  const auto running = *kube::ObjectFilter::Parse("", "status.phase=Running");
+  auto count = [&](const kube::ObjectFilter& filter) {
+    return store_.List("pods", "ns", filter, 0, "")->items.size();
+  };
+  EXPECT_TRUE(Eventually([&] { return count(running) == kPods; }, absl::Seconds(120)))
+      << count(running) << " of " << kPods << " running";
+  for (int i = 0; i < kPods; ++i) {
+    ASSERT_THAT(store_.Delete("pods", "ns", "p-" + std::to_string(i)), IsOk());
+  }
+  EXPECT_TRUE(Eventually([&] { return count(kube::ObjectFilter{}) == 0; }, absl::Seconds(120)))
+      << count(kube::ObjectFilter{}) << " left";
+}
+
+TEST_F(KubeletTest, Stop_KillsEveryProcessIncludingChildren_AndStartRunsTheLoop) {
+  Kubelet::Options options;
+  options.nodes = {NodeConfig{"node-a", 0, {}, {}, false}};
+  options.log_dir = log_dir_;
+  options.stop_grace = absl::Seconds(1);
+  kubelet_ = std::make_unique<Kubelet>(store_, clock_, options);
+  ASSERT_THAT(kubelet_->Start(), IsOk());
+  EXPECT_THAT(kubelet_->Start(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  Create(ShellPod("a", "exec sleep 1000"));
+  Create(ShellPod("deaf", "trap '' TERM; sleep 1000 & echo $! > " + log_dir_ +
+                              "/child; echo ready; wait"));
+  ASSERT_TRUE(Eventually(
+      [&] { return Phase("a") == "Running" && Log("deaf").find("ready") != std::string::npos; },
+      kWait));
+  const pid_t a = *kubelet_->PodPid("ns", "a");
+  const pid_t deaf = *kubelet_->PodPid("ns", "deaf");
+  const pid_t child = std::stoi(ReadFile(log_dir_ + "/child"));
+  kubelet_->Stop();
+  EXPECT_TRUE(ProcessGone(a));
+  EXPECT_TRUE(ProcessGone(deaf));
+  EXPECT_TRUE(Eventually([&] { return ProcessGone(child) || ProcessState(child) == 'Z'; }, kWait))
+      << "the pod's whole process group goes";
+  kubelet_->Stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace phalanx::localcluster

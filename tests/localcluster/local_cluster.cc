@@ -93,7 +93,7 @@ absl::Status LocalCluster::Init() {
     if (t.status_subresource) store_.EnableStatusSubresource(t.StoreKey());
   }
   for (const char* ns : {"default", "kube-system", "kube-public", "kube-node-lease"}) {
-    if (absl::StatusOr<Json> created = store_.Create("namespaces", "", NamespaceObject(ns));
+    if (absl::StatusOr<Json> created = store_.Create("namespaces", "", NamespaceObject(ns), /*keep_status=*/true);
         !created.ok()) {
       return created.status();
     }

@@ -49,6 +49,22 @@ absl::Status NotFound(const std::string& resource, const std::string& name) {
   return absl::NotFoundError(absl::StrCat(resource, " \"", name, "\" not found"));
 }
 
+// Kubernetes' default when a pod names no terminationGracePeriodSeconds.
+constexpr int64_t kDefaultPodGraceSeconds = 30;
+
+int64_t IntOr(const Json& object, const char* field, int64_t fallback) {
+  if (!object.is_object() || !object.has_field(field) || !object.at(field).is_number()) {
+    return fallback;
+  }
+  return object.at(field).as_number().to_int64();
+}
+
+// An object marked with a grace period waits for its owner (the kubelet) to finish the
+// deletion, even once no finalizer remains: updates to it must not remove it.
+bool InGracePeriod(const Json& object) {
+  return IntOr(object.at("metadata"), "deletionGracePeriodSeconds", 0) > 0;
+}
+
 
 }  // namespace
 
@@ -72,7 +88,7 @@ void ObjectStore::RecordLocked(const std::string& type, const std::string& resou
 }
 
 absl::StatusOr<Json> ObjectStore::Create(const std::string& resource, const std::string& ns,
-                                         Json object) {
+                                         Json object, bool keep_status) {
   if (!object.is_object()) return absl::InvalidArgumentError("object must be a JSON object");
   const std::string name = MetaString(object, "name");
   if (name.empty()) return absl::InvalidArgumentError("metadata.name: Required value");
@@ -88,7 +104,9 @@ absl::StatusOr<Json> ObjectStore::Create(const std::string& resource, const std:
   meta["creationTimestamp"] = Json::string(kube::FormatKubeTime(clock_.Now()));
   meta["generation"] = Json::number(1);
   if (meta.has_field("deletionTimestamp")) meta.erase("deletionTimestamp");
-  if (status_resources_.contains(resource) && object.has_field("status")) object.erase("status");
+  if (status_resources_.contains(resource) && object.has_field("status") && !keep_status) {
+    object.erase("status");
+  }
   objects_[key] = object;
   RecordLocked("ADDED", resource, ns, object);
   return object;
@@ -162,7 +180,8 @@ absl::StatusOr<Json> ObjectStore::Update(const std::string& resource, const std:
     // Immutable metadata stays as stored.
     Json& meta = updated["metadata"];
     const Json& old_meta = stored.at("metadata");
-    for (const char* field : {"uid", "creationTimestamp", "deletionTimestamp", "namespace"}) {
+    for (const char* field : {"uid", "creationTimestamp", "deletionTimestamp",
+                              "deletionGracePeriodSeconds", "namespace"}) {
       if (old_meta.has_field(field)) {
         meta[field] = old_meta.at(field);
       } else if (meta.has_field(field)) {
@@ -175,7 +194,7 @@ absl::StatusOr<Json> ObjectStore::Update(const std::string& resource, const std:
   }
   updated["metadata"]["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
   const bool finishing = updated.at("metadata").has_field("deletionTimestamp") &&
-                         !HasFinalizers(updated);
+                         !HasFinalizers(updated) && !InGracePeriod(updated);
   if (finishing) {
     objects_.erase(it);
     RecordLocked("DELETED", resource, ns, updated);
@@ -189,7 +208,8 @@ absl::StatusOr<Json> ObjectStore::Update(const std::string& resource, const std:
 absl::StatusOr<Json> ObjectStore::Delete(const std::string& resource, const std::string& ns,
                                          const std::string& name,
                                          const std::string& uid_precondition,
-                                         Propagation propagation) {
+                                         Propagation propagation,
+                                         std::optional<int64_t> grace_period_seconds) {
   absl::MutexLock lock(&mu_);
   auto it = objects_.find(Key{resource, ns, name});
   if (it == objects_.end()) return NotFound(resource, name);
@@ -220,7 +240,38 @@ absl::StatusOr<Json> ObjectStore::Delete(const std::string& resource, const std:
     if (!finalizers.is_array()) finalizers = Json::array();
     finalizers[finalizers.size()] = Json::string(kForegroundFinalizer);
   }
+  if (std::optional<Json> marked = MarkGracefulLocked(it, grace_period_seconds)) return *marked;
   return DeleteLocked(it);
+}
+
+std::optional<Json> ObjectStore::MarkGracefulLocked(std::map<Key, Json>::iterator it,
+                                                    std::optional<int64_t> grace_period_seconds) {
+  Json& stored = it->second;
+  if (std::get<0>(it->first) != "pods") return std::nullopt;
+  // Only a kubelet can stop a pod's containers: nothing to wait for when none runs it.
+  const std::string phase = kube::StringAt(stored, "status.phase");
+  if (kube::StringAt(stored, "spec.nodeName").empty() || phase == "Succeeded" ||
+      phase == "Failed") {
+    return std::nullopt;
+  }
+  const Json spec = FieldOrNull(stored, "spec");
+  const int64_t grace = grace_period_seconds.value_or(
+      IntOr(spec, "terminationGracePeriodSeconds", kDefaultPodGraceSeconds));
+  if (grace <= 0) return std::nullopt;
+  Json& meta = stored["metadata"];
+  const absl::Time deadline = clock_.Now() + absl::Seconds(grace);
+  if (meta.has_field("deletionTimestamp")) {
+    // Already terminating: a second delete may only bring the deadline forward.
+    const std::optional<absl::Time> current =
+        kube::ParseKubeTime(kube::MetaString(stored, "deletionTimestamp"));
+    const int64_t current_grace = IntOr(meta, "deletionGracePeriodSeconds", 0);
+    if (current_grace == 0 || (current.has_value() && *current <= deadline)) return stored;
+  }
+  meta["deletionTimestamp"] = Json::string(kube::FormatKubeTime(deadline));
+  meta["deletionGracePeriodSeconds"] = Json::number(grace);
+  meta["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
+  RecordLocked("MODIFIED", std::get<0>(it->first), std::get<1>(it->first), stored);
+  return stored;
 }
 
 Json ObjectStore::DeleteLocked(std::map<Key, Json>::iterator it) {
@@ -228,8 +279,10 @@ Json ObjectStore::DeleteLocked(std::map<Key, Json>::iterator it) {
   const std::string& resource = std::get<0>(it->first);
   const std::string& ns = std::get<1>(it->first);
   if (HasFinalizers(stored)) {
-    if (!stored.at("metadata").has_field("deletionTimestamp")) {
+    // A graceful deletion cut short (grace 0) now waits for the finalizers alone.
+    if (!stored.at("metadata").has_field("deletionTimestamp") || InGracePeriod(stored)) {
       stored["metadata"]["deletionTimestamp"] = Json::string(kube::FormatKubeTime(clock_.Now()));
+      if (InGracePeriod(stored)) stored["metadata"]["deletionGracePeriodSeconds"] = Json::number(0);
       stored["metadata"]["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
       RecordLocked("MODIFIED", resource, ns, stored);
     }
@@ -266,7 +319,8 @@ int ObjectStore::CollectGarbage() {
           });
       const bool being_deleted = object.at("metadata").has_field("deletionTimestamp");
       if (orphaned && !being_deleted) {
-        DeleteLocked(it);
+        // As Kubernetes' collector, with the default grace: a running pod's kubelet stops it.
+        if (!MarkGracefulLocked(it, std::nullopt)) DeleteLocked(it);
         ++collected;
         changed = true;
       } else if (being_deleted && HasFinalizer(object, kForegroundFinalizer) &&
@@ -294,7 +348,7 @@ int ObjectStore::CollectGarbage() {
           const std::vector<std::string> dep_owners = OwnerUids(dep->second);
           if (dep != it && std::find(dep_owners.begin(), dep_owners.end(), uid) != dep_owners.end() &&
               !dep->second.at("metadata").has_field("deletionTimestamp")) {
-            DeleteLocked(dep);
+            if (!MarkGracefulLocked(dep, std::nullopt)) DeleteLocked(dep);
             ++collected;
             changed = true;
           }

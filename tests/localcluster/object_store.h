@@ -8,6 +8,9 @@
 //     update keeps everything but status;
 //   - deletion with finalizers only sets deletionTimestamp; removing the last finalizer of an
 //     object being deleted deletes it;
+//   - graceful pod deletion: a pod bound to a node and not finished is only marked
+//     (deletionTimestamp = now + grace, deletionGracePeriodSeconds = grace) so its kubelet can
+//     stop it; the kubelet's later Delete with grace 0 removes it;
 //   - a bounded history of watch events; asking for events older than it is OutOfRange (410);
 //   - owner-reference garbage collection: CollectGarbage() deletes dependents whose owners are
 //     all gone (background deletion), finishes foreground deletions (an owner carrying the
@@ -19,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -58,7 +62,10 @@ class ObjectStore {
   void EnableStatusSubresource(const std::string& resource);
 
   // AlreadyExists, InvalidArgument (no metadata.name / not an object).
-  absl::StatusOr<Json> Create(const std::string& resource, const std::string& ns, Json object);
+  // With a status subresource the object's status is dropped (clients cannot set it on create)
+  // unless `keep_status`: the API server's own initial status (a pod's Pending phase).
+  absl::StatusOr<Json> Create(const std::string& resource, const std::string& ns, Json object,
+                              bool keep_status = false);
   // NotFound.
   absl::StatusOr<Json> Get(const std::string& resource, const std::string& ns,
                            const std::string& name) const;
@@ -70,11 +77,19 @@ class ObjectStore {
   absl::StatusOr<Json> Update(const std::string& resource, const std::string& ns, Json object,
                               bool status_subresource);
   enum class Propagation { kBackground, kForeground, kOrphan };
-  // Returns the object as deleted, or as marked for deletion when it has finalizers.
+  // Returns the object as deleted, or as marked for deletion when it has finalizers or is a
+  // pod in graceful deletion. `grace_period_seconds` matters for pods only, as in Kubernetes:
+  // a pod with spec.nodeName set whose status.phase is neither Succeeded nor Failed, deleted
+  // with a grace > 0 (unset: spec.terminationGracePeriodSeconds, else 30), is only marked with
+  // deletionTimestamp = now + grace and deletionGracePeriodSeconds = grace (a MODIFIED event);
+  // deleting it again with a shorter grace brings the deadline forward, and grace 0 (what the
+  // kubelet sends once the containers are gone) removes it, finalizers permitting. Unbound
+  // and finished pods and every other resource go at once.
   // NotFound; FailedPrecondition when `uid_precondition` is set and differs.
   absl::StatusOr<Json> Delete(const std::string& resource, const std::string& ns,
                               const std::string& name, const std::string& uid_precondition = "",
-                              Propagation propagation = Propagation::kBackground);
+                              Propagation propagation = Propagation::kBackground,
+                              std::optional<int64_t> grace_period_seconds = std::nullopt);
   // One garbage-collection pass (the local cluster runs it periodically); returns how many
   // objects it deleted or finished deleting.
   int CollectGarbage();
@@ -96,6 +111,11 @@ class ObjectStore {
                     const Json& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes (or marks, with finalizers) the object at `it`; returns the resulting object.
   Json DeleteLocked(std::map<Key, Json>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Graceful pod deletion: marks the pod at `it` and returns it when the grace applies (see
+  // Delete); nullopt when the object should be deleted now.
+  std::optional<Json> MarkGracefulLocked(std::map<Key, Json>::iterator it,
+                                         std::optional<int64_t> grace_period_seconds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   base::Clock& clock_;
   const size_t history_limit_;

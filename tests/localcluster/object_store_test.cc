@@ -1,5 +1,6 @@
 #include "tests/localcluster/object_store.h"
 
+#include "common/kube/object_meta.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -199,6 +200,114 @@ TEST_F(ObjectStoreTest, GarbageCollection_Orphan_KeepsDependentsWithoutTheRefere
   auto pod = store_.Get("pods", "ns", "j-0");
   ASSERT_THAT(pod, IsOk());
   EXPECT_EQ(pod->at("metadata").at("ownerReferences").size(), 0u);
+}
+
+Json BoundPod(const std::string& name, const std::string& extra_spec = "") {
+  return Parse(R"({"metadata":{"name":")" + name + R"("},"spec":{"nodeName":"n1")" + extra_spec +
+               R"(,"containers":[{"name":"c"}]}})");
+}
+
+TEST_F(ObjectStoreTest, GracefulDelete_BoundPod_IsMarkedUntilDeletedWithGraceZero) {
+  store_.Create("pods", "ns", BoundPod("p", R"(,"terminationGracePeriodSeconds":5)")).IgnoreError();
+  const uint64_t before = store_.resource_version();
+  auto marked = store_.Delete("pods", "ns", "p");
+  ASSERT_THAT(marked, IsOk());
+  const Json& meta = marked->at("metadata");
+  EXPECT_EQ(meta.at("deletionTimestamp").as_string(),
+            kube::FormatKubeTime(clock_.Now() + absl::Seconds(5)));
+  EXPECT_EQ(meta.at("deletionGracePeriodSeconds").as_number().to_int64(), 5);
+  auto events = store_.EventsSince("pods", "ns", before);
+  ASSERT_THAT(events, IsOk());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].type, "MODIFIED");
+
+  // The kubelet keeps writing status while the pod terminates: that must not remove it.
+  Json status = *marked;
+  status["status"] = Parse(R"({"phase":"Running"})");
+  ASSERT_THAT(store_.Update("pods", "ns", status, true), IsOk());
+  Json relabel = *store_.Get("pods", "ns", "p");
+  relabel["metadata"]["labels"] = Parse(R"({"a":"b"})");
+  relabel["metadata"]["deletionGracePeriodSeconds"] = Json::number(0);  // immutable
+  auto relabelled = store_.Update("pods", "ns", relabel, false);
+  ASSERT_THAT(relabelled, IsOk());
+  EXPECT_EQ(relabelled->at("metadata").at("deletionGracePeriodSeconds").as_number().to_int64(), 5);
+
+  ASSERT_THAT(store_.Delete("pods", "ns", "p", "", ObjectStore::Propagation::kBackground, 0),
+              IsOk());
+  EXPECT_THAT(store_.Get("pods", "ns", "p"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ObjectStoreTest, GracefulDelete_DefaultsTo30s_AndASecondDeleteOnlyShortens) {
+  store_.Create("pods", "ns", BoundPod("p")).IgnoreError();
+  auto marked = store_.Delete("pods", "ns", "p");
+  ASSERT_THAT(marked, IsOk());
+  EXPECT_EQ(marked->at("metadata").at("deletionGracePeriodSeconds").as_number().to_int64(), 30);
+  auto longer = store_.Delete("pods", "ns", "p", "", ObjectStore::Propagation::kBackground, 60);
+  ASSERT_THAT(longer, IsOk());
+  EXPECT_EQ(longer->at("metadata").at("deletionTimestamp"),
+            marked->at("metadata").at("deletionTimestamp"));
+  auto shorter = store_.Delete("pods", "ns", "p", "", ObjectStore::Propagation::kBackground, 2);
+  ASSERT_THAT(shorter, IsOk());
+  EXPECT_EQ(shorter->at("metadata").at("deletionGracePeriodSeconds").as_number().to_int64(), 2);
+  EXPECT_EQ(shorter->at("metadata").at("deletionTimestamp").as_string(),
+            kube::FormatKubeTime(clock_.Now() + absl::Seconds(2)));
+}
+
+TEST_F(ObjectStoreTest, GracefulDelete_UnboundFinishedOrOtherResources_GoAtOnce) {
+  struct Case {
+    std::string name;
+    std::string resource;
+    Json object;
+    std::string phase;
+  };
+  const std::vector<Case> cases = {
+      {"unbound pod", "pods", Pod("unbound"), ""},
+      {"succeeded pod", "pods", BoundPod("done"), "Succeeded"},
+      {"failed pod", "pods", BoundPod("failed"), "Failed"},
+      {"other resource", "trainingjobs.phalanx.dev", BoundPod("job"), ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Json created = *store_.Create(c.resource, "ns", c.object);
+    if (!c.phase.empty()) {
+      created["status"] = Parse(R"({"phase":")" + c.phase + R"("})");
+      ASSERT_THAT(store_.Update(c.resource, "ns", created, true), IsOk());
+    }
+    const std::string name = created.at("metadata").at("name").as_string();
+    ASSERT_THAT(store_.Delete(c.resource, "ns", name, "", ObjectStore::Propagation::kBackground, 10),
+                IsOk());
+    EXPECT_THAT(store_.Get(c.resource, "ns", name), StatusIs(absl::StatusCode::kNotFound));
+  }
+  store_.Create("pods", "ns", BoundPod("zero", R"(,"terminationGracePeriodSeconds":0)")).IgnoreError();
+  ASSERT_THAT(store_.Delete("pods", "ns", "zero"), IsOk());
+  EXPECT_THAT(store_.Get("pods", "ns", "zero"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ObjectStoreTest, GracefulDelete_WithFinalizers_GraceZeroStillWaitsForThem) {
+  Json pod = BoundPod("p");
+  pod["metadata"]["finalizers"] = Parse(R"(["phalanx.dev/cleanup"])");
+  store_.Create("pods", "ns", pod).IgnoreError();
+  ASSERT_THAT(store_.Delete("pods", "ns", "p"), IsOk());
+  auto cut = store_.Delete("pods", "ns", "p", "", ObjectStore::Propagation::kBackground, 0);
+  ASSERT_THAT(cut, IsOk());
+  EXPECT_EQ(cut->at("metadata").at("deletionGracePeriodSeconds").as_number().to_int64(), 0);
+  Json cleared = *cut;
+  cleared["metadata"]["finalizers"] = Json::array();
+  ASSERT_THAT(store_.Update("pods", "ns", cleared, false), IsOk());
+  EXPECT_THAT(store_.Get("pods", "ns", "p"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ObjectStoreTest, GarbageCollection_RunningPodOfAGoneOwner_IsDeletedGracefully) {
+  Json job = *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
+  Json pod = Owned("j-0", job);
+  pod["spec"]["nodeName"] = Json::string("n1");
+  store_.Create("pods", "ns", pod).IgnoreError();
+  ASSERT_THAT(store_.Delete("trainingjobs.phalanx.dev", "ns", "j"), IsOk());
+  EXPECT_EQ(store_.CollectGarbage(), 1);
+  auto marked = store_.Get("pods", "ns", "j-0");
+  ASSERT_THAT(marked, IsOk()) << "its kubelet stops it first";
+  EXPECT_TRUE(marked->at("metadata").has_field("deletionTimestamp"));
+  EXPECT_EQ(store_.CollectGarbage(), 0);
 }
 
 }  // namespace

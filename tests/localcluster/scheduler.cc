@@ -1,1 +1,256 @@
-// placeholder: being written
+#include "tests/localcluster/scheduler.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/log.h"
+#include "common/kube/object_meta.h"
+
+namespace phalanx::localcluster {
+namespace {
+
+using kube::MetaString;
+using kube::StringAt;
+
+constexpr char kGpu[] = "nvidia.com/gpu";
+
+const Json& Field(const Json& object, const char* name) {
+  static const Json kNull = Json::null();
+  return object.is_object() && object.has_field(name) ? object.at(name) : kNull;
+}
+
+const Json& Array(const Json& object, const char* name) {
+  static const Json kEmpty = Json::array();
+  const Json& field = Field(object, name);
+  return field.is_array() ? field : kEmpty;
+}
+
+// A resource quantity as Phalanx's pods write GPU counts: "2" or 2. Anything else is 0.
+int64_t Quantity(const Json& value) {
+  if (value.is_number()) return value.as_number().to_int64();
+  int64_t n = 0;
+  if (value.is_string() && absl::SimpleAtoi(value.as_string(), &n)) return n;
+  return 0;
+}
+
+bool IsTerminated(const Json& pod) {
+  const std::string phase = StringAt(pod, "status.phase");
+  return phase == "Succeeded" || phase == "Failed";
+}
+
+bool IsReady(const Json& node) {
+  for (const Json& c : Array(Field(node, "status"), "conditions").as_array()) {
+    if (StringAt(c, "type") == "Ready") return StringAt(c, "status") == "True";
+  }
+  return false;
+}
+
+// core/v1 Toleration.ToleratesTaint.
+bool Tolerates(const Json& toleration, const std::string& key, const std::string& value,
+               const std::string& effect) {
+  const std::string t_effect = StringAt(toleration, "effect");
+  if (!t_effect.empty() && t_effect != effect) return false;
+  const std::string t_key = StringAt(toleration, "key");
+  if (!t_key.empty() && t_key != key) return false;
+  const std::string op = StringAt(toleration, "operator");
+  if (op == "Exists") return true;
+  return (op.empty() || op == "Equal") && StringAt(toleration, "value") == value;
+}
+
+bool PodTolerates(const Json& pod, const std::string& key, const std::string& value,
+                  const std::string& effect) {
+  for (const Json& t : Array(Field(pod, "spec"), "tolerations").as_array()) {
+    if (Tolerates(t, key, value, effect)) return true;
+  }
+  return false;
+}
+
+// Why `node` cannot take `pod` (a kube-scheduler reason, counted per node), or "" if it can.
+// Checks run in kube-scheduler's plugin order and the first failure is the node's reason.
+std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t gpus_wanted) {
+  const Json& spec = Field(node, "spec");
+  if (Field(spec, "unschedulable").is_boolean() && spec.at("unschedulable").as_bool() &&
+      !PodTolerates(pod, "node.kubernetes.io/unschedulable", "", "NoSchedule")) {
+    return "node(s) were unschedulable";
+  }
+  // The node lifecycle controller taints a NotReady node; this cluster reads the condition.
+  if (!IsReady(node)) return "node(s) had untolerated taint {node.kubernetes.io/not-ready: }";
+  for (const Json& taint : Array(spec, "taints").as_array()) {
+    const std::string effect = StringAt(taint, "effect");
+    if (effect != "NoSchedule" && effect != "NoExecute") continue;
+    const std::string key = StringAt(taint, "key");
+    const std::string value = StringAt(taint, "value");
+    if (!PodTolerates(pod, key, value, effect)) {
+      return absl::StrCat("node(s) had untolerated taint {", key, ": ", value, "}");
+    }
+  }
+  const Json& selector = Field(Field(pod, "spec"), "nodeSelector");
+  if (selector.is_object()) {
+    const std::map<std::string, std::string> labels = kube::LabelsOf(node);
+    for (const auto& [key, value] : selector.as_object()) {
+      auto it = labels.find(key);
+      if (it == labels.end() || !value.is_string() || it->second != value.as_string()) {
+        return "node(s) didn't match Pod's node affinity/selector";
+      }
+    }
+  }
+  const int64_t allocatable = Quantity(Field(Field(Field(node, "status"), "allocatable"), kGpu));
+  if (gpus_wanted > 0 && gpus_used + gpus_wanted > allocatable) {
+    return absl::StrCat("Insufficient ", kGpu);
+  }
+  return "";
+}
+
+// ChooseNode with the GPUs in use per node already summed (the pass keeps them up to date).
+std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Json>& nodes,
+                                           const std::map<std::string, int64_t>& gpus_used,
+                                           std::string* why_not) {
+  if (nodes.empty()) {
+    if (why_not != nullptr) *why_not = "no nodes available to schedule pods";
+    return std::nullopt;
+  }
+  const int64_t wanted = PodGpuRequest(pod);
+  std::optional<std::tuple<int64_t, std::string>> best;  // (GPUs free after, name)
+  std::map<std::string, int> reasons;
+  for (const Json& node : nodes) {
+    const std::string name = MetaString(node, "name");
+    auto used_it = gpus_used.find(name);
+    const int64_t used = used_it == gpus_used.end() ? 0 : used_it->second;
+    const std::string misfit = Misfit(pod, node, used, wanted);
+    if (!misfit.empty()) {
+      ++reasons[misfit];
+      continue;
+    }
+    const int64_t allocatable =
+        Quantity(Field(Field(Field(node, "status"), "allocatable"), kGpu));
+    std::tuple<int64_t, std::string> score{allocatable - used - wanted, name};
+    if (!best.has_value() || score < *best) best = std::move(score);
+  }
+  if (best.has_value()) return std::get<1>(*best);
+  if (why_not != nullptr) {
+    // kube-scheduler sorts the "<count> <reason>" strings.
+    std::vector<std::string> parts;
+    for (const auto& [reason, count] : reasons) parts.push_back(absl::StrCat(count, " ", reason));
+    std::sort(parts.begin(), parts.end());
+    *why_not = absl::StrCat("0/", nodes.size(), " nodes are available: ",
+                            absl::StrJoin(parts, ", "), ".");
+  }
+  return std::nullopt;
+}
+
+void AddUsage(const Json& pod, std::map<std::string, int64_t>& gpus_used) {
+  const std::string node = StringAt(pod, "spec.nodeName");
+  if (!node.empty() && !IsTerminated(pod)) gpus_used[node] += PodGpuRequest(pod);
+}
+
+// Sets (or replaces) the PodScheduled condition; returns false when it already said this.
+bool SetScheduledCondition(Json& pod, bool scheduled, const std::string& message,
+                           absl::Time now) {
+  Json& status = pod["status"];
+  if (!status.is_object()) status = Json::object();
+  const std::string want = scheduled ? "True" : "False";
+  const std::string reason = scheduled ? "" : "Unschedulable";
+  Json& conditions = status["conditions"];
+  if (!conditions.is_array()) conditions = Json::array();
+  std::optional<size_t> index;
+  for (size_t i = 0; i < conditions.size(); ++i) {
+    if (StringAt(conditions[i], "type") == "PodScheduled") index = i;
+  }
+  std::string transition = kube::FormatKubeTime(now);
+  if (index.has_value()) {
+    const Json& old = conditions[*index];
+    if (StringAt(old, "status") == want && StringAt(old, "reason") == reason &&
+        StringAt(old, "message") == message) {
+      return false;
+    }
+    if (StringAt(old, "status") == want) transition = StringAt(old, "lastTransitionTime");
+  }
+  Json condition = Json::object();
+  condition["type"] = Json::string("PodScheduled");
+  condition["status"] = Json::string(want);
+  condition["lastProbeTime"] = Json::null();
+  condition["lastTransitionTime"] = Json::string(transition);
+  if (!reason.empty()) condition["reason"] = Json::string(reason);
+  if (!message.empty()) condition["message"] = Json::string(message);
+  conditions[index.value_or(conditions.size())] = condition;
+  if (StringAt(pod, "status.phase").empty()) status["phase"] = Json::string("Pending");
+  return true;
+}
+
+}  // namespace
+
+int64_t PodGpuRequest(const Json& pod) {
+  int64_t total = 0;
+  for (const Json& container : Array(Field(pod, "spec"), "containers").as_array()) {
+    const Json& resources = Field(container, "resources");
+    const Json& limit = Field(Field(resources, "limits"), kGpu);
+    total += Quantity(limit.is_null() ? Field(Field(resources, "requests"), kGpu) : limit);
+  }
+  return total;
+}
+
+std::optional<std::string> ChooseNode(const Json& pod, const std::vector<Json>& nodes,
+                                      const std::vector<Json>& pods_on_nodes,
+                                      std::string* why_not) {
+  std::map<std::string, int64_t> gpus_used;
+  for (const Json& other : pods_on_nodes) AddUsage(other, gpus_used);
+  return ChooseWithUsage(pod, nodes, gpus_used, why_not);
+}
+
+int SchedulePending(ObjectStore& store, base::Clock& clock) {
+  // Cheap when nothing waits (the common case in the kubelet's loop): only pending pods are
+  // copied out of the store.
+  static const kube::ObjectFilter kUnbound = *kube::ObjectFilter::Parse("", "spec.nodeName=");
+  absl::StatusOr<ListResult> pending = store.List("pods", "", kUnbound, 0, "");
+  if (!pending.ok()) return 0;
+  std::vector<Json> queue;
+  for (Json& pod : pending->items) {
+    if (!kube::IsBeingDeleted(pod)) queue.push_back(std::move(pod));
+  }
+  if (queue.empty()) return 0;
+  std::sort(queue.begin(), queue.end(), [](const Json& a, const Json& b) {
+    // Creation order: the timestamp has second precision and this store's uids count up.
+    return std::tuple(MetaString(a, "creationTimestamp"), MetaString(a, "uid")) <
+           std::tuple(MetaString(b, "creationTimestamp"), MetaString(b, "uid"));
+  });
+  absl::StatusOr<ListResult> nodes = store.List("nodes", "", kube::ObjectFilter{}, 0, "");
+  absl::StatusOr<ListResult> all = store.List("pods", "", kube::ObjectFilter{}, 0, "");
+  if (!nodes.ok() || !all.ok()) return 0;
+  std::map<std::string, int64_t> gpus_used;
+  for (const Json& pod : all->items) AddUsage(pod, gpus_used);
+
+  int bound = 0;
+  const absl::Time now = clock.Now();
+  for (Json& pod : queue) {
+    const std::string ns = MetaString(pod, "namespace");
+    std::string why_not;
+    std::optional<std::string> node = ChooseWithUsage(pod, nodes->items, gpus_used, &why_not);
+    if (!node.has_value()) {
+      if (SetScheduledCondition(pod, false, why_not, now)) {
+        // A conflict means someone else changed the pod; the next pass re-reads it.
+        store.Update("pods", ns, pod, /*status_subresource=*/true).IgnoreError();
+      }
+      continue;
+    }
+    // The binding subresource's effect: spec.nodeName, then the PodScheduled condition.
+    pod["spec"]["nodeName"] = Json::string(*node);
+    absl::StatusOr<Json> updated = store.Update("pods", ns, pod, /*status_subresource=*/false);
+    if (!updated.ok()) continue;
+    ++bound;
+    AddUsage(*updated, gpus_used);
+    if (SetScheduledCondition(*updated, true, "", now)) {
+      absl::Status s = store.Update("pods", ns, *updated, /*status_subresource=*/true).status();
+      if (!s.ok()) {
+        PHX_LOG(WARNING) << "scheduler: PodScheduled on " << ns << "/" << MetaString(pod, "name")
+                         << ": " << s;
+      }
+    }
+  }
+  return bound;
+}
+
+}  // namespace phalanx::localcluster

@@ -1,1 +1,304 @@
-// placeholder: being written
+#include "tests/localcluster/scheduler.h"
+
+#include "common/kube/object_meta.h"
+#include "common/testing/fake_clock.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace phalanx::localcluster {
+namespace {
+
+using ::phalanx::testing::IsOk;
+using ::testing::HasSubstr;
+
+// Builders for the parts of Node and Pod objects the scheduler reads.
+class NodeBuilder {
+ public:
+  explicit NodeBuilder(const std::string& name) {
+    node_["metadata"]["name"] = Json::string(name);
+    node_["metadata"]["labels"] = Json::object();
+    node_["spec"] = Json::object();
+    Gpus("0");
+    Ready(true);
+  }
+  NodeBuilder& Gpus(const std::string& n) {
+    node_["status"]["allocatable"]["nvidia.com/gpu"] = Json::string(n);
+    return *this;
+  }
+  NodeBuilder& Ready(bool ready) {
+    Json c = Json::object();
+    c["type"] = Json::string("Ready");
+    c["status"] = Json::string(ready ? "True" : "False");
+    node_["status"]["conditions"] = Json::array();
+    node_["status"]["conditions"][0] = c;
+    return *this;
+  }
+  NodeBuilder& Label(const std::string& k, const std::string& v) {
+    node_["metadata"]["labels"][k] = Json::string(v);
+    return *this;
+  }
+  NodeBuilder& Taint(const std::string& k, const std::string& v, const std::string& effect) {
+    Json t = Json::object();
+    t["key"] = Json::string(k);
+    t["value"] = Json::string(v);
+    t["effect"] = Json::string(effect);
+    Json& taints = node_["spec"]["taints"];
+    if (!taints.is_array()) taints = Json::array();
+    taints[taints.size()] = t;
+    return *this;
+  }
+  NodeBuilder& Unschedulable() {
+    node_["spec"]["unschedulable"] = Json::boolean(true);
+    return *this;
+  }
+  Json Build() const { return node_; }
+
+ private:
+  Json node_ = Json::object();
+};
+
+class PodBuilder {
+ public:
+  explicit PodBuilder(const std::string& name) {
+    pod_["metadata"]["name"] = Json::string(name);
+    pod_["spec"]["containers"] = Json::array();
+    pod_["spec"]["containers"][0]["name"] = Json::string("main");
+  }
+  // As a string limit ("2"), or as a number request when `as_number`.
+  PodBuilder& Gpus(int n, bool as_number = false) {
+    Json& resources = pod_["spec"]["containers"][0]["resources"];
+    if (as_number) {
+      resources["requests"]["nvidia.com/gpu"] = Json::number(n);
+    } else {
+      resources["limits"]["nvidia.com/gpu"] = Json::string(std::to_string(n));
+    }
+    return *this;
+  }
+  PodBuilder& OnNode(const std::string& node, const std::string& phase = "Running") {
+    pod_["spec"]["nodeName"] = Json::string(node);
+    pod_["status"]["phase"] = Json::string(phase);
+    return *this;
+  }
+  PodBuilder& Selector(const std::string& k, const std::string& v) {
+    pod_["spec"]["nodeSelector"][k] = Json::string(v);
+    return *this;
+  }
+  PodBuilder& Toleration(const std::string& key, const std::string& op, const std::string& value,
+                         const std::string& effect) {
+    Json t = Json::object();
+    if (!key.empty()) t["key"] = Json::string(key);
+    t["operator"] = Json::string(op);
+    if (!value.empty()) t["value"] = Json::string(value);
+    if (!effect.empty()) t["effect"] = Json::string(effect);
+    Json& list = pod_["spec"]["tolerations"];
+    if (!list.is_array()) list = Json::array();
+    list[list.size()] = t;
+    return *this;
+  }
+  Json Build() const { return pod_; }
+
+ private:
+  Json pod_ = Json::object();
+};
+
+TEST(PodGpuRequestTest, SumsLimitsElseRequests_StringsOrNumbers) {
+  EXPECT_EQ(PodGpuRequest(PodBuilder("p").Build()), 0);
+  EXPECT_EQ(PodGpuRequest(PodBuilder("p").Gpus(2).Build()), 2);
+  EXPECT_EQ(PodGpuRequest(PodBuilder("p").Gpus(3, /*as_number=*/true).Build()), 3);
+  Json two = PodBuilder("p").Gpus(1).Build();
+  two["spec"]["containers"][1]["resources"]["requests"]["nvidia.com/gpu"] = Json::string("4");
+  EXPECT_EQ(PodGpuRequest(two), 5);
+}
+
+struct ChooseCase {
+  std::string name;
+  Json pod;
+  std::vector<Json> nodes;
+  std::vector<Json> pods_on_nodes;
+  std::optional<std::string> want;
+  std::string want_why;  // substring of the message when nothing fits
+};
+
+TEST(ChooseNodeTest, Table) {
+  const std::vector<ChooseCase> cases = {
+      {"gpu fit: only the node with room",
+       PodBuilder("p").Gpus(4).Build(),
+       {NodeBuilder("a").Gpus("2").Build(), NodeBuilder("b").Gpus("8").Build()},
+       {},
+       "b",
+       ""},
+      {"bin packing: the fullest node that still fits",
+       PodBuilder("p").Gpus(2).Build(),
+       {NodeBuilder("a").Gpus("8").Build(), NodeBuilder("b").Gpus("8").Build(),
+        NodeBuilder("c").Gpus("8").Build()},
+       {PodBuilder("x").Gpus(4).OnNode("b").Build(), PodBuilder("y").Gpus(7).OnNode("c").Build()},
+       "b",
+       ""},
+      {"ties broken by name",
+       PodBuilder("p").Gpus(1).Build(),
+       {NodeBuilder("b").Gpus("4").Build(), NodeBuilder("a").Gpus("4").Build()},
+       {},
+       "a",
+       ""},
+      {"finished pods free their GPUs",
+       PodBuilder("p").Gpus(8).Build(),
+       {NodeBuilder("a").Gpus("8").Build()},
+       {PodBuilder("done").Gpus(8).OnNode("a", "Succeeded").Build(),
+        PodBuilder("failed").Gpus(8).OnNode("a", "Failed").Build()},
+       "a",
+       ""},
+      {"insufficient gpus everywhere",
+       PodBuilder("p").Gpus(2).Build(),
+       {NodeBuilder("a").Gpus("8").Build(), NodeBuilder("b").Gpus("1").Build()},
+       {PodBuilder("x").Gpus(7).OnNode("a").Build()},
+       std::nullopt,
+       "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."},
+      {"untolerated taint, and the message counts reasons",
+       PodBuilder("p").Gpus(2).Build(),
+       {NodeBuilder("a").Gpus("1").Build(), NodeBuilder("b").Gpus("1").Build(),
+        NodeBuilder("c").Gpus("8").Taint("k", "v", "NoSchedule").Build()},
+       {},
+       std::nullopt,
+       "0/3 nodes are available: 1 node(s) had untolerated taint {k: v}, 2 Insufficient "
+       "nvidia.com/gpu."},
+      {"PreferNoSchedule taints do not block",
+       PodBuilder("p").Build(),
+       {NodeBuilder("a").Taint("k", "v", "PreferNoSchedule").Build()},
+       {},
+       "a",
+       ""},
+      {"toleration Equal matches key, value and effect",
+       PodBuilder("p").Toleration("k", "Equal", "v", "NoSchedule").Build(),
+       {NodeBuilder("a").Taint("k", "v", "NoSchedule").Build()},
+       {},
+       "a",
+       ""},
+      {"toleration with another value does not",
+       PodBuilder("p").Toleration("k", "Equal", "w", "NoSchedule").Build(),
+       {NodeBuilder("a").Taint("k", "v", "NoSchedule").Build()},
+       {},
+       std::nullopt,
+       "untolerated taint {k: v}"},
+      {"toleration Exists with no effect tolerates NoExecute too",
+       PodBuilder("p").Toleration("k", "Exists", "", "").Build(),
+       {NodeBuilder("a").Taint("k", "v", "NoExecute").Build()},
+       {},
+       "a",
+       ""},
+      {"empty key with Exists tolerates everything",
+       PodBuilder("p").Toleration("", "Exists", "", "").Build(),
+       {NodeBuilder("a").Taint("k", "v", "NoSchedule").Taint("j", "", "NoExecute").Build()},
+       {},
+       "a",
+       ""},
+      {"nodeSelector",
+       PodBuilder("p").Selector("pool", "gpu").Build(),
+       {NodeBuilder("a").Label("pool", "cpu").Build(), NodeBuilder("b").Label("pool", "gpu").Build()},
+       {},
+       "b",
+       ""},
+      {"nodeSelector matching nothing",
+       PodBuilder("p").Selector("pool", "tpu").Build(),
+       {NodeBuilder("a").Label("pool", "gpu").Build()},
+       {},
+       std::nullopt,
+       "1 node(s) didn't match Pod's node affinity/selector"},
+      {"not ready nodes are skipped",
+       PodBuilder("p").Build(),
+       {NodeBuilder("a").Ready(false).Build(), NodeBuilder("b").Build()},
+       {},
+       "b",
+       ""},
+      {"not ready everywhere",
+       PodBuilder("p").Build(),
+       {NodeBuilder("a").Ready(false).Build()},
+       {},
+       std::nullopt,
+       "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }"},
+      {"unschedulable nodes are skipped",
+       PodBuilder("p").Build(),
+       {NodeBuilder("a").Unschedulable().Build()},
+       {},
+       std::nullopt,
+       "1 node(s) were unschedulable"},
+      {"no nodes at all", PodBuilder("p").Build(), {}, {}, std::nullopt, "no nodes available"},
+  };
+  for (const ChooseCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string why_not;
+    EXPECT_EQ(ChooseNode(c.pod, c.nodes, c.pods_on_nodes, &why_not), c.want);
+    if (!c.want.has_value()) {
+      EXPECT_THAT(why_not, HasSubstr(c.want_why));
+    }
+  }
+}
+
+class SchedulePendingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_.EnableStatusSubresource("pods");
+    for (Json node : {NodeBuilder("a").Gpus("4").Build(), NodeBuilder("b").Gpus("8").Build()}) {
+      Json status = node.at("status");
+      Json created = *store_.Create("nodes", "", node);
+      created["status"] = status;
+      ASSERT_THAT(store_.Update("nodes", "", created, true), IsOk());
+    }
+  }
+  Json Get(const std::string& name) { return *store_.Get("pods", "ns", name); }
+  static std::string Scheduled(const Json& pod, const std::string& field) {
+    for (const Json& c : pod.at("status").at("conditions").as_array()) {
+      if (kube::StringAt(c, "type") == "PodScheduled") return kube::StringAt(c, field);
+    }
+    return "";
+  }
+
+  phalanx::testing::FakeClock clock_;
+  ObjectStore store_{clock_};
+};
+
+TEST_F(SchedulePendingTest, BindsByBinPacking_AndCountsWhatItBoundInThePass) {
+  for (const char* name : {"p1", "p2", "p3"}) {
+    ASSERT_THAT(store_.Create("pods", "ns", PodBuilder(name).Gpus(4).Build()), IsOk());
+  }
+  EXPECT_EQ(SchedulePending(store_, clock_), 3);
+  // p1 fills a (4 of 4); p2 and p3 share b (8).
+  EXPECT_EQ(kube::StringAt(Get("p1"), "spec.nodeName"), "a");
+  EXPECT_EQ(kube::StringAt(Get("p2"), "spec.nodeName"), "b");
+  EXPECT_EQ(kube::StringAt(Get("p3"), "spec.nodeName"), "b");
+  EXPECT_EQ(Scheduled(Get("p1"), "status"), "True");
+  EXPECT_EQ(kube::StringAt(Get("p1"), "status.phase"), "Pending");
+  EXPECT_EQ(SchedulePending(store_, clock_), 0) << "nothing left to bind";
+}
+
+TEST_F(SchedulePendingTest, Unschedulable_MarkedOnce_ThenBoundWhenRoomAppears) {
+  ASSERT_THAT(store_.Create("pods", "ns", PodBuilder("big").Gpus(16).Build()), IsOk());
+  EXPECT_EQ(SchedulePending(store_, clock_), 0);
+  Json pod = Get("big");
+  EXPECT_EQ(Scheduled(pod, "status"), "False");
+  EXPECT_EQ(Scheduled(pod, "reason"), "Unschedulable");
+  EXPECT_EQ(Scheduled(pod, "message"), "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.");
+  const uint64_t version = store_.resource_version();
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(SchedulePending(store_, clock_), 0);
+  EXPECT_EQ(store_.resource_version(), version) << "an unchanged verdict is not rewritten";
+
+  pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = Json::string("8");
+  ASSERT_THAT(store_.Update("pods", "ns", pod, false), IsOk());
+  EXPECT_EQ(SchedulePending(store_, clock_), 1);
+  EXPECT_EQ(kube::StringAt(Get("big"), "spec.nodeName"), "b");
+  EXPECT_EQ(Scheduled(Get("big"), "status"), "True");
+}
+
+TEST_F(SchedulePendingTest, SkipsPodsBeingDeleted) {
+  Json pod = PodBuilder("going").Build();
+  pod["metadata"]["finalizers"] = Json::array();
+  pod["metadata"]["finalizers"][0] = Json::string("x");
+  ASSERT_THAT(store_.Create("pods", "ns", pod), IsOk());
+  ASSERT_THAT(store_.Delete("pods", "ns", "going"), IsOk());
+  EXPECT_EQ(SchedulePending(store_, clock_), 0);
+  EXPECT_EQ(kube::StringAt(Get("going"), "spec.nodeName"), "");
+}
+
+}  // namespace
+}  // namespace phalanx::localcluster

@@ -1,0 +1,160 @@
+#include "tests/localcluster/container_launch.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <optional>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/kube/object_meta.h"
+
+namespace phalanx::localcluster {
+namespace {
+
+using kube::MetaString;
+using kube::StringAt;
+
+constexpr char kLocalIp[] = "127.0.0.1";
+
+const Json& Field(const Json& object, const char* name) {
+  static const Json kNull = Json::null();
+  return object.is_object() && object.has_field(name) ? object.at(name) : kNull;
+}
+
+const Json& ArrayField(const Json& object, const char* name) {
+  static const Json kEmpty = Json::array();
+  const Json& field = Field(object, name);
+  return field.is_array() ? field : kEmpty;
+}
+
+std::vector<std::string> Strings(const Json& array) {
+  std::vector<std::string> out;
+  if (!array.is_array()) return out;
+  for (const Json& item : array.as_array()) {
+    if (item.is_string()) out.push_back(item.as_string());
+  }
+  return out;
+}
+
+// The downward API's fieldRef paths (those pods use for identity).
+absl::StatusOr<std::string> FieldRef(const Json& pod, const std::string& path) {
+  if (path == "status.podIP" || path == "status.hostIP" || path == "status.podIPs" ||
+      path == "status.hostIPs") {
+    return std::string(kLocalIp);
+  }
+  for (const char* field : {"metadata.name", "metadata.namespace", "metadata.uid",
+                            "spec.nodeName", "spec.serviceAccountName"}) {
+    if (path == field) return StringAt(pod, path);
+  }
+  for (const char* map : {"labels", "annotations"}) {
+    const std::string prefix = absl::StrCat("metadata.", map, "['");
+    if (path.rfind(prefix, 0) == 0 && path.size() > prefix.size() + 2 &&
+        path.substr(path.size() - 2) == "']") {
+      const Json& values = Field(Field(pod, "metadata"), map);
+      const std::string key = path.substr(prefix.size(), path.size() - prefix.size() - 2);
+      return values.is_object() && values.has_field(key) && values.at(key).is_string()
+                 ? values.at(key).as_string()
+                 : "";
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unsupported fieldRef fieldPath \"", path, "\""));
+}
+
+// Finds a program as execvp would, so pods may name "python3" rather than a full path.
+std::optional<std::string> LookPath(const std::string& program, const std::string& path_var) {
+  if (program.find('/') != std::string::npos) return program;
+  for (absl::string_view dir : absl::StrSplit(path_var, ':', absl::SkipEmpty())) {
+    const std::string candidate = absl::StrCat(dir, "/", program);
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(candidate, ec) && access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string ExpandKubeVars(const std::string& text, const std::map<std::string, std::string>& env) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '$' || i + 1 == text.size()) {
+      out += text[i];
+    } else if (text[i + 1] == '$') {
+      out += '$';
+      ++i;
+    } else if (size_t close = text.find(')', i); text[i + 1] == '(' && close != std::string::npos) {
+      auto it = env.find(text.substr(i + 2, close - i - 2));
+      out += it != env.end() ? it->second : text.substr(i, close - i + 1);
+      i = close;
+    } else {
+      out += '$';
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
+    const Json& pod, const std::string& log_path,
+    const std::map<std::string, std::string>& extra_env) {
+  const Json& containers = Field(Field(pod, "spec"), "containers");
+  if (!containers.is_array() || containers.size() == 0) {
+    return absl::InvalidArgumentError("pod has no containers");
+  }
+  const Json& container = containers.at(0);
+  std::map<std::string, std::string> env = extra_env;
+  env["HOSTNAME"] = MetaString(pod, "name");
+  for (const Json& var : ArrayField(container, "env").as_array()) {
+    const std::string name = StringAt(var, "name");
+    if (name.empty()) continue;
+    if (Field(var, "value").is_string()) {
+      env[name] = ExpandKubeVars(var.at("value").as_string(), env);
+    } else if (const std::string path = StringAt(var, "valueFrom.fieldRef.fieldPath");
+               !path.empty()) {
+      absl::StatusOr<std::string> value = FieldRef(pod, path);
+      if (!value.ok()) return value.status();
+      env[name] = *value;
+    } else if (!Field(var, "valueFrom").is_null()) {
+      continue;  // secrets, config maps and resource fields are not modelled
+    } else {
+      env[name] = "";
+    }
+  }
+  std::vector<std::string> argv = Strings(Field(container, "command"));
+  if (argv.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "container \"", StringAt(container, "name"),
+        "\" has no command: the local cluster runs spec.containers[0].command and ignores the "
+        "image"));
+  }
+  for (std::string& arg : Strings(Field(container, "args"))) argv.push_back(std::move(arg));
+  for (std::string& arg : argv) arg = ExpandKubeVars(arg, env);
+  const char* parent_path = std::getenv("PATH");
+  auto path_it = env.find("PATH");
+  const std::optional<std::string> program = LookPath(
+      argv[0], path_it != env.end() ? path_it->second : (parent_path ? parent_path : ""));
+  if (!program.has_value()) {
+    return absl::NotFoundError(
+        absl::StrCat("exec: \"", argv[0], "\": executable file not found in $PATH"));
+  }
+  argv[0] = *program;
+  const std::string working_dir = StringAt(container, "workingDir");
+  std::error_code ec;
+  if (!working_dir.empty() && !std::filesystem::is_directory(working_dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("workingDir \"", working_dir, "\" is not a directory"));
+  }
+  process::SubprocessOptions options;
+  options.argv = std::move(argv);
+  options.env = std::move(env);
+  options.stdout_path = log_path;
+  options.working_dir = working_dir;
+  options.kill_group_on_exit = true;  // a container's processes end with it
+  return options;
+}
+
+}  // namespace phalanx::localcluster

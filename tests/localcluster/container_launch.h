@@ -1,0 +1,32 @@
+// How the local cluster's kubelet (kubelet.h) runs a pod's container as a process, as a
+// container runtime would from the pod spec: argv is spec.containers[0].command + args (the
+// image is ignored, so a pod must name its command), found on PATH as execvp would; the env is
+// the kubelet's extra env, HOSTNAME (the pod name), then the container's env in order, with
+// downward-API fieldRefs resolved and $(VAR) references expanded as Kubernetes does; the
+// workingDir is kept; stdout and stderr go to one log file. The child leads its own process
+// group and takes its group with it when it exits, like a container's processes.
+// Pure apart from looking at the filesystem (PATH, workingDir); thread-safe.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/process/subprocess.h"
+#include "tests/localcluster/object_store.h"
+
+namespace phalanx::localcluster {
+
+// Kubernetes' $(VAR) references in env values, command and args: a defined name expands,
+// "$$" is a literal "$", anything else stays as written.
+std::string ExpandKubeVars(const std::string& text, const std::map<std::string, std::string>& env);
+
+// The process for `pod`'s first container, logging to `log_path`. InvalidArgument: no
+// container, no command, or an unsupported fieldRef; NotFound: the program is not on PATH or
+// workingDir is not a directory. The kubelet reports these as ContainerCannotRun.
+// Env valueFrom other than fieldRef (secrets, config maps, resource fields) is skipped.
+absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
+    const Json& pod, const std::string& log_path,
+    const std::map<std::string, std::string>& extra_env);
+
+}  // namespace phalanx::localcluster

@@ -1,0 +1,253 @@
+// kubectl end to end: the real kubectl binary against the `phalanx-localcluster` binary through
+// the kubeconfig it writes. Skips (with the reason) where /usr/bin/kubectl is not installed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
+#include "common/process/subprocess.h"
+#include "common/testing/eventually.h"
+
+namespace phalanx::localcluster {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kKubectl[] = "/usr/bin/kubectl";
+const std::string kCluster = std::string(PHALANX_BUILD_DIR) + "/tests/localcluster/phalanx-localcluster";
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr
+};
+
+constexpr char kCrd[] = R"(apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.dev
+spec:
+  group: example.dev
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wd]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    additionalPrinterColumns:
+    - {name: Size, type: integer, jsonPath: .spec.size}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [size]
+            properties:
+              size: {type: integer, minimum: 1}
+)";
+
+class KubectlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kKubectl)) GTEST_SKIP() << "kubectl is not installed at " << kKubectl;
+    dir_ = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-kubectl-test-", getpid());
+    std::filesystem::create_directories(dir_);
+    kubeconfig_ = (dir_ / "kubeconfig").string();
+    process::SubprocessOptions options;
+    options.argv = {kCluster, "--kubeconfig-out", kubeconfig_, "--work-dir", (dir_ / "work").string(),
+                    "--nodes", "1", "--gpus-per-node", "2"};
+    options.stderr_path = (dir_ / "localcluster.log").string();
+    absl::StatusOr<std::unique_ptr<process::Subprocess>> cluster =
+        process::Subprocess::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    ASSERT_TRUE(cluster_->WaitForLine([](const std::string& l) { return absl::StartsWith(l, "ready "); },
+                                      absl::Seconds(60)))
+        << "phalanx-localcluster did not print ready";
+  }
+
+  void TearDown() override {
+    if (cluster_) {
+      cluster_->Signal(SIGTERM);
+      EXPECT_TRUE(cluster_->Wait(absl::Seconds(30)).has_value());
+    }
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  process::SubprocessOptions KubectlOptions(std::vector<std::string> args) {
+    process::SubprocessOptions options;
+    options.argv = {kKubectl, "--kubeconfig", kubeconfig_, "--cache-dir", (dir_ / "cache").string(),
+                    "--request-timeout", "30s"};
+    options.argv.insert(options.argv.end(), args.begin(), args.end());
+    options.stderr_path = (dir_ / "kubectl.err").string();
+    return options;
+  }
+
+  Result Kubectl(std::vector<std::string> args) {
+    return Run(KubectlOptions(std::move(args)));
+  }
+
+  Result Run(process::SubprocessOptions options) {
+    const std::string err_path = options.stderr_path;
+    std::filesystem::remove(err_path);
+    Result result;
+    absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(options);
+    if (!p.ok()) return result;
+    if (!(*p)->Wait(absl::Seconds(60)).has_value()) {
+      (*p)->Signal(SIGKILL);
+      (*p)->Wait(absl::Seconds(5));
+      result.out = "timed out: " + absl::StrJoin(options.argv, " ");
+      return result;
+    }
+    result.exit_code = (*p)->ExitCode().value_or(-1);
+    std::stringstream err;
+    err << std::ifstream(err_path).rdbuf();
+    result.out = absl::StrJoin((*p)->Lines(), "\n") + "\n" + err.str();
+    return result;
+  }
+
+  std::filesystem::path dir_;
+  std::string kubeconfig_;
+  std::unique_ptr<process::Subprocess> cluster_;
+};
+
+TEST_F(KubectlTest, AppliesACrdAndCustomResourcesWithServerSideValidation) {
+  Result r = Kubectl({"apply", "-f", Write("crd.yaml", kCrd)});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = Kubectl({"apply", "-f", Write("w1.yaml", "apiVersion: example.dev/v1\nkind: Widget\n"
+                                               "metadata: {name: w1}\nspec: {size: 3}\n")});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("widget.example.dev/w1 created"));
+
+  r = Kubectl({"apply", "-f", Write("bad.yaml", "apiVersion: example.dev/v1\nkind: Widget\n"
+                                                "metadata: {name: w2}\nspec: {size: 0}\n")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("spec.size"));
+
+  r = Kubectl({"get", "wd"});  // the short name, and the CRD's printer column
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("SIZE"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("w1 +3"));
+
+  // Re-applying a change is a patch.
+  r = Kubectl({"apply", "-f", Write("w1.yaml", "apiVersion: example.dev/v1\nkind: Widget\n"
+                                               "metadata: {name: w1}\nspec: {size: 5}\n")});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = Kubectl({"get", "widget", "w1", "-o", "yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("size: 5"));
+  EXPECT_THAT(r.out, HasSubstr("generation: 2"));
+
+  r = Kubectl({"delete", "widget", "w1"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = Kubectl({"get", "widget", "w1"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("NotFound"));
+}
+
+TEST_F(KubectlTest, GetWatchStreamsChanges) {
+  ASSERT_EQ(Kubectl({"apply", "-f", Write("crd.yaml", kCrd)}).exit_code, 0);
+  ASSERT_EQ(Kubectl({"apply", "-f", Write("w1.yaml", "apiVersion: example.dev/v1\nkind: Widget\n"
+                                                     "metadata: {name: w1}\nspec: {size: 3}\n")})
+                .exit_code,
+            0);
+  absl::StatusOr<std::unique_ptr<process::Subprocess>> watch =
+      process::Subprocess::Start(KubectlOptions({"get", "wd", "-w"}));
+  ASSERT_TRUE(watch.ok());
+  auto has_size = [](int size) {
+    // The CRD declares its columns, so there is no trailing Age column: "w1   3".
+    return [size](const std::string& line) {
+      return std::regex_search(line, std::regex(absl::StrCat("^w1 +", size, "( |$)")));
+    };
+  };
+  ASSERT_TRUE((*watch)->WaitForLine(has_size(3), absl::Seconds(60)));
+  Result r = Kubectl({"patch", "wd", "w1", "--type", "merge", "-p", R"({"spec":{"size":7}})"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE((*watch)->WaitForLine(has_size(7), absl::Seconds(60)));
+  (*watch)->Signal(SIGTERM);
+  (*watch)->Wait(absl::Seconds(10));
+}
+
+TEST_F(KubectlTest, PodsRunAsProcessesAndAreDescribedLoggedKilledAndDeleted) {
+  const std::string pod = Write("pod.yaml", R"(apiVersion: v1
+kind: Pod
+metadata: {name: p1}
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: main
+    image: ignored
+    command: ["/bin/sh", "-c"]
+    args: ["echo hello from $GREETING; trap 'exit 0' TERM; while true; do sleep 0.1; done"]
+    env: [{name: GREETING, value: p1}]
+    resources: {limits: {nvidia.com/gpu: 1}}
+)");
+  Result r = Kubectl({"apply", "-f", pod});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto phase = [&] {
+    return Kubectl({"get", "pod", "p1", "-o", "jsonpath={.status.phase}"}).out;
+  };
+  ASSERT_TRUE(phalanx::testing::Eventually([&] { return absl::StartsWith(phase(), "Running"); },
+                                           absl::Seconds(60)));
+  EXPECT_TRUE(phalanx::testing::Eventually(
+      [&] { return absl::StrContains(Kubectl({"logs", "p1"}).out, "hello from p1"); },
+      absl::Seconds(30)));
+  r = Kubectl({"describe", "pod", "p1"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("node-0"));
+  EXPECT_THAT(r.out, HasSubstr("Running"));
+  r = Kubectl({"get", "pods"});
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("p1 +1/1 +Running"));
+
+  // Fault injection from the shell: the process dies, the kubelet restarts it (restartPolicy Always).
+  process::SubprocessOptions admin;
+  admin.argv = {kCluster, "admin", "--kubeconfig", kubeconfig_, "kill-pod", "default/p1"};
+  admin.stderr_path = (dir_ / "admin.err").string();
+  r = Run(admin);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(phalanx::testing::Eventually(
+      [&] {
+        return Kubectl({"get", "pod", "p1", "-o", "jsonpath={.status.containerStatuses[0].restartCount}"})
+                   .out.rfind("1", 0) == 0;
+      },
+      absl::Seconds(60)));
+
+  // Graceful delete: the process gets SIGTERM (it traps it and exits), then the pod is gone.
+  r = Kubectl({"delete", "pod", "p1", "--wait=true"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = Kubectl({"get", "pod", "p1"});
+  EXPECT_THAT(r.out, HasSubstr("NotFound"));
+}
+
+TEST_F(KubectlTest, BadCommandLinesAreClearErrors) {
+  process::SubprocessOptions options;
+  options.argv = {kCluster, "--nodes", "x", "--kubeconfig-out", (dir_ / "k2").string()};
+  options.stderr_path = (dir_ / "bad.err").string();
+  Result r = Run(options);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("--nodes must be an integer"));
+  options.argv = {kCluster, "--nodes", "1"};
+  r = Run(options);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("--kubeconfig-out"));
+  options.argv = {kCluster, "admin", "--kubeconfig", kubeconfig_, "preempt-node"};
+  r = Run(options);
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace phalanx::localcluster
