@@ -28,7 +28,8 @@ bench: build
 
 # Sanitizer builds (CMakePresets.json has the same configurations for IDEs).
 asan: deps
-	@cmake --preset asan >/dev/null && cmake --build --preset asan && cd build-asan && ctest --output-on-failure $(CTEST_ARGS)
+	@cmake --preset asan >/dev/null && cmake --build --preset asan && cd build-asan && \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp ctest --output-on-failure $(CTEST_ARGS)
 
 tsan: deps
 	@cmake --preset tsan >/dev/null && cmake --build --preset tsan && cd build-tsan && ctest --output-on-failure $(CTEST_ARGS)

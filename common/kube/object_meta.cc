@@ -93,6 +93,18 @@ std::optional<OwnerReference> ControllerOf(const Json& object) {
 
 bool IsBeingDeleted(const Json& object) { return !MetaString(object, "deletionTimestamp").empty(); }
 
+const Json& FieldOrNull(const Json& object, const std::string& key) {
+  static const Json kNull = Json::null();
+  const Json* v = Field(object, key);
+  return v != nullptr ? *v : kNull;
+}
+
+const Json& ArrayOrEmpty(const Json& object, const std::string& key) {
+  static const Json kEmpty = Json::array();
+  const Json& v = FieldOrNull(object, key);
+  return v.is_array() ? v : kEmpty;
+}
+
 std::string StringAt(const Json& object, const std::string& path) {
   const Json* node = &object;
   for (absl::string_view part : absl::StrSplit(path, '.')) {

@@ -56,6 +56,11 @@ std::vector<OwnerReference> OwnerReferencesOf(const Json& object);
 std::optional<OwnerReference> ControllerOf(const Json& object);
 bool IsBeingDeleted(const Json& object);
 
+// The field `key` of `object`: a JSON null when absent or when `object` is not an object.
+const Json& FieldOrNull(const Json& object, const std::string& key);
+// The array field `key` of `object`, or an empty array.
+const Json& ArrayOrEmpty(const Json& object, const std::string& key);
+
 // A string field at a dotted path ("status.phase"), "" if absent or not a string.
 std::string StringAt(const Json& object, const std::string& path);
 

@@ -118,7 +118,12 @@ struct RestClient::Impl {
     req.headers().add("User-Agent", options.user_agent);
     const std::string bearer = token.Current(reread);
     if (!bearer.empty()) req.headers().add("Authorization", "Bearer " + bearer);
-    if (body != nullptr) req.set_body(*body, content_type);
+    if (body != nullptr) {
+      // The byte-vector overload: cpprestsdk's string overload reinterprets a char buffer as a
+      // byte buffer (undefined behaviour that UBSan reports).
+      req.set_body(std::vector<unsigned char>(body->begin(), body->end()));
+      req.headers().set_content_type(content_type);
+    }
     return req;
   }
 

@@ -21,16 +21,9 @@ using kube::StringAt;
 
 constexpr char kLocalIp[] = "127.0.0.1";
 
-const Json& Field(const Json& object, const char* name) {
-  static const Json kNull = Json::null();
-  return object.is_object() && object.has_field(name) ? object.at(name) : kNull;
-}
+constexpr auto& Field = kube::FieldOrNull;
 
-const Json& ArrayField(const Json& object, const char* name) {
-  static const Json kEmpty = Json::array();
-  const Json& field = Field(object, name);
-  return field.is_array() ? field : kEmpty;
-}
+constexpr auto& ArrayField = kube::ArrayOrEmpty;
 
 std::vector<std::string> Strings(const Json& array) {
   std::vector<std::string> out;

@@ -21,10 +21,7 @@ namespace {
 using kube::MetaString;
 using kube::StringAt;
 
-const Json& Field(const Json& object, const char* name) {
-  static const Json kNull = Json::null();
-  return object.is_object() && object.has_field(name) ? object.at(name) : kNull;
-}
+constexpr auto& Field = kube::FieldOrNull;
 
 // state.terminated for a container that ran from `started` and exited.
 Json ExitState(int exit_code, std::optional<int> signal, absl::Time started, absl::Time now) {

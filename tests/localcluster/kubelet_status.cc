@@ -14,10 +14,7 @@ using kube::StringAt;
 constexpr char kLocalIp[] = "127.0.0.1";
 constexpr char kPreemptionTaint[] = "cloud.google.com/impending-node-termination";
 
-const Json& Field(const Json& object, const char* name) {
-  static const Json kNull = Json::null();
-  return object.is_object() && object.has_field(name) ? object.at(name) : kNull;
-}
+constexpr auto& Field = kube::FieldOrNull;
 
 Json IpList() {
   Json ip = Json::object();

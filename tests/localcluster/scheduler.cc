@@ -18,16 +18,9 @@ using kube::StringAt;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
 
-const Json& Field(const Json& object, const char* name) {
-  static const Json kNull = Json::null();
-  return object.is_object() && object.has_field(name) ? object.at(name) : kNull;
-}
+constexpr auto& Field = kube::FieldOrNull;
 
-const Json& Array(const Json& object, const char* name) {
-  static const Json kEmpty = Json::array();
-  const Json& field = Field(object, name);
-  return field.is_array() ? field : kEmpty;
-}
+constexpr auto& Array = kube::ArrayOrEmpty;
 
 // A resource quantity as Phalanx's pods write GPU counts: "2" or 2. Anything else is 0.
 int64_t Quantity(const Json& value) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tests/localcluster/go_number.h"
 
 namespace phalanx::localcluster {
 namespace {
@@ -91,18 +92,6 @@ bool HasType(const Json& v, const std::string& type) {
   return true;  // An unknown type name constrains nothing rather than rejecting everything.
 }
 
-// Go's %v for a float64: the shortest digits that read back as the same number, without an
-// exponent for whole numbers ("10", not "1e+01").
-std::string FormatDouble(double d) {
-  if (!std::isfinite(d)) return absl::StrCat(d);
-  if (d == std::trunc(d) && std::fabs(d) < 1e21) return absl::StrFormat("%.0f", d);
-  char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, d);
-    if (std::strtod(buf, nullptr) == d) break;
-  }
-  return buf;
-}
 
 // Go's %q, which is how Kubernetes quotes strings in messages.
 std::string GoQuote(const std::string& s) {
@@ -139,7 +128,7 @@ std::string GoQuote(const std::string& s) {
 // anything else as JSON.
 std::string ValueText(const Json& v) {
   if (v.is_number()) {
-    return v.is_integer() ? absl::StrCat(v.as_number().to_int64()) : FormatDouble(v.as_double());
+    return v.is_integer() ? absl::StrCat(v.as_number().to_int64()) : GoFloatString(v.as_double());
   }
   if (v.is_boolean()) return v.as_bool() ? "true" : "false";
   if (v.is_string()) return GoQuote(v.as_string());
@@ -384,7 +373,7 @@ class Validator {
       if (exclusive ? v <= *min : v < *min) {
         Invalid(path, ValueText(value),
                 absl::StrCat(InBody(path), " should be greater than ",
-                             exclusive ? "" : "or equal to ", FormatDouble(*min)));
+                             exclusive ? "" : "or equal to ", GoFloatString(*min)));
       }
     }
     if (auto max = NumberKeyword(schema, "maximum")) {
@@ -392,7 +381,7 @@ class Validator {
       if (exclusive ? v >= *max : v > *max) {
         Invalid(path, ValueText(value),
                 absl::StrCat(InBody(path), " should be less than ", exclusive ? "" : "or equal to ",
-                             FormatDouble(*max)));
+                             GoFloatString(*max)));
       }
     }
   }

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "common/kube/object_meta.h"
+#include "tests/localcluster/go_number.h"
 
 namespace phalanx::localcluster {
 namespace {
@@ -65,18 +66,6 @@ std::vector<const Json*> ArrayField(const Json* object, const char* key) {
 
 // ---- Cells. ----
 
-// Go's %v for a float64: the shortest digits that read back as the same number, without an
-// exponent for whole numbers ("10", not "1e+01").
-std::string FormatDouble(double d) {
-  if (!std::isfinite(d)) return absl::StrCat(d);
-  if (d == std::trunc(d) && std::fabs(d) < 1e21) return absl::StrFormat("%.0f", d);
-  char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, d);
-    if (std::strtod(buf, nullptr) == d) break;
-  }
-  return buf;
-}
 
 // translateTimestampSince: the age of a timestamp field, "<unknown>" when there is none.
 std::string AgeOf(const std::string& timestamp, absl::Time now) {
@@ -178,7 +167,7 @@ std::vector<const Json*> EvaluateJsonPath(const std::vector<PathStep>& steps, co
 std::string ValueText(const Json& v) {
   if (v.is_string()) return v.as_string();
   if (v.is_number()) {
-    return v.is_integer() ? absl::StrCat(v.as_number().to_int64()) : FormatDouble(v.as_double());
+    return v.is_integer() ? absl::StrCat(v.as_number().to_int64()) : GoFloatString(v.as_double());
   }
   if (v.is_boolean()) return v.as_bool() ? "true" : "false";
   return v.serialize();
