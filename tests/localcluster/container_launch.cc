@@ -94,7 +94,7 @@ std::string ExpandKubeVars(const std::string& text, const std::map<std::string, 
 
 absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
     const Json& pod, const std::string& log_path,
-    const std::map<std::string, std::string>& extra_env) {
+    const std::map<std::string, std::string>& extra_env, const SecretLookup& secret_value) {
   const Json& containers = Field(Field(pod, "spec"), "containers");
   if (!containers.is_array() || containers.size() == 0) {
     return absl::InvalidArgumentError("pod has no containers");
@@ -112,8 +112,20 @@ absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
       absl::StatusOr<std::string> value = FieldRef(pod, path);
       if (!value.ok()) return value.status();
       env[name] = *value;
+    } else if (const std::string secret = StringAt(var, "valueFrom.secretKeyRef.name");
+               !secret.empty()) {
+      const std::string key = StringAt(var, "valueFrom.secretKeyRef.key");
+      std::optional<std::string> value =
+          secret_value ? secret_value(secret, key) : std::optional<std::string>();
+      const Json& optional = Field(Field(Field(var, "valueFrom"), "secretKeyRef"), "optional");
+      if (value.has_value()) {
+        env[name] = *value;
+      } else if (!(optional.is_boolean() && optional.as_bool())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "env ", name, ": secret \"", secret, "\" has no key \"", key, "\""));
+      }
     } else if (!Field(var, "valueFrom").is_null()) {
-      continue;  // secrets, config maps and resource fields are not modelled
+      continue;  // config maps and resource fields are not modelled
     } else {
       env[name] = "";
     }

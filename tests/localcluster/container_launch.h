@@ -8,7 +8,9 @@
 // Pure apart from looking at the filesystem (PATH, workingDir); thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -24,9 +26,14 @@ std::string ExpandKubeVars(const std::string& text, const std::map<std::string, 
 // The process for `pod`'s first container, logging to `log_path`. InvalidArgument: no
 // container, no command, or an unsupported fieldRef; NotFound: the program is not on PATH or
 // workingDir is not a directory. The kubelet reports these as ContainerCannotRun.
-// Env valueFrom other than fieldRef (secrets, config maps, resource fields) is skipped.
+// Env valueFrom.secretKeyRef is read through `secret_value` (secret name, key → value; nullopt
+// when absent: InvalidArgument naming it, unless the ref is optional); config maps and resource
+// fields are skipped.
+using SecretLookup =
+    std::function<std::optional<std::string>(const std::string& secret, const std::string& key)>;
 absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
     const Json& pod, const std::string& log_path,
-    const std::map<std::string, std::string>& extra_env);
+    const std::map<std::string, std::string>& extra_env,
+    const SecretLookup& secret_value = nullptr);
 
 }  // namespace phalanx::localcluster

@@ -8,6 +8,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
 #include "common/kube/object_meta.h"
@@ -382,8 +383,20 @@ void Kubelet::StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time n
   }
   const std::string ns = MetaString(pod, "namespace");
   const std::string name = MetaString(pod, "name");
+  auto secret_value = [this, &ns](const std::string& secret,
+                                  const std::string& key) -> std::optional<std::string> {
+    absl::StatusOr<Json> object = store_.Get("secrets", ns, secret);
+    if (!object.ok()) return std::nullopt;
+    const Json& encoded = kube::FieldOrNull(kube::FieldOrNull(*object, "data"), key);
+    std::string decoded;
+    if (!encoded.is_string() || !absl::Base64Unescape(encoded.as_string(), &decoded)) {
+      return std::nullopt;
+    }
+    return decoded;
+  };
   absl::StatusOr<process::SubprocessOptions> launch = ContainerLaunchOptions(
-      pod, absl::StrCat(options_.log_dir, "/", ns, "_", name, ".log"), options_.extra_env);
+      pod, absl::StrCat(options_.log_dir, "/", ns, "_", name, ".log"), options_.extra_env,
+      secret_value);
   absl::StatusOr<std::unique_ptr<process::Subprocess>> child =
       launch.ok() ? process::Subprocess::Start(*std::move(launch)) : launch.status();
   if (!child.ok()) {

@@ -154,6 +154,8 @@ TEST(ContainerLaunchOptionsTest, ResolvesPathEnvAndRejectsWhatCannotRun) {
   env[1]["valueFrom"]["fieldRef"]["fieldPath"] = Json::string("spec.nodeName");
   env[2]["name"] = Json::string("SECRET");
   env[2]["valueFrom"]["secretKeyRef"]["name"] = Json::string("s");
+  env[2]["valueFrom"]["secretKeyRef"]["key"] = Json::string("k");
+  env[2]["valueFrom"]["secretKeyRef"]["optional"] = Json::boolean(true);
   pod["spec"]["containers"][0]["env"] = env;
   auto options = ContainerLaunchOptions(pod, "/tmp/x.log", {{"BASE", "b"}});
   ASSERT_THAT(options, IsOk());
@@ -162,7 +164,21 @@ TEST(ContainerLaunchOptionsTest, ResolvesPathEnvAndRejectsWhatCannotRun) {
   EXPECT_EQ(options->argv[2], "echo b-x");
   EXPECT_EQ(options->env.at("NODE"), "n1");
   EXPECT_EQ(options->env.at("HOSTNAME"), "p");
-  EXPECT_FALSE(options->env.contains("SECRET"));
+  EXPECT_FALSE(options->env.contains("SECRET"));  // optional, and no secret store given
+
+  auto lookup = [](const std::string& secret, const std::string& key) -> std::optional<std::string> {
+    if (secret == "s" && key == "k") return "from-secret";
+    return std::nullopt;
+  };
+  auto with_secret = ContainerLaunchOptions(pod, "/tmp/x.log", {}, lookup);
+  ASSERT_THAT(with_secret, IsOk());
+  EXPECT_EQ(with_secret->env.at("SECRET"), "from-secret");
+  Json required = pod;
+  required["spec"]["containers"][0]["env"][2]["valueFrom"]["secretKeyRef"]["key"] =
+      Json::string("missing");
+  required["spec"]["containers"][0]["env"][2]["valueFrom"]["secretKeyRef"].erase("optional");
+  EXPECT_THAT(ContainerLaunchOptions(required, "/tmp/x.log", {}, lookup),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("secret \"s\"")));
   EXPECT_EQ(options->stdout_path, "/tmp/x.log");
   EXPECT_TRUE(options->kill_group_on_exit);
 

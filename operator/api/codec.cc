@@ -1,0 +1,500 @@
+#include "operator/api/codec.h"
+
+#include <algorithm>
+#include <initializer_list>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/kube/object_meta.h"
+
+namespace phalanx::op {
+namespace {
+
+using kube::FieldOrNull;
+
+constexpr int kMaxReplicas = 10000;
+constexpr int kMaxExitCode = 255;
+
+// A JSON value as an error message shows it: serialized, cut short when long.
+std::string Shown(const Json& v) {
+  std::string s = v.serialize();
+  if (s.size() > 64) s = absl::StrCat(s.substr(0, 61), "...");
+  return s;
+}
+
+std::string Quoted(const std::string& s) { return absl::StrCat("\"", s, "\""); }
+
+// Reads the typed fields of the spec, collecting one "<path>: <problem>" per mistyped field.
+// Every Read* leaves `out` as it was (the default) when the field is absent or null.
+class SpecReader {
+ public:
+  std::vector<std::string> TakeErrors() { return std::move(errors_); }
+
+  void Error(const std::string& path, const std::string& what) {
+    errors_.push_back(absl::StrCat(path, ": ", what));
+  }
+
+  // The field, or nullptr when `obj` lacks it or it is null (the apiserver drops such nulls).
+  static const Json* Get(const Json& obj, const std::string& key) {
+    const Json& v = FieldOrNull(obj, key);
+    return v.is_null() ? nullptr : &v;
+  }
+
+  // An object field; nullptr (and an error when present but not an object) otherwise.
+  const Json* Object(const Json& obj, const std::string& key, const std::string& path) {
+    const Json* v = Get(obj, key);
+    if (v != nullptr && !v->is_object()) {
+      Error(path, absl::StrCat("must be an object, got ", Shown(*v)));
+      return nullptr;
+    }
+    return v;
+  }
+
+  void Int(const Json& obj, const std::string& key, const std::string& path, int& out) {
+    const Json* v = Get(obj, key);
+    if (v == nullptr) return;
+    if (!v->is_integer()) {
+      Error(path, absl::StrCat("must be an integer, got ", Shown(*v)));
+    } else if (!v->as_number().is_int32()) {
+      Error(path, absl::StrCat("must be a 32-bit integer, got ", Shown(*v)));
+    } else {
+      out = v->as_integer();
+    }
+  }
+
+  void Seconds(const Json& obj, const std::string& key, const std::string& path,
+               absl::Duration& out) {
+    const Json* v = Get(obj, key);
+    if (v == nullptr) return;
+    if (!v->is_integer() || !v->as_number().is_int64()) {
+      Error(path, absl::StrCat("must be an integer number of seconds, got ", Shown(*v)));
+    } else {
+      out = absl::Seconds(v->as_number().to_int64());
+    }
+  }
+
+  void Bool(const Json& obj, const std::string& key, const std::string& path, bool& out) {
+    const Json* v = Get(obj, key);
+    if (v == nullptr) return;
+    if (!v->is_boolean()) {
+      Error(path, absl::StrCat("must be a boolean, got ", Shown(*v)));
+    } else {
+      out = v->as_bool();
+    }
+  }
+
+  void String(const Json& obj, const std::string& key, const std::string& path, std::string& out) {
+    const Json* v = Get(obj, key);
+    if (v == nullptr) return;
+    if (!v->is_string()) {
+      Error(path, absl::StrCat("must be a string, got ", Shown(*v)));
+    } else {
+      out = v->as_string();
+    }
+  }
+
+  // A string that must be one of `values`: writes the matching enumerator.
+  template <typename E>
+  void Enum(const Json& obj, const std::string& key, const std::string& path,
+            std::initializer_list<std::pair<const char*, E>> values, E& out) {
+    std::string text;
+    const size_t errors_before = errors_.size();
+    String(obj, key, path, text);
+    if (errors_.size() != errors_before || Get(obj, key) == nullptr) return;
+    std::vector<std::string> names;
+    for (const auto& [name, value] : values) {
+      if (text == name) {
+        out = value;
+        return;
+      }
+      names.push_back(name);
+    }
+    Error(path, absl::StrCat("must be ", absl::StrJoin(names, " or "), ", got ", Quoted(text)));
+  }
+
+  void IntList(const Json& obj, const std::string& key, const std::string& path,
+               std::vector<int>& out) {
+    const Json* v = Get(obj, key);
+    if (v == nullptr) return;
+    if (!v->is_array()) {
+      Error(path, absl::StrCat("must be a list of integers, got ", Shown(*v)));
+      return;
+    }
+    std::vector<int> values;
+    for (size_t i = 0; i < v->size(); ++i) {
+      const Json& item = v->at(i);
+      if (!item.is_integer() || !item.as_number().is_int32()) {
+        Error(absl::StrCat(path, "[", i, "]"),
+              absl::StrCat("must be a 32-bit integer, got ", Shown(item)));
+      } else {
+        values.push_back(item.as_integer());
+      }
+    }
+    out = std::move(values);
+  }
+
+  void StringList(const Json& obj, const std::string& key, const std::string& path,
+                  std::vector<std::string>& out) {
+    const Json* v = Get(obj, key);
+    if (v == nullptr) return;
+    if (!v->is_array()) {
+      Error(path, absl::StrCat("must be a list of strings, got ", Shown(*v)));
+      return;
+    }
+    std::vector<std::string> values;
+    for (size_t i = 0; i < v->size(); ++i) {
+      const Json& item = v->at(i);
+      if (!item.is_string()) {
+        Error(absl::StrCat(path, "[", i, "]"), absl::StrCat("must be a string, got ", Shown(item)));
+      } else {
+        values.push_back(item.as_string());
+      }
+    }
+    out = std::move(values);
+  }
+
+ private:
+  std::vector<std::string> errors_;
+};
+
+void ReadFailurePolicy(SpecReader& r, const Json& fp, FailurePolicy& out) {
+  const std::string p = "spec.failurePolicy.";
+  r.Enum(fp, "restartScope", p + "restartScope",
+         {{"Task", RestartScope::kTask}, {"Job", RestartScope::kJob}}, out.restart_scope);
+  r.Int(fp, "maxRestarts", p + "maxRestarts", out.max_restarts);
+  if (const Json* b = r.Object(fp, "backoff", p + "backoff")) {
+    r.Seconds(*b, "baseSeconds", p + "backoff.baseSeconds", out.backoff.base);
+    r.Seconds(*b, "maxSeconds", p + "backoff.maxSeconds", out.backoff.max);
+  }
+  r.IntList(fp, "fatalExitCodes", p + "fatalExitCodes", out.fatal_exit_codes);
+  r.IntList(fp, "retryableExitCodes", p + "retryableExitCodes", out.retryable_exit_codes);
+  r.StringList(fp, "fatalReasons", p + "fatalReasons", out.fatal_reasons);
+  r.Bool(fp, "preemptionsCountTowardMaxRestarts", p + "preemptionsCountTowardMaxRestarts",
+         out.preemptions_count_toward_max_restarts);
+}
+
+// --- status helpers: tolerant readers ---
+
+std::string StringOr(const Json& obj, const std::string& key) {
+  const Json& v = FieldOrNull(obj, key);
+  return v.is_string() ? v.as_string() : "";
+}
+
+std::optional<int> OptInt(const Json& obj, const std::string& key) {
+  const Json& v = FieldOrNull(obj, key);
+  if (!v.is_integer() || !v.as_number().is_int32()) return std::nullopt;
+  return v.as_integer();
+}
+
+int IntOr(const Json& obj, const std::string& key) { return OptInt(obj, key).value_or(0); }
+
+int64_t Int64Or(const Json& obj, const std::string& key) {
+  const Json& v = FieldOrNull(obj, key);
+  return v.is_integer() && v.as_number().is_int64() ? v.as_number().to_int64() : 0;
+}
+
+double DoubleOr(const Json& obj, const std::string& key) {
+  const Json& v = FieldOrNull(obj, key);
+  return v.is_number() ? v.as_double() : 0;
+}
+
+std::optional<absl::Time> TimeOr(const Json& obj, const std::string& key) {
+  const Json& v = FieldOrNull(obj, key);
+  return v.is_string() ? kube::ParseKubeTime(v.as_string()) : std::nullopt;
+}
+
+// RFC 3339 in UTC; a fraction of a second only when there is one (goodput accounting and
+// preemption deadlines keep sub-second times; Kubernetes' own writes are whole seconds).
+std::string FormatStatusTime(absl::Time t) {
+  if (t == absl::FromUnixSeconds(absl::ToUnixSeconds(t))) return kube::FormatKubeTime(t);
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", t, absl::UTCTimeZone());
+}
+
+void PutString(Json& obj, const char* key, const std::string& value) {
+  if (!value.empty()) obj[key] = Json::string(value);
+}
+
+void PutTime(Json& obj, const char* key, const std::optional<absl::Time>& t) {
+  if (t.has_value()) obj[key] = Json::string(FormatStatusTime(*t));
+}
+
+Json EncodeCondition(const Condition& c) {
+  Json out = Json::object();
+  out["type"] = Json::string(c.type);
+  out["status"] = Json::string(c.status);
+  PutString(out, "reason", c.reason);
+  PutString(out, "message", c.message);
+  out["lastTransitionTime"] = Json::string(FormatStatusTime(c.last_transition_time));
+  out["observedGeneration"] = Json::number(c.observed_generation);
+  return out;
+}
+
+Condition DecodeCondition(const Json& j) {
+  Condition c;
+  c.type = StringOr(j, "type");
+  c.status = StringOr(j, "status");
+  c.reason = StringOr(j, "reason");
+  c.message = StringOr(j, "message");
+  c.last_transition_time = TimeOr(j, "lastTransitionTime").value_or(absl::UnixEpoch());
+  c.observed_generation = Int64Or(j, "observedGeneration");
+  return c;
+}
+
+Json EncodeTask(const TaskStatus& t) {
+  Json out = Json::object();
+  out["index"] = Json::number(t.index);
+  PutString(out, "pod", t.pod);
+  PutString(out, "node", t.node);
+  out["incarnation"] = Json::number(t.incarnation);
+  PutString(out, "state", t.state);
+  out["restarts"] = Json::number(t.restarts);
+  PutString(out, "lastFailureReason", t.last_failure_reason);
+  if (t.last_exit_code.has_value()) out["lastExitCode"] = Json::number(*t.last_exit_code);
+  PutTime(out, "preemptingSince", t.preempting_since);
+  return out;
+}
+
+TaskStatus DecodeTask(const Json& j) {
+  TaskStatus t;
+  t.index = IntOr(j, "index");
+  t.pod = StringOr(j, "pod");
+  t.node = StringOr(j, "node");
+  t.incarnation = IntOr(j, "incarnation");
+  t.state = StringOr(j, "state");
+  t.restarts = IntOr(j, "restarts");
+  t.last_failure_reason = StringOr(j, "lastFailureReason");
+  t.last_exit_code = OptInt(j, "lastExitCode");
+  t.preempting_since = TimeOr(j, "preemptingSince");
+  return t;
+}
+
+void CheckPositive(std::vector<std::string>& errors, const std::string& path, absl::Duration d) {
+  if (d <= absl::ZeroDuration()) {
+    errors.push_back(absl::StrCat(path, ": must be > 0, got ", absl::FormatDuration(d)));
+  }
+}
+
+void CheckExitCodes(std::vector<std::string>& errors, const std::string& path,
+                    const std::vector<int>& codes) {
+  for (size_t i = 0; i < codes.size(); ++i) {
+    if (codes[i] < 0 || codes[i] > kMaxExitCode) {
+      errors.push_back(absl::StrCat(path, "[", i, "]: must be between 0 and ", kMaxExitCode,
+                                    ", got ", codes[i]));
+    }
+  }
+}
+
+void ValidateTemplate(std::vector<std::string>& errors, const Json& tmpl) {
+  if (tmpl.is_null()) {
+    errors.push_back("spec.template: required");
+    return;
+  }
+  if (!tmpl.is_object()) {
+    errors.push_back(absl::StrCat("spec.template: must be an object, got ", Shown(tmpl)));
+    return;
+  }
+  const Json& pod_spec = FieldOrNull(tmpl, "spec");
+  if (!pod_spec.is_object()) {
+    errors.push_back("spec.template.spec: required (a pod spec with containers)");
+    return;
+  }
+  const Json& containers = FieldOrNull(pod_spec, "containers");
+  if (!containers.is_array() || containers.size() == 0) {
+    errors.push_back("spec.template.spec.containers: must list at least one container");
+    return;
+  }
+  for (size_t i = 0; i < containers.size(); ++i) {
+    const std::string path = absl::StrCat("spec.template.spec.containers[", i, "]");
+    const Json& c = containers.at(i);
+    if (!c.is_object()) {
+      errors.push_back(absl::StrCat(path, ": must be an object, got ", Shown(c)));
+      continue;
+    }
+    if (StringOr(c, "name").empty()) errors.push_back(absl::StrCat(path, ".name: required"));
+    const Json& command = FieldOrNull(c, "command");
+    const bool has_command = command.is_array() && command.size() > 0;
+    if (!has_command && StringOr(c, "image").empty()) {
+      errors.push_back(absl::StrCat(path, ": needs a command or an image"));
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job) {
+  if (!job.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainingJob: must be a JSON object, got ", Shown(job)));
+  }
+  SpecReader r;
+  const Json* spec = r.Object(job, "spec", "spec");
+  if (spec == nullptr) {
+    std::vector<std::string> errors = r.TakeErrors();
+    return absl::InvalidArgumentError(errors.empty() ? "spec: required" : errors.front());
+  }
+  TrainingJobSpec out;
+  if (SpecReader::Get(*spec, "replicas") == nullptr) r.Error("spec.replicas", "required");
+  r.Int(*spec, "replicas", "spec.replicas", out.replicas);
+  if (const Json* tmpl = r.Object(*spec, "template", "spec.template")) out.pod_template = *tmpl;
+  if (const Json* fp = r.Object(*spec, "failurePolicy", "spec.failurePolicy")) {
+    ReadFailurePolicy(r, *fp, out.failure_policy);
+  }
+  if (const Json* p = r.Object(*spec, "preemption", "spec.preemption")) {
+    r.Seconds(*p, "checkpointGraceSeconds", "spec.preemption.checkpointGraceSeconds",
+              out.preemption.checkpoint_grace);
+    r.Bool(*p, "onNodeTaints", "spec.preemption.onNodeTaints", out.preemption.on_node_taints);
+    r.Bool(*p, "onDisruptionTarget", "spec.preemption.onDisruptionTarget",
+           out.preemption.on_disruption_target);
+  }
+  if (const Json* c = r.Object(*spec, "coordination", "spec.coordination")) {
+    const std::string p = "spec.coordination.";
+    r.Seconds(*c, "heartbeatIntervalSeconds", p + "heartbeatIntervalSeconds",
+              out.coordination.heartbeat_interval);
+    r.Seconds(*c, "heartbeatTimeoutSeconds", p + "heartbeatTimeoutSeconds",
+              out.coordination.heartbeat_timeout);
+    r.Seconds(*c, "barrierTimeoutSeconds", p + "barrierTimeoutSeconds",
+              out.coordination.barrier_timeout);
+    r.Seconds(*c, "shutdownTimeoutSeconds", p + "shutdownTimeoutSeconds",
+              out.coordination.shutdown_timeout);
+  }
+  r.Bool(*spec, "suspend", "spec.suspend", out.suspend);
+  r.String(*spec, "schedulerName", "spec.schedulerName", out.scheduler_name);
+  r.String(*spec, "priorityClassName", "spec.priorityClassName", out.priority_class_name);
+  r.Enum(*spec, "successPolicy", "spec.successPolicy",
+         {{"AllTasks", SuccessPolicy::kAllTasks}, {"TaskZero", SuccessPolicy::kTaskZero}},
+         out.success_policy);
+  if (std::vector<std::string> errors = r.TakeErrors(); !errors.empty()) {
+    return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+  }
+  return out;
+}
+
+std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec) {
+  std::vector<std::string> errors;
+  if (spec.replicas < 1 || spec.replicas > kMaxReplicas) {
+    errors.push_back(absl::StrCat("spec.replicas: must be between 1 and ", kMaxReplicas, ", got ",
+                                  spec.replicas));
+  }
+  ValidateTemplate(errors, spec.pod_template);
+
+  const FailurePolicy& fp = spec.failure_policy;
+  if (fp.max_restarts < 0) {
+    errors.push_back(
+        absl::StrCat("spec.failurePolicy.maxRestarts: must be >= 0, got ", fp.max_restarts));
+  }
+  CheckPositive(errors, "spec.failurePolicy.backoff.baseSeconds", fp.backoff.base);
+  CheckPositive(errors, "spec.failurePolicy.backoff.maxSeconds", fp.backoff.max);
+  if (fp.backoff.base > fp.backoff.max) {
+    errors.push_back(absl::StrCat(
+        "spec.failurePolicy.backoff.baseSeconds: must not exceed maxSeconds (",
+        absl::FormatDuration(fp.backoff.max), "), got ", absl::FormatDuration(fp.backoff.base)));
+  }
+  CheckExitCodes(errors, "spec.failurePolicy.fatalExitCodes", fp.fatal_exit_codes);
+  CheckExitCodes(errors, "spec.failurePolicy.retryableExitCodes", fp.retryable_exit_codes);
+  for (int code : fp.fatal_exit_codes) {
+    if (std::find(fp.retryable_exit_codes.begin(), fp.retryable_exit_codes.end(), code) !=
+        fp.retryable_exit_codes.end()) {
+      errors.push_back(absl::StrCat("spec.failurePolicy.fatalExitCodes: exit code ", code,
+                                    " is also listed in retryableExitCodes"));
+    }
+  }
+
+  CheckPositive(errors, "spec.preemption.checkpointGraceSeconds", spec.preemption.checkpoint_grace);
+  const CoordinationSpec& c = spec.coordination;
+  CheckPositive(errors, "spec.coordination.heartbeatIntervalSeconds", c.heartbeat_interval);
+  CheckPositive(errors, "spec.coordination.heartbeatTimeoutSeconds", c.heartbeat_timeout);
+  CheckPositive(errors, "spec.coordination.barrierTimeoutSeconds", c.barrier_timeout);
+  CheckPositive(errors, "spec.coordination.shutdownTimeoutSeconds", c.shutdown_timeout);
+  if (c.heartbeat_timeout <= c.heartbeat_interval) {
+    errors.push_back(
+        absl::StrCat("spec.coordination.heartbeatTimeoutSeconds: must be greater than "
+                     "heartbeatIntervalSeconds (",
+                     absl::FormatDuration(c.heartbeat_interval), "), got ",
+                     absl::FormatDuration(c.heartbeat_timeout)));
+  }
+  return errors;
+}
+
+Json EncodeStatus(const TrainingJobStatus& s) {
+  Json out = Json::object();
+  out["phase"] = Json::string(s.phase);
+  Json conditions = Json::array();
+  for (size_t i = 0; i < s.conditions.size(); ++i) conditions[i] = EncodeCondition(s.conditions[i]);
+  out["conditions"] = std::move(conditions);
+  Json tasks = Json::array();
+  for (size_t i = 0; i < s.tasks.size(); ++i) tasks[i] = EncodeTask(s.tasks[i]);
+  out["tasks"] = std::move(tasks);
+  out["readyTasks"] = Json::number(s.ready_tasks);
+  out["restarts"] = Json::number(s.restarts);
+  out["preemptions"] = Json::number(s.preemptions);
+  out["observedGeneration"] = Json::number(s.observed_generation);
+  PutTime(out, "startTime", s.start_time);
+  PutTime(out, "completionTime", s.completion_time);
+  PutTime(out, "lastRestartTime", s.last_restart_time);
+  out["productiveSeconds"] = Json::number(s.productive_seconds);
+  out["lostSeconds"] = Json::number(s.lost_seconds);
+  PutTime(out, "accountedUntil", s.accounted_until);
+  return out;
+}
+
+TrainingJobStatus DecodeStatus(const Json& job) {
+  TrainingJobStatus s;
+  const Json& j = FieldOrNull(job, "status");
+  if (!j.is_object()) return s;
+  if (std::string phase = StringOr(j, "phase"); !phase.empty()) s.phase = phase;
+  for (const Json& c : kube::ArrayOrEmpty(j, "conditions").as_array()) {
+    if (c.is_object()) s.conditions.push_back(DecodeCondition(c));
+  }
+  for (const Json& t : kube::ArrayOrEmpty(j, "tasks").as_array()) {
+    if (t.is_object()) s.tasks.push_back(DecodeTask(t));
+  }
+  s.ready_tasks = IntOr(j, "readyTasks");
+  s.restarts = IntOr(j, "restarts");
+  s.preemptions = IntOr(j, "preemptions");
+  s.observed_generation = Int64Or(j, "observedGeneration");
+  s.start_time = TimeOr(j, "startTime");
+  s.completion_time = TimeOr(j, "completionTime");
+  s.last_restart_time = TimeOr(j, "lastRestartTime");
+  s.productive_seconds = DoubleOr(j, "productiveSeconds");
+  s.lost_seconds = DoubleOr(j, "lostSeconds");
+  s.accounted_until = TimeOr(j, "accountedUntil");
+  return s;
+}
+
+std::optional<Condition> FindCondition(const std::vector<Condition>& conditions,
+                                       const std::string& type) {
+  for (const Condition& c : conditions) {
+    if (c.type == type) return c;
+  }
+  return std::nullopt;
+}
+
+bool SetCondition(std::vector<Condition>& conditions, Condition c, absl::Time now) {
+  const absl::Time at = absl::FromUnixSeconds(absl::ToUnixSeconds(now));
+  for (Condition& existing : conditions) {
+    if (existing.type != c.type) continue;
+    bool changed = false;
+    if (existing.status != c.status) {
+      existing.status = std::move(c.status);
+      existing.last_transition_time = at;
+      changed = true;
+    }
+    auto update = [&changed](auto& field, auto& value) {
+      if (field != value) {
+        field = std::move(value);
+        changed = true;
+      }
+    };
+    update(existing.reason, c.reason);
+    update(existing.message, c.message);
+    update(existing.observed_generation, c.observed_generation);
+    return changed;
+  }
+  c.last_transition_time = at;
+  conditions.push_back(std::move(c));
+  return true;
+}
+
+}  // namespace phalanx::op

@@ -1,0 +1,139 @@
+// The TrainingJob resource (phalanx.dev/v1alpha1) as C++ types: the spec the user writes and the
+// status the operator reports. DESIGN.md "The TrainingJob resource" is the reference; the CRD in
+// crds/ is its OpenAPI form (kept in step by codec tests). Durations in the spec are integer
+// seconds (`...Seconds` fields), as Kubernetes APIs write them. Plain data; thread-compatible.
+#pragma once
+
+#include <cpprest/json.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace phalanx::op {
+
+using Json = web::json::value;
+
+inline constexpr char kGroup[] = "phalanx.dev";
+inline constexpr char kVersion[] = "v1alpha1";
+inline constexpr char kKind[] = "TrainingJob";
+inline constexpr char kPlural[] = "trainingjobs";
+
+enum class RestartScope { kTask, kJob };
+enum class SuccessPolicy { kAllTasks, kTaskZero };
+
+struct BackoffSpec {
+  absl::Duration base = absl::Seconds(10);
+  absl::Duration max = absl::Minutes(5);
+
+  bool operator==(const BackoffSpec&) const = default;
+};
+
+struct FailurePolicy {
+  RestartScope restart_scope = RestartScope::kTask;
+  int max_restarts = 3;
+  BackoffSpec backoff;
+  // A container exit code in `fatal_exit_codes` fails the job at once; otherwise a failure is
+  // retryable unless `retryable_exit_codes` is non-empty and does not list it.
+  std::vector<int> fatal_exit_codes;
+  std::vector<int> retryable_exit_codes;
+  // Pod/container reasons that are fatal (e.g. "ContainerCannotRun", "InvalidImageName").
+  std::vector<std::string> fatal_reasons;
+  bool preemptions_count_toward_max_restarts = false;
+
+  bool operator==(const FailurePolicy&) const = default;
+};
+
+struct PreemptionPolicy {
+  // How long tasks get to agree on a step and checkpoint before affected pods are moved.
+  absl::Duration checkpoint_grace = absl::Seconds(60);
+  bool on_node_taints = true;           // termination/maintenance taints and cordons
+  bool on_disruption_target = true;     // the pod's DisruptionTarget condition
+
+  bool operator==(const PreemptionPolicy&) const = default;
+};
+
+struct CoordinationSpec {
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  absl::Duration barrier_timeout = absl::Minutes(5);
+  absl::Duration shutdown_timeout = absl::Minutes(1);
+
+  bool operator==(const CoordinationSpec&) const = default;
+};
+
+struct TrainingJobSpec {
+  int replicas = 1;
+  Json pod_template;  // a PodTemplateSpec (metadata + spec), kept whole: unknown fields survive
+  FailurePolicy failure_policy;
+  PreemptionPolicy preemption;
+  CoordinationSpec coordination;
+  bool suspend = false;
+  std::string scheduler_name;
+  std::string priority_class_name;
+  SuccessPolicy success_policy = SuccessPolicy::kAllTasks;
+
+  bool operator==(const TrainingJobSpec&) const = default;
+};
+
+// metav1.Condition.
+struct Condition {
+  std::string type;
+  std::string status;  // "True", "False", "Unknown"
+  std::string reason;
+  std::string message;
+  absl::Time last_transition_time;
+  int64_t observed_generation = 0;
+
+  bool operator==(const Condition&) const = default;
+};
+
+// Job phases (DESIGN.md).
+inline constexpr char kPhasePending[] = "Pending";
+inline constexpr char kPhaseStarting[] = "Starting";
+inline constexpr char kPhaseRunning[] = "Running";
+inline constexpr char kPhaseRestarting[] = "Restarting";
+inline constexpr char kPhaseSucceeded[] = "Succeeded";
+inline constexpr char kPhaseFailed[] = "Failed";
+inline constexpr char kPhaseSuspended[] = "Suspended";
+
+struct TaskStatus {
+  int index = 0;
+  std::string pod;
+  std::string node;
+  int incarnation = 0;
+  std::string state;  // Pending, Running, Succeeded, Failed, Restarting
+  int restarts = 0;
+  std::string last_failure_reason;
+  std::optional<int> last_exit_code;
+  // Set while the task's node or pod is being preempted: when the operator first saw it (the
+  // coordinated checkpoint gets the preemption grace from then).
+  std::optional<absl::Time> preempting_since;
+
+  bool operator==(const TaskStatus&) const = default;
+};
+
+struct TrainingJobStatus {
+  std::string phase = kPhasePending;
+  std::vector<Condition> conditions;
+  std::vector<TaskStatus> tasks;
+  int ready_tasks = 0;
+  int restarts = 0;
+  int preemptions = 0;
+  int64_t observed_generation = 0;
+  std::optional<absl::Time> start_time;
+  std::optional<absl::Time> completion_time;
+  std::optional<absl::Time> last_restart_time;  // backoff is measured from it
+  // Goodput accounting: seconds with every task running vs. seconds lost to failures,
+  // restarts and preemptions.
+  double productive_seconds = 0;
+  double lost_seconds = 0;
+  std::optional<absl::Time> accounted_until;  // the seconds above cover time up to here
+
+  bool operator==(const TrainingJobStatus&) const = default;
+};
+
+}  // namespace phalanx::op

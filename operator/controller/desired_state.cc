@@ -1,0 +1,259 @@
+#include "operator/controller/desired_state.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/kube/object_meta.h"
+
+namespace phalanx::op {
+namespace {
+
+using kube::MetaString;
+
+Json Str(const std::string& s) { return Json::string(s); }
+
+Json Labels(const std::string& job, const std::string& role) {
+  Json labels = Json::object();
+  labels[kJobLabel] = Str(job);
+  labels[kRoleLabel] = Str(role);
+  return labels;
+}
+
+// metadata for a child of `job` named `name`.
+Json ChildMeta(const Json& job, const std::string& name, Json labels) {
+  Json meta = Json::object();
+  meta["name"] = Str(name);
+  meta["namespace"] = Str(MetaString(job, "namespace"));
+  meta["labels"] = std::move(labels);
+  meta["ownerReferences"] = Json::array({OwnerReferenceTo(job)});
+  return meta;
+}
+
+Json EnvVar(const std::string& name, const std::string& value) {
+  Json v = Json::object();
+  v["name"] = Str(name);
+  v["value"] = Str(value);
+  return v;
+}
+
+Json TokenEnv(const std::string& job, const char* name) {
+  Json ref = Json::object();
+  ref["name"] = Str(SecretName(job));
+  ref["key"] = Str(kTokenKey);
+  Json v = Json::object();
+  v["name"] = Str(name);
+  v["valueFrom"] = Json::object();
+  v["valueFrom"]["secretKeyRef"] = ref;
+  return v;
+}
+
+std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), "s"); }
+
+// Appends `extra` to a container's env, replacing variables of the same name (ours win: a
+// template that sets PHALANX_TASK_ID by hand would break the protocol).
+void MergeEnv(Json& container, const std::vector<Json>& extra) {
+  Json merged = Json::array();
+  size_t n = 0;
+  if (container.has_field("env") && container.at("env").is_array()) {
+    for (const Json& e : container.at("env").as_array()) {
+      bool overridden = false;
+      for (const Json& x : extra) {
+        if (e.is_object() && e.has_field("name") && e.at("name") == x.at("name")) overridden = true;
+      }
+      if (!overridden) merged[n++] = e;
+    }
+  }
+  for (const Json& x : extra) merged[n++] = x;
+  container["env"] = merged;
+}
+
+}  // namespace
+
+std::string SecretName(const std::string& job) { return job + "-token"; }
+std::string CoordinatorName(const std::string& job) { return job + "-coordinator"; }
+std::string TasksServiceName(const std::string& job) { return job + "-tasks"; }
+std::string TaskHostname(const std::string& job, int index) {
+  return absl::StrCat(job, "-task-", index);
+}
+std::string TaskPodName(const std::string& job, int index, int incarnation) {
+  return absl::StrCat(job, "-task-", index, "-", incarnation);
+}
+
+Json OwnerReferenceTo(const Json& job) {
+  kube::OwnerReference ref;
+  ref.api_version = absl::StrCat(kGroup, "/", kVersion);
+  ref.kind = kKind;
+  ref.name = MetaString(job, "name");
+  ref.uid = MetaString(job, "uid");
+  ref.controller = true;
+  ref.block_owner_deletion = true;
+  return ref.ToJson();
+}
+
+Json DesiredSecret(const Json& job, const std::string& token) {
+  const std::string name = MetaString(job, "name");
+  Json secret = Json::object();
+  secret["apiVersion"] = Str("v1");
+  secret["kind"] = Str("Secret");
+  secret["metadata"] = ChildMeta(job, SecretName(name), Labels(name, "token"));
+  secret["type"] = Str("Opaque");
+  secret["stringData"] = Json::object();
+  secret["stringData"][kTokenKey] = Str(token);
+  return secret;
+}
+
+Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
+                           const CoordinatorPlacement& placement) {
+  const std::string name = MetaString(job, "name");
+  const CoordinationSpec& c = spec.coordination;
+  Json container = Json::object();
+  container["name"] = Str("coordinator");
+  container["image"] = Str(placement.image);
+  Json command = Json::array();
+  for (size_t i = 0; i < placement.command.size(); ++i) command[i] = Str(placement.command[i]);
+  container["command"] = command;
+  const std::vector<std::string> args = {
+      absl::StrCat("--listen=0.0.0.0:", placement.port),
+      absl::StrCat("--metrics_listen=0.0.0.0:", placement.port + 1),
+      absl::StrCat("--job=", name),
+      absl::StrCat("--num_tasks=", spec.replicas),
+      "--heartbeat_interval=" + Seconds(c.heartbeat_interval),
+      "--heartbeat_timeout=" + Seconds(c.heartbeat_timeout),
+      "--barrier_timeout=" + Seconds(c.barrier_timeout),
+      "--shutdown_timeout=" + Seconds(c.shutdown_timeout)};
+  Json args_json = Json::array();
+  for (size_t i = 0; i < args.size(); ++i) args_json[i] = Str(args[i]);
+  container["args"] = args_json;
+  container["env"] = Json::array({TokenEnv(name, "PHALANX_TOKEN")});
+  Json ports = Json::array();
+  for (const auto& [port_name, port] : {std::pair<const char*, int>{"grpc", placement.port},
+                                        {"metrics", placement.port + 1}}) {
+    Json p = Json::object();
+    p["name"] = Str(port_name);
+    p["containerPort"] = Json::number(port);
+    ports[ports.size()] = p;
+  }
+  container["ports"] = ports;
+  container["securityContext"] = Json::parse(
+      R"({"runAsNonRoot":true,"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,
+          "capabilities":{"drop":["ALL"]}})");
+
+  Json pod = Json::object();
+  pod["apiVersion"] = Str("v1");
+  pod["kind"] = Str("Pod");
+  pod["metadata"] = ChildMeta(job, CoordinatorName(name), Labels(name, "coordinator"));
+  pod["spec"] = Json::object();
+  pod["spec"]["containers"] = Json::array({container});
+  // The operator recreates a failed coordinator; the tasks reconnect and re-register.
+  pod["spec"]["restartPolicy"] = Str("Never");
+  pod["spec"]["automountServiceAccountToken"] = Json::boolean(false);
+  if (!spec.scheduler_name.empty()) pod["spec"]["schedulerName"] = Str(spec.scheduler_name);
+  if (!spec.priority_class_name.empty()) {
+    pod["spec"]["priorityClassName"] = Str(spec.priority_class_name);
+  }
+  return pod;
+}
+
+Json DesiredCoordinatorService(const Json& job, const CoordinatorPlacement& placement) {
+  const std::string name = MetaString(job, "name");
+  Json svc = Json::object();
+  svc["apiVersion"] = Str("v1");
+  svc["kind"] = Str("Service");
+  svc["metadata"] = ChildMeta(job, CoordinatorName(name), Labels(name, "coordinator"));
+  svc["spec"] = Json::object();
+  svc["spec"]["selector"] = Labels(name, "coordinator");
+  Json grpc = Json::object();
+  grpc["name"] = Str("grpc");
+  grpc["port"] = Json::number(placement.port);
+  grpc["targetPort"] = Json::number(placement.port);
+  Json metrics = Json::object();
+  metrics["name"] = Str("metrics");
+  metrics["port"] = Json::number(placement.port + 1);
+  metrics["targetPort"] = Json::number(placement.port + 1);
+  svc["spec"]["ports"] = Json::array({grpc, metrics});
+  return svc;
+}
+
+Json DesiredTasksService(const Json& job) {
+  const std::string name = MetaString(job, "name");
+  Json svc = Json::object();
+  svc["apiVersion"] = Str("v1");
+  svc["kind"] = Str("Service");
+  svc["metadata"] = ChildMeta(job, TasksServiceName(name), Labels(name, "task"));
+  svc["spec"] = Json::object();
+  svc["spec"]["clusterIP"] = Str("None");
+  svc["spec"]["selector"] = Labels(name, "task");
+  // Peers must resolve each other before they are Ready (rendezvous happens first).
+  svc["spec"]["publishNotReadyAddresses"] = Json::boolean(true);
+  return svc;
+}
+
+std::string CoordinatorAddress(const Json& job, const CoordinatorPlacement& placement,
+                               const std::string& coordinator_pod_ip) {
+  if (placement.address_by_pod_ip) {
+    return coordinator_pod_ip.empty() ? "" : absl::StrCat(coordinator_pod_ip, ":", placement.port);
+  }
+  return absl::StrCat(CoordinatorName(MetaString(job, "name")), ".", MetaString(job, "namespace"),
+                      ".svc:", placement.port);
+}
+
+Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index, int incarnation,
+                    const std::string& coordinator_address) {
+  const std::string name = MetaString(job, "name");
+  const std::string ns = MetaString(job, "namespace");
+  const Json& tmpl = spec.pod_template;
+  Json pod = Json::object();
+  pod["apiVersion"] = Str("v1");
+  pod["kind"] = Str("Pod");
+  Json labels = Labels(name, "task");
+  Json annotations = Json::object();
+  if (tmpl.is_object() && tmpl.has_field("metadata") && tmpl.at("metadata").is_object()) {
+    const Json& tm = tmpl.at("metadata");
+    if (tm.has_field("labels") && tm.at("labels").is_object()) {
+      for (const auto& [k, v] : tm.at("labels").as_object()) labels[k] = v;
+    }
+    if (tm.has_field("annotations") && tm.at("annotations").is_object()) {
+      annotations = tm.at("annotations");
+    }
+  }
+  // Ours last: a template label cannot hide a pod from the operator.
+  labels[kJobLabel] = Str(name);
+  labels[kRoleLabel] = Str("task");
+  labels[kTaskLabel] = Str(absl::StrCat(index));
+  labels[kIncarnationLabel] = Str(absl::StrCat(incarnation));
+  pod["metadata"] = ChildMeta(job, TaskPodName(name, index, incarnation), labels);
+  if (annotations.size() > 0) pod["metadata"]["annotations"] = annotations;
+
+  Json pod_spec = kube::FieldOrNull(tmpl, "spec");
+  if (!pod_spec.is_object()) pod_spec = Json::object();
+  pod_spec["restartPolicy"] = Str("Never");
+  pod_spec["hostname"] = Str(TaskHostname(name, index));
+  pod_spec["subdomain"] = Str(TasksServiceName(name));
+  if (!spec.scheduler_name.empty()) pod_spec["schedulerName"] = Str(spec.scheduler_name);
+  if (!spec.priority_class_name.empty()) {
+    pod_spec["priorityClassName"] = Str(spec.priority_class_name);
+  }
+  const std::string master =
+      absl::StrCat(TaskHostname(name, 0), ".", TasksServiceName(name), ".", ns, ".svc");
+  const std::vector<Json> env = {
+      EnvVar("PHALANX_COORDINATOR", coordinator_address),
+      EnvVar("PHALANX_JOB", name),
+      EnvVar("PHALANX_TASK_ID", absl::StrCat(index)),
+      EnvVar("PHALANX_NUM_TASKS", absl::StrCat(spec.replicas)),
+      EnvVar("PHALANX_INCARNATION", absl::StrCat(incarnation)),
+      TokenEnv(name, "PHALANX_TOKEN"),
+      EnvVar("MASTER_ADDR", master),
+      EnvVar("MASTER_PORT", absl::StrCat(kMasterPort)),
+      EnvVar("WORLD_SIZE", absl::StrCat(spec.replicas)),
+      EnvVar("RANK", absl::StrCat(index)),
+      EnvVar("JAX_COORDINATOR_ADDRESS", absl::StrCat(master, ":", kMasterPort)),
+      EnvVar("JAX_NUM_PROCESSES", absl::StrCat(spec.replicas)),
+      EnvVar("JAX_PROCESS_ID", absl::StrCat(index))};
+  if (pod_spec.has_field("containers") && pod_spec.at("containers").is_array()) {
+    for (Json& container : pod_spec["containers"].as_array()) {
+      if (container.is_object()) MergeEnv(container, env);
+    }
+  }
+  pod["spec"] = pod_spec;
+  return pod;
+}
+
+}  // namespace phalanx::op

@@ -1,0 +1,50 @@
+// OperatorMetrics: the `phalanx_operator_*` Prometheus families on an injected registry.
+// Thread-safe (prometheus-cpp metrics are; the per-label maps are guarded).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace phalanx::op {
+
+class OperatorMetrics {
+ public:
+  explicit OperatorMetrics(prometheus::Registry& registry);
+
+  void Reconciled(bool ok, absl::Duration took);
+  void SetQueueDepth(int depth) { queue_depth_.Set(depth); }
+  void SetJobsByPhase(const std::map<std::string, int>& counts);
+  void TaskRestarted(const std::string& reason);
+  void Preempted() { preemptions_.Increment(); }
+  // Failure observed → replacement pod created.
+  void ReplacementCreated(absl::Duration since_failure_seen);
+  void ApiRequest(const std::string& verb, int code);
+
+ private:
+  prometheus::Registry& registry_;
+  prometheus::Family<prometheus::Counter>& reconciles_;
+  prometheus::Counter& reconciles_ok_;
+  prometheus::Counter& reconciles_error_;
+  prometheus::Histogram& reconcile_seconds_;
+  prometheus::Gauge& queue_depth_;
+  prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Counter>& restarts_;
+  prometheus::Counter& preemptions_;
+  prometheus::Histogram& replacement_seconds_;
+  prometheus::Family<prometheus::Counter>& api_requests_;
+  absl::Mutex mu_;
+  std::map<std::string, prometheus::Counter*> restart_counters_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Counter*> api_counters_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Gauge*> phase_gauges_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace phalanx::op

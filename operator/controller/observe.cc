@@ -1,0 +1,69 @@
+#include "operator/controller/observe.h"
+
+#include "absl/strings/numbers.h"
+#include "common/kube/object_meta.h"
+#include "operator/controller/desired_state.h"
+
+namespace phalanx::op {
+namespace {
+
+int LabelInt(const std::map<std::string, std::string>& labels, const char* key) {
+  auto it = labels.find(key);
+  int v = -1;
+  if (it == labels.end() || !absl::SimpleAtoi(it->second, &v)) return -1;
+  return v;
+}
+
+bool ConditionTrue(const Json& pod, const std::string& type) {
+  for (const Json& c : kube::ArrayOrEmpty(kube::FieldOrNull(pod, "status"), "conditions").as_array()) {
+    if (kube::StringAt(c, "type") == type) return kube::StringAt(c, "status") == "True";
+  }
+  return false;
+}
+
+// Taints cloud providers and node drainers put on nodes that are about to go away.
+bool IsPreemptionTaint(const std::string& key) {
+  return key == "cloud.google.com/impending-node-termination" ||
+         key == "aws-node-termination-handler/spot-itn" ||
+         key == "aws-node-termination-handler/scheduled-maintenance" ||
+         key == "node.kubernetes.io/unschedulable" || key == "ToBeDeletedByClusterAutoscaler" ||
+         key == "phalanx.dev/preempting";
+}
+
+}  // namespace
+
+PodView ViewOfPod(const Json& pod) {
+  PodView v;
+  v.name = kube::MetaString(pod, "name");
+  const std::map<std::string, std::string> labels = kube::LabelsOf(pod);
+  v.index = LabelInt(labels, kTaskLabel);
+  v.incarnation = LabelInt(labels, kIncarnationLabel);
+  v.phase = kube::StringAt(pod, "status.phase");
+  v.node = kube::StringAt(pod, "spec.nodeName");
+  v.ip = kube::StringAt(pod, "status.podIP");
+  v.being_deleted = kube::IsBeingDeleted(pod);
+  v.ready = ConditionTrue(pod, "Ready");
+  v.disruption_target = ConditionTrue(pod, "DisruptionTarget");
+  const Json& statuses = kube::ArrayOrEmpty(kube::FieldOrNull(pod, "status"), "containerStatuses");
+  if (statuses.size() > 0) {
+    const Json& terminated =
+        kube::FieldOrNull(kube::FieldOrNull(statuses.at(0), "state"), "terminated");
+    const Json& code = kube::FieldOrNull(terminated, "exitCode");
+    if (code.is_integer()) v.exit_code = code.as_integer();
+    v.reason = kube::StringAt(terminated, "reason");
+  }
+  if (v.reason.empty()) v.reason = kube::StringAt(pod, "status.reason");  // e.g. Evicted
+  return v;
+}
+
+bool NodeIsBeingPreempted(const Json& node) {
+  const Json& unschedulable = kube::FieldOrNull(kube::FieldOrNull(node, "spec"), "unschedulable");
+  if (unschedulable.is_boolean() && unschedulable.as_bool()) return true;
+  for (const Json& taint :
+       kube::ArrayOrEmpty(kube::FieldOrNull(node, "spec"), "taints").as_array()) {
+    if (IsPreemptionTaint(kube::StringAt(taint, "key"))) return true;
+  }
+  return false;
+}
+
+}  // namespace phalanx::op

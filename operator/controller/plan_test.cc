@@ -1,0 +1,317 @@
+// Table-style tests of the pure reconcile planner: children created, restart scope, maxRestarts,
+// back-off, fatal exit codes, coordinator-reported failures, preemption, success policy,
+// suspend, goodput.
+#include "operator/controller/plan.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/kube/object_meta.h"
+
+namespace phalanx::op {
+namespace {
+
+const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+
+Json Job() {
+  return Json::parse(
+      R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob",
+          "metadata":{"name":"j","namespace":"ns","uid":"u1","generation":3},
+          "spec":{"replicas":2}})");
+}
+
+TrainingJobSpec Spec(int replicas = 2) {
+  TrainingJobSpec spec;
+  spec.replicas = replicas;
+  spec.pod_template = Json::parse(
+      R"({"metadata":{"labels":{"team":"a"}},"spec":{"containers":[{"name":"main","image":"x",
+          "command":["train"],"env":[{"name":"PHALANX_TASK_ID","value":"wrong"},{"name":"KEEP","value":"1"}]}]}})");
+  return spec;
+}
+
+PodView TaskPod(int index, int incarnation, const std::string& phase, bool ready = true) {
+  PodView p;
+  p.index = index;
+  p.incarnation = incarnation;
+  p.name = TaskPodName("j", index, incarnation);
+  p.phase = phase;
+  p.ready = ready;
+  p.node = "node-0";
+  return p;
+}
+
+JobObservation Healthy(int replicas = 2) {
+  JobObservation w;
+  w.has_secret = w.has_coordinator_service = w.has_tasks_service = true;
+  PodView coordinator;
+  coordinator.name = "j-coordinator";
+  coordinator.phase = "Running";
+  coordinator.ip = "10.0.0.9";
+  w.coordinator = coordinator;
+  for (int i = 0; i < replicas; ++i) w.task_pods.push_back(TaskPod(i, 0, "Running"));
+  return w;
+}
+
+ReconcilePlan Plan(const TrainingJobSpec& spec, const TrainingJobStatus& previous,
+                   const JobObservation& world, absl::Time now = kNow) {
+  static const Json job = Job();
+  static const CoordinatorPlacement placement;
+  return PlanReconcile({job, spec, previous, world, placement, "tok", now});
+}
+
+std::vector<std::string> Names(const std::vector<Json>& objects) {
+  std::vector<std::string> names;
+  for (const Json& o : objects) names.push_back(kube::MetaString(o, "name"));
+  return names;
+}
+
+TEST(PlanTest, ANewJobGetsItsSecretServicesCoordinatorAndTaskPods) {
+  JobObservation world;
+  PodView coordinator;
+  ReconcilePlan plan = Plan(Spec(), {}, world);
+  EXPECT_THAT(Names(plan.create),
+              ::testing::ElementsAre("j-token", "j-tasks", "j-coordinator", "j-coordinator",
+                                     "j-task-0-0", "j-task-1-0"));
+  EXPECT_EQ(plan.status.phase, kPhasePending);
+  EXPECT_EQ(plan.status.observed_generation, 3);
+  const Json& pod = plan.create.back();
+  EXPECT_EQ(kube::LabelsOf(pod).at(kTaskLabel), "1");
+  EXPECT_EQ(kube::LabelsOf(pod).at("team"), "a");
+  EXPECT_EQ(kube::StringAt(pod, "spec.restartPolicy"), "Never");
+  EXPECT_EQ(kube::ControllerOf(pod)->uid, "u1");
+  std::map<std::string, std::string> env;
+  for (const Json& e : pod.at("spec").at("containers").at(0).at("env").as_array()) {
+    env[e.at("name").as_string()] = kube::StringAt(e, "value");
+  }
+  EXPECT_EQ(env["PHALANX_TASK_ID"], "1");  // ours wins over the template's
+  EXPECT_EQ(env["KEEP"], "1");
+  EXPECT_EQ(env["PHALANX_COORDINATOR"], "j-coordinator.ns.svc:8470");
+  EXPECT_EQ(env["WORLD_SIZE"], "2");
+  EXPECT_EQ(env["RANK"], "1");
+  EXPECT_EQ(env["PHALANX_INCARNATION"], "0");
+  EXPECT_EQ(env["MASTER_ADDR"], "j-task-0.j-tasks.ns.svc");
+}
+
+TEST(PlanTest, ByPodIpTasksWaitForTheCoordinatorsAddress) {
+  JobObservation world = Healthy();
+  world.task_pods.clear();
+  world.coordinator->phase = "Pending";
+  world.coordinator->ip.clear();
+  CoordinatorPlacement placement;
+  placement.address_by_pod_ip = true;
+  const Json job = Job();
+  const TrainingJobSpec spec = Spec();
+  ReconcilePlan plan = PlanReconcile({job, spec, {}, world, placement, "tok", kNow});
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_GT(plan.requeue_after, absl::ZeroDuration());
+  world.coordinator->phase = "Running";
+  world.coordinator->ip = "127.0.0.1";
+  plan = PlanReconcile({job, spec, {}, world, placement, "tok", kNow});
+  ASSERT_EQ(plan.create.size(), 2u);
+  EXPECT_THAT(plan.create[0].serialize(), ::testing::HasSubstr("127.0.0.1:8470"));
+}
+
+TEST(PlanTest, AllRunningIsRunningAndIdempotent) {
+  ReconcilePlan plan = Plan(Spec(), {}, Healthy());
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_TRUE(plan.delete_pods.empty());
+  EXPECT_EQ(plan.status.phase, kPhaseRunning);
+  EXPECT_EQ(plan.status.ready_tasks, 2);
+  ReconcilePlan again = Plan(Spec(), plan.status, Healthy());
+  EXPECT_TRUE(again.create.empty());
+  EXPECT_TRUE(again.events.empty());
+}
+
+TEST(PlanTest, TaskScopeRestartsOnlyTheFailedTaskWithTheNextIncarnation) {
+  JobObservation world = Healthy();
+  world.task_pods[1].phase = "Failed";
+  world.task_pods[1].exit_code = 1;
+  world.task_pods[1].reason = "Error";
+  ReconcilePlan plan = Plan(Spec(), {}, world);
+  EXPECT_THAT(plan.delete_pods, ::testing::ElementsAre("j-task-1-0"));
+  EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-1-1"));
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_EQ(plan.status.tasks[1].incarnation, 1);
+  EXPECT_EQ(plan.status.tasks[1].last_exit_code, 1);
+  EXPECT_EQ(plan.status.tasks[0].incarnation, 0);
+  EXPECT_EQ(plan.status.phase, kPhaseRestarting);
+  ASSERT_FALSE(plan.events.empty());
+  EXPECT_EQ(plan.events[0].reason, "TaskRestarted");
+}
+
+TEST(PlanTest, JobScopeRestartsEveryTask) {
+  TrainingJobSpec spec = Spec();
+  spec.failure_policy.restart_scope = RestartScope::kJob;
+  JobObservation world = Healthy();
+  world.task_pods[0].phase = "Failed";
+  ReconcilePlan plan = Plan(spec, {}, world);
+  EXPECT_THAT(plan.delete_pods, ::testing::UnorderedElementsAre("j-task-0-0", "j-task-1-0"));
+  EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-0-1", "j-task-1-1"));
+  EXPECT_EQ(plan.status.restarts, 1);
+}
+
+TEST(PlanTest, CoordinatorReportedFailureRestartsAPodThatLooksRunning) {
+  JobObservation world = Healthy();
+  world.coordinator_failed[0] = 0;
+  ReconcilePlan plan = Plan(Spec(), {}, world);
+  EXPECT_THAT(plan.delete_pods, ::testing::ElementsAre("j-task-0-0"));
+  EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-0-1"));
+  // A report about an older incarnation is ignored.
+  world.coordinator_failed[0] = -5;
+  EXPECT_TRUE(Plan(Spec(), {}, world).delete_pods.empty());
+}
+
+TEST(PlanTest, BackoffThenMaxRestartsFailsTheJob) {
+  TrainingJobSpec spec = Spec();
+  spec.failure_policy.max_restarts = 2;
+  spec.failure_policy.backoff = {absl::Seconds(10), absl::Seconds(60)};
+  TrainingJobStatus previous;
+  previous.restarts = 1;
+  previous.last_restart_time = kNow - absl::Seconds(4);
+  JobObservation world = Healthy();
+  world.task_pods[0].phase = "Failed";
+  ReconcilePlan plan = Plan(spec, previous, world);
+  EXPECT_TRUE(plan.create.empty());  // still backing off
+  EXPECT_EQ(plan.requeue_after, absl::Seconds(6));
+  EXPECT_EQ(plan.status.tasks[0].state, "BackingOff");
+  plan = Plan(spec, previous, world, kNow + absl::Seconds(6));
+  EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-0-1"));
+  EXPECT_EQ(plan.status.restarts, 2);
+
+  previous.restarts = 2;
+  plan = Plan(spec, previous, world, kNow + absl::Seconds(100));
+  EXPECT_EQ(plan.status.phase, kPhaseFailed);
+  EXPECT_EQ(plan.status.conditions.back().type, "Running");
+  bool failed_condition = false;
+  for (const Condition& c : plan.status.conditions) {
+    if (c.type == "Failed" && c.status == "True" && c.reason == "MaxRestartsExceeded") {
+      failed_condition = true;
+    }
+  }
+  EXPECT_TRUE(failed_condition);
+  EXPECT_TRUE(plan.create.empty());
+}
+
+TEST(PlanTest, RestartBackoffDoublesAndCaps) {
+  const BackoffSpec b{absl::Seconds(10), absl::Seconds(35)};
+  EXPECT_EQ(RestartBackoff(b, 0), absl::ZeroDuration());
+  EXPECT_EQ(RestartBackoff(b, 1), absl::Seconds(10));
+  EXPECT_EQ(RestartBackoff(b, 2), absl::Seconds(20));
+  EXPECT_EQ(RestartBackoff(b, 3), absl::Seconds(35));
+  EXPECT_EQ(RestartBackoff(b, 30), absl::Seconds(35));
+}
+
+TEST(PlanTest, FatalExitCodesAndReasonsFailTheJobAtOnce) {
+  struct Case {
+    std::vector<int> fatal, retryable;
+    std::vector<std::string> fatal_reasons;
+    int exit_code;
+    std::string reason;
+    FailureClass want;
+  } cases[] = {
+      {{}, {}, {}, 1, "Error", FailureClass::kRetryable},
+      {{42}, {}, {}, 42, "Error", FailureClass::kFatal},
+      {{}, {137, 143}, {}, 1, "Error", FailureClass::kFatal},
+      {{}, {137, 143}, {}, 137, "Error", FailureClass::kRetryable},
+      {{}, {}, {"ContainerCannotRun"}, 128, "ContainerCannotRun", FailureClass::kFatal},
+  };
+  for (const Case& c : cases) {
+    FailurePolicy policy;
+    policy.fatal_exit_codes = c.fatal;
+    policy.retryable_exit_codes = c.retryable;
+    policy.fatal_reasons = c.fatal_reasons;
+    PodView pod;
+    pod.exit_code = c.exit_code;
+    pod.reason = c.reason;
+    EXPECT_EQ(ClassifyFailure(policy, pod), c.want) << c.exit_code << " " << c.reason;
+  }
+  TrainingJobSpec spec = Spec();
+  spec.failure_policy.fatal_exit_codes = {42};
+  JobObservation world = Healthy();
+  world.task_pods[1].phase = "Failed";
+  world.task_pods[1].exit_code = 42;
+  ReconcilePlan plan = Plan(spec, {}, world);
+  EXPECT_EQ(plan.status.phase, kPhaseFailed);
+  EXPECT_THAT(plan.delete_pods, ::testing::Contains("j-task-0-0"));
+}
+
+TEST(PlanTest, PreemptionOpensACheckpointRoundThenMovesTheTaskWithoutSpendingRestarts) {
+  TrainingJobSpec spec = Spec();
+  spec.preemption.checkpoint_grace = absl::Seconds(30);
+  spec.failure_policy.max_restarts = 0;
+  JobObservation world = Healthy();
+  world.preempting_nodes.insert("node-0");
+  world.task_pods[1].node = "node-1";
+  ReconcilePlan plan = Plan(spec, {}, world);
+  EXPECT_THAT(plan.preemption_notices, ::testing::ElementsAre(0));
+  EXPECT_TRUE(plan.delete_pods.empty());
+  EXPECT_EQ(plan.requeue_after, absl::Seconds(30));
+  EXPECT_EQ(plan.status.tasks[0].state, "Preempting");
+  // Later passes do not notify again; after the grace the task moves.
+  ReconcilePlan later = Plan(spec, plan.status, world, kNow + absl::Seconds(10));
+  EXPECT_TRUE(later.preemption_notices.empty());
+  EXPECT_TRUE(later.delete_pods.empty());
+  later = Plan(spec, plan.status, world, kNow + absl::Seconds(30));
+  EXPECT_THAT(later.delete_pods, ::testing::ElementsAre("j-task-0-0"));
+  EXPECT_THAT(Names(later.create), ::testing::ElementsAre("j-task-0-1"));
+  EXPECT_EQ(later.status.preemptions, 1);
+  EXPECT_EQ(later.status.restarts, 0);
+  EXPECT_NE(later.status.phase, kPhaseFailed);
+}
+
+TEST(PlanTest, SuccessPolicies) {
+  JobObservation world = Healthy();
+  world.task_pods[0].phase = "Succeeded";
+  EXPECT_NE(Plan(Spec(), {}, world).status.phase, kPhaseSucceeded);
+  TrainingJobSpec task_zero = Spec();
+  task_zero.success_policy = SuccessPolicy::kTaskZero;
+  ReconcilePlan plan = Plan(task_zero, {}, world);
+  EXPECT_EQ(plan.status.phase, kPhaseSucceeded);
+  EXPECT_THAT(plan.delete_pods, ::testing::Contains("j-task-1-0"));
+  world.task_pods[1].phase = "Succeeded";
+  EXPECT_EQ(Plan(Spec(), {}, world).status.phase, kPhaseSucceeded);
+}
+
+TEST(PlanTest, SuspendDeletesPodsAndResumeRecreatesThem) {
+  TrainingJobSpec spec = Spec();
+  spec.suspend = true;
+  ReconcilePlan plan = Plan(spec, {}, Healthy());
+  EXPECT_EQ(plan.status.phase, kPhaseSuspended);
+  EXPECT_THAT(plan.delete_pods,
+              ::testing::UnorderedElementsAre("j-task-0-0", "j-task-1-0", "j-coordinator"));
+  JobObservation empty = Healthy();
+  empty.task_pods.clear();
+  empty.coordinator.reset();
+  spec.suspend = false;
+  ReconcilePlan resumed = Plan(spec, plan.status, empty);
+  EXPECT_THAT(Names(resumed.create),
+              ::testing::ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-0"));
+}
+
+TEST(PlanTest, GoodputCountsRunningTimeAsProductiveAndRestartingAsLost) {
+  TrainingJobStatus previous;
+  previous.phase = kPhaseRunning;
+  previous.accounted_until = kNow - absl::Seconds(10);
+  ReconcilePlan plan = Plan(Spec(), previous, Healthy());
+  EXPECT_DOUBLE_EQ(plan.status.productive_seconds, 10);
+  TrainingJobStatus restarting = plan.status;
+  restarting.phase = kPhaseRestarting;
+  plan = Plan(Spec(), restarting, Healthy(), kNow + absl::Seconds(3));
+  EXPECT_DOUBLE_EQ(plan.status.lost_seconds, 3);
+}
+
+TEST(PlanTest, ConditionTimesMoveOnlyWhenStatusFlips) {
+  ReconcilePlan first = Plan(Spec(), {}, Healthy());
+  absl::Time running_since;
+  for (const Condition& c : first.status.conditions) {
+    if (c.type == "Running") running_since = c.last_transition_time;
+  }
+  ReconcilePlan second = Plan(Spec(), first.status, Healthy(), kNow + absl::Seconds(50));
+  for (const Condition& c : second.status.conditions) {
+    if (c.type == "Running") EXPECT_EQ(c.last_transition_time, running_since);
+  }
+}
+
+}  // namespace
+}  // namespace phalanx::op

@@ -1,0 +1,179 @@
+#include "operator/controller/reconciler.h"
+
+#include <openssl/rand.h>
+
+#include <functional>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/log.h"
+#include "common/kube/object_key.h"
+#include "common/kube/object_meta.h"
+#include "operator/api/codec.h"
+#include "operator/controller/observe.h"
+#include "operator/controller/plan.h"
+
+namespace phalanx::op {
+namespace {
+
+std::string NewToken() {
+  unsigned char bytes[32];
+  RAND_bytes(bytes, sizeof(bytes));
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
+bool IsOwnedBy(const Json& object, const std::string& uid) {
+  std::optional<kube::OwnerReference> owner = kube::ControllerOf(object);
+  return owner.has_value() && owner->uid == uid;
+}
+
+}  // namespace
+
+Reconciler::Reconciler(kube::Client& client, Informers informers, kube::EventRecorder& events,
+                       base::Clock& clock, OperatorMetrics* metrics, ReconcilerOptions options)
+    : client_(client),
+      informers_(informers),
+      events_(events),
+      clock_(clock),
+      metrics_(metrics),
+      options_(std::move(options)) {}
+
+CoordinatorPlacement Reconciler::PlacementFor(const Json& job) const {
+  CoordinatorPlacement placement = options_.placement;
+  if (options_.coordinator_port_base > 0) {
+    // Even ports: the metrics port (port + 1) never collides with another job's gRPC port.
+    const size_t slots = static_cast<size_t>(std::max(1, options_.coordinator_port_span / 2));
+    const size_t slot = std::hash<std::string>{}(kube::MetaString(job, "uid")) % slots;
+    placement.port = options_.coordinator_port_base + static_cast<int>(slot) * 2;
+  }
+  return placement;
+}
+
+std::vector<std::string> JobKeysOnNode(kube::Informer& pods, const Json& node) {
+  std::vector<std::string> keys;
+  const std::string name = kube::MetaString(node, "name");
+  for (const Json& pod : pods.List()) {
+    if (kube::StringAt(pod, "spec.nodeName") != name) continue;
+    std::optional<kube::OwnerReference> owner = kube::ControllerOf(pod);
+    if (owner.has_value() && owner->kind == kKind) {
+      const std::string key = kube::MetaString(pod, "namespace") + "/" + owner->name;
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    }
+  }
+  return keys;
+}
+
+absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string& key) {
+  const absl::Time started = clock_.Now();
+  auto [ns, name] = kube::SplitKey(key);
+  std::optional<Json> cached = informers_.jobs.Get(ns, name);
+  if (!cached.has_value()) return kube::Controller::Result{};  // deleted: owner refs clean up
+  const Json& job = *cached;
+  const std::string uid = kube::MetaString(job, "uid");
+  if (kube::IsBeingDeleted(job)) return kube::Controller::Result{};
+
+  TrainingJobStatus previous = DecodeStatus(job);
+  absl::StatusOr<TrainingJobSpec> spec = DecodeSpec(job);
+  std::vector<std::string> problems;
+  if (!spec.ok()) {
+    problems.push_back(std::string(spec.status().message()));
+  } else {
+    problems = ValidateSpec(*spec);
+  }
+  if (!problems.empty()) {
+    // The CRD's schema should have refused this; report it and wait for a new generation.
+    TrainingJobStatus status = previous;
+    status.observed_generation = kube::ObjectMeta::Decode(job).generation;
+    const std::string message = absl::StrJoin(problems, "; ");
+    const bool changed = SetCondition(status.conditions,
+                                      {"InvalidSpec", "True", "InvalidSpec", message,
+                                       clock_.Now(), status.observed_generation},
+                                      clock_.Now());
+    if (changed) events_.Record(job, kube::EventType::kWarning, "InvalidSpec", message);
+    absl::Status written = WriteStatus(job, EncodeStatus(status));
+    if (metrics_ != nullptr) metrics_->Reconciled(written.ok(), clock_.Now() - started);
+    if (!written.ok()) return written;
+    return kube::Controller::Result{};
+  }
+  SetCondition(previous.conditions,
+               {"InvalidSpec", "False", "Valid", "", clock_.Now(), previous.observed_generation},
+               clock_.Now());
+
+  JobObservation world;
+  for (const Json& pod : informers_.pods.ByIndex(kube::Informer::kOwnerIndex, uid)) {
+    if (!IsOwnedBy(pod, uid)) continue;
+    PodView view = ViewOfPod(pod);
+    const std::string role = kube::LabelsOf(pod)[kRoleLabel];
+    if (role == "coordinator") {
+      world.coordinator = view;
+    } else if (role == "task") {
+      world.task_pods.push_back(view);
+      if (!view.node.empty()) {
+        std::optional<Json> node = informers_.nodes.Get("", view.node);
+        if (node.has_value() && NodeIsBeingPreempted(*node)) world.preempting_nodes.insert(view.node);
+      }
+    }
+  }
+  world.has_secret = informers_.secrets.Get(ns, SecretName(name)).has_value();
+  world.has_tasks_service = informers_.services.Get(ns, TasksServiceName(name)).has_value();
+  world.has_coordinator_service = informers_.services.Get(ns, CoordinatorName(name)).has_value();
+
+  const CoordinatorPlacement placement = PlacementFor(job);
+  ReconcilePlan plan = PlanReconcile(
+      {job, *spec, previous, world, placement, world.has_secret ? "" : NewToken(), clock_.Now()});
+  // Status first: it records the new incarnations and counters, so a pass that loses the race
+  // with another writer (409) or dies half-way is redone from the record, never double-counted
+  // and never lost. Acting on a stale view is impossible: a stale job fails this write.
+  absl::Status written = WriteStatus(job, EncodeStatus(plan.status));
+  if (!written.ok()) {
+    if (metrics_ != nullptr) metrics_->Reconciled(false, clock_.Now() - started);
+    return written;
+  }
+  absl::Status executed = Execute(job, plan);
+  for (const EventNote& e : plan.events) {
+    events_.Record(job, e.warning ? kube::EventType::kWarning : kube::EventType::kNormal, e.reason,
+                   e.message);
+    if (metrics_ == nullptr) continue;
+    if (e.reason == "TaskRestarted") metrics_->TaskRestarted("Failed");
+    if (e.reason == "TaskPreempted") metrics_->Preempted();
+  }
+  if (metrics_ != nullptr) metrics_->Reconciled(executed.ok(), clock_.Now() - started);
+  if (!executed.ok()) return executed;
+  return kube::Controller::Result{plan.requeue_after};
+}
+
+absl::Status Reconciler::Execute(const Json& job, const ReconcilePlan& plan) {
+  const std::string ns = kube::MetaString(job, "namespace");
+  for (const std::string& pod : plan.delete_pods) {
+    kube::DeleteOptions options;
+    options.propagation = kube::PropagationPolicy::kBackground;
+    absl::Status s = client_.Delete(kPods, ns, pod, options);
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+  }
+  for (const Json& object : plan.create) {
+    const std::string kind = kube::StringAt(object, "kind");
+    const kube::Resource& r = kind == "Secret" ? kSecrets : kind == "Service" ? kServices : kPods;
+    absl::StatusOr<Json> created = client_.Create(r, ns, object);
+    if (!created.ok() && !absl::IsAlreadyExists(created.status())) return created.status();
+  }
+  for (int task : plan.preemption_notices) {
+    // The coordinator-side preemption round needs the operator's coordinator channel (next
+    // step of issue 4); until then tasks learn of it from their own pod's eviction.
+    PHX_LOG(INFO) << "job " << kube::MetaString(job, "name") << ": preemption notice for task "
+                  << task;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Reconciler::WriteStatus(const Json& job, const Json& status) {
+  const Json& current = kube::FieldOrNull(job, "status");
+  if (current == status) return absl::OkStatus();  // one write per pass, none when unchanged
+  Json updated = job;
+  updated["status"] = status;
+  absl::StatusOr<Json> written = client_.UpdateStatus(kTrainingJobs, kube::MetaString(job, "namespace"), updated);
+  return written.status();
+}
+
+}  // namespace phalanx::op

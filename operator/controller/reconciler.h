@@ -1,0 +1,68 @@
+// Reconciler: the one class of the operator that talks to the API server. Reconcile(key) reads
+// the job and its children from the informer caches, asks PlanReconcile what to do, does it
+// (deletes, then creates; AlreadyExists and NotFound are fine), writes status once through
+// /status (a 409 requeues quietly), records the plan's Events, and returns the plan's requeue.
+// Invalid specs that slipped past the CRD get an InvalidSpec condition, never a crash.
+// Thread-safe: the controller runs one Reconcile per key at a time, several keys in parallel.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/base/clock.h"
+#include "common/kube/client.h"
+#include "common/kube/controller.h"
+#include "common/kube/event_recorder.h"
+#include "common/kube/informer.h"
+#include "operator/controller/desired_state.h"
+#include "operator/controller/metrics.h"
+
+namespace phalanx::op {
+
+inline const kube::Resource kTrainingJobs{kGroup, kVersion, kPlural, true};
+inline const kube::Resource kPods{"", "v1", "pods", true};
+inline const kube::Resource kServices{"", "v1", "services", true};
+inline const kube::Resource kSecrets{"", "v1", "secrets", true};
+inline const kube::Resource kNodes{"", "v1", "nodes", false};
+
+struct ReconcilerOptions {
+  CoordinatorPlacement placement;
+  // Give each job's coordinator its own port in [base, base + span) (derived from the job's
+  // UID) instead of placement.port: needed where pods share one network namespace (the local
+  // cluster). 0: every coordinator uses placement.port.
+  int coordinator_port_base = 0;
+  int coordinator_port_span = 2000;
+};
+
+struct Informers {
+  kube::Informer& jobs;
+  kube::Informer& pods;      // label selector phalanx.dev/job
+  kube::Informer& services;  // label selector phalanx.dev/job
+  kube::Informer& secrets;   // label selector phalanx.dev/job
+  kube::Informer& nodes;
+};
+
+class Reconciler {
+ public:
+  Reconciler(kube::Client& client, Informers informers, kube::EventRecorder& events,
+             base::Clock& clock, OperatorMetrics* metrics, ReconcilerOptions options);
+
+  absl::StatusOr<kube::Controller::Result> Reconcile(const std::string& key);
+
+ private:
+  absl::Status Execute(const Json& job, const struct ReconcilePlan& plan);
+  absl::Status WriteStatus(const Json& job, const Json& status);
+  CoordinatorPlacement PlacementFor(const Json& job) const;
+
+  kube::Client& client_;
+  Informers informers_;
+  kube::EventRecorder& events_;
+  base::Clock& clock_;
+  OperatorMetrics* metrics_;
+  const ReconcilerOptions options_;
+};
+
+// Keys of the jobs with a task pod on `node` (a node change may preempt them).
+std::vector<std::string> JobKeysOnNode(kube::Informer& pods, const Json& node);
+
+}  // namespace phalanx::op

@@ -1,0 +1,195 @@
+// phalanx-operator: reconciles TrainingJobs into coordinated pods. In-cluster by default, or
+// --kubeconfig FILE (a real cluster or phalanx-localcluster). Flags → options → wiring → run.
+// Prints `ready metrics=HOST:PORT` once it serves; SIGTERM/SIGINT stop it (the lease is released
+// so a standby replica takes over at once).
+#include <signal.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "common/base/clock.h"
+#include "common/base/log.h"
+#include "common/base/process_init.h"
+#include "common/http/status_server.h"
+#include "common/kube/cluster_config.h"
+#include "common/kube/controller.h"
+#include "common/kube/event_recorder.h"
+#include "common/kube/informer.h"
+#include "common/kube/leader_election.h"
+#include "common/kube/rest_client.h"
+#include "operator/controller/reconciler.h"
+#include "prometheus/registry.h"
+
+ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig file (empty: in-cluster service account)");
+ABSL_FLAG(std::string, context, "", "kubeconfig context (empty: current-context)");
+ABSL_FLAG(std::string, namespace, "", "watch only this namespace (empty: all namespaces)");
+ABSL_FLAG(std::string, coordinator_image, "ghcr.io/phalanx-dev/phalanx-coordinator:0.1",
+          "image of the per-job coordinator pod");
+ABSL_FLAG(std::string, coordinator_command, "phalanx-coordinator",
+          "command of the coordinator container (path or name)");
+ABSL_FLAG(int, coordinator_port, 8470, "coordinator gRPC port (metrics on port + 1)");
+ABSL_FLAG(int, coordinator_port_base, 0,
+          "if > 0, give each job's coordinator its own port from [base, base + 2000) (clusters "
+          "where pods share one network namespace, such as the local cluster)");
+ABSL_FLAG(std::string, coordinator_address, "service",
+          "how tasks reach the coordinator: service (cluster DNS) or pod-ip");
+ABSL_FLAG(double, qps, 50, "Kubernetes API requests per second (client-side limit)");
+ABSL_FLAG(int, burst, 100, "Kubernetes API request burst");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:8080", "HTTP address for /metrics and /healthz");
+ABSL_FLAG(int, workers, 4, "jobs reconciled in parallel");
+ABSL_FLAG(bool, leader_elect, true, "use a Lease so only one replica acts");
+ABSL_FLAG(std::string, lease_namespace, "default", "namespace of the leader-election Lease");
+ABSL_FLAG(std::string, lease_name, "phalanx-operator", "name of the leader-election Lease");
+ABSL_FLAG(std::string, identity, "", "leader-election identity (default: hostname-pid)");
+
+namespace {
+
+using namespace phalanx;
+
+int Fail(const std::string& message) {
+  std::cerr << "phalanx-operator: " << message << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  base::InitProcess("operator");
+  absl::SetProgramUsageMessage("phalanx-operator [--kubeconfig FILE] [flags]");
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) return Fail(absl::StrCat("unexpected argument ", rest[1]));
+  const std::string address_mode = absl::GetFlag(FLAGS_coordinator_address);
+  if (address_mode != "service" && address_mode != "pod-ip") {
+    return Fail("--coordinator_address must be service or pod-ip");
+  }
+  if (absl::GetFlag(FLAGS_workers) < 1) return Fail("--workers must be at least 1");
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<kube::ClusterConfig> config =
+      absl::GetFlag(FLAGS_kubeconfig).empty()
+          ? kube::InClusterConfig()
+          : kube::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig), absl::GetFlag(FLAGS_context));
+  if (!config.ok()) return Fail(std::string(config.status().message()));
+
+  prometheus::Registry registry;
+  op::OperatorMetrics metrics(registry);
+  kube::RestClientOptions client_options;
+  client_options.qps = absl::GetFlag(FLAGS_qps);
+  client_options.burst = absl::GetFlag(FLAGS_burst);
+  client_options.user_agent = "phalanx-operator/0.1";
+  client_options.on_response = [&metrics](const std::string& verb, int code) {
+    metrics.ApiRequest(verb, code);
+  };
+  absl::StatusOr<std::unique_ptr<kube::RestClient>> client =
+      kube::RestClient::Create(*config, client_options);
+  if (!client.ok()) return Fail(std::string(client.status().message()));
+
+  base::Clock& clock = base::RealClock::Get();
+  const std::string ns = absl::GetFlag(FLAGS_namespace);
+  auto informer = [&](const kube::Resource& r, const std::string& selector) {
+    kube::Informer::Options o;
+    o.namespace_ = r.namespaced ? ns : "";
+    o.label_selector = selector;
+    return std::make_unique<kube::Informer>(**client, clock, r, o);
+  };
+  auto jobs = informer(op::kTrainingJobs, "");
+  auto pods = informer(op::kPods, op::kJobLabel);
+  auto services = informer(op::kServices, op::kJobLabel);
+  auto secrets = informer(op::kSecrets, op::kJobLabel);
+  auto nodes = informer(op::kNodes, "");
+  kube::EventRecorder events(**client, clock, "phalanx-operator");
+
+  op::ReconcilerOptions options;
+  options.placement.image = absl::GetFlag(FLAGS_coordinator_image);
+  options.placement.command = absl::StrSplit(absl::GetFlag(FLAGS_coordinator_command), ' ',
+                                             absl::SkipEmpty());
+  options.placement.port = absl::GetFlag(FLAGS_coordinator_port);
+  options.placement.address_by_pod_ip = address_mode == "pod-ip";
+  options.coordinator_port_base = absl::GetFlag(FLAGS_coordinator_port_base);
+  op::Reconciler reconciler(**client, {*jobs, *pods, *services, *secrets, *nodes}, events, clock,
+                            &metrics, options);
+
+  std::atomic<bool> leading{false};
+  absl::StatusOr<std::unique_ptr<http::StatusHttpServer>> status_server =
+      http::StatusHttpServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry, [&]() {
+        return jobs->HasSynced() || !leading.load()
+                   ? absl::OkStatus()
+                   : absl::UnavailableError("informers not synced");
+      });
+  if (!status_server.ok()) return Fail(std::string(status_server.status().message()));
+
+  kube::Controller::Options controller_options;
+  controller_options.workers = absl::GetFlag(FLAGS_workers);
+  kube::Controller controller("trainingjob", clock, controller_options);
+  controller.Watch(*jobs, kube::KeysForSelf());
+  controller.Watch(*pods, kube::KeysForControllerOwner(op::kKind));
+  controller.Watch(*services, kube::KeysForControllerOwner(op::kKind));
+  controller.Watch(*secrets, kube::KeysForControllerOwner(op::kKind));
+  controller.Watch(*nodes, [&pods](const kube::Json& node) { return op::JobKeysOnNode(*pods, node); });
+
+  absl::Notification failed;
+  auto start = [&] {
+    leading = true;
+    PHX_LOG(INFO) << "leading: starting informers and " << controller_options.workers
+                  << " workers";
+    for (auto* i : {jobs.get(), pods.get(), services.get(), secrets.get(), nodes.get()}) i->Start();
+    absl::Status run = controller.Run(
+        [&](const std::string& key) { return reconciler.Reconcile(key); });
+    if (!run.ok()) {
+      PHX_LOG(ERROR) << "controller: " << run;
+      failed.Notify();
+    }
+  };
+  auto stop = [&] {
+    if (!leading.exchange(false)) return;
+    PHX_LOG(WARNING) << "lost leadership: stopping";
+    failed.Notify();  // a former leader exits; its restart becomes a candidate again
+  };
+  std::unique_ptr<kube::LeaderElector> elector;
+  if (absl::GetFlag(FLAGS_leader_elect)) {
+    kube::LeaderElector::Options le;
+    le.lease_name = absl::GetFlag(FLAGS_lease_name);
+    le.lease_namespace = absl::GetFlag(FLAGS_lease_namespace);
+    le.identity = absl::GetFlag(FLAGS_identity);
+    if (le.identity.empty()) {
+      char host[256] = {0};
+      gethostname(host, sizeof(host) - 1);
+      le.identity = absl::StrCat(host, "-", getpid());
+    }
+    absl::StatusOr<std::unique_ptr<kube::LeaderElector>> created =
+        kube::LeaderElector::Create(**client, clock, le);
+    if (!created.ok()) return Fail(std::string(created.status().message()));
+    elector = *std::move(created);
+    elector->Run(start, stop);
+  } else {
+    start();
+  }
+  std::cout << "ready metrics=127.0.0.1:" << (*status_server)->port() << std::endl;
+
+  // Wait for a stop signal (or a fatal controller error), polling so both are noticed.
+  std::thread signal_waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    PHX_LOG(INFO) << "signal " << sig << ": stopping";
+    failed.Notify();
+  });
+  failed.WaitForNotification();
+  controller.Stop();
+  for (auto* i : {jobs.get(), pods.get(), services.get(), secrets.get(), nodes.get()}) i->Stop();
+  if (elector) elector->Stop();
+  // The signal thread may still be in sigwait: wake it so it can be joined.
+  kill(getpid(), SIGTERM);
+  signal_waiter.join();
+  return 0;
+}

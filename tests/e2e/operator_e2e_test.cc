@@ -1,0 +1,141 @@
+// The operator end to end on the local cluster: phalanx-localcluster, phalanx-operator,
+// per-job phalanx-coordinator pods and phalanx-sample-worker tasks, all real processes.
+// A 2-task TrainingJob runs; one task's process is killed; the operator replaces only that
+// task with the next incarnation and the job still completes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/kube/cluster_config.h"
+#include "common/kube/object_meta.h"
+#include "common/kube/rest_client.h"
+#include "common/process/subprocess.h"
+#include "common/testing/eventually.h"
+#include "operator/api/yaml_json.h"
+#include "operator/controller/reconciler.h"
+
+namespace phalanx {
+namespace {
+
+using ::phalanx::testing::Eventually;
+
+const std::string kBuild = PHALANX_BUILD_DIR;
+const std::string kSource = PHALANX_SOURCE_DIR;
+
+class OperatorE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-op-e2e-", getpid());
+    std::filesystem::create_directories(dir_);
+    const std::string kubeconfig = (dir_ / "kubeconfig").string();
+    cluster_ = Start({kBuild + "/tests/localcluster/phalanx-localcluster", "--kubeconfig-out",
+                      kubeconfig, "--work-dir", (dir_ / "cluster").string(), "--nodes", "2"},
+                     "localcluster", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
+    ASSERT_NE(cluster_, nullptr);
+    absl::StatusOr<kube::ClusterConfig> config = kube::LoadKubeconfig(kubeconfig);
+    ASSERT_TRUE(config.ok()) << config.status();
+    client_ = *kube::RestClient::Create(*config);
+
+    std::stringstream crd;
+    crd << std::ifstream(kSource + "/crds/trainingjobs.phalanx.dev.yaml").rdbuf();
+    absl::StatusOr<kube::Json> crd_json = op::YamlToJson(crd.str());
+    ASSERT_TRUE(crd_json.ok()) << crd_json.status();
+    ASSERT_TRUE(client_->Create({"apiextensions.k8s.io", "v1", "customresourcedefinitions", false},
+                                "", *crd_json)
+                    .ok());
+
+    // Coordinators share the machine's one network namespace: give each job its own port.
+    std::mt19937 rng(static_cast<unsigned>(getpid()));
+    const int port_base = 20000 + static_cast<int>(rng() % 10000) * 2;
+    operator_ = Start({kBuild + "/operator/phalanx-operator", "--kubeconfig", kubeconfig,
+                       "--coordinator_command", kBuild + "/runtime/coordination/phalanx-coordinator",
+                       "--coordinator_address", "pod-ip", "--coordinator_port_base",
+                       absl::StrCat(port_base), "--metrics_listen", "127.0.0.1:0",
+                       "--lease_namespace", "default"},
+                      "operator", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
+    ASSERT_NE(operator_, nullptr);
+  }
+
+  void TearDown() override {
+    for (auto* p : {&operator_, &cluster_}) {
+      if (*p) {
+        (*p)->Signal(SIGTERM);
+        (*p)->Wait(absl::Seconds(30));
+      }
+    }
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  std::unique_ptr<process::Subprocess> Start(std::vector<std::string> argv, const std::string& name,
+                                             std::function<bool(const std::string&)> ready) {
+    process::SubprocessOptions options;
+    options.argv = std::move(argv);
+    options.stderr_path = (dir_ / (name + ".log")).string();
+    absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(options);
+    if (!p.ok() || !(*p)->WaitForLine(ready, absl::Seconds(60))) return nullptr;
+    return *std::move(p);
+  }
+
+  kube::Json Job() {
+    absl::StatusOr<kube::Json> job = client_->Get(op::kTrainingJobs, "default", "train");
+    return job.ok() ? *job : kube::Json::null();
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<process::Subprocess> cluster_;
+  std::unique_ptr<process::Subprocess> operator_;
+  std::unique_ptr<kube::RestClient> client_;
+};
+
+TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
+  const std::string worker = kBuild + "/examples/sample_worker/phalanx-sample-worker";
+  kube::Json job = kube::Json::parse(absl::StrCat(
+      R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"train"},
+          "spec":{"replicas":2,"failurePolicy":{"maxRestarts":3,"backoff":{"baseSeconds":1,"maxSeconds":2}},
+            "template":{"spec":{"containers":[{"name":"worker","image":"sample","command":[")",
+      worker, R"("],"args":["--steps=150","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
+      (dir_ / "ckpt").string(), R"("]}]}}}})"));
+  absl::StatusOr<kube::Json> created = client_->Create(op::kTrainingJobs, "default", job);
+  ASSERT_TRUE(created.ok()) << created.status();
+
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(90)))
+      << Job().serialize();
+  // Task 1's process dies (as from an OOM kill or a crash).
+  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-1-0/kill").ok());
+
+  ASSERT_TRUE(Eventually(
+      [&] { return client_->Get(op::kPods, "default", "train-task-1-1").ok(); }, absl::Seconds(60)))
+      << Job().serialize();
+  // Task 0 was never touched.
+  EXPECT_TRUE(client_->Get(op::kPods, "default", "train-task-0-0").ok());
+  EXPECT_FALSE(client_->Get(op::kPods, "default", "train-task-0-1").ok());
+
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(120)))
+      << Job().serialize();
+  const kube::Json final_job = Job();
+  EXPECT_EQ(final_job.at("status").at("restarts").as_integer(), 1) << final_job.serialize();
+  EXPECT_EQ(final_job.at("status").at("tasks").at(1).at("incarnation").as_integer(), 1);
+  EXPECT_EQ(final_job.at("status").at("tasks").at(0).at("incarnation").as_integer(), 0);
+
+  absl::StatusOr<kube::ObjectList> events = client_->List(
+      {"", "v1", "events", true}, "default", {.field_selector = "involvedObject.name=train"});
+  ASSERT_TRUE(events.ok());
+  bool restarted_event = false;
+  for (const kube::Json& e : events->items) {
+    if (kube::StringAt(e, "reason") == "TaskRestarted") restarted_event = true;
+  }
+  EXPECT_TRUE(restarted_event);
+}
+
+}  // namespace
+}  // namespace phalanx
