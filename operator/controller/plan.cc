@@ -163,7 +163,7 @@ ReconcilePlan PlanReconcile(const PlanInputs& in) {
   const std::string address = CoordinatorAddress(in.job, in.placement, coordinator_ip);
 
   // Each task: its current pod, failures, preemptions.
-  std::vector<int> failed, preempted, fatal;
+  std::vector<int> failed, preempted, fatal, vanished_preempted;
   std::map<int, PodView> failed_pods;
   int running = 0, ready = 0, succeeded = 0;
   for (int i = 0; i < n; ++i) {
@@ -172,13 +172,33 @@ ReconcilePlan PlanReconcile(const PlanInputs& in) {
     for (const PodView& old : pods.stale) {
       if (!old.being_deleted) plan.delete_pods.push_back(old.name);
     }
-    if (!pods.current.has_value() || pods.current->being_deleted) {
-      task.state = "Pending";
-      task.pod.clear();
-      task.node.clear();
-      if (!pods.current.has_value() && !address.empty()) {
-        plan.create.push_back(DesiredTaskPod(in.job, in.spec, i, task.incarnation, address));
-        task.pod = TaskPodName(job, i, task.incarnation);
+    if (pods.current.has_value() && pods.current->being_deleted) {
+      // Going away (an eviction, or someone deleted it): remember it, act once it is gone.
+      task.state = "Terminating";
+      if (pods.current->disruption_target && !task.preempting_since.has_value()) {
+        task.preempting_since = in.now;
+      }
+      continue;
+    }
+    if (!pods.current.has_value()) {
+      const bool vanished = task.pod == TaskPodName(job, i, task.incarnation) &&
+                            (task.state == "Running" || task.state == "Terminating" ||
+                             task.state == "Preempting");
+      if (vanished && task.preempting_since.has_value()) {
+        vanished_preempted.push_back(i);
+      } else if (vanished) {
+        // A process that ran is gone without a trace: a new process is a new incarnation.
+        PodView gone;
+        gone.name = task.pod;
+        gone.reason = "PodDeleted";
+        failed_pods[i] = gone;
+        failed.push_back(i);
+      } else {
+        task.state = "Pending";
+        if (!address.empty()) {
+          plan.create.push_back(DesiredTaskPod(in.job, in.spec, i, task.incarnation, address));
+          task.pod = TaskPodName(job, i, task.incarnation);
+        }
       }
       continue;
     }
@@ -257,7 +277,7 @@ ReconcilePlan PlanReconcile(const PlanInputs& in) {
 
   // Preemptions: open a coordinated checkpoint once, move the task after the grace period (or at
   // once if its pod is already gone). They do not spend maxRestarts unless configured to.
-  std::vector<int> move_now;
+  std::vector<int> move_now = vanished_preempted;
   for (int i : preempted) {
     TaskStatus& task = st.tasks[static_cast<size_t>(i)];
     const PodView& pod = *by_index[i].current;

@@ -260,6 +260,38 @@ TEST(PlanTest, PreemptionOpensACheckpointRoundThenMovesTheTaskWithoutSpendingRes
   EXPECT_NE(later.status.phase, kPhaseFailed);
 }
 
+TEST(PlanTest, AnEvictedPodIsReplacedOnceGoneAsAPreemption) {
+  ReconcilePlan running = Plan(Spec(), {}, Healthy());
+  JobObservation world = Healthy();
+  world.task_pods[1].being_deleted = true;
+  world.task_pods[1].disruption_target = true;
+  ReconcilePlan terminating = Plan(Spec(), running.status, world);
+  EXPECT_TRUE(terminating.create.empty());
+  EXPECT_EQ(terminating.status.tasks[1].state, "Terminating");
+  world.task_pods.pop_back();  // the eviction finished
+  ReconcilePlan moved = Plan(Spec(), terminating.status, world);
+  EXPECT_THAT(Names(moved.create), ::testing::ElementsAre("j-task-1-1"));
+  EXPECT_EQ(moved.status.preemptions, 1);
+  EXPECT_EQ(moved.status.restarts, 0);
+}
+
+TEST(PlanTest, ARunningPodThatVanishesIsANewIncarnationNotAReuse) {
+  ReconcilePlan running = Plan(Spec(), {}, Healthy());
+  JobObservation world = Healthy();
+  world.task_pods.erase(world.task_pods.begin());  // task 0's pod deleted by someone
+  ReconcilePlan plan = Plan(Spec(), running.status, world);
+  EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-0-1"));
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_EQ(plan.status.tasks[0].last_failure_reason, "PodDeleted");
+  // A pod created but not yet seen in the cache is not "vanished": no second pod, no restart.
+  JobObservation fresh = Healthy();
+  fresh.task_pods.clear();
+  ReconcilePlan first = Plan(Spec(), {}, fresh);
+  ReconcilePlan again = Plan(Spec(), first.status, fresh);
+  EXPECT_THAT(Names(again.create), ::testing::ElementsAre("j-task-0-0", "j-task-1-0"));
+  EXPECT_EQ(again.status.restarts, 0);
+}
+
 TEST(PlanTest, SuccessPolicies) {
   JobObservation world = Healthy();
   world.task_pods[0].phase = "Succeeded";
