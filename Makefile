@@ -3,7 +3,7 @@ BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo bench asan tsan format clean
+.PHONY: all deps configure build test demo demo-coordination bench asan tsan format clean
 
 all: build
 
@@ -19,7 +19,12 @@ build: configure
 test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 300 $(CTEST_ARGS)
 
+# The operator on the local cluster (KEEP=1 leaves the cluster running for kubectl).
 demo: build
+	@scripts/demo.sh $(BUILD) $(if $(filter 1,$(KEEP)),--keep)
+
+# The coordination service alone (no Kubernetes): a kill, a restart, a preemption.
+demo-coordination: build
 	@$(BUILD)/examples/coord_demo/phalanx-coord-demo --bin_dir $(BUILD)
 
 bench: build

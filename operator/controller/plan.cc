@@ -59,7 +59,46 @@ FailureClass ClassifyFailure(const FailurePolicy& policy, const PodView& pod) {
   return FailureClass::kRetryable;
 }
 
+namespace {
+
+// Goodput: time since the last accounting belongs to the phase the job was in. It is booked when
+// the phase changes, and otherwise at most every kAccountingPeriod, so a steady job's status is
+// not rewritten on every pass (each write is a watch event that would start another pass).
+constexpr absl::Duration kAccountingPeriod = absl::Seconds(30);
+
+void Account(const TrainingJobStatus& previous, TrainingJobStatus& st, absl::Time now) {
+  if (Terminal(previous.phase)) return;
+  if (!previous.accounted_until.has_value()) {
+    st.accounted_until = now;
+    return;
+  }
+  const absl::Duration elapsed = now - *previous.accounted_until;
+  if (st.phase == previous.phase && elapsed < kAccountingPeriod) return;
+  if (elapsed > absl::ZeroDuration()) {
+    const double dt = absl::ToDoubleSeconds(elapsed);
+    if (previous.phase == kPhaseRunning) {
+      st.productive_seconds += dt;
+    } else if (previous.phase == kPhaseRestarting ||
+               (previous.phase == kPhaseStarting && previous.restarts + previous.preemptions > 0)) {
+      st.lost_seconds += dt;
+    }
+  }
+  st.accounted_until = now;
+}
+
+ReconcilePlan PlanPass(const PlanInputs& in);
+
+}  // namespace
+
 ReconcilePlan PlanReconcile(const PlanInputs& in) {
+  ReconcilePlan plan = PlanPass(in);
+  Account(in.previous, plan.status, in.now);
+  return plan;
+}
+
+namespace {
+
+ReconcilePlan PlanPass(const PlanInputs& in) {
   ReconcilePlan plan;
   TrainingJobStatus& st = plan.status;
   st = in.previous;
@@ -69,18 +108,6 @@ ReconcilePlan PlanReconcile(const PlanInputs& in) {
   const int n = in.spec.replicas;
   st.tasks.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) st.tasks[static_cast<size_t>(i)].index = i;
-
-  // Goodput: the time since the last pass belongs to the phase the job was in.
-  if (st.accounted_until.has_value() && in.now > *st.accounted_until) {
-    const double dt = absl::ToDoubleSeconds(in.now - *st.accounted_until);
-    if (st.phase == kPhaseRunning) {
-      st.productive_seconds += dt;
-    } else if (st.phase == kPhaseRestarting ||
-               (st.phase == kPhaseStarting && st.restarts + st.preemptions > 0)) {
-      st.lost_seconds += dt;
-    }
-  }
-  st.accounted_until = in.now;
 
   std::map<int, TaskPods> by_index;
   for (const PodView& pod : in.world.task_pods) {
@@ -394,5 +421,7 @@ ReconcilePlan PlanReconcile(const PlanInputs& in) {
   }
   return plan;
 }
+
+}  // namespace
 
 }  // namespace phalanx::op

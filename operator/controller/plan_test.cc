@@ -325,11 +325,18 @@ TEST(PlanTest, GoodputCountsRunningTimeAsProductiveAndRestartingAsLost) {
   TrainingJobStatus previous;
   previous.phase = kPhaseRunning;
   previous.accounted_until = kNow - absl::Seconds(10);
+  // Steady and recent: nothing is booked (no status rewrite on every pass).
   ReconcilePlan plan = Plan(Spec(), previous, Healthy());
-  EXPECT_DOUBLE_EQ(plan.status.productive_seconds, 10);
+  EXPECT_DOUBLE_EQ(plan.status.productive_seconds, 0);
+  EXPECT_EQ(plan.status.accounted_until, previous.accounted_until);
+  // After the accounting period, it is.
+  plan = Plan(Spec(), previous, Healthy(), kNow + absl::Seconds(30));
+  EXPECT_DOUBLE_EQ(plan.status.productive_seconds, 40);
+  // A phase change books at once: Restarting time is lost time.
   TrainingJobStatus restarting = plan.status;
   restarting.phase = kPhaseRestarting;
-  plan = Plan(Spec(), restarting, Healthy(), kNow + absl::Seconds(3));
+  plan = Plan(Spec(), restarting, Healthy(), kNow + absl::Seconds(33));
+  EXPECT_EQ(plan.status.phase, kPhaseRunning);
   EXPECT_DOUBLE_EQ(plan.status.lost_seconds, 3);
 }
 

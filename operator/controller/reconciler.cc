@@ -168,12 +168,11 @@ absl::Status Reconciler::Execute(const Json& job, const ReconcilePlan& plan) {
 }
 
 absl::Status Reconciler::WriteStatus(const Json& job, const Json& status) {
-  const Json& current = kube::FieldOrNull(job, "status");
-  if (current == status) return absl::OkStatus();  // one write per pass, none when unchanged
   Json updated = job;
   updated["status"] = status;
-  absl::StatusOr<Json> written = client_.UpdateStatus(kTrainingJobs, kube::MetaString(job, "namespace"), updated);
-  return written.status();
+  // Compared as decoded values: the server's JSON may spell a number differently (0 vs 0.0).
+  if (DecodeStatus(job) == DecodeStatus(updated)) return absl::OkStatus();  // none when unchanged
+  return client_.UpdateStatus(kTrainingJobs, kube::MetaString(job, "namespace"), updated).status();
 }
 
 }  // namespace phalanx::op

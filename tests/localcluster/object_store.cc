@@ -192,6 +192,10 @@ absl::StatusOr<Json> ObjectStore::Update(const std::string& resource, const std:
     if (!(FieldOrNull(updated, "spec") == FieldOrNull(stored, "spec"))) ++generation;
     meta["generation"] = Json::number(generation);
   }
+  // A write that changes nothing is a no-op, as in kube-apiserver: same resourceVersion, no
+  // watch event (otherwise a controller re-writing an identical status would wake itself forever).
+  updated["metadata"]["resourceVersion"] = stored.at("metadata").at("resourceVersion");
+  if (updated.serialize() == stored.serialize()) return stored;
   updated["metadata"]["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
   const bool finishing = updated.at("metadata").has_field("deletionTimestamp") &&
                          !HasFinalizers(updated) && !InGracePeriod(updated);

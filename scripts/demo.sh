@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The Phalanx demo on the built-in local cluster: phalanx-localcluster (3 nodes, 4 GPUs each),
+# phalanx-operator, and a 4-task TrainingJob of sample workers applied with kubectl. One task is
+# killed, then one node is preempted; the job keeps going and finishes. Prints `kubectl get tj -w`,
+# the job's Events and a timeline with goodput. Ends on its own (well under two minutes).
+#   scripts/demo.sh BUILD_DIR [--keep]   --keep: leave the cluster running and print KUBECONFIG
+set -euo pipefail
+
+BUILD=$(cd "${1:?usage: demo.sh BUILD_DIR [--keep]}" && pwd)
+KEEP=0
+[[ "${2:-}" == "--keep" || "${PHALANX_DEMO_KEEP:-0}" == "1" ]] && KEEP=1
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+KUBECTL=${KUBECTL:-kubectl}
+WORK=$(mktemp -d /tmp/phalanx-demo-XXXXXX)
+# Pods run the sample worker and the coordinator by name, as they would from an image.
+export PATH="$BUILD/examples/sample_worker:$BUILD/runtime/coordination:$PATH"
+export KUBECONFIG="$WORK/kubeconfig"
+START=$(date +%s.%N)
+PIDS=()
+
+calc() { awk "BEGIN { printf \"$1\", $2 }"; }
+say() { printf '[%6.2fs] %s\n' "$(calc %.2f "$(date +%s.%N) - $START")" "$*"; }
+cleanup() {
+  if [[ $KEEP == 1 ]]; then
+    echo
+    echo "The local cluster is still running (pid ${PIDS[0]:-?}); stop it with: kill ${PIDS[*]:-}"
+    echo "  export KUBECONFIG=$KUBECONFIG"
+    return
+  fi
+  for pid in "${PIDS[@]:-}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+# Waits up to $1 seconds for the command after it to succeed.
+wait_for() {
+  local limit=$1; shift
+  local deadline=$(( $(date +%s) + limit ))
+  until "$@" >/dev/null 2>&1; do
+    if (( $(date +%s) > deadline )); then echo "demo: timed out waiting for: $*" >&2; return 1; fi
+    sleep 0.2
+  done
+}
+job_field() { $KUBECTL get tj sample -o "jsonpath={$1}" 2>/dev/null; }
+phase_is() { [[ "$(job_field .status.phase)" == "$1" ]]; }
+
+say "starting the local cluster (3 process nodes x 4 GPUs; each task asks for 2)"
+"$BUILD/tests/localcluster/phalanx-localcluster" --kubeconfig-out "$KUBECONFIG" \
+  --work-dir "$WORK/cluster" --nodes 3 --gpus-per-node 4 >"$WORK/cluster.out" 2>"$WORK/cluster.log" &
+PIDS+=($!)
+wait_for 30 grep -q '^ready ' "$WORK/cluster.out"
+say "cluster ready: $(cut -d' ' -f2 "$WORK/cluster.out")"
+
+$KUBECTL apply -f "$SRC/crds/trainingjobs.phalanx.dev.yaml" >/dev/null
+"$BUILD/operator/phalanx-operator" --kubeconfig "$KUBECONFIG" --coordinator_address pod-ip \
+  --coordinator_port_base $(( 20000 + (RANDOM % 4000) * 2 )) --metrics_listen 127.0.0.1:0 \
+  --lease_namespace default >"$WORK/operator.out" 2>"$WORK/operator.log" &
+PIDS+=($!)
+wait_for 30 grep -q '^ready ' "$WORK/operator.out"
+say "operator ready ($(cat "$WORK/operator.out"))"
+
+sed "s#/tmp/phalanx-checkpoints/sample#$WORK/checkpoints#; s#--step_time=100ms#--step_time=60ms#" \
+  "$SRC/examples/trainingjob.yaml" >"$WORK/trainingjob.yaml"
+$KUBECTL get tj -w >"$WORK/watch.log" 2>&1 &
+PIDS+=($!)
+say "$($KUBECTL apply -f "$WORK/trainingjob.yaml")"
+wait_for 60 phase_is Running
+say "all 4 tasks running"
+sleep 4
+
+victim=sample-task-1-0
+say "killing task 1 (pod $victim) with SIGKILL"
+KILL_AT=$(date +%s.%N)
+"$BUILD/tests/localcluster/phalanx-localcluster" admin kill-pod "default/$victim" >/dev/null
+wait_for 30 $KUBECTL get pod sample-task-1-1
+REPLACED_AT=$(date +%s.%N)
+say "replacement pod sample-task-1-1 created ($(calc %d "($REPLACED_AT - $KILL_AT) * 1000") ms after the kill); other tasks untouched"
+wait_for 60 phase_is Running
+say "job Running again"
+sleep 4
+
+node=$($KUBECTL get pod sample-task-3-0 -o jsonpath='{.spec.nodeName}')
+say "preempting node $node (tasks on it get DisruptionTarget; evicted after 5 s)"
+"$BUILD/tests/localcluster/phalanx-localcluster" admin preempt-node "$node" --grace-seconds 5 >/dev/null
+wait_for 60 bash -c "[[ \$($KUBECTL get tj sample -o jsonpath='{.status.preemptions}') -ge 1 ]]"
+say "preempted tasks moved to the other node: $(job_field .status.preemptions) preemption(s)"
+
+wait_for 100 bash -c "p=\$($KUBECTL get tj sample -o jsonpath='{.status.phase}'); [[ \$p == Succeeded || \$p == Failed ]]"
+say "job $(job_field .status.phase)"
+
+echo
+echo "=== kubectl get tj -w ==="
+cat "$WORK/watch.log"
+echo
+echo "=== Events of the job ==="
+$KUBECTL get events --field-selector involvedObject.name=sample \
+  -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message 2>/dev/null || true
+echo
+echo "=== Timeline ==="
+productive=$(job_field .status.productiveSeconds)
+lost=$(job_field .status.lostSeconds)
+echo "  task failure: kill → replacement pod created in $(calc %d "($REPLACED_AT - $KILL_AT) * 1000") ms"
+echo "  restarts: $(job_field .status.restarts), preemptions: $(job_field .status.preemptions)"
+printf '  goodput: %.1f s productive, %.1f s lost (%.0f%%)\n' "${productive:-0}" "${lost:-0}" \
+  "$(calc %.1f "100 * ${productive:-0} / (${productive:-0} + ${lost:-0} + 0.0001)")"
+ckpt_steps=$(ls "$WORK/checkpoints" 2>/dev/null | wc -l)
+echo "  checkpoints written: $ckpt_steps files under $WORK/checkpoints"
+echo "  logs: $WORK (cluster.log, operator.log, cluster/logs/<pod>.log)"
+say "demo finished"
+[[ "$(job_field .status.phase)" == Succeeded ]]
