@@ -15,6 +15,8 @@
 #include "absl/synchronization/notification.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
+#include "common/base/periodic_runner.h"
+#include "common/kube/object_meta.h"
 #include "common/base/process_init.h"
 #include "common/http/status_server.h"
 #include "common/kube/cluster_config.h"
@@ -175,6 +177,16 @@ int main(int argc, char** argv) {
   } else {
     start();
   }
+  // Gauges that are states, not events: sampled, so no reconcile pays for them.
+  base::PeriodicRunner gauges(clock, absl::Seconds(5), [&](absl::Time) {
+    metrics.SetQueueDepth(controller.queue_depth());
+    std::map<std::string, int> phases;
+    for (const kube::Json& job : jobs->List()) {
+      const std::string phase = kube::StringAt(job, "status.phase");
+      ++phases[phase.empty() ? "Pending" : phase];
+    }
+    metrics.SetJobsByPhase(phases);
+  });
   std::cout << "ready metrics=127.0.0.1:" << (*status_server)->port() << std::endl;
 
   // Wait for a stop signal (or a fatal controller error), polling so both are noticed.
@@ -185,6 +197,7 @@ int main(int argc, char** argv) {
     failed.Notify();
   });
   failed.WaitForNotification();
+  gauges.Stop();
   controller.Stop();
   for (auto* i : {jobs.get(), pods.get(), services.get(), secrets.get(), nodes.get()}) i->Stop();
   if (elector) elector->Stop();

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-CHECKED_DIRS = ("/common/", "/runtime/", "/examples/", "/bench/", "/tests/")
+CHECKED_DIRS = ("/common/", "/runtime/", "/operator/", "/node_agent/", "/examples/", "/bench/", "/tests/")
 
 
 def clang_command(entry, clang):

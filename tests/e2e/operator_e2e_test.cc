@@ -36,6 +36,7 @@ class OperatorE2eTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-op-e2e-", getpid());
     std::filesystem::create_directories(dir_);
     const std::string kubeconfig = (dir_ / "kubeconfig").string();
+    kubeconfig_ = kubeconfig;
     cluster_ = Start({kBuild + "/tests/localcluster/phalanx-localcluster", "--kubeconfig-out",
                       kubeconfig, "--work-dir", (dir_ / "cluster").string(), "--nodes", "2"},
                      "localcluster", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
@@ -54,13 +55,8 @@ class OperatorE2eTest : public ::testing::Test {
 
     // Coordinators share the machine's one network namespace: give each job its own port.
     std::mt19937 rng(static_cast<unsigned>(getpid()));
-    const int port_base = 20000 + static_cast<int>(rng() % 10000) * 2;
-    operator_ = Start({kBuild + "/operator/phalanx-operator", "--kubeconfig", kubeconfig,
-                       "--coordinator_command", kBuild + "/runtime/coordination/phalanx-coordinator",
-                       "--coordinator_address", "pod-ip", "--coordinator_port_base",
-                       absl::StrCat(port_base), "--metrics_listen", "127.0.0.1:0",
-                       "--lease_namespace", "default"},
-                      "operator", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
+    port_base_ = 20000 + static_cast<int>(rng() % 10000) * 2;
+    operator_ = StartOperator();
     ASSERT_NE(operator_, nullptr);
   }
 
@@ -89,6 +85,36 @@ class OperatorE2eTest : public ::testing::Test {
     return job.ok() ? *job : kube::Json::null();
   }
 
+  // A 2-task job of sample workers training `steps` steps of 40 ms.
+  absl::Status CreateJob(int steps, const std::string& backoff = R"({"baseSeconds":1,"maxSeconds":2})") {
+    const std::string worker = kBuild + "/examples/sample_worker/phalanx-sample-worker";
+    kube::Json job = kube::Json::parse(absl::StrCat(
+        R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"train"},
+            "spec":{"replicas":2,"failurePolicy":{"maxRestarts":3,"backoff":)", backoff, R"(},
+              "template":{"spec":{"containers":[{"name":"worker","image":"sample","command":[")",
+        worker, R"("],"args":["--steps=)", steps,
+        R"(","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
+        (dir_ / "ckpt").string(), R"("]}]}}}})"));
+    return client_->Create(op::kTrainingJobs, "default", job).status();
+  }
+
+  std::unique_ptr<process::Subprocess> StartOperator() {
+    return Start({kBuild + "/operator/phalanx-operator", "--kubeconfig", kubeconfig_,
+                  "--coordinator_command", kBuild + "/runtime/coordination/phalanx-coordinator",
+                  "--coordinator_address", "pod-ip", "--coordinator_port_base",
+                  absl::StrCat(port_base_), "--metrics_listen", "127.0.0.1:0",
+                  "--lease_namespace", "default"},
+                 "operator", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
+  }
+
+  int TaskPodCount() {
+    absl::StatusOr<kube::ObjectList> pods =
+        client_->List(op::kPods, "default", {.label_selector = "phalanx.dev/role=task"});
+    return pods.ok() ? static_cast<int>(pods->items.size()) : -1;
+  }
+
+  std::string kubeconfig_;
+  int port_base_ = 0;
   std::filesystem::path dir_;
   std::unique_ptr<process::Subprocess> cluster_;
   std::unique_ptr<process::Subprocess> operator_;
@@ -96,15 +122,7 @@ class OperatorE2eTest : public ::testing::Test {
 };
 
 TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
-  const std::string worker = kBuild + "/examples/sample_worker/phalanx-sample-worker";
-  kube::Json job = kube::Json::parse(absl::StrCat(
-      R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"train"},
-          "spec":{"replicas":2,"failurePolicy":{"maxRestarts":3,"backoff":{"baseSeconds":1,"maxSeconds":2}},
-            "template":{"spec":{"containers":[{"name":"worker","image":"sample","command":[")",
-      worker, R"("],"args":["--steps=150","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
-      (dir_ / "ckpt").string(), R"("]}]}}}})"));
-  absl::StatusOr<kube::Json> created = client_->Create(op::kTrainingJobs, "default", job);
-  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE(CreateJob(150).ok());
 
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)))
@@ -135,6 +153,60 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
     if (kube::StringAt(e, "reason") == "TaskRestarted") restarted_event = true;
   }
   EXPECT_TRUE(restarted_event);
+}
+
+TEST_F(OperatorE2eTest, CoordinatorPodKilledIsRecreatedAndTheJobContinues) {
+  ASSERT_TRUE(CreateJob(150).ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(90)));
+  absl::StatusOr<kube::Json> before = client_->Get(op::kPods, "default", "train-coordinator");
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-coordinator/kill").ok());
+  // A new coordinator pod (new uid) under the same name; the tasks reconnect and finish.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        absl::StatusOr<kube::Json> now = client_->Get(op::kPods, "default", "train-coordinator");
+        return now.ok() && kube::MetaString(*now, "uid") != kube::MetaString(*before, "uid") &&
+               kube::StringAt(*now, "status.phase") == "Running";
+      },
+      absl::Seconds(60)));
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(120)))
+      << Job().serialize();
+}
+
+TEST_F(OperatorE2eTest, OperatorRestartedMidJobCreatesNoDuplicates) {
+  ASSERT_TRUE(CreateJob(150).ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(90)));
+  operator_->Signal(SIGKILL);  // no lease release: the successor waits out the lease
+  operator_->Wait(absl::Seconds(10));
+  operator_ = StartOperator();
+  ASSERT_NE(operator_, nullptr);
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(120)))
+      << Job().serialize();
+  EXPECT_EQ(Job().at("status").at("restarts").as_integer(), 0);
+  EXPECT_EQ(TaskPodCount(), 2);  // the two original pods, no duplicates
+}
+
+TEST_F(OperatorE2eTest, SpecTheSchemaCannotCatchGetsAnInvalidSpecCondition) {
+  // base > max is a CEL rule on real clusters; the local cluster does not run CEL.
+  ASSERT_TRUE(CreateJob(10, R"({"baseSeconds":100,"maxSeconds":10})").ok());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const kube::Json job = Job();  // owned here: the loop below reads into it
+        for (const kube::Json& c :
+             kube::ArrayOrEmpty(kube::FieldOrNull(job, "status"), "conditions").as_array()) {
+          if (kube::StringAt(c, "type") == "InvalidSpec" && kube::StringAt(c, "status") == "True") {
+            return absl::StrContains(kube::StringAt(c, "message"), "backoff");
+          }
+        }
+        return false;
+      },
+      absl::Seconds(60)))
+      << Job().serialize();
+  EXPECT_EQ(TaskPodCount(), 0);
 }
 
 }  // namespace
