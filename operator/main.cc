@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <mutex>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -119,8 +120,6 @@ int main(int argc, char** argv) {
   options.placement.port = absl::GetFlag(FLAGS_coordinator_port);
   options.placement.address_by_pod_ip = address_mode == "pod-ip";
   options.coordinator_port_base = absl::GetFlag(FLAGS_coordinator_port_base);
-  op::Reconciler reconciler(**client, {*jobs, *pods, *services, *secrets, *nodes}, events, clock,
-                            &metrics, options);
 
   std::atomic<bool> leading{false};
   absl::StatusOr<std::unique_ptr<http::StatusHttpServer>> status_server =
@@ -134,6 +133,9 @@ int main(int argc, char** argv) {
   kube::Controller::Options controller_options;
   controller_options.workers = absl::GetFlag(FLAGS_workers);
   kube::Controller controller("trainingjob", clock, controller_options);
+  op::CoordinatorLink link([&controller](const std::string& key) { controller.Enqueue(key); });
+  op::Reconciler reconciler(**client, {*jobs, *pods, *services, *secrets, *nodes}, events, clock,
+                            &metrics, options, &link);
   controller.Watch(*jobs, kube::KeysForSelf());
   controller.Watch(*pods, kube::KeysForControllerOwner(op::kKind));
   controller.Watch(*services, kube::KeysForControllerOwner(op::kKind));
@@ -141,6 +143,8 @@ int main(int argc, char** argv) {
   controller.Watch(*nodes, [&pods](const kube::Json& node) { return op::JobKeysOnNode(*pods, node); });
 
   absl::Notification failed;
+  std::once_flag finish_once;
+  auto finish = [&] { std::call_once(finish_once, [&] { failed.Notify(); }); };
   auto start = [&] {
     leading = true;
     PHX_LOG(INFO) << "leading: starting informers and " << controller_options.workers
@@ -150,13 +154,13 @@ int main(int argc, char** argv) {
         [&](const std::string& key) { return reconciler.Reconcile(key); });
     if (!run.ok()) {
       PHX_LOG(ERROR) << "controller: " << run;
-      failed.Notify();
+      finish();
     }
   };
   auto stop = [&] {
     if (!leading.exchange(false)) return;
     PHX_LOG(WARNING) << "lost leadership: stopping";
-    failed.Notify();  // a former leader exits; its restart becomes a candidate again
+    finish();  // a former leader exits; its restart becomes a candidate again
   };
   std::unique_ptr<kube::LeaderElector> elector;
   if (absl::GetFlag(FLAGS_leader_elect)) {
@@ -194,7 +198,7 @@ int main(int argc, char** argv) {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     PHX_LOG(INFO) << "signal " << sig << ": stopping";
-    failed.Notify();
+    finish();
   });
   failed.WaitForNotification();
   gauges.Stop();

@@ -32,13 +32,24 @@ bool IsOwnedBy(const Json& object, const std::string& uid) {
 }  // namespace
 
 Reconciler::Reconciler(kube::Client& client, Informers informers, kube::EventRecorder& events,
-                       base::Clock& clock, OperatorMetrics* metrics, ReconcilerOptions options)
+                       base::Clock& clock, OperatorMetrics* metrics, ReconcilerOptions options,
+                       CoordinatorLink* link)
     : client_(client),
       informers_(informers),
       events_(events),
       clock_(clock),
       metrics_(metrics),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      link_(link) {}
+
+std::string Reconciler::TokenOf(const std::string& ns, const std::string& job) const {
+  std::optional<Json> secret = informers_.secrets.Get(ns, SecretName(job));
+  if (!secret.has_value()) return "";
+  const Json& encoded = kube::FieldOrNull(kube::FieldOrNull(*secret, "data"), kTokenKey);
+  std::string token;
+  if (!encoded.is_string() || !absl::Base64Unescape(encoded.as_string(), &token)) return "";
+  return token;
+}
 
 CoordinatorPlacement Reconciler::PlacementFor(const Json& job) const {
   CoordinatorPlacement placement = options_.placement;
@@ -69,7 +80,10 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   const absl::Time started = clock_.Now();
   auto [ns, name] = kube::SplitKey(key);
   std::optional<Json> cached = informers_.jobs.Get(ns, name);
-  if (!cached.has_value()) return kube::Controller::Result{};  // deleted: owner refs clean up
+  if (!cached.has_value()) {  // deleted: owner references clean up the children
+    if (link_ != nullptr) link_->Forget(key);
+    return kube::Controller::Result{};
+  }
   const Json& job = *cached;
   const std::string uid = kube::MetaString(job, "uid");
   if (kube::IsBeingDeleted(job)) return kube::Controller::Result{};
@@ -121,6 +135,18 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   world.has_coordinator_service = informers_.services.Get(ns, CoordinatorName(name)).has_value();
 
   const CoordinatorPlacement placement = PlacementFor(job);
+  const bool active = !spec->suspend && previous.phase != kPhaseSucceeded &&
+                      previous.phase != kPhaseFailed;
+  if (link_ != nullptr && !active) link_->Forget(key);
+  if (link_ != nullptr && active && world.coordinator.has_value() &&
+      world.coordinator->phase == "Running") {
+    const std::string token = TokenOf(ns, name);
+    const std::string address = CoordinatorAddress(job, placement, world.coordinator->ip);
+    if (!token.empty() && !address.empty()) {
+      link_->Ensure(key, address, token);
+      world.coordinator_failed = link_->FailedTasks(key);
+    }
+  }
   ReconcilePlan plan = PlanReconcile(
       {job, *spec, previous, world, placement, world.has_secret ? "" : NewToken(), clock_.Now()});
   // Status first: it records the new incarnations and counters, so a pass that loses the race
@@ -132,6 +158,14 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     return written;
   }
   absl::Status executed = Execute(job, plan);
+  if (link_ != nullptr && !plan.preemption_notices.empty()) {
+    absl::Status notified = link_->NotifyPreemption(
+        key, plan.preemption_notices, clock_.Now() + spec->preemption.checkpoint_grace,
+        "node preempted or pod disrupted");
+    if (!notified.ok()) {
+      PHX_LOG(WARNING) << "job " << key << ": preemption notice not delivered: " << notified;
+    }
+  }
   for (const EventNote& e : plan.events) {
     events_.Record(job, e.warning ? kube::EventType::kWarning : kube::EventType::kNormal, e.reason,
                    e.message);
@@ -157,12 +191,6 @@ absl::Status Reconciler::Execute(const Json& job, const ReconcilePlan& plan) {
     const kube::Resource& r = kind == "Secret" ? kSecrets : kind == "Service" ? kServices : kPods;
     absl::StatusOr<Json> created = client_.Create(r, ns, object);
     if (!created.ok() && !absl::IsAlreadyExists(created.status())) return created.status();
-  }
-  for (int task : plan.preemption_notices) {
-    // The coordinator-side preemption round needs the operator's coordinator channel (next
-    // step of issue 4); until then tasks learn of it from their own pod's eviction.
-    PHX_LOG(INFO) << "job " << kube::MetaString(job, "name") << ": preemption notice for task "
-                  << task;
   }
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 #include "common/kube/controller.h"
 #include "common/kube/event_recorder.h"
 #include "common/kube/informer.h"
+#include "operator/controller/coordinator_link.h"
 #include "operator/controller/desired_state.h"
 #include "operator/controller/metrics.h"
 
@@ -44,8 +45,11 @@ struct Informers {
 
 class Reconciler {
  public:
+  // `link` (may be null: no coordinator channel) learns coordinator-declared failures and
+  // carries preemption notices.
   Reconciler(kube::Client& client, Informers informers, kube::EventRecorder& events,
-             base::Clock& clock, OperatorMetrics* metrics, ReconcilerOptions options);
+             base::Clock& clock, OperatorMetrics* metrics, ReconcilerOptions options,
+             CoordinatorLink* link = nullptr);
 
   absl::StatusOr<kube::Controller::Result> Reconcile(const std::string& key);
 
@@ -53,6 +57,7 @@ class Reconciler {
   absl::Status Execute(const Json& job, const struct ReconcilePlan& plan);
   absl::Status WriteStatus(const Json& job, const Json& status);
   CoordinatorPlacement PlacementFor(const Json& job) const;
+  std::string TokenOf(const std::string& ns, const std::string& job) const;
 
   kube::Client& client_;
   Informers informers_;
@@ -60,6 +65,7 @@ class Reconciler {
   base::Clock& clock_;
   OperatorMetrics* metrics_;
   const ReconcilerOptions options_;
+  CoordinatorLink* const link_;
 };
 
 // Keys of the jobs with a task pod on `node` (a node change may preempt them).

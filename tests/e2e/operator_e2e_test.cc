@@ -86,12 +86,14 @@ class OperatorE2eTest : public ::testing::Test {
   }
 
   // A 2-task job of sample workers training `steps` steps of 40 ms.
-  absl::Status CreateJob(int steps, const std::string& backoff = R"({"baseSeconds":1,"maxSeconds":2})") {
+  absl::Status CreateJob(int steps, const std::string& backoff = R"({"baseSeconds":1,"maxSeconds":2})",
+                         const std::string& coordination = "{}") {
     const std::string worker = kBuild + "/examples/sample_worker/phalanx-sample-worker";
     kube::Json job = kube::Json::parse(absl::StrCat(
         R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"train"},
             "spec":{"replicas":2,"failurePolicy":{"maxRestarts":3,"backoff":)", backoff, R"(},
-              "template":{"spec":{"containers":[{"name":"worker","image":"sample","command":[")",
+              "coordination":)", coordination, R"(,
+              "template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[{"name":"worker","image":"sample","command":[")",
         worker, R"("],"args":["--steps=)", steps,
         R"(","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
         (dir_ / "ckpt").string(), R"("]}]}}}})"));
@@ -207,6 +209,33 @@ TEST_F(OperatorE2eTest, SpecTheSchemaCannotCatchGetsAnInvalidSpecCondition) {
       absl::Seconds(60)))
       << Job().serialize();
   EXPECT_EQ(TaskPodCount(), 0);
+}
+
+TEST_F(OperatorE2eTest, HungTaskDeclaredFailedByTheCoordinatorIsRestartedWhileItsPodLooksRunning) {
+  ASSERT_TRUE(CreateJob(200, R"({"baseSeconds":1,"maxSeconds":2})",
+                        R"({"heartbeatIntervalSeconds":1,"heartbeatTimeoutSeconds":2})")
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(90)));
+  // Once task 0 has registered with the coordinator (its log says so)...
+  ASSERT_TRUE(Eventually(
+      [&] {
+        absl::StatusOr<std::string> log =
+            client_->Raw("GET", "/api/v1/namespaces/default/pods/train-task-0-0/log");
+        return log.ok() && absl::StrContains(*log, "kind=connected");
+      },
+      absl::Seconds(60)));
+  // ...SIGSTOP it: the process hangs and its pod stays Running; only the coordinator's
+  // heartbeats notice.
+  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-0-0/stop").ok());
+  ASSERT_TRUE(Eventually(
+      [&] { return client_->Get(op::kPods, "default", "train-task-0-1").ok(); }, absl::Seconds(60)))
+      << Job().serialize();
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(120)))
+      << Job().serialize();
+  EXPECT_EQ(Job().at("status").at("tasks").at(0).at("incarnation").as_integer(), 1);
+  EXPECT_EQ(Job().at("status").at("tasks").at(1).at("incarnation").as_integer(), 0);
 }
 
 }  // namespace
