@@ -102,8 +102,17 @@ echo "  task failure: kill → replacement pod created in $(calc %d "($REPLACED_
 echo "  restarts: $(job_field .status.restarts), preemptions: $(job_field .status.preemptions)"
 printf '  goodput: %.1f s productive, %.1f s lost (%.0f%%)\n' "${productive:-0}" "${lost:-0}" \
   "$(calc %.1f "100 * ${productive:-0} / (${productive:-0} + ${lost:-0} + 0.0001)")"
-ckpt_steps=$(ls "$WORK/checkpoints" 2>/dev/null | wc -l)
-echo "  checkpoints written: $ckpt_steps files under $WORK/checkpoints"
+logs="$WORK/cluster/logs"
+sync_steps=$(grep -h "kind=sync_checkpoint" "$logs"/*.log 2>/dev/null |
+  sed 's/.*step=\([0-9]*\).*/\1/' | sort -u | tr '\n' ' ')
+echo "  preemption notice: every task checkpointed at step ${sync_steps:-(none)}"
+# One "recovered" line per task per recovery; the epoch names the recovery, `lost` its cost.
+lost_steps=$(grep -h "kind=recovered" "$logs"/*.log 2>/dev/null |
+  sed 's/.*lost=\([0-9]*\).*epoch=\([0-9a-f]*\).*/\2 \1/' | sort -u |
+  awk '{ s += $2 } END { print s + 0 }')
+echo "  steps lost to rollbacks (all recoveries): $lost_steps"
+states=$(grep -h "kind=done" "$logs"/*.log 2>/dev/null | sed 's/.*state=//' | sort -u | wc -l)
+echo "  final model state identical on every task: $([[ $states == 1 ]] && echo yes || echo "NO ($states states)")"
 echo "  logs: $WORK (cluster.log, operator.log, cluster/logs/<pod>.log)"
 say "demo finished"
 [[ "$(job_field .status.phase)" == Succeeded ]]
