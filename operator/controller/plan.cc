@@ -143,7 +143,18 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
   Mark(st, "Suspended", in.spec.suspend, in.spec.suspend ? "Suspended" : "Resumed",
                in.spec.suspend ? "the job is suspended: its pods are deleted" : "", in.now);
   if (in.spec.suspend && !Terminal(st.phase)) {
-    if (st.phase != kPhaseSuspended) plan.events.push_back({false, "Suspended", "job suspended"});
+    if (st.phase != kPhaseSuspended) {
+      plan.events.push_back({false, "Suspended", "job suspended"});
+      // Resuming starts new processes: each task comes back as its next incarnation, and that
+      // is neither a failure nor a restart to count.
+      for (TaskStatus& task : st.tasks) {
+        ++task.incarnation;
+        task.state = "Suspended";
+        task.pod.clear();
+        task.node.clear();
+        task.preempting_since.reset();
+      }
+    }
     delete_active_pods();
     st.phase = kPhaseSuspended;
     st.ready_tasks = 0;

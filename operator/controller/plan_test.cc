@@ -318,7 +318,12 @@ TEST(PlanTest, SuspendDeletesPodsAndResumeRecreatesThem) {
   spec.suspend = false;
   ReconcilePlan resumed = Plan(spec, plan.status, empty);
   EXPECT_THAT(Names(resumed.create),
-              ::testing::ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-0"));
+              ::testing::ElementsAre("j-coordinator", "j-task-0-1", "j-task-1-1"));
+  EXPECT_EQ(resumed.status.restarts, 0);  // a resume is not a restart
+  // Suspending again while suspended changes nothing.
+  spec.suspend = true;
+  ReconcilePlan again = Plan(spec, plan.status, Healthy());
+  EXPECT_EQ(again.status.tasks[0].incarnation, 1);
 }
 
 TEST(PlanTest, GoodputCountsRunningTimeAsProductiveAndRestartingAsLost) {

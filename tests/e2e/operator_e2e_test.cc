@@ -238,5 +238,51 @@ TEST_F(OperatorE2eTest, HungTaskDeclaredFailedByTheCoordinatorIsRestartedWhileIt
   EXPECT_EQ(Job().at("status").at("tasks").at(1).at("incarnation").as_integer(), 0);
 }
 
+TEST_F(OperatorE2eTest, SuspendDeletesThePodsAndResumeFinishesTheJob) {
+  ASSERT_TRUE(CreateJob(150).ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(90)));
+  auto suspend = [&](bool on) {
+    return client_
+        ->Patch(op::kTrainingJobs, "default", "train", kube::PatchType::kMerge,
+                kube::Json::parse(on ? R"({"spec":{"suspend":true}})" : R"({"spec":{"suspend":false}})"),
+                {})
+        .ok();
+  };
+  ASSERT_TRUE(suspend(true));
+  ASSERT_TRUE(Eventually(
+      [&] { return kube::StringAt(Job(), "status.phase") == "Suspended" && TaskPodCount() == 0; },
+      absl::Seconds(60)))
+      << Job().serialize();
+  ASSERT_TRUE(suspend(false));
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(120)))
+      << Job().serialize();
+  EXPECT_EQ(Job().at("status").at("restarts").as_integer(), 0);
+}
+
+TEST_F(OperatorE2eTest, ATaskThatKeepsFailingExhaustsMaxRestartsAndFailsTheJob) {
+  kube::Json job = kube::Json::parse(
+      R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"train"},
+          "spec":{"replicas":1,"failurePolicy":{"maxRestarts":2,"backoff":{"baseSeconds":1,"maxSeconds":1}},
+            "template":{"spec":{"containers":[{"name":"w","image":"x",
+              "command":["/bin/sh","-c","exit 7"]}]}}}})");
+  ASSERT_TRUE(client_->Create(op::kTrainingJobs, "default", job).ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Failed"; },
+                         absl::Seconds(90)))
+      << Job().serialize();
+  const kube::Json failed = Job();
+  EXPECT_EQ(failed.at("status").at("restarts").as_integer(), 2);
+  EXPECT_EQ(failed.at("status").at("tasks").at(0).at("lastExitCode").as_integer(), 7);
+  bool condition = false;
+  for (const kube::Json& c :
+       kube::ArrayOrEmpty(kube::FieldOrNull(failed, "status"), "conditions").as_array()) {
+    if (kube::StringAt(c, "type") == "Failed" && kube::StringAt(c, "reason") == "MaxRestartsExceeded") {
+      condition = true;
+    }
+  }
+  EXPECT_TRUE(condition) << failed.serialize();
+}
+
 }  // namespace
 }  // namespace phalanx
