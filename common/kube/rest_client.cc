@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/base/env_and_files.h"
 #include "common/kube/api_status.h"
+#include "common/kube/object_meta.h"
 #include "common/kube/rest_watch.h"
 
 namespace phalanx::kube {
@@ -258,26 +259,16 @@ absl::StatusOr<Json> RestClient::Create(const Resource& r, const std::string& ns
   return JsonCall("CREATE", methods::POST, PathOf(r, ns), &object);
 }
 
-namespace {
-std::string NameOf(const Json& object) {
-  if (object.is_object() && object.has_field("metadata") && object.at("metadata").is_object() &&
-      object.at("metadata").has_field("name") && object.at("metadata").at("name").is_string()) {
-    return object.at("metadata").at("name").as_string();
-  }
-  return "";
-}
-}  // namespace
-
 absl::StatusOr<Json> RestClient::Update(const Resource& r, const std::string& ns,
                                         const Json& object) {
-  const std::string name = NameOf(object);
+  const std::string name = MetaString(object, "name");
   if (name.empty()) return absl::InvalidArgumentError("update: object has no metadata.name");
   return JsonCall("UPDATE", methods::PUT, PathOf(r, ns, name), &object);
 }
 
 absl::StatusOr<Json> RestClient::UpdateStatus(const Resource& r, const std::string& ns,
                                               const Json& object) {
-  const std::string name = NameOf(object);
+  const std::string name = MetaString(object, "name");
   if (name.empty()) return absl::InvalidArgumentError("update status: object has no metadata.name");
   return JsonCall("UPDATE", methods::PUT, PathOf(r, ns, name) + "/status", &object);
 }

@@ -161,14 +161,7 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
     return plan;
   }
   if (Terminal(st.phase)) {
-    for (const PodView& pod : in.world.task_pods) {
-      if (!pod.being_deleted && pod.phase != "Succeeded" && pod.phase != "Failed") {
-        plan.delete_pods.push_back(pod.name);
-      }
-    }
-    if (in.world.coordinator.has_value() && !in.world.coordinator->being_deleted) {
-      plan.delete_pods.push_back(in.world.coordinator->name);
-    }
+    delete_active_pods();
     st.ready_tasks = 0;
     return plan;
   }

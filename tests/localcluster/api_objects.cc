@@ -68,6 +68,20 @@ Json StatusSuccess(const std::string& name, const std::string& kind) {
   return body;
 }
 
+// Deletes every object of `store_key` in `ns` ("" = every namespace), as namespace and CRD
+// deletion do to what they contain.
+void DeleteEvery(ObjectStore& store, const std::string& store_key, const std::string& ns,
+                 ObjectStore::Propagation policy, std::optional<int64_t> grace) {
+  absl::StatusOr<ListResult> all = store.List(store_key, ns, {}, 0, "");
+  if (!all.ok()) return;
+  for (const Json& o : all->items) {
+    store
+        .Delete(store_key, kube::MetaString(o, "namespace"), kube::MetaString(o, "name"), "",
+                policy, grace)
+        .IgnoreError();
+  }
+}
+
 }  // namespace
 
 void ApiServer::HandleResource(const HttpRequest& request, HttpResponse& response,
@@ -214,12 +228,8 @@ void ApiServer::AfterWrite(const Target& target, const Json& stored, bool delete
   if (deleted) {
     // The CRD's objects go with it.
     for (const ResourceType& t : registry_.All()) {
-      if (t.crd_name != name) continue;
-      absl::StatusOr<ListResult> all = store_.List(t.StoreKey(), "", {}, 0, "");
-      if (!all.ok()) continue;
-      for (const Json& o : all->items) {
-        store_.Delete(t.StoreKey(), kube::MetaString(o, "namespace"), kube::MetaString(o, "name"))
-            .IgnoreError();
+      if (t.crd_name == name) {
+        DeleteEvery(store_, t.StoreKey(), "", ObjectStore::Propagation::kBackground, std::nullopt);
       }
     }
     registry_.UnregisterCrd(name);
@@ -421,13 +431,7 @@ void ApiServer::Delete(const HttpRequest& request, HttpResponse& response, const
   if (key == "namespaces") {
     // Namespace deletion removes what is in it (a real namespace controller does this later).
     for (const ResourceType& t : registry_.All()) {
-      if (!t.namespaced) continue;
-      absl::StatusOr<ListResult> inside = store_.List(t.StoreKey(), target.name, {}, 0, "");
-      if (!inside.ok()) continue;
-      for (const Json& o : inside->items) {
-        store_.Delete(t.StoreKey(), target.name, kube::MetaString(o, "name"), "", policy, 0)
-            .IgnoreError();
-      }
+      if (t.namespaced) DeleteEvery(store_, t.StoreKey(), target.name, policy, 0);
     }
   }
   absl::StatusOr<Json> result =

@@ -36,11 +36,6 @@ const Json* FieldOf(const Json& object, const char* key) {
   return object.is_object() && object.has_field(key) ? &object.at(key) : nullptr;
 }
 
-std::string StringOf(const Json& object, const char* key) {
-  const Json* v = FieldOf(object, key);
-  return v != nullptr && v->is_string() ? v->as_string() : "";
-}
-
 }  // namespace
 
 ResourceRegistry::ResourceRegistry() {
@@ -118,13 +113,13 @@ std::vector<FieldError> ValidateCrd(const Json& crd) {
     required("spec");
     return errors;
   }
-  const std::string group = StringOf(*spec, "group");
+  const std::string group = kube::StringAt(*spec, "group");
   if (group.empty()) required("spec.group");
   const Json* names = FieldOf(*spec, "names");
-  const std::string plural = names != nullptr ? StringOf(*names, "plural") : "";
+  const std::string plural = names != nullptr ? kube::StringAt(*names, "plural") : "";
   if (plural.empty()) required("spec.names.plural");
-  if (names == nullptr || StringOf(*names, "kind").empty()) required("spec.names.kind");
-  const std::string scope = StringOf(*spec, "scope");
+  if (names == nullptr || kube::StringAt(*names, "kind").empty()) required("spec.names.kind");
+  const std::string scope = kube::StringAt(*spec, "scope");
   if (scope != "Namespaced" && scope != "Cluster") {
     errors.push_back({"FieldValueNotSupported", "spec.scope",
                       absl::StrCat("Unsupported value: \"", scope,
@@ -143,7 +138,7 @@ std::vector<FieldError> ValidateCrd(const Json& crd) {
   int storage = 0;
   for (size_t i = 0; i < versions->size(); ++i) {
     const Json& v = versions->at(i);
-    if (StringOf(v, "name").empty()) required(absl::StrCat("spec.versions[", i, "].name"));
+    if (kube::StringAt(v, "name").empty()) required(absl::StrCat("spec.versions[", i, "].name"));
     const Json* s = FieldOf(v, "storage");
     if (s != nullptr && s->is_boolean() && s->as_bool()) ++storage;
   }
@@ -175,13 +170,13 @@ absl::Status ResourceRegistry::RegisterCrd(const Json& crd) {
     const Json* served = FieldOf(v, "served");
     if (served != nullptr && served->is_boolean() && !served->as_bool()) continue;
     ResourceType t;
-    t.group = StringOf(spec, "group");
-    t.version = StringOf(v, "name");
-    t.plural = StringOf(names, "plural");
-    t.singular = StringOf(names, "singular");
-    if (t.singular.empty()) t.singular = StringOf(names, "kind");
-    t.kind = StringOf(names, "kind");
-    t.namespaced = StringOf(spec, "scope") == "Namespaced";
+    t.group = kube::StringAt(spec, "group");
+    t.version = kube::StringAt(v, "name");
+    t.plural = kube::StringAt(names, "plural");
+    t.singular = kube::StringAt(names, "singular");
+    if (t.singular.empty()) t.singular = kube::StringAt(names, "kind");
+    t.kind = kube::StringAt(names, "kind");
+    t.namespaced = kube::StringAt(spec, "scope") == "Namespaced";
     t.short_names = short_names;
     t.crd_name = crd_name;
     const Json* subresources = FieldOf(v, "subresources");
