@@ -30,6 +30,8 @@ demo-coordination: build
 bench: build
 	@mkdir -p $(BUILD)/bench
 	@$(BUILD)/bench/phalanx-coord-bench --bin_dir $(BUILD) --out $(BUILD)/bench/coordination.json
+	@$(BUILD)/bench/phalanx-operator-bench --bin_dir $(BUILD) --source_dir $(CURDIR) \
+	  --out $(BUILD)/bench/operator.json
 
 # Sanitizer builds (CMakePresets.json has the same configurations for IDEs).
 asan: deps

@@ -1,7 +1,8 @@
 // phalanx-sample-worker: a simulated training task for demos and tests. Reads PHALANX_* from
 // the environment (as the operator injects it) and runs SampleTrainer.
 // Exit codes: 0 done, 2 bad configuration, 3 this incarnation was superseded or declared
-// failed (restart it with a new incarnation), 1 any other failure.
+// failed (restart it with a new incarnation), 4 checkpointed at a preemption sync point and left
+// because its node is being preempted (move it), 1 any other failure.
 #include <cstdio>
 #include <iostream>
 
@@ -52,5 +53,5 @@ int main(int argc, char** argv) {
     std::cerr << "phalanx-sample-worker: " << status << "\n";
     return absl::IsAborted(status) ? 3 : 1;
   }
-  return 0;
+  return trainer.LeftForPreemption() ? 4 : 0;
 }

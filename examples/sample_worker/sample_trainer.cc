@@ -55,9 +55,16 @@ client::ClientCallbacks SampleTrainer::Callbacks() {
     }
     Event(me, "reconnected", absl::StrCat("coordinator_restarted=", coordinator_restarted ? 1 : 0));
   };
-  callbacks.on_preemption = [me](const client::PreemptionRound& round) {
+  callbacks.on_preemption = [shared, me](const client::PreemptionRound& round) {
+    const bool named = std::find(round.affected_tasks.begin(), round.affected_tasks.end(),
+                                 me.task_id) != round.affected_tasks.end();
+    {
+      absl::MutexLock lock(&shared->mu);
+      shared->named_in_preemption = named;
+    }
     Event(me, "preemption_notice",
-          absl::StrCat("round=", round.round, " reason=\"", round.reason, "\""));
+          absl::StrCat("round=", round.round, " affects_me=", named ? 1 : 0, " reason=\"",
+                       round.reason, "\""));
   };
   callbacks.on_fatal = [me](const absl::Status& status) {
     Event(me, "fatal", absl::StrCat("reason=\"", status.message(), "\""));
@@ -218,6 +225,18 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
     } else if (*sync) {
       if (absl::Status s = Checkpoint(step, "preemption"); !s.ok()) return s;
       Event(me, "sync_checkpoint", absl::StrCat("step=", step));
+      bool named;
+      {
+        absl::MutexLock lock(&shared_->mu);
+        named = shared_->named_in_preemption;
+      }
+      if (named) {
+        // This task's node is going away: leave now rather than train steps that its
+        // eviction would throw away. The operator moves it; its peers wait at this step.
+        Event(me, "left_for_preemption", absl::StrCat("step=", step));
+        left_for_preemption_ = true;
+        return absl::OkStatus();
+      }
     }
 
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.step_time));  // "compute"

@@ -8,7 +8,10 @@
 //   2. publish this task's newest checkpoint step under recovery/<epoch>/<task>;
 //   3. barrier recovery/<epoch>; resume from the smallest published step (a checkpoint
 //      every task has). Step barriers are named <epoch>/step-<n>, fresh for every epoch.
-// A preemption round makes every task checkpoint at the same agreed step.
+// A preemption round makes every task checkpoint at the same agreed step. A task the round
+// names as about to be preempted then leaves (Run returns with LeftForPreemption() true), as a
+// JAX program does at its preemption sync point: its peers wait in that step's barrier and
+// resume from the agreed checkpoint once it is back, so no step is lost.
 //
 // It prints one `EVENT t_ms=<unix ms> task=<id> inc=<n> kind=<kind> ...` line per event on
 // stdout; the demo and the tests read them. Not thread-safe apart from the client callbacks.
@@ -43,8 +46,11 @@ class SampleTrainer {
 
   // Callbacks to hand to the client when it is created (they act once Run has started).
   client::ClientCallbacks Callbacks();
-  // Connects, then runs to the last step and through the shutdown barrier.
+  // Connects, then runs to the last step and through the shutdown barrier, or until it has
+  // checkpointed at a preemption sync point that names this task.
   absl::Status Run(client::CoordinationClient& client);
+  // Run returned OK because this task was being preempted (after its checkpoint), not done.
+  bool LeftForPreemption() const { return left_for_preemption_; }
 
   static void Event(const client::TaskRef& task, const std::string& kind,
                     const std::string& fields = "");
@@ -61,6 +67,8 @@ class SampleTrainer {
     absl::Mutex mu;
     uint64_t membership_changes ABSL_GUARDED_BY(mu) = 0;
     std::string current_barrier ABSL_GUARDED_BY(mu);
+    // The newest preemption round named this task (empty affected list: not named).
+    bool named_in_preemption ABSL_GUARDED_BY(mu) = false;
   };
 
   uint64_t MembershipChanges();
@@ -80,6 +88,7 @@ class SampleTrainer {
   std::atomic<client::CoordinationClient*> client_{nullptr};
   CheckpointStore store_;
   uint64_t state_ = 0;
+  bool left_for_preemption_ = false;
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };
 

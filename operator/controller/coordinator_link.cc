@@ -15,7 +15,20 @@ namespace {
 namespace pb = ::phalanx::coord::v1;
 
 constexpr absl::Duration kPollTimeout = absl::Seconds(10);
-constexpr absl::Duration kRetryDelay = absl::Seconds(1);
+// After a failed poll the watcher waits, doubling from the first delay to the last, so hundreds
+// of jobs whose coordinators are not up cost the operator next to nothing.
+constexpr absl::Duration kFirstRetryDelay = absl::Seconds(1);
+constexpr absl::Duration kMaxRetryDelay = absl::Seconds(10);
+// Reconnects are gRPC's own (calls wait for the channel to be ready); capped so a recreated
+// coordinator is found again within seconds.
+constexpr int kMaxReconnectBackoffMs = 3000;
+
+std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
 
 }  // namespace
 
@@ -54,8 +67,7 @@ void CoordinatorLink::Ensure(const std::string& key, const std::string& address,
   auto watcher = std::make_shared<Watcher>();
   watcher->address = address;
   watcher->token = token;
-  watcher->stub = pb::Coordination::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  watcher->stub = pb::Coordination::NewStub(ChannelTo(address));
   watcher->thread = std::thread([this, watcher, key] { Loop(watcher, key); });
   absl::MutexLock lock(&mu_);
   watchers_[key] = watcher;
@@ -102,6 +114,7 @@ absl::Status CoordinatorLink::NotifyPreemption(const std::string& key,
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  ctx.set_wait_for_ready(true);  // a channel between reconnect attempts waits, not fails
   ctx.AddMetadata("authorization", "Bearer " + watcher->token);
   pb::NotifyPreemptionRequest request;
   request.set_reason(reason);
@@ -118,9 +131,11 @@ absl::Status CoordinatorLink::NotifyPreemption(const std::string& key,
 void CoordinatorLink::Loop(std::shared_ptr<Watcher> watcher, std::string key) {
   uint64_t known_version = 0;
   std::string coordinator_id;
+  absl::Duration retry_delay = kFirstRetryDelay;
   while (!watcher->stop.HasBeenNotified()) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + kPollTimeout + absl::Seconds(5)));
+    ctx.set_wait_for_ready(true);  // a coordinator still starting is waited for, not polled
     ctx.AddMetadata("authorization", "Bearer " + watcher->token);
     {
       absl::MutexLock lock(&watcher->mu);
@@ -137,10 +152,12 @@ void CoordinatorLink::Loop(std::shared_ptr<Watcher> watcher, std::string key) {
       watcher->in_flight = nullptr;
     }
     if (!s.ok()) {
-      // Not up yet, restarting, or cancelled: retry after a bounded wait.
-      watcher->stop.WaitForNotificationWithTimeout(kRetryDelay);
+      // Not up yet, restarting, refusing us, or cancelled: retry after a bounded wait.
+      watcher->stop.WaitForNotificationWithTimeout(retry_delay);
+      retry_delay = std::min(retry_delay * 2, kMaxRetryDelay);
       continue;
     }
+    retry_delay = kFirstRetryDelay;
     const pb::JobState& state = response.state();
     if (state.coordinator_id() != coordinator_id) coordinator_id = state.coordinator_id();
     known_version = state.version();

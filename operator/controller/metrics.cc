@@ -39,9 +39,8 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                     .Register(registry)),
       preemptions_(prometheus::BuildCounter()
                        .Name("phalanx_operator_preemptions_total")
-                       .Help("Tasks moved off preempted nodes")
-                       .Register(registry)
-                       .Add({})),
+                       .Help("Tasks moved off preempted nodes, by reason")
+                       .Register(registry)),
       replacement_seconds_(prometheus::BuildHistogram()
                                .Name("phalanx_operator_replacement_latency_seconds")
                                .Help("From a task failure observed to its replacement pod created")
@@ -71,6 +70,13 @@ void OperatorMetrics::TaskRestarted(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   prometheus::Counter*& c = restart_counters_[reason];
   if (c == nullptr) c = &restarts_.Add({{"reason", reason}});
+  c->Increment();
+}
+
+void OperatorMetrics::Preempted(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  prometheus::Counter*& c = preemption_counters_[reason];
+  if (c == nullptr) c = &preemptions_.Add({{"reason", reason}});
   c->Increment();
 }
 

@@ -24,7 +24,7 @@ class OperatorMetrics {
   void SetQueueDepth(int depth) { queue_depth_.Set(depth); }
   void SetJobsByPhase(const std::map<std::string, int>& counts);
   void TaskRestarted(const std::string& reason);
-  void Preempted() { preemptions_.Increment(); }
+  void Preempted(const std::string& reason);
   // Failure observed → replacement pod created.
   void ReplacementCreated(absl::Duration since_failure_seen);
   void ApiRequest(const std::string& verb, int code);
@@ -38,11 +38,12 @@ class OperatorMetrics {
   prometheus::Gauge& queue_depth_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Counter>& restarts_;
-  prometheus::Counter& preemptions_;
+  prometheus::Family<prometheus::Counter>& preemptions_;
   prometheus::Histogram& replacement_seconds_;
   prometheus::Family<prometheus::Counter>& api_requests_;
   absl::Mutex mu_;
   std::map<std::string, prometheus::Counter*> restart_counters_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Counter*> preemption_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> api_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Gauge*> phase_gauges_ ABSL_GUARDED_BY(mu_);
 };

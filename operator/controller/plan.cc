@@ -195,6 +195,7 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
 
   // Each task: its current pod, failures, preemptions.
   std::vector<int> failed, preempted, fatal, vanished_preempted;
+  std::map<int, std::string> preemption_reason;  // NodePreempted, DisruptionTarget or Evicted
   std::map<int, PodView> failed_pods;
   int running = 0, ready = 0, succeeded = 0;
   for (int i = 0; i < n; ++i) {
@@ -216,6 +217,7 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
                             (task.state == "Running" || task.state == "Terminating" ||
                              task.state == "Preempting");
       if (vanished && task.preempting_since.has_value()) {
+        preemption_reason[i] = "Evicted";
         vanished_preempted.push_back(i);
       } else if (vanished) {
         // A process that ran is gone without a trace: a new process is a new incarnation.
@@ -247,9 +249,17 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
       task.preempting_since.reset();
       ++succeeded;
     } else if ((on_preempted_node || disrupted) && pod.phase != "Failed") {
+      preemption_reason[i] = on_preempted_node ? "NodePreempted" : "DisruptionTarget";
       preempted.push_back(i);
-    } else if (pod.phase == "Failed" && (disrupted || pod.reason == "Evicted")) {
-      preempted.push_back(i);  // evicted before it could checkpoint: still a preemption
+    } else if (pod.phase == "Failed" &&
+               (disrupted || on_preempted_node || pod.reason == "Evicted" ||
+                task.preempting_since.has_value())) {
+      // Evicted before it could checkpoint, or it exited after its preemption checkpoint
+      // (as JAX programs do once they reach the sync point): still a preemption.
+      preemption_reason[i] = on_preempted_node ? "NodePreempted"
+                             : disrupted       ? "DisruptionTarget"
+                                               : "Evicted";
+      preempted.push_back(i);
     } else if (pod.phase == "Failed" || coordinator_says_failed) {
       failed_pods[i] = pod;
       (ClassifyFailure(in.spec.failure_policy, pod) == FailureClass::kFatal ? fatal : failed)
@@ -293,6 +303,12 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
     task.last_exit_code = exit_code;
     task.preempting_since.reset();
     task.state = "Restarting";
+    const auto preempted_reason = preemption_reason.find(i);
+    if (reason == "Preempted" && preempted_reason != preemption_reason.end()) {
+      plan.replacements.push_back({i, true, preempted_reason->second});
+    } else {
+      plan.replacements.push_back({i, false, reason});
+    }
     if (!address.empty()) {
       plan.create.push_back(DesiredTaskPod(in.job, in.spec, i, task.incarnation, address));
       task.pod = TaskPodName(job, i, task.incarnation);

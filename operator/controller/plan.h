@@ -21,11 +21,19 @@ struct EventNote {
   std::string message;
 };
 
+// A task pod created in place of one that failed or was preempted (not a first creation).
+struct Replacement {
+  int task = 0;
+  bool preemption = false;
+  std::string reason;  // bounded: a pod reason, "Preempted" reasons below, "JobRestart", ...
+};
+
 struct ReconcilePlan {
   std::vector<Json> create;              // in order: Secret, Services, coordinator, task pods
   std::vector<std::string> delete_pods;  // pod names (tasks or the coordinator)
   // Tasks whose coordinated checkpoint should start now (a preemption round on the coordinator).
   std::vector<int> preemption_notices;
+  std::vector<Replacement> replacements;  // for metrics: restarts and preemptions by reason
   TrainingJobStatus status;
   std::vector<EventNote> events;
   absl::Duration requeue_after = absl::ZeroDuration();  // zero: only on the next change

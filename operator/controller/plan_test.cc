@@ -138,6 +138,9 @@ TEST(PlanTest, TaskScopeRestartsOnlyTheFailedTaskWithTheNextIncarnation) {
   EXPECT_EQ(plan.status.phase, kPhaseRestarting);
   ASSERT_FALSE(plan.events.empty());
   EXPECT_EQ(plan.events[0].reason, "TaskRestarted");
+  ASSERT_EQ(plan.replacements.size(), 1u);
+  EXPECT_FALSE(plan.replacements[0].preemption);
+  EXPECT_EQ(plan.replacements[0].reason, "Error");
 }
 
 TEST(PlanTest, JobScopeRestartsEveryTask) {
@@ -258,6 +261,33 @@ TEST(PlanTest, PreemptionOpensACheckpointRoundThenMovesTheTaskWithoutSpendingRes
   EXPECT_EQ(later.status.preemptions, 1);
   EXPECT_EQ(later.status.restarts, 0);
   EXPECT_NE(later.status.phase, kPhaseFailed);
+}
+
+TEST(PlanTest, ATaskThatExitsAfterItsPreemptionCheckpointIsMovedAtOnceAsAPreemption) {
+  TrainingJobSpec spec = Spec();
+  spec.preemption.checkpoint_grace = absl::Seconds(30);
+  spec.failure_policy.max_restarts = 0;
+  JobObservation world = Healthy();
+  world.preempting_nodes.insert("node-0");
+  world.task_pods[1].node = "node-1";
+  ReconcilePlan noticed = Plan(spec, {}, world);
+  ASSERT_THAT(noticed.preemption_notices, ::testing::ElementsAre(0));
+  // Task 0 checkpointed at the sync step and exited non-zero well before the grace ran out.
+  world.task_pods[0].phase = "Failed";
+  world.task_pods[0].exit_code = 4;
+  ReconcilePlan moved = Plan(spec, noticed.status, world, kNow + absl::Seconds(2));
+  EXPECT_THAT(Names(moved.create), ::testing::ElementsAre("j-task-0-1"));
+  EXPECT_EQ(moved.status.preemptions, 1);
+  EXPECT_EQ(moved.status.restarts, 0);
+  EXPECT_NE(moved.status.phase, kPhaseFailed);
+  ASSERT_EQ(moved.replacements.size(), 1u);
+  EXPECT_TRUE(moved.replacements[0].preemption);
+  EXPECT_EQ(moved.replacements[0].reason, "NodePreempted");
+  // Off a preempted node and without an open round the same exit is an ordinary failure (and
+  // maxRestarts is 0).
+  world.preempting_nodes.clear();
+  ReconcilePlan failed = Plan(spec, Plan(spec, {}, Healthy()).status, world);
+  EXPECT_EQ(failed.status.phase, kPhaseFailed);
 }
 
 TEST(PlanTest, AnEvictedPodIsReplacedOnceGoneAsAPreemption) {

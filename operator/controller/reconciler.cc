@@ -82,6 +82,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   std::optional<Json> cached = informers_.jobs.Get(ns, name);
   if (!cached.has_value()) {  // deleted: owner references clean up the children
     if (link_ != nullptr) link_->Forget(key);
+    ForgetNotices(key);
     return kube::Controller::Result{};
   }
   const Json& job = *cached;
@@ -138,6 +139,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   const bool active = !spec->suspend && previous.phase != kPhaseSucceeded &&
                       previous.phase != kPhaseFailed;
   if (link_ != nullptr && !active) link_->Forget(key);
+  if (!active) ForgetNotices(key);
   if (link_ != nullptr && active && world.coordinator.has_value() &&
       world.coordinator->phase == "Running") {
     const std::string token = TokenOf(ns, name);
@@ -158,24 +160,63 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     return written;
   }
   absl::Status executed = Execute(job, plan);
-  if (link_ != nullptr && !plan.preemption_notices.empty()) {
-    absl::Status notified = link_->NotifyPreemption(
-        key, plan.preemption_notices, clock_.Now() + spec->preemption.checkpoint_grace,
-        "node preempted or pod disrupted");
-    if (!notified.ok()) {
-      PHX_LOG(WARNING) << "job " << key << ": preemption notice not delivered: " << notified;
-    }
+  absl::Duration requeue_after = plan.requeue_after;
+  if (link_ != nullptr && active &&
+      !DeliverPreemptionNotices(key, plan.preemption_notices,
+                                clock_.Now() + spec->preemption.checkpoint_grace)) {
+    constexpr absl::Duration kNoticeRetry = absl::Seconds(1);
+    requeue_after = requeue_after == absl::ZeroDuration() ? kNoticeRetry
+                                                          : std::min(requeue_after, kNoticeRetry);
   }
   for (const EventNote& e : plan.events) {
     events_.Record(job, e.warning ? kube::EventType::kWarning : kube::EventType::kNormal, e.reason,
                    e.message);
-    if (metrics_ == nullptr) continue;
-    if (e.reason == "TaskRestarted") metrics_->TaskRestarted("Failed");
-    if (e.reason == "TaskPreempted") metrics_->Preempted();
   }
-  if (metrics_ != nullptr) metrics_->Reconciled(executed.ok(), clock_.Now() - started);
+  if (metrics_ != nullptr) {
+    // The failure was observed when this pass read the cache; a back-off wait is policy and
+    // ends before the pass that replaces the task, so it is not in this figure.
+    const absl::Duration since_observed = clock_.Now() - started;
+    for (const Replacement& r : plan.replacements) {
+      if (r.preemption) {
+        metrics_->Preempted(r.reason);
+      } else {
+        metrics_->TaskRestarted(r.reason);
+      }
+      if (executed.ok()) metrics_->ReplacementCreated(since_observed);
+    }
+    metrics_->Reconciled(executed.ok(), since_observed);
+  }
   if (!executed.ok()) return executed;
-  return kube::Controller::Result{plan.requeue_after};
+  return kube::Controller::Result{requeue_after};
+}
+
+void Reconciler::ForgetNotices(const std::string& key) {
+  absl::MutexLock lock(&notices_mu_);
+  undelivered_.erase(key);
+}
+
+bool Reconciler::DeliverPreemptionNotices(const std::string& key, std::vector<int> tasks,
+                                          absl::Time deadline) {
+  {
+    absl::MutexLock lock(&notices_mu_);
+    auto it = undelivered_.find(key);
+    if (it != undelivered_.end()) {
+      for (int t : it->second.tasks) {
+        if (std::find(tasks.begin(), tasks.end(), t) == tasks.end()) tasks.push_back(t);
+      }
+      deadline = std::min(deadline, it->second.deadline);
+      undelivered_.erase(it);
+    }
+  }
+  if (tasks.empty()) return true;
+  absl::Status notified =
+      link_->NotifyPreemption(key, tasks, deadline, "node preempted or pod disrupted");
+  if (notified.ok()) return true;
+  PHX_LOG(WARNING) << "job " << key << ": preemption notice not delivered yet (will retry): "
+                   << notified;
+  absl::MutexLock lock(&notices_mu_);
+  undelivered_[key] = {std::move(tasks), deadline};  // one pass per key at a time: no merge
+  return false;
 }
 
 absl::Status Reconciler::Execute(const Json& job, const ReconcilePlan& plan) {

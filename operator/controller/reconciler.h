@@ -6,9 +6,13 @@
 // Thread-safe: the controller runs one Reconcile per key at a time, several keys in parallel.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "common/kube/client.h"
 #include "common/kube/controller.h"
@@ -59,6 +63,17 @@ class Reconciler {
   CoordinatorPlacement PlacementFor(const Json& job) const;
   std::string TokenOf(const std::string& ns, const std::string& job) const;
 
+  // Preemption notices the coordinator has not acknowledged yet, by job key: retried on the
+  // next passes (a notice is planned once, when the preemption is first seen).
+  struct UndeliveredNotice {
+    std::vector<int> tasks;
+    absl::Time deadline;
+  };
+  // Sends `tasks` plus whatever is still undelivered for `key`; false if it must be retried.
+  bool DeliverPreemptionNotices(const std::string& key, std::vector<int> tasks,
+                                absl::Time deadline);
+  void ForgetNotices(const std::string& key);
+
   kube::Client& client_;
   Informers informers_;
   kube::EventRecorder& events_;
@@ -66,6 +81,8 @@ class Reconciler {
   OperatorMetrics* metrics_;
   const ReconcilerOptions options_;
   CoordinatorLink* const link_;
+  absl::Mutex notices_mu_;
+  std::map<std::string, UndeliveredNotice> undelivered_ ABSL_GUARDED_BY(notices_mu_);
 };
 
 // Keys of the jobs with a task pod on `node` (a node change may preempt them).

@@ -61,6 +61,11 @@ GrpcCoordinationClient::~GrpcCoordinationClient() {
     stopping_ = true;
   }
   if (session_thread_.joinable()) session_thread_.join();
+  absl::MutexLock lock(&mu_);
+  for (grpc::ClientContext* context : reports_in_flight_) context->TryCancel();
+  // Their callbacks touch this object: wait for them (cancelled calls finish promptly).
+  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return reports_in_flight_.empty(); };
+  mu_.AwaitWithTimeout(absl::Condition(&none), absl::Seconds(30));
 }
 
 template <typename Req, typename Resp>
@@ -285,6 +290,8 @@ void GrpcCoordinationClient::SessionLoop() {
         // A new coordinator numbers preemption rounds from 1 again.
         active_round_.reset();
         agreed_.reset();
+        reported_.reset();
+        report_failed_round_ = 0;
         finished_round_ = 0;
       }
       coordinator_id_ = reg->coordinator_id();
@@ -379,13 +386,20 @@ void GrpcCoordinationClient::Dispatch(coord::SessionEvent event, bool reconnect,
     if (callbacks_.on_error) callbacks_.on_error(*error);
   } else if (const auto* round = std::get_if<PreemptionRound>(&event)) {
     bool fresh = false;
+    int64_t report_step = 0;
     {
       absl::MutexLock lock(&mu_);
       if (round->round > finished_round_) {
         fresh = !active_round_.has_value() || active_round_->round != round->round;
         active_round_ = *round;
+        if (fresh) {
+          // Set with the round, under one lock: ReachedSyncPoint never sees one without the other.
+          report_step = next_unchecked_step_;
+          reported_ = std::make_pair(round->round, report_step);
+        }
       }
     }
+    if (fresh) ReportSyncStepAsync(*round, report_step);
     if (fresh && callbacks_.on_preemption) callbacks_.on_preemption(*round);
   }
 }
@@ -584,16 +598,91 @@ absl::StatusOr<PreemptionRound> GrpcCoordinationClient::NotifyPreemption(
                          notice.affected_tasks};
 }
 
+void GrpcCoordinationClient::FinishRoundLocked(uint64_t round) {
+  if (active_round_.has_value() && active_round_->round == round) {
+    finished_round_ = round;
+    active_round_.reset();
+  }
+}
+
+void GrpcCoordinationClient::ReportSyncStepAsync(const PreemptionRound& round, int64_t step) {
+  pb::ReportSyncStepRequest request;
+  *request.mutable_task() = ToProto(task());
+  request.set_round(round.round);
+  request.set_step(step);
+  const absl::Duration wait =
+      std::max(absl::Seconds(1), round.deadline == absl::InfiniteFuture()
+                                     ? absl::Minutes(10)
+                                     : round.deadline - clock_.Now());
+  struct InFlight {
+    grpc::ClientContext context;
+    pb::ReportSyncStepRequest request;
+    pb::ReportSyncStepResponse response;
+  };
+  auto* call = new InFlight;
+  call->request = std::move(request);
+  call->context.AddMetadata(coord::kAuthorizationHeader, "Bearer " + config_.token);
+  call->context.set_deadline(absl::ToChronoTime(clock_.Now() + wait + config_.rpc_margin));
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      delete call;
+      return;
+    }
+    reports_in_flight_.insert(&call->context);
+  }
+  const uint64_t id = round.round;
+  stub_->async()->ReportSyncStep(
+      &call->context, &call->request, &call->response, [this, call, id](grpc::Status grpc_status) {
+        const absl::Status status = coord::FromGrpcStatus(grpc_status);
+        absl::MutexLock lock(&mu_);
+        reports_in_flight_.erase(&call->context);
+        if (reported_.has_value() && reported_->first == id) {  // else a newer round took over
+          if (status.ok()) {
+            agreed_ = std::make_pair(id, call->response.sync_step());
+          } else if (absl::IsFailedPrecondition(status) || absl::IsDeadlineExceeded(status)) {
+            FinishRoundLocked(id);  // the round closed without us: nothing to sync on any more
+          } else {
+            report_failed_round_ = id;  // e.g. the coordinator restarting: report again later
+          }
+        }
+        delete call;
+      });
+}
+
 absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {
   std::optional<PreemptionRound> round;
   std::optional<std::pair<uint64_t, int64_t>> agreed;
   {
     absl::MutexLock lock(&mu_);
+    next_unchecked_step_ = std::max(next_unchecked_step_, step + 1);
     if (!active_round_.has_value()) return false;  // the common case: no RPC at all
     round = active_round_;
+    const uint64_t id = round->round;
+    auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return (agreed_.has_value() && agreed_->first == id) || report_failed_round_ == id ||
+             !active_round_.has_value() || active_round_->round != id;
+    };
+    const bool reported_here = reported_.has_value() && reported_->first == id;
+    if (!settled() && reported_here && step < reported_->second) {
+      return false;  // below our own report: the sync step (the largest report) is later
+    }
+    if (!settled() && reported_here) {
+      // This step may be the sync step: wait for the agreement (every live peer reports from
+      // its session thread, so it does not depend on anyone's training loop).
+      const absl::Duration wait =
+          round->deadline == absl::InfiniteFuture() ? absl::Minutes(10)
+                                                    : round->deadline - clock_.Now();
+      mu_.AwaitWithTimeout(absl::Condition(&settled), std::max(wait, absl::Seconds(1)));
+    }
+    if (!active_round_.has_value() || active_round_->round != id) {
+      return false;  // the round closed (deadline) while we waited
+    }
     agreed = agreed_;
   }
   if (!agreed.has_value() || agreed->first != round->round) {
+    // No agreement from the early report (it failed, or never went out): report this step
+    // now and wait for the answer.
     pb::ReportSyncStepRequest request;
     *request.mutable_task() = ToProto(task());
     request.set_round(round->round);
@@ -607,12 +696,8 @@ absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {
     if (!response.ok()) {
       if (absl::IsFailedPrecondition(response.status()) ||
           absl::IsDeadlineExceeded(response.status())) {
-        // The round closed without us (deadline passed): nothing to sync on any more.
         absl::MutexLock lock(&mu_);
-        if (active_round_.has_value() && active_round_->round == round->round) {
-          finished_round_ = round->round;
-          active_round_.reset();
-        }
+        FinishRoundLocked(round->round);
       }
       return response.status();
     }
@@ -622,10 +707,7 @@ absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {
   }
   if (step < agreed->second) return false;
   absl::MutexLock lock(&mu_);
-  if (active_round_.has_value() && active_round_->round == agreed->first) {
-    finished_round_ = agreed->first;
-    active_round_.reset();
-  }
+  FinishRoundLocked(agreed->first);
   return step == agreed->second;
 }
 

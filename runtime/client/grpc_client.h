@@ -126,9 +126,22 @@ class GrpcCoordinationClient final : public CoordinationClient, public SessionSt
   absl::flat_hash_map<uint64_t, CallDone> pending_calls_ ABSL_GUARDED_BY(mu_);
   absl::Time last_contact_ ABSL_GUARDED_BY(mu_);
   // Preemption sync: the open round (from the session) and what this task agreed for it.
+  // The task's step is reported the moment a round arrives, from the session thread, as the
+  // first step it has not checked yet: a report that waited for the training loop's next
+  // ReachedSyncPoint could deadlock against a peer that checked this step before it heard of
+  // the round and now waits for us in the step's collective.
   std::optional<PreemptionRound> active_round_ ABSL_GUARDED_BY(mu_);
   uint64_t finished_round_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<std::pair<uint64_t, int64_t>> agreed_ ABSL_GUARDED_BY(mu_);  // round, step
+  std::optional<std::pair<uint64_t, int64_t>> agreed_ ABSL_GUARDED_BY(mu_);    // round, step
+  std::optional<std::pair<uint64_t, int64_t>> reported_ ABSL_GUARDED_BY(mu_);  // round, step
+  uint64_t report_failed_round_ ABSL_GUARDED_BY(mu_) = 0;  // its async report failed: retry
+  int64_t next_unchecked_step_ ABSL_GUARDED_BY(mu_) = 0;
+  // Early reports still in flight: the destructor cancels them and waits for their callbacks.
+  std::set<grpc::ClientContext*> reports_in_flight_ ABSL_GUARDED_BY(mu_);
+  // Sends this task's report for `round` (async) and records the agreement when it comes.
+  void ReportSyncStepAsync(const PreemptionRound& round, int64_t step);
+  // The round ended without this task (deadline passed, or the coordinator closed it).
+  void FinishRoundLocked(uint64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::thread session_thread_;
 };
 

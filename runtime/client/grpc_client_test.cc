@@ -239,12 +239,13 @@ TEST(GrpcClient, Preemption_EveryTaskReachesTheSameSyncPoint) {
     callbacks.on_preemption = [&](const PreemptionRound&) { ++notified; };
     clients.push_back(Connected(coordinator.port(), i, 3, std::move(callbacks)));
   }
-  for (int step = 0; step < 3; ++step) {
-    for (auto& c : clients) EXPECT_FALSE(*c->ReachedSyncPoint(step));
+  // Tasks run at different speeds: when the notice comes, task i has checked steps 0..2+i.
+  for (int i = 0; i < 3; ++i) {
+    for (int step = 0; step < 3 + i; ++step) EXPECT_FALSE(*clients[i]->ReachedSyncPoint(step));
   }
   ASSERT_THAT(clients[0]->NotifyPreemption({"test", absl::Now() + absl::Seconds(30), {2}}), IsOk());
   ASSERT_TRUE(Eventually([&] { return notified.load() == 3; }, absl::Seconds(20)));
-  // Tasks run at different speeds (start at steps 3, 4, 5); each must stop at the same step.
+  // Each reports its first unchecked step (3, 4, 5) at once; all must stop at the largest.
   std::vector<int64_t> sync_step(3, -1);
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
@@ -263,6 +264,30 @@ TEST(GrpcClient, Preemption_EveryTaskReachesTheSameSyncPoint) {
   EXPECT_EQ(sync_step[0], 5);
   EXPECT_EQ(sync_step[1], 5);
   EXPECT_EQ(sync_step[2], 5);
+}
+
+// The race that used to deadlock: task 0 checks step 7 before it hears of the round and goes
+// into step 7's collective; task 1 hears first and checks step 7 after. Task 0 reports from its
+// session, so task 1's check is answered without task 0 calling ReachedSyncPoint again.
+TEST(GrpcClient, Preemption_APeerThatCheckedTheStepBeforeTheNoticeDoesNotBlockTheOthers) {
+  Coordinator coordinator(2);
+  std::atomic<int> notified{0};
+  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  for (int i = 0; i < 2; ++i) {
+    ClientCallbacks callbacks;
+    callbacks.on_preemption = [&](const PreemptionRound&) { ++notified; };
+    clients.push_back(Connected(coordinator.port(), i, 2, std::move(callbacks)));
+  }
+  for (int step = 0; step <= 7; ++step) EXPECT_FALSE(*clients[0]->ReachedSyncPoint(step));
+  for (int step = 0; step < 7; ++step) EXPECT_FALSE(*clients[1]->ReachedSyncPoint(step));
+  ASSERT_THAT(clients[0]->NotifyPreemption({"test", absl::Now() + absl::Seconds(30), {1}}), IsOk());
+  ASSERT_TRUE(Eventually([&] { return notified.load() == 2; }, absl::Seconds(20)));
+  // Task 1 checks step 7 (task 0 is "inside" step 7 and will not check again until step 8).
+  absl::StatusOr<bool> at7 = clients[1]->ReachedSyncPoint(7);
+  ASSERT_THAT(at7, IsOk());
+  EXPECT_FALSE(*at7);
+  EXPECT_TRUE(*clients[0]->ReachedSyncPoint(8));
+  EXPECT_TRUE(*clients[1]->ReachedSyncPoint(8));
 }
 
 TEST(GrpcClient, Shutdown_AllTasks_LeavesNoFailure) {

@@ -32,6 +32,11 @@ std::optional<PreemptionRound> PreemptionSync::Active() const {
   return round_->info;
 }
 
+void PreemptionSync::Superseded(int task) {
+  if (!round_.has_value()) return;
+  std::erase(round_->info.affected_tasks, task);
+}
+
 void PreemptionSync::Report(TaskRef task, uint64_t round, int64_t step, SyncStepCallback done,
                             const AliveFn& alive, Completions& out) {
   if (!round_.has_value() || round_->info.round != round) {

@@ -36,6 +36,10 @@ class PreemptionSync {
   std::pair<PreemptionRound, bool> Notify(const PreemptionNotice& notice);
   // The open round, if any.
   std::optional<PreemptionRound> Active() const;
+  // `task` registered a new incarnation: a notice names the incarnation on the node being
+  // preempted, and its successor runs elsewhere, so the open round stops naming the task (the
+  // successor must checkpoint with the others, not leave as its predecessor did).
+  void Superseded(int task);
 
   // FailedPrecondition when `round` is not the open round (a stale or unknown round).
   void Report(TaskRef task, uint64_t round, int64_t step, SyncStepCallback done,

@@ -133,5 +133,19 @@ TEST_F(PreemptionTest, TaskJoiningMidRound_HearsOfIt) {
   EXPECT_THAT(reborn.EventsOf<PreemptionRound>(), SizeIs(1));
 }
 
+TEST_F(PreemptionTest, NamedTaskReplacedMidRound_IsNoLongerNamed) {
+  // Task 1's node is going away; it checkpoints, leaves, and its successor registers elsewhere.
+  auto round = service_->NotifyPreemption({"r", clock_.Now() + absl::Seconds(30), {1, 2}});
+  ASSERT_THAT(round, IsOk());
+  service_->CloseSession(session_ids_[1], absl::UnavailableError("left for preemption"));
+  ASSERT_THAT(service_->Register({1, 1}), IsOk());
+  RecordingSession reborn;
+  ASSERT_THAT(service_->OpenSession({1, 1}, reborn.outbox()), IsOk());
+  auto rounds = reborn.EventsOf<PreemptionRound>();
+  ASSERT_THAT(rounds, SizeIs(1));
+  EXPECT_EQ(rounds[0].round, round->first.round);
+  EXPECT_EQ(rounds[0].affected_tasks, std::vector<int>{2});  // the successor stays
+}
+
 }  // namespace
 }  // namespace phalanx::coord

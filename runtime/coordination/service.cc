@@ -94,6 +94,7 @@ absl::StatusOr<CoordinationService::Registration> CoordinationService::Register(
       metrics_.TaskFailed(FailureKind::kSuperseded);
     }
     if (known) {
+      sync_.Superseded(ref.task_id);
       RetireIncarnationLocked(
           task,
           absl::AbortedError(absl::StrCat("task ", ref.task_id, " restarted: incarnation ",

@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <random>
 #include <sstream>
 
@@ -38,7 +40,8 @@ class OperatorE2eTest : public ::testing::Test {
     const std::string kubeconfig = (dir_ / "kubeconfig").string();
     kubeconfig_ = kubeconfig;
     cluster_ = Start({kBuild + "/tests/localcluster/phalanx-localcluster", "--kubeconfig-out",
-                      kubeconfig, "--work-dir", (dir_ / "cluster").string(), "--nodes", "2"},
+                      kubeconfig, "--work-dir", (dir_ / "cluster").string(), "--nodes",
+                      absl::StrCat(nodes_), "--gpus-per-node", absl::StrCat(gpus_per_node_)},
                      "localcluster", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
     ASSERT_NE(cluster_, nullptr);
     absl::StatusOr<kube::ClusterConfig> config = kube::LoadKubeconfig(kubeconfig);
@@ -85,19 +88,63 @@ class OperatorE2eTest : public ::testing::Test {
     return job.ok() ? *job : kube::Json::null();
   }
 
+  struct JobOptions {
+    int replicas = 2;
+    int steps = 150;  // of 40 ms each
+    std::string backoff = R"({"baseSeconds":1,"maxSeconds":2})";
+    std::string coordination = "{}";
+    std::string restart_scope = "Task";
+    std::string preemption = "{}";
+    int gpus = 0;  // nvidia.com/gpu each task asks for
+  };
+
+  // A job of sample workers, named "train".
+  absl::Status CreateJob(const JobOptions& o) {
+    const std::string worker = kBuild + "/examples/sample_worker/phalanx-sample-worker";
+    const std::string resources =
+        o.gpus > 0 ? absl::StrCat(R"(,"resources":{"limits":{"nvidia.com/gpu":)", o.gpus, "}}")
+                   : "";
+    kube::Json job = kube::Json::parse(absl::StrCat(
+        R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"train"},
+            "spec":{"replicas":)", o.replicas, R"(,"failurePolicy":{"maxRestarts":3,"restartScope":")",
+        o.restart_scope, R"(","backoff":)", o.backoff, R"(},
+              "coordination":)", o.coordination, R"(,"preemption":)", o.preemption, R"(,
+              "template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[{"name":"worker","image":"sample","command":[")",
+        worker, R"("],"args":["--steps=)", o.steps,
+        R"(","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
+        (dir_ / "ckpt").string(), R"("])", resources, R"(}]}}}})"));
+    return client_->Create(op::kTrainingJobs, "default", job).status();
+  }
+
   // A 2-task job of sample workers training `steps` steps of 40 ms.
   absl::Status CreateJob(int steps, const std::string& backoff = R"({"baseSeconds":1,"maxSeconds":2})",
                          const std::string& coordination = "{}") {
-    const std::string worker = kBuild + "/examples/sample_worker/phalanx-sample-worker";
-    kube::Json job = kube::Json::parse(absl::StrCat(
-        R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"train"},
-            "spec":{"replicas":2,"failurePolicy":{"maxRestarts":3,"backoff":)", backoff, R"(},
-              "coordination":)", coordination, R"(,
-              "template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[{"name":"worker","image":"sample","command":[")",
-        worker, R"("],"args":["--steps=)", steps,
-        R"(","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
-        (dir_ / "ckpt").string(), R"("]}]}}}})"));
-    return client_->Create(op::kTrainingJobs, "default", job).status();
+    return CreateJob(JobOptions{.steps = steps, .backoff = backoff, .coordination = coordination});
+  }
+
+  bool PodExists(const std::string& name) { return client_->Get(op::kPods, "default", name).ok(); }
+
+  // The EVENT lines every pod of the job printed (the kubelet keeps each pod's log file, also
+  // after the pod is deleted), pod by pod.
+  std::map<std::string, std::vector<std::string>> WorkerEvents(const std::string& kind) {
+    std::map<std::string, std::vector<std::string>> events;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_ / "cluster" / "logs")) {
+      const std::string pod = entry.path().stem().string();
+      std::ifstream in(entry.path());
+      std::string line;
+      while (std::getline(in, line)) {
+        if (absl::StrContains(line, " kind=" + kind)) events[pod].push_back(line);
+      }
+    }
+    return events;
+  }
+
+  // The value of `field=` in an EVENT line ("" when absent).
+  static std::string EventField(const std::string& line, const std::string& field) {
+    const size_t at = line.find(" " + field + "=");
+    if (at == std::string::npos) return "";
+    const size_t start = at + field.size() + 2;
+    return line.substr(start, line.find(' ', start) - start);
   }
 
   std::unique_ptr<process::Subprocess> StartOperator() {
@@ -115,6 +162,8 @@ class OperatorE2eTest : public ::testing::Test {
     return pods.ok() ? static_cast<int>(pods->items.size()) : -1;
   }
 
+  int nodes_ = 2;
+  int gpus_per_node_ = 0;
   std::string kubeconfig_;
   int port_base_ = 0;
   std::filesystem::path dir_;
@@ -282,6 +331,131 @@ TEST_F(OperatorE2eTest, ATaskThatKeepsFailingExhaustsMaxRestartsAndFailsTheJob) 
     }
   }
   EXPECT_TRUE(condition) << failed.serialize();
+}
+
+TEST_F(OperatorE2eTest, JobRestartScopeReplacesEveryTaskWhenOneFails) {
+  ASSERT_TRUE(CreateJob(JobOptions{.steps = 150, .restart_scope = "Job"}).ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(90)));
+  absl::StatusOr<kube::Json> survivor = client_->Get(op::kPods, "default", "train-task-0-0");
+  ASSERT_TRUE(survivor.ok());
+  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-1-0/kill").ok());
+  // Both tasks come back as incarnation 1: the healthy one is replaced too.
+  ASSERT_TRUE(Eventually([&] { return PodExists("train-task-0-1") && PodExists("train-task-1-1"); },
+                         absl::Seconds(60)))
+      << Job().serialize();
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(120)))
+      << Job().serialize();
+  const kube::Json done = Job();
+  EXPECT_EQ(done.at("status").at("restarts").as_integer(), 1) << done.serialize();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(done.at("status").at("tasks").at(i).at("incarnation").as_integer(), 1);
+  }
+  EXPECT_EQ(done.at("status").at("tasks").at(0).at("lastFailureReason").as_string(), "JobRestart");
+  EXPECT_FALSE(PodExists("train-task-0-0"));
+}
+
+TEST_F(OperatorE2eTest, ApiServerFaultsDuringARestartStillConverge) {
+  ASSERT_TRUE(CreateJob(200).ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(90)));
+  // A third of the API requests fail with 500 and every watch is cut while a task dies...
+  ASSERT_TRUE(client_->Raw("POST", "/admin/errors?share=0.3&code=500").ok());
+  ASSERT_TRUE(client_->Raw("POST", "/admin/watches/drop").ok());
+  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-1-0/kill").ok());
+  ASSERT_TRUE(client_->Raw("POST", "/admin/watches/drop").ok());
+  ASSERT_TRUE(Eventually([&] { return PodExists("train-task-1-1"); }, absl::Seconds(60)))
+      << Job().serialize();
+  // ...then the server throttles half the requests (429) while the other task dies.
+  ASSERT_TRUE(client_->Raw("POST", "/admin/errors?share=0.5&code=429").ok());
+  ASSERT_TRUE(client_->Raw("POST", "/admin/watches/drop").ok());
+  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-0-0/kill").ok());
+  ASSERT_TRUE(Eventually([&] { return PodExists("train-task-0-1"); }, absl::Seconds(60)))
+      << Job().serialize();
+  ASSERT_TRUE(client_->Raw("POST", "/admin/errors?share=0").ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(120)))
+      << Job().serialize();
+  const kube::Json done = Job();
+  EXPECT_EQ(done.at("status").at("restarts").as_integer(), 2) << done.serialize();
+  EXPECT_EQ(TaskPodCount(), 2);  // train-task-0-1 and train-task-1-1: nothing duplicated
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(done.at("status").at("tasks").at(i).at("incarnation").as_integer(), 1);
+  }
+}
+
+// Three nodes with 2 GPUs each; every task asks for 2, so each task has a node of its own.
+class OperatorPreemptionE2eTest : public OperatorE2eTest {
+ protected:
+  OperatorPreemptionE2eTest() {
+    nodes_ = 3;
+    gpus_per_node_ = 2;
+  }
+};
+
+TEST_F(OperatorPreemptionE2eTest, NodePreemptionCheckpointsEveryTaskAtOneStepAndLosesNoSteps) {
+  ASSERT_TRUE(CreateJob(JobOptions{.steps = 250,
+                                   .preemption = R"({"checkpointGraceSeconds":20})",
+                                   .gpus = 2})
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(90)));
+  // Both tasks are training (past their first periodic checkpoint).
+  ASSERT_TRUE(Eventually([&] { return WorkerEvents("checkpoint").size() == 2; },
+                         absl::Seconds(60)));
+  // Preempt the node of a task that does not share it with the coordinator.
+  absl::StatusOr<kube::Json> coordinator = client_->Get(op::kPods, "default", "train-coordinator");
+  ASSERT_TRUE(coordinator.ok());
+  std::string victim_pod, node;
+  for (int i = 0; i < 2 && node.empty(); ++i) {
+    absl::StatusOr<kube::Json> pod =
+        client_->Get(op::kPods, "default", absl::StrCat("train-task-", i, "-0"));
+    ASSERT_TRUE(pod.ok());
+    if (kube::StringAt(*pod, "spec.nodeName") != kube::StringAt(*coordinator, "spec.nodeName")) {
+      victim_pod = kube::MetaString(*pod, "name");
+      node = kube::StringAt(*pod, "spec.nodeName");
+    }
+  }
+  ASSERT_FALSE(node.empty());
+  // The cloud's notice: taint now, evict after 15 s.
+  ASSERT_TRUE(client_->Raw("POST", absl::StrCat("/admin/nodes/", node, "/preempt?graceSeconds=15"))
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(150)))
+      << Job().serialize();
+
+  const kube::Json done = Job();
+  EXPECT_GE(done.at("status").at("preemptions").as_integer(), 1) << done.serialize();
+  EXPECT_EQ(done.at("status").at("restarts").as_integer(), 0) << done.serialize();
+  // Every task of the first incarnation checkpointed at the same sync step...
+  std::set<std::string> sync_steps;
+  const auto sync = WorkerEvents("sync_checkpoint");
+  for (int i = 0; i < 2; ++i) {
+    const auto it = sync.find(absl::StrCat("default_train-task-", i, "-0"));
+    ASSERT_NE(it, sync.end()) << "task " << i << " never checkpointed at the sync step";
+    for (const std::string& line : it->second) sync_steps.insert(EventField(line, "step"));
+  }
+  EXPECT_EQ(sync_steps.size(), 1u);
+  // ...the preempted one before its node evicted it (it left on its own, at that step)...
+  const auto left = WorkerEvents("left_for_preemption");
+  ASSERT_TRUE(left.contains("default_" + victim_pod)) << victim_pod << " was evicted first";
+  EXPECT_EQ(EventField(left.at("default_" + victim_pod).front(), "step"), *sync_steps.begin());
+  // ...every recovery resumed from there with nothing lost, and all tasks end in one state.
+  for (const auto& [pod, lines] : WorkerEvents("recovered")) {
+    for (const std::string& line : lines) EXPECT_EQ(EventField(line, "lost"), "0") << line;
+  }
+  for (const auto& [pod, lines] : WorkerEvents("start")) {
+    if (absl::EndsWith(pod, "-0")) continue;  // the first incarnation started at step 0
+    for (const std::string& line : lines) {
+      EXPECT_EQ(EventField(line, "resume_step"), *sync_steps.begin()) << line;
+    }
+  }
+  std::set<std::string> final_states;
+  for (const auto& [pod, lines] : WorkerEvents("done")) {
+    for (const std::string& line : lines) final_states.insert(EventField(line, "state"));
+  }
+  EXPECT_EQ(final_states.size(), 1u);
 }
 
 }  // namespace

@@ -148,12 +148,31 @@ TEST_F(MultiProcess, PreemptionNotice_EveryTaskCheckpointsAtTheSameStep) {
     ASSERT_TRUE(synced.has_value()) << "task " << task;
     steps.insert(synced->Int("step"));
   }
-  EXPECT_EQ(steps.size(), 1u) << "all tasks must checkpoint at one step";
+  ASSERT_EQ(steps.size(), 1u) << "all tasks must checkpoint at one step";
+  const int64_t sync_step = *steps.begin();
+  // The task the notice names leaves at that step (exit 4: "move me"); as the operator would,
+  // start its next incarnation. It resumes from the agreed step, and so does everyone else.
+  auto left = job->WaitForEvent(3, "left_for_preemption", kTimeout);
+  ASSERT_TRUE(left.has_value());
+  EXPECT_EQ(left->Int("step"), sync_step);
+  ASSERT_TRUE(job->worker(3).Wait(kTimeout).has_value());
+  EXPECT_EQ(job->worker(3).ExitCode(), 4);
+  ASSERT_THAT(job->StartWorker(3), IsOk());
   EXPECT_TRUE(job->WaitAllExited(kTimeout));
+  auto resumed = job->WaitForEvent(3, "start", absl::Seconds(1),
+                                   [](const WorkerEvent& e) { return e.incarnation == 1; });
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_EQ(resumed->Int("resume_step"), sync_step);
   for (int task = 0; task < 4; ++task) {
-    int synced = 0;
-    for (const WorkerEvent& e : job->Events(task)) synced += e.kind == "sync_checkpoint";
+    int synced = 0, left_count = 0;
+    for (const WorkerEvent& e : job->Events(task)) {
+      if (e.incarnation != 0) continue;
+      synced += e.kind == "sync_checkpoint";
+      left_count += e.kind == "left_for_preemption";
+      if (e.kind == "recovered") EXPECT_EQ(e.Int("lost"), 0) << "task " << task;
+    }
     EXPECT_EQ(synced, 1) << "task " << task << " must checkpoint exactly once for the round";
+    EXPECT_EQ(left_count, task == 3 ? 1 : 0) << "task " << task;
   }
 }
 

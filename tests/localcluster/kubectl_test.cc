@@ -159,6 +159,41 @@ TEST_F(KubectlTest, AppliesACrdAndCustomResourcesWithServerSideValidation) {
   EXPECT_THAT(r.out, HasSubstr("NotFound"));
 }
 
+// The TrainingJob CRD as users meet it: `kubectl apply` of every invalid manifest in
+// tests/testdata/ fails with the schema's message (its "# expect: " line); the example job is
+// created and listed under the short name with its printer columns.
+TEST_F(KubectlTest, TrainingJobManifestsAreValidatedByKubectlApply) {
+  const std::string source = PHALANX_SOURCE_DIR;
+  Result r = Kubectl({"apply", "-f", source + "/crds/trainingjobs.phalanx.dev.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  int invalid = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(source + "/tests/testdata")) {
+    const std::string name = entry.path().filename().string();
+    if (!absl::StartsWith(name, "trainingjob-invalid-")) continue;
+    SCOPED_TRACE(name);
+    ++invalid;
+    std::ifstream in(entry.path());
+    std::string line, expect;
+    while (std::getline(in, line)) {
+      if (absl::StartsWith(line, "# expect: ")) expect = line.substr(10);
+    }
+    ASSERT_FALSE(expect.empty()) << "no '# expect: ' line";
+    r = Kubectl({"apply", "-f", entry.path().string()});
+    EXPECT_NE(r.exit_code, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(expect));
+  }
+  EXPECT_GE(invalid, 4);
+  r = Kubectl({"apply", "-f", source + "/examples/trainingjob.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("trainingjob.phalanx.dev/sample created"));
+  r = Kubectl({"get", "tj"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* column : {"PHASE", "RESTARTS", "PREEMPTIONS", "AGE"}) {
+    EXPECT_THAT(r.out, HasSubstr(column));
+  }
+  EXPECT_THAT(r.out, HasSubstr("sample"));
+}
+
 TEST_F(KubectlTest, GetWatchStreamsChanges) {
   ASSERT_EQ(Kubectl({"apply", "-f", Write("crd.yaml", kCrd)}).exit_code, 0);
   ASSERT_EQ(Kubectl({"apply", "-f", Write("w1.yaml", "apiVersion: example.dev/v1\nkind: Widget\n"

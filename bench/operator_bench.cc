@@ -1,0 +1,493 @@
+// phalanx-operator-bench: whole-workload benchmarks of phalanx-operator on the local cluster.
+// Everything is a real process: phalanx-localcluster, phalanx-operator, and (for the recovery
+// figures) the job's phalanx-coordinator and phalanx-sample-worker tasks.
+//   scale:   N TrainingJobs × T tasks on simulated nodes (pods run no process): time until every
+//            pod exists and every job's status says all its tasks are ready, API requests per
+//            job, operator RSS with those jobs, operator CPU while nothing changes.
+//   replace: one T-task job of sample workers; kill one task's process, K times: kill →
+//            replacement pod seen on a watch, and kill → all T tasks registered with the
+//            coordinator again (the new incarnation included).
+// Writes JSON (--out) and prints a table. See docs/benchmarks.md.
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/base/process_init.h"
+#include "common/kube/cluster_config.h"
+#include "common/kube/object_meta.h"
+#include "common/kube/rest_client.h"
+#include "common/process/subprocess.h"
+#include "operator/api/yaml_json.h"
+#include "operator/controller/reconciler.h"
+#include "runtime/proto/coordination.grpc.pb.h"
+#include "tests/integration/http_get.h"
+
+ABSL_FLAG(std::string, bin_dir, "build", "build directory");
+ABSL_FLAG(std::string, source_dir, ".", "source directory (for the CRD)");
+ABSL_FLAG(std::string, out, "build/bench/operator.json", "where the JSON goes");
+ABSL_FLAG(int, jobs, 200, "scale: TrainingJobs to create");
+ABSL_FLAG(int, tasks, 8, "tasks per job (both workloads)");
+ABSL_FLAG(int, simulated_nodes, 50, "scale: simulated nodes");
+ABSL_FLAG(double, qps, 200, "operator --qps");
+ABSL_FLAG(int, burst, 400, "operator --burst");
+ABSL_FLAG(absl::Duration, idle, absl::Seconds(30), "scale: idle window for the CPU figure");
+ABSL_FLAG(int, kills, 5, "replace: tasks killed, one at a time");
+ABSL_FLAG(std::string, only, "", "comma-separated subset: scale,replace");
+
+namespace phalanx::bench {
+namespace {
+
+namespace pb = ::phalanx::coord::v1;
+constexpr double kFailed = -1;
+
+double Median(std::vector<double> v) {
+  std::erase_if(v, [](double x) { return x < 0; });
+  std::sort(v.begin(), v.end());
+  return v.empty() ? kFailed : v[v.size() / 2];
+}
+
+std::string ReadFile(const std::string& path) {
+  std::stringstream s;
+  s << std::ifstream(path).rdbuf();
+  return s.str();
+}
+
+// Resident memory of a process, MiB (kFailed if unreadable).
+double RssMib(pid_t pid) {
+  std::istringstream status(ReadFile(absl::StrCat("/proc/", pid, "/status")));
+  std::string line;
+  while (std::getline(status, line)) {
+    int64_t kib = 0;
+    if (absl::StartsWith(line, "VmRSS:") &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(line.substr(6), "kB")),
+                         &kib)) {
+      return static_cast<double>(kib) / 1024.0;
+    }
+  }
+  return kFailed;
+}
+
+// User + system CPU seconds a process has used.
+double CpuSeconds(pid_t pid) {
+  const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t end = stat.rfind(')');
+  if (end == std::string::npos) return kFailed;
+  std::vector<std::string> f = absl::StrSplit(stat.substr(end + 2), ' ');
+  int64_t utime = 0, stime = 0;
+  // Fields after the command: state is field 3 of the file, utime 14 and stime 15.
+  if (f.size() < 13 || !absl::SimpleAtoi(f[11], &utime) || !absl::SimpleAtoi(f[12], &stime)) {
+    return kFailed;
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// The sum of a metric's samples in a Prometheus text exposition.
+double SumOfMetric(const std::string& text, const std::string& name) {
+  double sum = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, name) || line.size() <= name.size() ||
+        (line[name.size()] != '{' && line[name.size()] != ' ')) {
+      continue;
+    }
+    double v = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) sum += v;
+  }
+  return sum;
+}
+
+// A local cluster and an operator on it, stopped on destruction.
+class Stack {
+ public:
+  static std::unique_ptr<Stack> Start(const std::string& name, std::vector<std::string> cluster_args,
+                                      std::vector<std::string> operator_args) {
+    auto s = std::unique_ptr<Stack>(new Stack());
+    s->dir_ = std::filesystem::temp_directory_path() /
+              absl::StrCat("phalanx-operator-bench-", name, "-", getpid());
+    std::filesystem::create_directories(s->dir_);
+    const std::string bin = absl::GetFlag(FLAGS_bin_dir);
+    const std::string kubeconfig = (s->dir_ / "kubeconfig").string();
+    std::vector<std::string> argv = {bin + "/tests/localcluster/phalanx-localcluster",
+                                     "--kubeconfig-out", kubeconfig, "--work-dir",
+                                     (s->dir_ / "cluster").string()};
+    argv.insert(argv.end(), cluster_args.begin(), cluster_args.end());
+    s->cluster_ = s->Run(argv, "cluster");
+    if (s->cluster_ == nullptr) return nullptr;
+    absl::StatusOr<kube::ClusterConfig> config = kube::LoadKubeconfig(kubeconfig);
+    if (!config.ok()) return nullptr;
+    kube::RestClientOptions options;
+    options.qps = 1000;
+    options.burst = 2000;
+    absl::StatusOr<std::unique_ptr<kube::RestClient>> client =
+        kube::RestClient::Create(*config, options);
+    if (!client.ok()) return nullptr;
+    s->client_ = *std::move(client);
+    absl::StatusOr<kube::Json> crd = op::YamlToJson(
+        ReadFile(absl::GetFlag(FLAGS_source_dir) + "/crds/trainingjobs.phalanx.dev.yaml"));
+    if (!crd.ok() ||
+        !s->client_
+             ->Create({"apiextensions.k8s.io", "v1", "customresourcedefinitions", false}, "", *crd)
+             .ok()) {
+      std::fprintf(stderr, "bench: could not apply the CRD (run from the source directory or "
+                           "pass --source_dir)\n");
+      return nullptr;
+    }
+    argv = {bin + "/operator/phalanx-operator", "--kubeconfig", kubeconfig, "--metrics_listen",
+            "127.0.0.1:0", "--lease_namespace", "default", "--qps",
+            absl::StrCat(absl::GetFlag(FLAGS_qps)), "--burst",
+            absl::StrCat(absl::GetFlag(FLAGS_burst))};
+    argv.insert(argv.end(), operator_args.begin(), operator_args.end());
+    s->operator_ = s->Run(argv, "operator");
+    if (s->operator_ == nullptr) return nullptr;
+    s->metrics_port_ = std::stoi(s->ready_line_.substr(s->ready_line_.rfind(':') + 1));
+    return s;
+  }
+
+  ~Stack() {
+    for (auto* p : {&operator_, &cluster_}) {
+      if (*p) {
+        (*p)->Signal(SIGTERM);
+        (*p)->Wait(absl::Seconds(30));
+      }
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  kube::RestClient& client() { return *client_; }
+  pid_t operator_pid() const { return operator_->pid(); }
+  std::string Metrics() {
+    std::optional<testing::HttpResponse> r = testing::HttpGet(metrics_port_, "/metrics");
+    return r.has_value() ? r->body : "";
+  }
+
+ private:
+  Stack() = default;
+
+  std::unique_ptr<process::Subprocess> Run(std::vector<std::string> argv, const std::string& name) {
+    process::SubprocessOptions options;
+    options.argv = std::move(argv);
+    options.stderr_path = (dir_ / (name + ".log")).string();
+    absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(options);
+    if (!p.ok()) return nullptr;
+    std::optional<std::string> ready = (*p)->WaitForLine(
+        [](const std::string& l) { return absl::StartsWith(l, "ready "); }, absl::Seconds(60));
+    if (!ready.has_value()) {
+      std::fprintf(stderr, "bench: %s did not start (log: %s)\n", name.c_str(),
+                   options.stderr_path.c_str());
+      return nullptr;
+    }
+    ready_line_ = *ready;
+    return *std::move(p);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<process::Subprocess> cluster_;
+  std::unique_ptr<process::Subprocess> operator_;
+  std::unique_ptr<kube::RestClient> client_;
+  std::string ready_line_;
+  int metrics_port_ = 0;
+};
+
+struct Results {
+  int jobs = 0, tasks = 0;
+  double create_all_pods_s = kFailed;
+  double api_requests_per_job = kFailed;
+  double operator_rss_mib = kFailed;
+  double idle_cpu_pct = kFailed;
+  double replace_p50_ms = kFailed;
+  double recover_p50_s = kFailed;
+  int kills = 0;
+};
+
+kube::Json JobManifest(const std::string& name, int tasks, const std::string& container,
+                       const std::string& failure_policy) {
+  return kube::Json::parse(absl::StrCat(
+      R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":")", name,
+      R"("},"spec":{"replicas":)", tasks, R"(,"failurePolicy":)", failure_policy,
+      R"(,"template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[)", container,
+      "]}}}}"));
+}
+
+void RunScale(Results& r) {
+  r.jobs = absl::GetFlag(FLAGS_jobs);
+  r.tasks = absl::GetFlag(FLAGS_tasks);
+  std::unique_ptr<Stack> stack = Stack::Start(
+      "scale", {"--nodes", "0", "--simulated-nodes", absl::StrCat(absl::GetFlag(FLAGS_simulated_nodes))},
+      {});
+  if (stack == nullptr) return;
+  std::fprintf(stderr, "scale: creating %d jobs x %d tasks on simulated nodes\n", r.jobs, r.tasks);
+  const absl::Time start = absl::Now();
+  for (int j = 0; j < r.jobs; ++j) {
+    absl::Status created =
+        stack->client()
+            .Create(op::kTrainingJobs, "default",
+                    JobManifest(absl::StrFormat("job-%03d", j), r.tasks,
+                                R"({"name":"w","image":"x","command":["train"]})", "{}"))
+            .status();
+    if (!created.ok()) {
+      std::fprintf(stderr, "scale: create failed: %s\n", created.ToString().c_str());
+      return;
+    }
+  }
+  const int want_pods = r.jobs * r.tasks;
+  const absl::Time deadline = start + absl::Minutes(5);
+  int ready_jobs = 0, pods = 0;
+  absl::Time last_progress = absl::Now();
+  while (absl::Now() < deadline) {
+    absl::StatusOr<kube::ObjectList> jobs = stack->client().List(op::kTrainingJobs, "default", {});
+    absl::StatusOr<kube::ObjectList> task_pods =
+        stack->client().List(op::kPods, "default", {.label_selector = "phalanx.dev/role=task"});
+    if (jobs.ok() && task_pods.ok()) {
+      pods = static_cast<int>(task_pods->items.size());
+      ready_jobs = 0;
+      for (const kube::Json& job : jobs->items) {
+        const kube::Json& status = kube::FieldOrNull(job, "status");
+        const kube::Json& ready = kube::FieldOrNull(status, "readyTasks");
+        if (kube::StringAt(job, "status.phase") == "Running" && ready.is_number() &&
+            ready.as_integer() == r.tasks) {
+          ++ready_jobs;
+        }
+      }
+      if (ready_jobs == r.jobs && pods == want_pods) {
+        r.create_all_pods_s = absl::ToDoubleSeconds(absl::Now() - start);
+        break;
+      }
+    }
+    if (absl::Now() - last_progress > absl::Seconds(5)) {
+      std::fprintf(stderr, "  %.0f s: %d/%d pods, %d/%d jobs report every task ready\n",
+                   absl::ToDoubleSeconds(absl::Now() - start), pods, want_pods, ready_jobs, r.jobs);
+      last_progress = absl::Now();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (r.create_all_pods_s < 0) {
+    std::fprintf(stderr, "scale: timed out with %d/%d pods, %d/%d jobs ready\n", pods, want_pods,
+                 ready_jobs, r.jobs);
+    return;
+  }
+  std::fprintf(stderr, "  all %d pods exist and every job says so after %.2f s\n", want_pods,
+               r.create_all_pods_s);
+  r.api_requests_per_job =
+      SumOfMetric(stack->Metrics(), "phalanx_operator_api_requests_total") / r.jobs;
+  // Let the last status writes and the goodput bookkeeping settle, then measure the quiet.
+  absl::SleepFor(absl::Seconds(2));
+  const absl::Duration idle = absl::GetFlag(FLAGS_idle);
+  std::fprintf(stderr, "scale: measuring operator CPU over %.0f s with nothing changing\n",
+               absl::ToDoubleSeconds(idle));
+  const double cpu_before = CpuSeconds(stack->operator_pid());
+  absl::SleepFor(idle);
+  const double cpu_after = CpuSeconds(stack->operator_pid());
+  if (cpu_before >= 0 && cpu_after >= 0) {
+    r.idle_cpu_pct = 100.0 * (cpu_after - cpu_before) / absl::ToDoubleSeconds(idle);
+  }
+  r.operator_rss_mib = RssMib(stack->operator_pid());
+}
+
+// The job's state as its coordinator sees it, over the operator's own channel kind.
+class CoordinatorProbe {
+ public:
+  CoordinatorProbe(const std::string& address, const std::string& token)
+      : stub_(pb::Coordination::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+        token_(token) {}
+
+  // Waits (bounded) until every task is connected and task `task` is at `incarnation`.
+  bool WaitAllConnected(int tasks, int task, uint64_t incarnation, absl::Time deadline) {
+    uint64_t version = 0;
+    while (absl::Now() < deadline) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+      ctx.AddMetadata("authorization", "Bearer " + token_);
+      pb::WatchJobStateRequest request;
+      request.set_known_version(version);
+      request.set_timeout_ms(2000);
+      pb::WatchJobStateResponse response;
+      if (!stub_->WatchJobState(&ctx, request, &response).ok()) {
+        absl::SleepFor(absl::Milliseconds(20));
+        version = 0;
+        continue;
+      }
+      version = response.state().version();
+      int connected = 0;
+      bool at_incarnation = false;
+      for (const pb::TaskInfo& t : response.state().tasks()) {
+        if (t.state() == pb::TASK_STATE_CONNECTED) ++connected;
+        if (t.task_id() == task && t.incarnation() == incarnation &&
+            t.state() == pb::TASK_STATE_CONNECTED) {
+          at_incarnation = true;
+        }
+      }
+      if (connected == tasks && at_incarnation) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::unique_ptr<pb::Coordination::Stub> stub_;
+  std::string token_;
+};
+
+std::string EnvOf(const kube::Json& pod, const std::string& name) {
+  for (const kube::Json& e :
+       kube::ArrayOrEmpty(pod.at("spec").at("containers").at(0), "env").as_array()) {
+    if (kube::StringAt(e, "name") == name) return kube::StringAt(e, "value");
+  }
+  return "";
+}
+
+void RunReplace(Results& r) {
+  r.tasks = absl::GetFlag(FLAGS_tasks);
+  const int kills = absl::GetFlag(FLAGS_kills);
+  const std::string bin = absl::GetFlag(FLAGS_bin_dir);
+  const int port_base = 20000 + static_cast<int>(getpid() % 4000) * 2;
+  std::unique_ptr<Stack> stack = Stack::Start(
+      "replace", {"--nodes", "3"},
+      {"--coordinator_command", bin + "/runtime/coordination/phalanx-coordinator",
+       "--coordinator_address", "pod-ip", "--coordinator_port_base", absl::StrCat(port_base)});
+  if (stack == nullptr) return;
+  const std::string ckpt =
+      (std::filesystem::temp_directory_path() / absl::StrCat("phalanx-bench-ckpt-", getpid()))
+          .string();
+  const std::string worker = absl::StrCat(
+      R"({"name":"w","image":"x","command":[")", bin,
+      R"(/examples/sample_worker/phalanx-sample-worker"],"args":["--steps=1000000","--step_time=50ms","--checkpoint_every=20","--checkpoint_dir=)",
+      ckpt, R"("]})");
+  if (!stack->client()
+           .Create(op::kTrainingJobs, "default",
+                   JobManifest("bench", r.tasks, worker,
+                               R"({"maxRestarts":1000,"backoff":{"baseSeconds":1,"maxSeconds":1}})"))
+           .ok()) {
+    return;
+  }
+  // The coordinator's address and the job's token, as the tasks get them.
+  std::string address, token;
+  const absl::Time setup_deadline = absl::Now() + absl::Seconds(90);
+  while (absl::Now() < setup_deadline && (address.empty() || token.empty())) {
+    absl::StatusOr<kube::Json> pod = stack->client().Get(op::kPods, "default", "bench-task-0-0");
+    absl::StatusOr<kube::Json> secret = stack->client().Get(op::kSecrets, "default", "bench-token");
+    if (pod.ok()) address = EnvOf(*pod, "PHALANX_COORDINATOR");
+    if (secret.ok()) {
+      absl::Base64Unescape(kube::StringAt(*secret, "data.token"), &token);
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  CoordinatorProbe probe(address, token);
+  if (address.empty() || !probe.WaitAllConnected(r.tasks, 0, 0, absl::Now() + absl::Seconds(90))) {
+    std::fprintf(stderr, "replace: the job never had every task registered\n");
+    std::filesystem::remove_all(ckpt);
+    return;
+  }
+  std::vector<double> replace_ms, recover_s;
+  for (int k = 0; k < kills; ++k) {
+    const int victim = (k * 3 + 1) % r.tasks;
+    const int incarnation = k / r.tasks;  // each victim is killed once per lap of the tasks
+    const std::string old_pod = absl::StrFormat("bench-task-%d-%d", victim, incarnation);
+    const std::string new_pod = absl::StrFormat("bench-task-%d-%d", victim, incarnation + 1);
+    absl::StatusOr<kube::ObjectList> listed = stack->client().List(op::kPods, "default", {});
+    if (!listed.ok()) break;
+    absl::StatusOr<std::unique_ptr<kube::WatchStream>> watch = stack->client().Watch(
+        op::kPods, "default",
+        {.resource_version = listed->resource_version, .label_selector = "phalanx.dev/role=task"});
+    if (!watch.ok()) break;
+    const absl::Time killed = absl::Now();
+    if (!stack->client().Raw("POST", absl::StrCat("/admin/pods/default/", old_pod, "/kill")).ok()) {
+      break;
+    }
+    double ms = kFailed;
+    while (absl::Now() - killed < absl::Seconds(30)) {
+      absl::StatusOr<std::optional<kube::WatchEventData>> event =
+          (*watch)->Next(absl::Seconds(1));
+      if (!event.ok()) break;
+      if (event->has_value() && (*event)->type == "ADDED" &&
+          kube::MetaString((*event)->object, "name") == new_pod) {
+        ms = absl::ToDoubleMilliseconds(absl::Now() - killed);
+        break;
+      }
+    }
+    const bool back =
+        probe.WaitAllConnected(r.tasks, victim, incarnation + 1, killed + absl::Seconds(60));
+    const double s = back ? absl::ToDoubleSeconds(absl::Now() - killed) : kFailed;
+    std::fprintf(stderr, "  kill %d (task %d): replacement pod after %.1f ms, all %d registered "
+                         "after %.2f s\n", k + 1, victim, ms, r.tasks, s);
+    replace_ms.push_back(ms);
+    recover_s.push_back(s);
+    if (!back) break;
+    absl::SleepFor(absl::Milliseconds(1500));  // past the 1 s restart back-off
+  }
+  r.kills = static_cast<int>(replace_ms.size());
+  r.replace_p50_ms = Median(replace_ms);
+  r.recover_p50_s = Median(recover_s);
+  stack->client().Delete(op::kTrainingJobs, "default", "bench", {}).IgnoreError();
+  stack.reset();
+  std::filesystem::remove_all(ckpt);
+}
+
+std::string Json(const Results& r) {
+  auto num = [](double v, const char* fmt) {
+    return v < 0 ? std::string("null") : absl::StrFormat(fmt, v);
+  };
+  return absl::StrCat(
+      "{\n", "  \"jobs\": ", r.jobs, ",\n", "  \"tasks_per_job\": ", r.tasks, ",\n",
+      "  \"create_all_pods_s\": ", num(r.create_all_pods_s, "%.2f"), ",\n",
+      "  \"api_requests_per_job\": ", num(r.api_requests_per_job, "%.1f"), ",\n",
+      "  \"operator_rss_mib\": ", num(r.operator_rss_mib, "%.1f"), ",\n",
+      "  \"idle_cpu_pct\": ", num(r.idle_cpu_pct, "%.2f"), ",\n",
+      "  \"kills\": ", r.kills, ",\n", "  \"replace_p50_ms\": ", num(r.replace_p50_ms, "%.1f"),
+      ",\n", "  \"recover_p50_s\": ", num(r.recover_p50_s, "%.2f"), "\n}\n");
+}
+
+}  // namespace
+}  // namespace phalanx::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  phalanx::base::InitProcess("operator-bench");
+  using namespace phalanx::bench;
+  const std::string only = absl::GetFlag(FLAGS_only);
+  auto wanted = [&](const std::string& name) {
+    if (only.empty()) return true;
+    for (absl::string_view w : absl::StrSplit(only, ',')) {
+      if (w == name) return true;
+    }
+    return false;
+  };
+  Results r;
+  if (wanted("scale")) RunScale(r);
+  if (wanted("replace")) RunReplace(r);
+
+  const std::string json = Json(r);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  std::filesystem::create_directories(std::filesystem::path(out).parent_path());
+  std::ofstream(out) << json;
+  auto cell = [](double v, const char* fmt) {
+    return v < 0 ? std::string("failed") : absl::StrFormat(fmt, v);
+  };
+  std::printf("\n| key | result | target |\n|---|---|---|\n");
+  std::printf("| create_all_pods_s (%d jobs x %d tasks) | %s | < 30 |\n", r.jobs, r.tasks,
+              cell(r.create_all_pods_s, "%.2f").c_str());
+  std::printf("| api_requests_per_job | %s | (reported) |\n",
+              cell(r.api_requests_per_job, "%.1f").c_str());
+  std::printf("| operator_rss_mib | %s | < 200 |\n", cell(r.operator_rss_mib, "%.1f").c_str());
+  std::printf("| idle_cpu_pct | %s | < 1 |\n", cell(r.idle_cpu_pct, "%.2f").c_str());
+  std::printf("| replace_p50_ms (%d kills) | %s | < 100 |\n", r.kills,
+              cell(r.replace_p50_ms, "%.1f").c_str());
+  std::printf("| recover_p50_s | %s | < 3 |\n", cell(r.recover_p50_s, "%.2f").c_str());
+  std::printf("\nwritten to %s\n", out.c_str());
+  const bool all = r.create_all_pods_s >= 0 || !wanted("scale");
+  return all && (r.replace_p50_ms >= 0 || !wanted("replace")) ? 0 : 1;
+}
