@@ -46,6 +46,7 @@ ABSL_FLAG(int, simulated_nodes, 50, "scale: simulated nodes");
 ABSL_FLAG(double, qps, 200, "operator --qps");
 ABSL_FLAG(int, burst, 400, "operator --burst");
 ABSL_FLAG(absl::Duration, idle, absl::Seconds(30), "scale: idle window for the CPU figure");
+ABSL_FLAG(absl::Duration, settle, absl::Seconds(30), "scale: wait before the idle window");
 ABSL_FLAG(int, kills, 5, "replace: tasks killed, one at a time");
 ABSL_FLAG(std::string, only, "", "comma-separated subset: scale,replace");
 
@@ -226,9 +227,12 @@ kube::Json JobManifest(const std::string& name, int tasks, const std::string& co
 void RunScale(Results& r) {
   r.jobs = absl::GetFlag(FLAGS_jobs);
   r.tasks = absl::GetFlag(FLAGS_tasks);
+  // Pod IPs, not Service DNS names: the operator's coordinator channels (to coordinators that
+  // do not run here) stay on 127.0.0.1 instead of asking the machine's resolver.
+  const int port_base = 20000 + static_cast<int>(getpid() % 4000) * 2;
   std::unique_ptr<Stack> stack = Stack::Start(
       "scale", {"--nodes", "0", "--simulated-nodes", absl::StrCat(absl::GetFlag(FLAGS_simulated_nodes))},
-      {});
+      {"--coordinator_address", "pod-ip", "--coordinator_port_base", absl::StrCat(port_base)});
   if (stack == nullptr) return;
   std::fprintf(stderr, "scale: creating %d jobs x %d tasks on simulated nodes\n", r.jobs, r.tasks);
   const absl::Time start = absl::Now();
@@ -284,8 +288,9 @@ void RunScale(Results& r) {
                r.create_all_pods_s);
   r.api_requests_per_job =
       SumOfMetric(stack->Metrics(), "phalanx_operator_api_requests_total") / r.jobs;
-  // Let the last status writes and the goodput bookkeeping settle, then measure the quiet.
-  absl::SleepFor(absl::Seconds(2));
+  // Let the last status writes and the coordinator channels' first back-off steps settle (the
+  // simulated coordinators never answer), then measure the quiet.
+  absl::SleepFor(absl::GetFlag(FLAGS_settle));
   const absl::Duration idle = absl::GetFlag(FLAGS_idle);
   std::fprintf(stderr, "scale: measuring operator CPU over %.0f s with nothing changing\n",
                absl::ToDoubleSeconds(idle));
@@ -438,17 +443,18 @@ void RunReplace(Results& r) {
 }
 
 std::string Json(const Results& r) {
-  auto num = [](double v, const char* fmt) {
-    return v < 0 ? std::string("null") : absl::StrFormat(fmt, v);
+  // `decimals` digits after the point; null for a measurement that failed.
+  auto num = [](double v, int decimals) {
+    return v < 0 ? std::string("null") : absl::StrFormat("%.*f", decimals, v);
   };
   return absl::StrCat(
       "{\n", "  \"jobs\": ", r.jobs, ",\n", "  \"tasks_per_job\": ", r.tasks, ",\n",
-      "  \"create_all_pods_s\": ", num(r.create_all_pods_s, "%.2f"), ",\n",
-      "  \"api_requests_per_job\": ", num(r.api_requests_per_job, "%.1f"), ",\n",
-      "  \"operator_rss_mib\": ", num(r.operator_rss_mib, "%.1f"), ",\n",
-      "  \"idle_cpu_pct\": ", num(r.idle_cpu_pct, "%.2f"), ",\n",
-      "  \"kills\": ", r.kills, ",\n", "  \"replace_p50_ms\": ", num(r.replace_p50_ms, "%.1f"),
-      ",\n", "  \"recover_p50_s\": ", num(r.recover_p50_s, "%.2f"), "\n}\n");
+      "  \"create_all_pods_s\": ", num(r.create_all_pods_s, 2), ",\n",
+      "  \"api_requests_per_job\": ", num(r.api_requests_per_job, 1), ",\n",
+      "  \"operator_rss_mib\": ", num(r.operator_rss_mib, 1), ",\n",
+      "  \"idle_cpu_pct\": ", num(r.idle_cpu_pct, 2), ",\n",
+      "  \"kills\": ", r.kills, ",\n", "  \"replace_p50_ms\": ", num(r.replace_p50_ms, 1),
+      ",\n", "  \"recover_p50_s\": ", num(r.recover_p50_s, 2), "\n}\n");
 }
 
 }  // namespace
@@ -474,19 +480,19 @@ int main(int argc, char** argv) {
   const std::string out = absl::GetFlag(FLAGS_out);
   std::filesystem::create_directories(std::filesystem::path(out).parent_path());
   std::ofstream(out) << json;
-  auto cell = [](double v, const char* fmt) {
-    return v < 0 ? std::string("failed") : absl::StrFormat(fmt, v);
+  auto cell = [](double v, int decimals) {
+    return v < 0 ? std::string("failed") : absl::StrFormat("%.*f", decimals, v);
   };
   std::printf("\n| key | result | target |\n|---|---|---|\n");
   std::printf("| create_all_pods_s (%d jobs x %d tasks) | %s | < 30 |\n", r.jobs, r.tasks,
-              cell(r.create_all_pods_s, "%.2f").c_str());
+              cell(r.create_all_pods_s, 2).c_str());
   std::printf("| api_requests_per_job | %s | (reported) |\n",
-              cell(r.api_requests_per_job, "%.1f").c_str());
-  std::printf("| operator_rss_mib | %s | < 200 |\n", cell(r.operator_rss_mib, "%.1f").c_str());
-  std::printf("| idle_cpu_pct | %s | < 1 |\n", cell(r.idle_cpu_pct, "%.2f").c_str());
+              cell(r.api_requests_per_job, 1).c_str());
+  std::printf("| operator_rss_mib | %s | < 200 |\n", cell(r.operator_rss_mib, 1).c_str());
+  std::printf("| idle_cpu_pct | %s | < 1 |\n", cell(r.idle_cpu_pct, 2).c_str());
   std::printf("| replace_p50_ms (%d kills) | %s | < 100 |\n", r.kills,
-              cell(r.replace_p50_ms, "%.1f").c_str());
-  std::printf("| recover_p50_s | %s | < 3 |\n", cell(r.recover_p50_s, "%.2f").c_str());
+              cell(r.replace_p50_ms, 1).c_str());
+  std::printf("| recover_p50_s | %s | < 3 |\n", cell(r.recover_p50_s, 2).c_str());
   std::printf("\nwritten to %s\n", out.c_str());
   const bool all = r.create_all_pods_s >= 0 || !wanted("scale");
   return all && (r.replace_p50_ms >= 0 || !wanted("replace")) ? 0 : 1;

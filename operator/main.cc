@@ -26,6 +26,7 @@
 #include "common/kube/informer.h"
 #include "common/kube/leader_election.h"
 #include "common/kube/rest_client.h"
+#include "operator/controller/node_watch.h"
 #include "operator/controller/reconciler.h"
 #include "prometheus/registry.h"
 
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
   };
   auto jobs = informer(op::kTrainingJobs, "");
   auto pods = informer(op::kPods, op::kJobLabel);
+  pods->AddIndex(op::kPodsByNodeIndex, op::PodNodeName);
   auto services = informer(op::kServices, op::kJobLabel);
   auto secrets = informer(op::kSecrets, op::kJobLabel);
   auto nodes = informer(op::kNodes, "");
@@ -140,7 +142,11 @@ int main(int argc, char** argv) {
   controller.Watch(*pods, kube::KeysForControllerOwner(op::kKind));
   controller.Watch(*services, kube::KeysForControllerOwner(op::kKind));
   controller.Watch(*secrets, kube::KeysForControllerOwner(op::kKind));
-  controller.Watch(*nodes, [&pods](const kube::Json& node) { return op::JobKeysOnNode(*pods, node); });
+  // Only a node's preemption state matters to jobs, not its routine status updates.
+  op::NodePreemptionFilter node_filter;
+  controller.Watch(*nodes, [&pods, &node_filter](const kube::Json& node) {
+    return node_filter.Changed(node) ? op::JobKeysOnNode(*pods, node) : std::vector<std::string>{};
+  });
 
   absl::Notification failed;
   std::once_flag finish_once;

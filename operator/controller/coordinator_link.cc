@@ -14,18 +14,20 @@ namespace {
 
 namespace pb = ::phalanx::coord::v1;
 
-constexpr absl::Duration kPollTimeout = absl::Seconds(10);
-// After a failed poll the watcher waits, doubling from the first delay to the last, so hundreds
-// of jobs whose coordinators are not up cost the operator next to nothing.
+constexpr absl::Duration kPollTimeout = absl::Seconds(30);  // returns at once on a change
+// After a failed poll the watcher waits, doubling from the first delay to the last; a call on a
+// channel that cannot connect fails at once (no wait-for-ready). The channel's own reconnects
+// start at 1 s and grow (x1.6) to gRPC's default cap of 2 minutes, so hundreds of jobs whose
+// coordinators are unreachable cost the operator little, while a coordinator that starts
+// listening a few seconds after its pod runs is found within seconds. A recreated coordinator
+// pod gets a new watcher and channel (Ensure), so the long cap never delays that case.
 constexpr absl::Duration kFirstRetryDelay = absl::Seconds(1);
-constexpr absl::Duration kMaxRetryDelay = absl::Seconds(10);
-// Reconnects are gRPC's own (calls wait for the channel to be ready); capped so a recreated
-// coordinator is found again within seconds.
-constexpr int kMaxReconnectBackoffMs = 3000;
+constexpr absl::Duration kMaxRetryDelay = absl::Seconds(60);
+constexpr int kMaxReconnectBackoffMs = 120000;
 
 std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
@@ -35,6 +37,7 @@ std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
 struct CoordinatorLink::Watcher {
   std::string address;
   std::string token;
+  std::string coordinator;  // the coordinator pod's UID
   std::thread thread;
   absl::Notification stop;
   absl::Mutex mu;
@@ -55,11 +58,12 @@ CoordinatorLink::~CoordinatorLink() {
 }
 
 void CoordinatorLink::Ensure(const std::string& key, const std::string& address,
-                             const std::string& token) {
+                             const std::string& token, const std::string& coordinator) {
   {
     absl::MutexLock lock(&mu_);
     auto it = watchers_.find(key);
-    if (it != watchers_.end() && it->second->address == address && it->second->token == token) {
+    if (it != watchers_.end() && it->second->address == address && it->second->token == token &&
+        it->second->coordinator == coordinator) {
       return;
     }
   }
@@ -67,6 +71,7 @@ void CoordinatorLink::Ensure(const std::string& key, const std::string& address,
   auto watcher = std::make_shared<Watcher>();
   watcher->address = address;
   watcher->token = token;
+  watcher->coordinator = coordinator;
   watcher->stub = pb::Coordination::NewStub(ChannelTo(address));
   watcher->thread = std::thread([this, watcher, key] { Loop(watcher, key); });
   absl::MutexLock lock(&mu_);
@@ -135,7 +140,6 @@ void CoordinatorLink::Loop(std::shared_ptr<Watcher> watcher, std::string key) {
   while (!watcher->stop.HasBeenNotified()) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + kPollTimeout + absl::Seconds(5)));
-    ctx.set_wait_for_ready(true);  // a coordinator still starting is waited for, not polled
     ctx.AddMetadata("authorization", "Bearer " + watcher->token);
     {
       absl::MutexLock lock(&watcher->mu);

@@ -28,7 +28,10 @@ class CoordinatorLink {
   CoordinatorLink& operator=(const CoordinatorLink&) = delete;
 
   // Watches `key`'s coordinator at `address` with `token`; restarts the watch when either changes.
-  void Ensure(const std::string& key, const std::string& address, const std::string& token);
+  // `coordinator` names the coordinator pod (its UID): a recreated coordinator gets a fresh
+  // channel at once instead of waiting out the old one's reconnect back-off.
+  void Ensure(const std::string& key, const std::string& address, const std::string& token,
+              const std::string& coordinator);
   // Stops watching `key` (bounded: the long poll is cancelled).
   void Forget(const std::string& key);
   // task index → the incarnation the coordinator declared failed.

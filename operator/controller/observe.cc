@@ -35,6 +35,7 @@ bool IsPreemptionTaint(const std::string& key) {
 PodView ViewOfPod(const Json& pod) {
   PodView v;
   v.name = kube::MetaString(pod, "name");
+  v.uid = kube::MetaString(pod, "uid");
   const std::map<std::string, std::string> labels = kube::LabelsOf(pod);
   v.index = LabelInt(labels, kTaskLabel);
   v.incarnation = LabelInt(labels, kIncarnationLabel);

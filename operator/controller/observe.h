@@ -17,6 +17,7 @@ using Json = web::json::value;
 
 struct PodView {
   std::string name;
+  std::string uid;
   int index = -1;        // task pods: phalanx.dev/task
   int incarnation = -1;  // task pods: phalanx.dev/incarnation
   std::string phase;     // Pending, Running, Succeeded, Failed ("" when unknown)

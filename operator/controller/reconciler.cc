@@ -62,20 +62,6 @@ CoordinatorPlacement Reconciler::PlacementFor(const Json& job) const {
   return placement;
 }
 
-std::vector<std::string> JobKeysOnNode(kube::Informer& pods, const Json& node) {
-  std::vector<std::string> keys;
-  const std::string name = kube::MetaString(node, "name");
-  for (const Json& pod : pods.List()) {
-    if (kube::StringAt(pod, "spec.nodeName") != name) continue;
-    std::optional<kube::OwnerReference> owner = kube::ControllerOf(pod);
-    if (owner.has_value() && owner->kind == kKind) {
-      const std::string key = kube::MetaString(pod, "namespace") + "/" + owner->name;
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
-    }
-  }
-  return keys;
-}
-
 absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string& key) {
   const absl::Time started = clock_.Now();
   auto [ns, name] = kube::SplitKey(key);
@@ -145,7 +131,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     const std::string token = TokenOf(ns, name);
     const std::string address = CoordinatorAddress(job, placement, world.coordinator->ip);
     if (!token.empty() && !address.empty()) {
-      link_->Ensure(key, address, token);
+      link_->Ensure(key, address, token, world.coordinator->uid);
       world.coordinator_failed = link_->FailedTasks(key);
     }
   }

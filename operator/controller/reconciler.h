@@ -85,7 +85,4 @@ class Reconciler {
   std::map<std::string, UndeliveredNotice> undelivered_ ABSL_GUARDED_BY(notices_mu_);
 };
 
-// Keys of the jobs with a task pod on `node` (a node change may preempt them).
-std::vector<std::string> JobKeysOnNode(kube::Informer& pods, const Json& node);
-
 }  // namespace phalanx::op

@@ -1,0 +1,87 @@
+// Needs a GPU, its driver and NCCL (CTest label `gpu`); skips with the reason otherwise.
+#include <dlfcn.h>
+
+#include <memory>
+
+#include "common/base/clock.h"
+#include "common/testing/eventually.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/clique/clique_manager.h"
+#include "runtime/clique/in_memory_unique_id_exchange.h"
+#include "runtime/clique/nccl_loader.h"
+
+namespace phalanx::clique {
+namespace {
+
+using ::phalanx::testing::Eventually;
+using ::phalanx::testing::IsOk;
+
+// An empty string when a GPU is usable, else why not.
+std::string WhyNoGpu() {
+  void* cudart = nullptr;
+  for (const std::string& path : NcclLoader::DefaultCudartPaths()) {
+    cudart = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (cudart != nullptr) break;
+  }
+  if (cudart == nullptr) return "no GPU: libcudart cannot be loaded";
+  auto get_count = reinterpret_cast<int (*)(int*)>(dlsym(cudart, "cudaGetDeviceCount"));
+  auto error_string = reinterpret_cast<const char* (*)(int)>(dlsym(cudart, "cudaGetErrorString"));
+  if (get_count == nullptr) return "no GPU: libcudart lacks cudaGetDeviceCount";
+  int count = 0;
+  if (int err = get_count(&count); err != 0) {
+    return std::string("no GPU: cudaGetDeviceCount failed: ") +
+           (error_string != nullptr ? error_string(err) : std::to_string(err));
+  }
+  if (count == 0) return "no GPU: cudaGetDeviceCount found 0 devices";
+  return "";
+}
+
+TEST(NcclGpuTest, OneGpuClique_Forms_ThenAborts) {
+  if (std::string why = WhyNoGpu(); !why.empty()) GTEST_SKIP() << why;
+  auto loader = NcclLoader::Create();
+  if (!loader.ok()) GTEST_SKIP() << "no NCCL: " << loader.status();
+  NcclApi& nccl = **loader;
+
+  auto id = nccl.GetUniqueId();
+  ASSERT_THAT(id, IsOk());
+  auto comm = nccl.CommInitRank(/*nranks=*/1, *id, /*rank=*/0, /*cuda_device=*/0);
+  ASSERT_THAT(comm, IsOk());
+  absl::StatusOr<CommProgress> progress;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        progress = nccl.CommGetAsyncError(*comm);
+        return !progress.ok() || *progress == CommProgress::kReady;
+      },
+      absl::Seconds(60)));
+  ASSERT_THAT(progress, IsOk());
+  EXPECT_THAT(nccl.CommAbort(*comm), IsOk());
+}
+
+TEST(NcclGpuTest, OneGpuClique_ThroughTheManager_IsReadyThenAbortedWhenItsTaskRestarts) {
+  if (std::string why = WhyNoGpu(); !why.empty()) GTEST_SKIP() << why;
+  auto loader = NcclLoader::Create();
+  if (!loader.ok()) GTEST_SKIP() << "no NCCL: " << loader.status();
+  InMemoryUniqueIdExchange exchange;
+  base::Clock& clock = base::RealClock::Get();
+  CliqueManager manager(**loader, exchange, clock, {});
+  auto key = CliqueKey::Create("gpu-test", {{0, 0, {0}}});
+  ASSERT_THAT(key, IsOk());
+  auto id = manager.Acquire(*key, 0, clock.Now() + absl::Seconds(60), /*cuda_device=*/0);
+  ASSERT_THAT(id, IsOk());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        manager.Poll(clock.Now());
+        return manager.Get(*id)->state != CliqueState::kForming;
+      },
+      absl::Seconds(90)));
+  ASSERT_EQ(manager.Get(*id)->state, CliqueState::kReady) << manager.Get(*id)->status;
+  // Our own task restarting makes this clique unusable: it is aborted, not re-formed.
+  manager.OnMembershipChange({{{0, 1}}});
+  EXPECT_EQ(manager.Get(*id)->state, CliqueState::kFailed);
+  EXPECT_EQ(manager.counters().aborts, 1);
+}
+
+}  // namespace
+}  // namespace phalanx::clique
