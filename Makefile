@@ -32,6 +32,8 @@ bench: build
 	@$(BUILD)/bench/phalanx-coord-bench --bin_dir $(BUILD) --out $(BUILD)/bench/coordination.json
 	@$(BUILD)/bench/phalanx-operator-bench --bin_dir $(BUILD) --source_dir $(CURDIR) \
 	  --out $(BUILD)/bench/operator.json
+	@$(BUILD)/bench/phalanx-agent-bench --bin_dir $(BUILD) --source_dir $(CURDIR) \
+	  --out $(BUILD)/bench/agent.json
 
 # Sanitizer builds (CMakePresets.json has the same configurations for IDEs).
 asan: deps

@@ -21,15 +21,6 @@ bool ConditionTrue(const Json& pod, const std::string& type) {
   return false;
 }
 
-// Taints cloud providers and node drainers put on nodes that are about to go away.
-bool IsPreemptionTaint(const std::string& key) {
-  return key == "cloud.google.com/impending-node-termination" ||
-         key == "aws-node-termination-handler/spot-itn" ||
-         key == "aws-node-termination-handler/scheduled-maintenance" ||
-         key == "node.kubernetes.io/unschedulable" || key == "ToBeDeletedByClusterAutoscaler" ||
-         key == "phalanx.dev/preempting";
-}
-
 }  // namespace
 
 PodView ViewOfPod(const Json& pod) {
@@ -55,16 +46,6 @@ PodView ViewOfPod(const Json& pod) {
   }
   if (v.reason.empty()) v.reason = kube::StringAt(pod, "status.reason");  // e.g. Evicted
   return v;
-}
-
-bool NodeIsBeingPreempted(const Json& node) {
-  const Json& unschedulable = kube::FieldOrNull(kube::FieldOrNull(node, "spec"), "unschedulable");
-  if (unschedulable.is_boolean() && unschedulable.as_bool()) return true;
-  for (const Json& taint :
-       kube::ArrayOrEmpty(kube::FieldOrNull(node, "spec"), "taints").as_array()) {
-    if (IsPreemptionTaint(kube::StringAt(taint, "key"))) return true;
-  }
-  return false;
 }
 
 }  // namespace phalanx::op

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/kube/node_preemption.h"
+
 namespace phalanx::op {
 
 using Json = web::json::value;
@@ -45,7 +47,8 @@ struct JobObservation {
   std::set<std::string> preempting_nodes;
 };
 
-// True when a node carries a termination or maintenance taint or is cordoned.
-bool NodeIsBeingPreempted(const Json& node);
+// True when a node carries a termination or maintenance taint or is cordoned (one list, shared
+// with the node agent).
+using kube::NodeIsBeingPreempted;
 
 }  // namespace phalanx::op

@@ -22,6 +22,7 @@
 #include "common/process/subprocess.h"
 #include "common/testing/eventually.h"
 #include "operator/api/yaml_json.h"
+#include "node_agent/preemption/fake_metadata_server.h"
 #include "operator/controller/reconciler.h"
 
 namespace phalanx {
@@ -456,6 +457,100 @@ TEST_F(OperatorPreemptionE2eTest, NodePreemptionCheckpointsEveryTaskAtOneStepAnd
     for (const std::string& line : lines) final_states.insert(EventField(line, "state"));
   }
   EXPECT_EQ(final_states.size(), 1u);
+}
+
+// The node agent end to end: one phalanx-agent per node (fake GPUs), each polling its own fake
+// GCE metadata server. The victim node's server starts answering preempted=TRUE; its agent
+// taints the node, the operator opens a preemption round, every task checkpoints at one step,
+// the preempted task moves, and no step is lost.
+class AgentPreemptionE2eTest : public OperatorPreemptionE2eTest {
+ protected:
+  std::unique_ptr<process::Subprocess> StartAgent(const std::string& node,
+                                                  const std::string& metadata_url) {
+    return Start({kBuild + "/node_agent/phalanx-agent", "--kubeconfig", kubeconfig_,
+                  "--node_name", node, "--notice_sources", "gce,node-taint", "--gce_metadata_url",
+                  metadata_url, "--fake_gpus", "2", "--poll_interval", "500ms",
+                  "--clique_socket", (dir_ / (node + ".sock")).string(), "--metrics_listen",
+                  "127.0.0.1:0"},
+                 "agent-" + node, [](const std::string& l) { return absl::StartsWith(l, "ready "); });
+  }
+};
+
+TEST_F(AgentPreemptionE2eTest, AGceNoticeOnOneNodeCheckpointsTheJobAtOneStepAndLosesNoSteps) {
+  std::map<std::string, std::unique_ptr<agent::testing::FakeMetadataServer>> metadata;
+  std::vector<std::unique_ptr<process::Subprocess>> agents;
+  for (int n = 0; n < nodes_; ++n) {
+    const std::string node = absl::StrCat("node-", n);
+    auto server = agent::testing::FakeMetadataServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    (*server)->Set("GET", "/computeMetadata/v1/instance/preempted",
+                   agent::testing::ScriptedResponse::Ok("FALSE"));
+    (*server)->Set("GET", "/computeMetadata/v1/instance/maintenance-event",
+                   agent::testing::ScriptedResponse::Ok("NONE"));
+    agents.push_back(StartAgent(node, (*server)->base_url()));
+    ASSERT_NE(agents.back(), nullptr) << node;
+    metadata[node] = *std::move(server);
+  }
+  ASSERT_TRUE(CreateJob(JobOptions{.steps = 250,
+                                   .preemption = R"({"checkpointGraceSeconds":20})",
+                                   .gpus = 2})
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(90)));
+  ASSERT_TRUE(Eventually([&] { return WorkerEvents("checkpoint").size() == 2; },
+                         absl::Seconds(60)));
+  absl::StatusOr<kube::Json> coordinator = client_->Get(op::kPods, "default", "train-coordinator");
+  ASSERT_TRUE(coordinator.ok());
+  std::string victim_pod, node;
+  for (int i = 0; i < 2 && node.empty(); ++i) {
+    absl::StatusOr<kube::Json> pod =
+        client_->Get(op::kPods, "default", absl::StrCat("train-task-", i, "-0"));
+    ASSERT_TRUE(pod.ok());
+    if (kube::StringAt(*pod, "spec.nodeName") != kube::StringAt(*coordinator, "spec.nodeName")) {
+      victim_pod = kube::MetaString(*pod, "name");
+      node = kube::StringAt(*pod, "spec.nodeName");
+    }
+  }
+  ASSERT_FALSE(node.empty());
+  // The cloud says: this VM is being preempted.
+  metadata[node]->Set("GET", "/computeMetadata/v1/instance/preempted",
+                      agent::testing::ScriptedResponse::Ok("TRUE"));
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(150)))
+      << Job().serialize();
+
+  const kube::Json done = Job();
+  EXPECT_GE(done.at("status").at("preemptions").as_integer(), 1) << done.serialize();
+  EXPECT_EQ(done.at("status").at("restarts").as_integer(), 0) << done.serialize();
+  // The node carries the agent's taint, condition and Event.
+  absl::StatusOr<kube::Json> marked = client_->Get(op::kNodes, "", node);
+  ASSERT_TRUE(marked.ok());
+  EXPECT_THAT(marked->serialize(), ::testing::HasSubstr("phalanx.dev/preempting"));
+  EXPECT_THAT(marked->serialize(), ::testing::HasSubstr("PhalanxPreemptionNotice"));
+  absl::StatusOr<kube::ObjectList> events = client_->List(
+      {"", "v1", "events", true}, "default", {.field_selector = "involvedObject.name=" + node});
+  ASSERT_TRUE(events.ok());
+  bool noticed = false;
+  for (const kube::Json& e : events->items) noticed |= kube::StringAt(e, "reason") == "PreemptionNotice";
+  EXPECT_TRUE(noticed);
+  // Every first-incarnation task checkpointed at one step; the preempted one left there.
+  std::set<std::string> sync_steps;
+  const auto sync = WorkerEvents("sync_checkpoint");
+  for (int i = 0; i < 2; ++i) {
+    const auto it = sync.find(absl::StrCat("default_train-task-", i, "-0"));
+    ASSERT_NE(it, sync.end()) << "task " << i << " never checkpointed at the sync step";
+    for (const std::string& line : it->second) sync_steps.insert(EventField(line, "step"));
+  }
+  EXPECT_EQ(sync_steps.size(), 1u);
+  const auto left = WorkerEvents("left_for_preemption");
+  EXPECT_TRUE(left.contains("default_" + victim_pod)) << victim_pod;
+  for (const auto& [pod, lines] : WorkerEvents("recovered")) {
+    for (const std::string& line : lines) EXPECT_EQ(EventField(line, "lost"), "0") << line;
+  }
+  for (auto& a : agents) {
+    a->Signal(SIGINT);
+    a->Wait(absl::Seconds(10));
+  }
 }
 
 }  // namespace

@@ -1,0 +1,35 @@
+// Which Node objects say "this node is about to go away": the taints cloud providers, node
+// termination handlers, the cluster autoscaler and Phalanx itself put on a node before it is
+// preempted, drained or deleted, and a cordon (spec.unschedulable). Shared by the operator
+// (which moves tasks off such nodes) and the node agent's NodeTaintSource (which turns them into
+// preemption notices), so both agree on one list. Pure; never throws; thread-safe.
+#pragma once
+
+#include <cpprest/json.h>
+
+#include <optional>
+#include <string>
+
+namespace phalanx::kube {
+
+using Json = web::json::value;
+
+// True for the taint keys that announce a node's departure:
+//   cloud.google.com/impending-node-termination            (GKE spot/preemptible VMs)
+//   aws-node-termination-handler/spot-itn                  (AWS spot interruption notice)
+//   aws-node-termination-handler/scheduled-maintenance     (AWS scheduled events)
+//   node.kubernetes.io/unschedulable                       (cordon / drain)
+//   ToBeDeletedByClusterAutoscaler                         (scale-down)
+//   phalanx.dev/preempting                                 (Phalanx's own marker, and tests')
+//   phalanx.dev/gpu-failed                                 (the node agent: a GPU failed; its
+//                                                           tasks checkpoint and move)
+bool IsPreemptionTaint(const std::string& key);
+
+// The key of the first taint in node.spec.taints for which IsPreemptionTaint holds; nullopt when
+// there is none. A cordon without the matching taint is not a taint: see NodeIsBeingPreempted.
+std::optional<std::string> PreemptionTaintOf(const Json& node);
+
+// True when the node carries a preemption taint or is cordoned (spec.unschedulable: true).
+bool NodeIsBeingPreempted(const Json& node);
+
+}  // namespace phalanx::kube

@@ -1,0 +1,158 @@
+#include "node_agent/agent.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/log.h"
+
+namespace phalanx::agent {
+namespace {
+
+bool SameConditions(const std::vector<NodeCondition>& a, const std::vector<NodeCondition>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].type != b[i].type || a[i].status != b[i].status || a[i].reason != b[i].reason ||
+        a[i].message != b[i].message) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Agent::Agent(AgentOptions options, AgentMetrics& metrics, NodeMarker* marker,
+             NodeEventSink events, std::vector<std::unique_ptr<NoticeSource>> sources,
+             GpuHealthTracker* gpus, absl::Status nvml_status, CliqueRegistry& cliques)
+    : options_(std::move(options)),
+      metrics_(metrics),
+      marker_(marker),
+      events_(std::move(events)),
+      sources_(std::move(sources)),
+      gpus_(gpus),
+      nvml_status_(std::move(nvml_status)),
+      cliques_(cliques) {
+  metrics_.SetNvmlAvailable(gpus_ != nullptr);
+  if (gpus_ == nullptr) {
+    metrics_.SetGpus(0);
+    PHX_LOG(WARNING) << "no GPU health: " << nvml_status_;
+  }
+}
+
+void Agent::PollSources(absl::Time now) {
+  for (const std::unique_ptr<NoticeSource>& source : sources_) {
+    absl::StatusOr<std::optional<NodeNotice>> polled = source->Poll(now);
+    if (!polled.ok()) {
+      metrics_.SourceError(source->name());
+      absl::Status& last = last_source_error_[source->name()];
+      if (last.code() != polled.status().code()) {  // log changes, not every tick
+        PHX_LOG(WARNING) << "notice source " << source->name() << ": " << polled.status();
+      }
+      last = polled.status();
+      continue;
+    }
+    last_source_error_.erase(source->name());
+    if (!polled->has_value() || notice_.has_value()) continue;
+    notice_ = **polled;
+    metrics_.Notice(notice_->source, notice_->kind);
+    PHX_LOG(WARNING) << "node notice: " << notice_->DebugString();
+    if (events_) {
+      events_(true, "PreemptionNotice",
+              absl::StrCat(notice_->kind, " notice from ", notice_->source, " (",
+                           notice_->detail, "): tasks on this node checkpoint and move"));
+    }
+  }
+  if (notice_.has_value() && !marked_ && marker_ != nullptr) {
+    absl::Status tainted = marker_->Taint(kPreemptingTaint, notice_->source);
+    if (tainted.ok()) {
+      marked_ = true;
+    } else {
+      PHX_LOG(WARNING) << "could not taint node " << marker_->node_name()
+                       << " (retrying next tick): " << tainted;
+    }
+  }
+}
+
+void Agent::TickGpus(absl::Time now) {
+  if (gpus_ == nullptr) return;
+  for (const GpuHealthTracker::FailedGpu& gpu : gpus_->Tick(now)) {
+    const std::string why = absl::StrJoin(gpu.reasons, "; ");
+    PHX_LOG(ERROR) << "GPU " << gpu.index << " (" << gpu.uuid << ") failed: " << why;
+    failed_gpus_.push_back(gpu);
+    gpu_taints_pending_.push_back(absl::StrCat("gpu", gpu.index));
+    const int tasks = cliques_.RequestAbortForDevice(gpu.index, absl::StrCat("gpu ", gpu.index,
+                                                                             " failed: ", why));
+    if (events_) {
+      events_(true, "GpuFailed",
+              absl::StrCat("GPU ", gpu.index, " (", gpu.uuid, ") failed: ", why, "; ", tasks,
+                           " local task(s) asked to abort their cliques"));
+    }
+  }
+  while (!gpu_taints_pending_.empty() && marker_ != nullptr) {
+    absl::Status tainted = marker_->Taint(kGpuFailedTaint, gpu_taints_pending_.front());
+    if (!tainted.ok()) {
+      PHX_LOG(WARNING) << "could not taint node for a failed GPU (retrying): " << tainted;
+      break;
+    }
+    gpu_taints_pending_.erase(gpu_taints_pending_.begin());
+  }
+  const GpuHealthTracker::Counters counters = gpus_->counters();
+  for (const auto& [code, count] : counters.xids_by_code) {
+    uint64_t& seen = xids_seen_[code];
+    for (; seen < count; ++seen) metrics_.AddXid(static_cast<int>(code));
+  }
+  std::map<std::string, int> by_health;
+  for (const auto& [health, n] : counters.gpus_by_health) by_health[std::string(GpuHealthName(health))] = n;
+  metrics_.SetGpusByHealth(by_health);
+  metrics_.SetGpus(static_cast<int>(gpus_->inventory().gpus.size()));
+}
+
+std::vector<NodeCondition> Agent::Conditions(const std::vector<CheckResult>& checks) const {
+  std::vector<NodeCondition> out;
+  if (failed_gpus_.empty()) {
+    out.push_back({"PhalanxGpuHealthy", true, gpus_ != nullptr ? "GpusHealthy" : "NoGpus",
+                   gpus_ != nullptr ? "" : std::string(nvml_status_.message())});
+  } else {
+    std::vector<std::string> which;
+    for (const auto& g : failed_gpus_) which.push_back(absl::StrCat("gpu", g.index));
+    out.push_back({"PhalanxGpuHealthy", false, "GpuFailed",
+                   absl::StrCat("failed: ", absl::StrJoin(which, ", "))});
+  }
+  std::vector<std::string> failing;
+  for (const CheckResult& c : checks) {
+    if (!c.ok) failing.push_back(absl::StrCat(c.name, ": ", c.message));
+  }
+  out.push_back({"PhalanxNodeChecks", failing.empty(), failing.empty() ? "ChecksPassed" : "CheckFailed",
+                 absl::StrJoin(failing, "; ")});
+  out.push_back({"PhalanxPreemptionNotice", notice_.has_value(),
+                 notice_.has_value() ? "NoticeReceived" : "NoNotice",
+                 notice_.has_value() ? notice_->DebugString() : ""});
+  return out;
+}
+
+void Agent::Tick(absl::Time now) {
+  PollSources(now);
+  TickGpus(now);
+  std::vector<CheckResult> checks;
+  checks.push_back(CheckTransparentHugePages(options_.thp_path));
+  const GpuInventory inventory = gpus_ != nullptr ? gpus_->inventory() : GpuInventory{};
+  checks.push_back(CheckNvidiaDriver(gpus_ != nullptr ? absl::OkStatus() : nvml_status_, inventory));
+  if (!options_.required_cuda.empty()) {
+    checks.push_back(CheckCudaCompatibility(inventory.cuda_driver_version, options_.required_cuda));
+  }
+  for (const CheckResult& c : checks) metrics_.SetCheck(c.name, c.ok);
+  metrics_.SetCliquesByState(cliques_.CountByState());
+  if (marker_ != nullptr) {
+    std::vector<NodeCondition> conditions = Conditions(checks);
+    if (!SameConditions(conditions, written_conditions_)) {
+      absl::Status written = marker_->SetConditions(conditions, now);
+      if (written.ok()) {
+        written_conditions_ = std::move(conditions);
+      } else {
+        PHX_LOG(WARNING) << "node conditions not written (retrying next tick): " << written;
+      }
+    }
+  }
+  metrics_.Checked(now);
+}
+
+}  // namespace phalanx::agent

@@ -1,0 +1,85 @@
+// Agent: one node's phalanx-agent, as a tick (CONVENTIONS "Time"): main.cc drives Tick(now) from
+// a PeriodicRunner every poll interval; tests call it directly.
+//
+// Each tick:
+//   1. polls every notice source (GCE/AWS metadata, SIGTERM, the node's own taints). The first
+//      notice taints the node phalanx.dev/preempting=<source>:NoSchedule and records a
+//      PreemptionNotice Event; phalanx-operator watches nodes and, within its own reaction time,
+//      opens a preemption round on the coordinator of every job with a task here (every task
+//      checkpoints at one step) and moves those tasks. The agent reads no job Secrets: that is
+//      why it goes through the Node (see docs/adr/0002-agent-notices-through-the-node.md).
+//      A taint that failed to land is retried on the next tick. Notices are sticky.
+//   2. ticks the GPU health tracker: a GPU that newly failed (fatal XID, uncorrected ECC, lost)
+//      taints the node phalanx.dev/gpu-failed, records a GpuFailed Event and asks the tasks whose
+//      cliques use that GPU to abort them (through the local clique registry);
+//   3. runs the node checks (transparent huge pages, driver, CUDA version guard);
+//   4. writes the Phalanx Node conditions when they changed, and updates the metrics.
+// Without Kubernetes access (marker null) it still checks, counts and logs.
+// Thread-compatible: Tick runs on one thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "node_agent/agent_metrics.h"
+#include "node_agent/cliques/clique_registry.h"
+#include "node_agent/gpu/gpu_health_tracker.h"
+#include "node_agent/gpu/node_checks.h"
+#include "node_agent/node_marker.h"
+#include "node_agent/preemption/notice_source.h"
+
+namespace phalanx::agent {
+
+struct AgentOptions {
+  std::string thp_path = kThpEnabledPath;
+  std::string required_cuda;  // "12.4": flag a driver that cannot run it; "" = no guard
+};
+
+// Records a Kubernetes Event about this node (never fails the caller).
+using NodeEventSink =
+    std::function<void(bool warning, const std::string& reason, const std::string& message)>;
+
+class Agent {
+ public:
+  // `marker` and `gpus` may be null (no API access; no NVML). `nvml_status` says why there is no
+  // tracker (for the driver check and logs).
+  Agent(AgentOptions options, AgentMetrics& metrics, NodeMarker* marker, NodeEventSink events,
+        std::vector<std::unique_ptr<NoticeSource>> sources, GpuHealthTracker* gpus,
+        absl::Status nvml_status, CliqueRegistry& cliques);
+
+  void Tick(absl::Time now);
+
+  // The notice acted on (first seen), if any.
+  const std::optional<NodeNotice>& notice() const { return notice_; }
+  // True once the node carries the preempting taint this agent put there.
+  bool node_marked() const { return marked_; }
+
+ private:
+  void PollSources(absl::Time now);
+  void TickGpus(absl::Time now);
+  std::vector<NodeCondition> Conditions(const std::vector<CheckResult>& checks) const;
+
+  const AgentOptions options_;
+  AgentMetrics& metrics_;
+  NodeMarker* const marker_;
+  NodeEventSink events_;
+  std::vector<std::unique_ptr<NoticeSource>> sources_;
+  GpuHealthTracker* const gpus_;
+  const absl::Status nvml_status_;
+  CliqueRegistry& cliques_;
+
+  std::optional<NodeNotice> notice_;
+  bool marked_ = false;
+  std::vector<GpuHealthTracker::FailedGpu> failed_gpus_;
+  std::vector<std::string> gpu_taints_pending_;  // failed GPUs whose taint did not land yet
+  std::map<uint64_t, uint64_t> xids_seen_;
+  std::vector<NodeCondition> written_conditions_;
+  std::map<std::string, absl::Status> last_source_error_;
+};
+
+}  // namespace phalanx::agent

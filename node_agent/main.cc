@@ -1,0 +1,245 @@
+// phalanx-agent: the per-node agent (a DaemonSet on GPU nodes). Flags → objects → a tick every
+// --poll_interval (see agent.h for what a tick does). Prints `ready metrics=HOST:PORT` once it
+// serves /metrics and /healthz. With the `sigterm` source, SIGTERM (a graceful node shutdown) is
+// itself a notice: the agent delivers it (taints its node) before it exits, unless its own pod
+// is being deleted ($POD_NAME/$POD_NAMESPACE: a rollout); SIGINT just stops it.
+//   phalanx-agent [--kubeconfig FILE] --node_name NODE [flags]
+//   phalanx-agent preflight      checks this node's GPUs ("skipped: no GPU" where there are none)
+#include <signal.h>
+
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "common/base/clock.h"
+#include "common/base/log.h"
+#include "common/base/periodic_runner.h"
+#include "common/base/process_init.h"
+#include "common/http/status_server.h"
+#include "common/kube/cluster_config.h"
+#include "common/kube/event_recorder.h"
+#include "common/kube/object_meta.h"
+#include "common/kube/rest_client.h"
+#include "node_agent/agent.h"
+#include "node_agent/cliques/clique_socket.h"
+#include "node_agent/gpu/fake_nvml.h"
+#include "node_agent/gpu/nvml_loader.h"
+#include "node_agent/preemption/aws_spot_source.h"
+#include "node_agent/preemption/gce_metadata_source.h"
+#include "node_agent/preemption/node_taint_source.h"
+#include "node_agent/preemption/sigterm_source.h"
+#include "node_agent/preflight.h"
+#include "prometheus/registry.h"
+
+ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig file (empty: in-cluster service account)");
+ABSL_FLAG(bool, kube, true, "talk to the Kubernetes API (false: check, count and log only)");
+ABSL_FLAG(std::string, node_name, "", "this node's name (default: $NODE_NAME)");
+ABSL_FLAG(absl::Duration, poll_interval, absl::Seconds(1), "how often notices and GPUs are checked");
+ABSL_FLAG(std::string, notice_sources, "node-taint",
+          "comma-separated: node-taint, sigterm (graceful node shutdown), gce, aws");
+ABSL_FLAG(std::string, gce_metadata_url, "http://metadata.google.internal", "GCE metadata server");
+ABSL_FLAG(std::string, aws_metadata_url, "http://169.254.169.254", "AWS instance metadata server");
+ABSL_FLAG(std::string, fake_gpus, "", "use N fake GPUs instead of NVML: \"8\" or \"8:H100\"");
+ABSL_FLAG(std::string, nvml_path, "libnvidia-ml.so.1", "the NVML library to load");
+ABSL_FLAG(std::string, required_cuda, "", "flag a driver that cannot run this CUDA version");
+ABSL_FLAG(std::string, clique_socket, "/var/run/phalanx/cliques.sock",
+          "Unix socket of the local clique registry (empty: off)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9400", "HTTP address for /metrics and /healthz");
+
+namespace {
+
+using namespace phalanx;
+
+int Fail(const std::string& message) {
+  std::cerr << "phalanx-agent: " << message << "\n";
+  return 2;
+}
+
+// True when $POD_NAME in $POD_NAMESPACE (the downward API) has a deletionTimestamp: the agent
+// is being removed (rollout, delete), so its SIGTERM says nothing about the node. Without those
+// variables or API access: false (SIGTERM counts as a node shutdown, as configured).
+bool AgentPodIsBeingDeleted(kube::Client* client) {
+  const char* name = getenv("POD_NAME");
+  const char* ns = getenv("POD_NAMESPACE");
+  if (client == nullptr || name == nullptr || ns == nullptr) return false;
+  absl::StatusOr<kube::Json> pod = client->Get({"", "v1", "pods", true}, ns, name);
+  return pod.ok() && !kube::MetaString(*pod, "deletionTimestamp").empty();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  base::InitProcess("agent");
+  absl::SetProgramUsageMessage("phalanx-agent [--kubeconfig FILE] --node_name NODE [flags]\n"
+                               "phalanx-agent preflight");
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() == 2 && std::string(rest[1]) == "preflight") {
+    return agent::RunPreflight(absl::GetFlag(FLAGS_nvml_path), std::cout);
+  }
+  if (rest.size() > 1) return Fail(absl::StrCat("unexpected argument ", rest[1]));
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::string node_name = absl::GetFlag(FLAGS_node_name);
+  if (node_name.empty() && getenv("NODE_NAME") != nullptr) node_name = getenv("NODE_NAME");
+  const bool use_kube = absl::GetFlag(FLAGS_kube);
+  if (use_kube && node_name.empty()) {
+    return Fail("--node_name (or $NODE_NAME, from the downward API) is required");
+  }
+  if (absl::GetFlag(FLAGS_poll_interval) <= absl::ZeroDuration()) {
+    return Fail("--poll_interval must be positive");
+  }
+
+  base::Clock& clock = base::RealClock::Get();
+  prometheus::Registry registry;
+  agent::AgentMetrics metrics(registry);
+
+  std::unique_ptr<kube::RestClient> client;
+  if (use_kube) {
+    absl::StatusOr<kube::ClusterConfig> config =
+        absl::GetFlag(FLAGS_kubeconfig).empty() ? kube::InClusterConfig()
+                                                : kube::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig));
+    if (!config.ok()) return Fail(std::string(config.status().message()));
+    kube::RestClientOptions options;
+    options.user_agent = "phalanx-agent/0.1";
+    options.qps = 5;
+    options.burst = 10;
+    absl::StatusOr<std::unique_ptr<kube::RestClient>> created =
+        kube::RestClient::Create(*config, options);
+    if (!created.ok()) return Fail(std::string(created.status().message()));
+    client = *std::move(created);
+  }
+
+  // Notice sources.
+  std::vector<std::unique_ptr<agent::NoticeSource>> sources;
+  agent::SigtermSource* sigterm = nullptr;
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_notice_sources), ',', absl::SkipEmpty())) {
+    if (name == "sigterm") {
+      auto source = std::make_unique<agent::SigtermSource>();
+      sigterm = source.get();
+      sources.push_back(std::move(source));
+    } else if (name == "node-taint") {
+      if (client == nullptr) return Fail("the node-taint notice source needs --kube");
+      sources.push_back(std::make_unique<agent::NodeTaintSource>(*client, node_name));
+    } else if (name == "gce") {
+      agent::GceMetadataOptions o;
+      o.base_url = absl::GetFlag(FLAGS_gce_metadata_url);
+      auto source = agent::GceMetadataSource::Create(o);
+      if (!source.ok()) return Fail(absl::StrCat("--gce_metadata_url: ", source.status().message()));
+      sources.push_back(*std::move(source));
+    } else if (name == "aws") {
+      agent::AwsSpotOptions o;
+      o.base_url = absl::GetFlag(FLAGS_aws_metadata_url);
+      auto source = agent::AwsSpotSource::Create(o);
+      if (!source.ok()) return Fail(absl::StrCat("--aws_metadata_url: ", source.status().message()));
+      sources.push_back(*std::move(source));
+    } else {
+      return Fail(absl::StrCat("unknown notice source '", name,
+                               "' (node-taint, sigterm, gce, aws)"));
+    }
+  }
+
+  // GPUs: NVML, or a fake inventory (the local cluster's virtual nodes).
+  std::unique_ptr<agent::NvmlApi> nvml;
+  absl::Status nvml_status;
+  if (!absl::GetFlag(FLAGS_fake_gpus).empty()) {
+    absl::StatusOr<std::unique_ptr<agent::FakeNvml>> fake =
+        agent::FakeNvml::FromSpec(absl::GetFlag(FLAGS_fake_gpus));
+    if (!fake.ok()) return Fail(absl::StrCat("--fake_gpus: ", fake.status().message()));
+    nvml = *std::move(fake);
+  } else {
+    absl::StatusOr<std::unique_ptr<agent::NvmlApi>> loaded =
+        agent::NvmlLoader::Load(absl::GetFlag(FLAGS_nvml_path));
+    if (loaded.ok()) {
+      nvml = *std::move(loaded);
+    } else {
+      nvml_status = loaded.status();
+      PHX_LOG(WARNING) << "running without GPUs: " << nvml_status;
+    }
+  }
+  std::unique_ptr<agent::GpuHealthTracker> gpus;
+  if (nvml != nullptr) {
+    absl::StatusOr<std::unique_ptr<agent::GpuHealthTracker>> tracker =
+        agent::GpuHealthTracker::Create(*nvml);
+    if (tracker.ok()) {
+      gpus = *std::move(tracker);
+      PHX_LOG(INFO) << gpus->inventory().gpus.size() << " GPU(s), driver "
+                    << gpus->inventory().driver_version << ", CUDA "
+                    << gpus->inventory().cuda_version;
+    } else {
+      nvml_status = tracker.status();
+      PHX_LOG(WARNING) << "running without GPU health: " << nvml_status;
+    }
+  }
+
+  // Kubernetes side: the node marker and Events about the node.
+  std::unique_ptr<agent::NodeMarker> marker;
+  std::unique_ptr<kube::EventRecorder> recorder;
+  agent::NodeEventSink events;
+  if (client != nullptr) {
+    marker = std::make_unique<agent::NodeMarker>(*client, node_name);
+    recorder = std::make_unique<kube::EventRecorder>(*client, clock, "phalanx-agent", node_name);
+    kube::Json node_ref = kube::Json::parse(absl::StrCat(
+        R"({"apiVersion":"v1","kind":"Node","metadata":{"name":")", node_name, R"("}})"));
+    if (absl::StatusOr<kube::Json> node = client->Get({"", "v1", "nodes", false}, "", node_name);
+        node.ok()) {
+      node_ref = *node;
+    } else {
+      PHX_LOG(WARNING) << "node " << node_name << " not readable yet: " << node.status();
+    }
+    events = [&recorder, node_ref](bool warning, const std::string& reason,
+                                   const std::string& message) {
+      recorder->Record(node_ref, warning ? kube::EventType::kWarning : kube::EventType::kNormal,
+                       reason, message);
+    };
+  }
+
+  agent::CliqueRegistry cliques;
+  std::unique_ptr<agent::CliqueSocketServer> clique_server;
+  if (!absl::GetFlag(FLAGS_clique_socket).empty()) {
+    absl::StatusOr<std::unique_ptr<agent::CliqueSocketServer>> started =
+        agent::CliqueSocketServer::Start(absl::GetFlag(FLAGS_clique_socket), cliques, clock);
+    if (!started.ok()) return Fail(std::string(started.status().message()));
+    clique_server = *std::move(started);
+  }
+
+  agent::AgentOptions options;
+  options.required_cuda = absl::GetFlag(FLAGS_required_cuda);
+  agent::Agent node_agent(options, metrics, marker.get(), events, std::move(sources), gpus.get(),
+                          nvml_status, cliques);
+
+  absl::StatusOr<std::unique_ptr<http::StatusHttpServer>> status_server =
+      http::StatusHttpServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry,
+                                    [] { return absl::OkStatus(); });
+  if (!status_server.ok()) return Fail(std::string(status_server.status().message()));
+
+  node_agent.Tick(clock.Now());  // a first check before saying ready
+  base::PeriodicRunner ticker(clock, absl::GetFlag(FLAGS_poll_interval),
+                              [&](absl::Time now) { node_agent.Tick(now); });
+  std::cout << "ready metrics=127.0.0.1:" << (*status_server)->port() << std::endl;
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  ticker.Stop();
+  if (sig == SIGTERM && sigterm != nullptr) {
+    if (AgentPodIsBeingDeleted(client.get())) {
+      // A DaemonSet rollout or `kubectl delete pod`, not a node going away.
+      PHX_LOG(INFO) << "SIGTERM while this agent's pod is being deleted: not a node shutdown";
+    } else {
+      PHX_LOG(WARNING) << "SIGTERM: telling the cluster this node is going away";
+      sigterm->Trigger();
+      node_agent.Tick(clock.Now());
+    }
+  }
+  if (clique_server) clique_server->Stop();
+  return 0;
+}

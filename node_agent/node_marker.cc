@@ -1,0 +1,130 @@
+#include "node_agent/node_marker.h"
+
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "common/kube/object_meta.h"
+
+namespace phalanx::agent {
+namespace {
+
+const kube::Resource kNodes{"", "v1", "nodes", false};
+constexpr int kConflictRetries = 5;
+
+using Json = kube::Json;
+
+// Gets the node, lets `change` edit it (false: nothing to write), writes it with `write`;
+// retried on 409.
+absl::Status ReadModifyWrite(kube::Client& client, const std::string& node,
+                             const std::function<bool(Json&)>& change,
+                             const std::function<absl::Status(const Json&)>& write) {
+  absl::Status last;
+  for (int attempt = 0; attempt < kConflictRetries; ++attempt) {
+    absl::StatusOr<Json> object = client.Get(kNodes, "", node);
+    if (!object.ok()) return object.status();
+    if (!change(*object)) return absl::OkStatus();
+    last = write(*object);
+    if (!absl::IsAborted(last) && !absl::IsAlreadyExists(last)) return last;  // 409: again
+  }
+  return last;
+}
+
+}  // namespace
+
+NodeMarker::NodeMarker(kube::Client& client, std::string node_name)
+    : client_(client), node_name_(std::move(node_name)) {}
+
+absl::Status NodeMarker::Taint(const std::string& key, const std::string& value) {
+  return ReadModifyWrite(
+      client_, node_name_,
+      [&](Json& node) {
+        if (!node.has_field("spec") || !node.at("spec").is_object()) {
+          node["spec"] = Json::object();
+        }
+        Json& spec = node["spec"];
+        Json taints = kube::ArrayOrEmpty(spec, "taints");
+        for (const Json& t : taints.as_array()) {
+          if (kube::StringAt(t, "key") == key) return false;
+        }
+        Json taint = Json::object();
+        taint["key"] = Json::string(key);
+        taint["value"] = Json::string(value);
+        taint["effect"] = Json::string("NoSchedule");
+        taints[taints.size()] = taint;
+        spec["taints"] = taints;
+        return true;
+      },
+      [&](const Json& node) { return client_.Update(kNodes, "", node).status(); });
+}
+
+absl::Status NodeMarker::Untaint(const std::string& key) {
+  return ReadModifyWrite(
+      client_, node_name_,
+      [&](Json& node) {
+        const Json& taints = kube::ArrayOrEmpty(kube::FieldOrNull(node, "spec"), "taints");
+        Json kept = Json::array();
+        bool found = false;
+        for (const Json& t : taints.as_array()) {
+          if (kube::StringAt(t, "key") == key) {
+            found = true;
+          } else {
+            kept[kept.size()] = t;
+          }
+        }
+        if (!found) return false;
+        node["spec"]["taints"] = kept;
+        return true;
+      },
+      [&](const Json& node) { return client_.Update(kNodes, "", node).status(); });
+}
+
+absl::Status NodeMarker::SetConditions(const std::vector<NodeCondition>& conditions,
+                                       absl::Time now) {
+  const std::string stamp = kube::FormatKubeTime(now);
+  return ReadModifyWrite(
+      client_, node_name_,
+      [&](Json& node) {
+        if (!node.has_field("status") || !node.at("status").is_object()) {
+          node["status"] = Json::object();
+        }
+        Json list = kube::ArrayOrEmpty(node.at("status"), "conditions");
+        bool changed = false;
+        for (const NodeCondition& want : conditions) {
+          const std::string status = want.status ? "True" : "False";
+          bool found = false;
+          for (size_t i = 0; i < list.size(); ++i) {
+            Json& c = list[i];
+            if (kube::StringAt(c, "type") != want.type) continue;
+            found = true;
+            if (kube::StringAt(c, "status") != status) {
+              c["lastTransitionTime"] = Json::string(stamp);
+              changed = true;
+            }
+            if (kube::StringAt(c, "status") != status || kube::StringAt(c, "reason") != want.reason ||
+                kube::StringAt(c, "message") != want.message) {
+              c["status"] = Json::string(status);
+              c["reason"] = Json::string(want.reason);
+              c["message"] = Json::string(want.message);
+              c["lastHeartbeatTime"] = Json::string(stamp);
+              changed = true;
+            }
+          }
+          if (!found) {
+            Json c = Json::object();
+            c["type"] = Json::string(want.type);
+            c["status"] = Json::string(status);
+            c["reason"] = Json::string(want.reason);
+            c["message"] = Json::string(want.message);
+            c["lastHeartbeatTime"] = Json::string(stamp);
+            c["lastTransitionTime"] = Json::string(stamp);
+            list[list.size()] = c;
+            changed = true;
+          }
+        }
+        node["status"]["conditions"] = list;
+        return changed;
+      },
+      [&](const Json& node) { return client_.UpdateStatus(kNodes, "", node).status(); });
+}
+
+}  // namespace phalanx::agent
