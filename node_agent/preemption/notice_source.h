@@ -1,7 +1,8 @@
 // NoticeSource: one way for the node agent to learn that its node is about to go away (a spot
 // preemption, host maintenance, a drain, a graceful node shutdown). The agent keeps one of each
-// configured source and, every poll interval (a tick), calls Poll on each; a notice it gets is
-// sent to the coordinators of the jobs with tasks on the node so they can checkpoint in time.
+// configured source and, every poll interval (a tick), calls Poll on each; a notice it gets marks
+// the node (a taint the operator acts on: every job with a task there checkpoints in time; see
+// docs/adr/0002-agent-notices-through-the-node.md).
 // Implementations: GceMetadataSource, AwsSpotSource (metadata servers over HTTP), SigtermSource
 // (the agent's own SIGTERM), NodeTaintSource (the node's taints and cordon in the Kubernetes API).
 //

@@ -1,0 +1,121 @@
+#include "runtime/clique/job_cliques.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/log.h"
+
+namespace phalanx::clique {
+
+JobCliques::Options JobCliques::OptionsFromEnv() {
+  Options options;
+  if (const char* socket = std::getenv("PHALANX_CLIQUE_SOCKET"); socket != nullptr) {
+    options.agent_socket = socket;
+  }
+  return options;
+}
+
+JobCliques::JobCliques(client::CoordinationClient& client, NcclApi& nccl, base::Clock& clock,
+                       Options options)
+    : client_(client), clock_(clock), options_(std::move(options)), exchange_(client) {
+  CliqueManager::Options manager_options = options_.manager;
+  CliqueManager::StateCallback user = manager_options.on_state_change;
+  manager_options.on_state_change = [this, user](const CliqueInfo& clique, CliqueState from,
+                                                 CliqueState to, const absl::Status& status) {
+    OnState(clique, from, to, status);
+    if (user) user(clique, from, to, status);
+  };
+  manager_ = std::make_unique<CliqueManager>(nccl, exchange_, clock_, manager_options);
+  for (int t = 0; t < client_.num_tasks(); ++t) members_[t] = MemberStatus{t, 0, true};
+  const client::TaskRef me = client_.task();
+  members_[me.task_id].incarnation = me.incarnation;
+  runner_ = std::make_unique<base::PeriodicRunner>(clock_, options_.poll_period,
+                                                   [this](absl::Time now) { manager_->Poll(now); });
+}
+
+JobCliques::~JobCliques() { runner_->Stop(); }
+
+absl::StatusOr<CliqueId> JobCliques::Acquire(const CliqueKey& key, int device_id,
+                                             absl::Duration timeout) {
+  const client::TaskRef me = client_.task();
+  std::optional<int> rank = key.RankOf(me.task_id, device_id);
+  if (!rank.has_value()) {
+    return absl::NotFoundError(absl::StrCat("task ", me.task_id, " device ", device_id,
+                                            " is not in clique ", key.ToString()));
+  }
+  return manager_->Acquire(key, *rank, clock_.Now() + timeout);
+}
+
+void JobCliques::OnPeerChange(const client::TaskInfo& info) {
+  std::vector<MemberStatus> members;
+  {
+    absl::MutexLock lock(&mu_);
+    MemberStatus& m = members_[info.task_id];
+    m.task_id = info.task_id;
+    m.incarnation = info.incarnation;
+    m.alive = info.state == client::TaskState::kConnected;
+    for (const auto& [task, status] : members_) members.push_back(status);
+  }
+  manager_->OnMembershipChange(members);  // outside our lock: it runs callbacks
+}
+
+void JobCliques::OnState(const CliqueInfo& clique, CliqueState from, CliqueState to,
+                         const absl::Status& status) {
+  PHX_LOG(INFO) << "clique " << clique.key.ToString() << " rank " << clique.rank << ": "
+                << CliqueStateName(from) << " -> " << CliqueStateName(to)
+                << (status.ok() ? "" : absl::StrCat(" (", status.message(), ")"));
+  if (options_.agent_socket.empty()) return;
+  absl::StatusOr<std::string> answer =
+      ReportToAgent(options_.agent_socket, clique.key.job(), client_.task(), clique);
+  if (!answer.ok()) {
+    PHX_LOG(WARNING) << "clique report to the node agent failed: " << answer.status();
+  } else if (answer->rfind("OK abort=", 0) == 0) {
+    PHX_LOG(WARNING) << "the node agent asks to abort this task's cliques: " << answer->substr(9);
+  }
+}
+
+absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::string& job,
+                                          const client::TaskRef& task, const CliqueInfo& clique) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) return absl::InvalidArgumentError("socket path too long");
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(std::strerror(errno));
+  timeval timeout{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const std::string why = std::strerror(errno);
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("no node agent at ", path, ": ", why));
+  }
+  std::vector<int> devices;
+  if (const CliqueMember* m = clique.key.FindMember(task.task_id); m != nullptr) {
+    devices = m->device_ids;
+  }
+  // The clique id names the key compactly (its KV prefix's fingerprint), spaces never appear.
+  const std::string line =
+      absl::StrCat("REPORT job=", job, " task=", task.task_id, " inc=", task.incarnation,
+                   " clique=", clique.key.KvPrefix().substr(clique.key.KvPrefix().rfind('/') + 1),
+                   " state=", CliqueStateName(clique.state), " devices=",
+                   absl::StrJoin(devices, ","), "\n");
+  std::string answer;
+  if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size())) {
+    char c;
+    while (read(fd, &c, 1) == 1 && c != '\n') answer.push_back(c);
+  }
+  close(fd);
+  if (answer.empty()) return absl::UnavailableError("the node agent did not answer");
+  if (answer.rfind("ERR", 0) == 0) return absl::InvalidArgumentError(answer);
+  return answer;
+}
+
+}  // namespace phalanx::clique

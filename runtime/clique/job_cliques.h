@@ -1,0 +1,68 @@
+// JobCliques: GPU cliques for a training process, on top of its coordination client. It owns a
+// CliqueManager whose unique ids go through the job's key-value store, ticks it (a runner
+// thread, every `poll_period`), and turns the client's peer events into the membership the
+// manager needs: a peer that failed is down (its cliques wait), a peer that registered a new
+// incarnation restarted (its cliques are aborted and re-formed). Optionally it reports every
+// clique's state to the node agent's Unix socket (PHALANX_CLIQUE_SOCKET), so the agent's metrics
+// show them and a failed GPU's abort request reaches this process.
+//
+// Wiring: create it after the client, call OnPeerChange from ClientCallbacks::on_peer_change
+// (cheap: no RPC, no wait), then Acquire a key per communicator. Thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/clock.h"
+#include "common/base/periodic_runner.h"
+#include "runtime/client/coordination_client.h"
+#include "runtime/clique/clique_manager.h"
+#include "runtime/clique/coordination_unique_id_exchange.h"
+
+namespace phalanx::clique {
+
+class JobCliques {
+ public:
+  struct Options {
+    absl::Duration poll_period = absl::Milliseconds(5);
+    CliqueManager::Options manager;
+    std::string agent_socket;  // "" = no reports; see FromEnv
+  };
+  // Options with agent_socket from $PHALANX_CLIQUE_SOCKET.
+  static Options OptionsFromEnv();
+
+  JobCliques(client::CoordinationClient& client, NcclApi& nccl, base::Clock& clock,
+             Options options);
+  ~JobCliques();  // stops the runner before the manager goes
+
+  // The clique `key` as this task's rank for `device_id`, formed within `timeout`.
+  // Errors: those of CliqueManager::Acquire; NotFound if (this task, device) is not in `key`.
+  absl::StatusOr<CliqueId> Acquire(const CliqueKey& key, int device_id, absl::Duration timeout);
+  // Feed every ClientCallbacks::on_peer_change event here.
+  void OnPeerChange(const client::TaskInfo& info);
+
+  CliqueManager& manager() { return *manager_; }
+
+ private:
+  void OnState(const CliqueInfo& clique, CliqueState from, CliqueState to,
+               const absl::Status& status);
+
+  client::CoordinationClient& client_;
+  base::Clock& clock_;
+  const Options options_;
+  CoordinationUniqueIdExchange exchange_;
+  std::unique_ptr<CliqueManager> manager_;
+  absl::Mutex mu_;
+  std::map<int, MemberStatus> members_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<base::PeriodicRunner> runner_;
+};
+
+// Sends one REPORT line for `clique` to the agent's socket at `path` (bounded: 1 s); the
+// agent's answer, e.g. "OK" or "OK abort=<reason>". Unavailable when there is no agent.
+absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::string& job,
+                                          const client::TaskRef& task, const CliqueInfo& clique);
+
+}  // namespace phalanx::clique

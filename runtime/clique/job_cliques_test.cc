@@ -1,0 +1,111 @@
+// JobCliques with real coordination: an in-process coordinator, one gRPC client per task, the
+// fake NCCL. The unique id travels through the job's key-value store; a task that restarts
+// (new incarnation) makes every survivor abort and re-form, and the clique is READY again on
+// the new membership.
+#include "runtime/clique/job_cliques.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "common/testing/eventually.h"
+#include "runtime/client/grpc_client.h"
+#include "runtime/client/test_coordinator.h"
+#include "runtime/clique/fake_nccl.h"
+
+namespace phalanx::clique {
+namespace {
+
+using ::phalanx::client::testing::Coordinator;
+using ::phalanx::client::testing::kToken;
+using ::phalanx::testing::Eventually;
+
+constexpr int kTasks = 3;
+
+// One task's process: its client and its cliques.
+struct Task {
+  std::atomic<JobCliques*> cliques{nullptr};
+  std::unique_ptr<client::GrpcCoordinationClient> client;
+  std::unique_ptr<JobCliques> job_cliques;
+  CliqueId id = 0;
+};
+
+CliqueKey KeyFor(const std::vector<uint64_t>& incarnations) {
+  std::vector<CliqueMember> members;
+  for (int t = 0; t < kTasks; ++t) members.push_back({t, incarnations[static_cast<size_t>(t)], {0}});
+  return *CliqueKey::Create("test", members);
+}
+
+class JobCliquesTest : public ::testing::Test {
+ protected:
+  void StartTask(int t, uint64_t incarnation) {
+    auto task = std::make_unique<Task>();
+    client::ClientConfig config;
+    config.coordinator = "127.0.0.1:" + std::to_string(coordinator_.port());
+    config.job = "test";
+    config.task_id = t;
+    config.num_tasks = kTasks;
+    config.incarnation = incarnation;
+    config.token = kToken;
+    client::ClientCallbacks callbacks;
+    Task* raw = task.get();
+    callbacks.on_peer_change = [raw](const client::TaskInfo& info) {
+      if (JobCliques* c = raw->cliques.load(); c != nullptr) c->OnPeerChange(info);
+    };
+    auto created = client::GrpcCoordinationClient::Create(config, std::move(callbacks));
+    ASSERT_TRUE(created.ok()) << created.status();
+    task->client = *std::move(created);
+    ASSERT_TRUE(task->client->Connect(absl::Seconds(20)).ok());
+    task->job_cliques = std::make_unique<JobCliques>(*task->client, nccl_, base::RealClock::Get(),
+                                                     JobCliques::Options{});
+    task->cliques = task->job_cliques.get();
+    tasks_[static_cast<size_t>(t)] = std::move(task);
+  }
+
+  void Acquire(int t, const CliqueKey& key) {
+    auto id = tasks_[static_cast<size_t>(t)]->job_cliques->Acquire(key, 0, absl::Seconds(30));
+    ASSERT_TRUE(id.ok()) << id.status();
+    tasks_[static_cast<size_t>(t)]->id = *id;
+  }
+
+  bool AllReadyOn(const CliqueKey& key) {
+    for (auto& task : tasks_) {
+      absl::StatusOr<CliqueInfo> info = task->job_cliques->manager().Get(task->id);
+      if (!info.ok() || info->state != CliqueState::kReady || !(info->key == key)) return false;
+    }
+    return true;
+  }
+
+  Coordinator coordinator_{kTasks};
+  FakeNccl nccl_;
+  std::vector<std::unique_ptr<Task>> tasks_ = std::vector<std::unique_ptr<Task>>(kTasks);
+};
+
+TEST_F(JobCliquesTest, FormsThroughTheKeyValueStore_AndReformsWhenATaskRestarts) {
+  for (int t = 0; t < kTasks; ++t) StartTask(t, 0);
+  const CliqueKey first = KeyFor({0, 0, 0});
+  for (int t = kTasks - 1; t >= 0; --t) Acquire(t, first);  // rank 0 publishes last
+  ASSERT_TRUE(Eventually([&] { return AllReadyOn(first); }, absl::Seconds(30)));
+
+  // Task 1 dies and comes back as incarnation 1 (a new process: a new client and manager).
+  tasks_[1]->cliques = nullptr;
+  tasks_[1].reset();
+  StartTask(1, 1);
+  const CliqueKey second = KeyFor({0, 1, 0});
+  Acquire(1, second);
+  ASSERT_TRUE(Eventually([&] { return AllReadyOn(second); }, absl::Seconds(30)));
+  EXPECT_GE(nccl_.counts().inits, 2 * kTasks);
+  EXPECT_GE(tasks_[0]->job_cliques->manager().counters().reforms, 1);
+}
+
+TEST(ReportToAgentTest, NoAgentIsUnavailableNotAHang) {
+  CliqueInfo info;
+  info.key = KeyFor({0, 0, 0});
+  absl::StatusOr<std::string> answer =
+      ReportToAgent("/nonexistent/phalanx.sock", "test", {0, 0}, info);
+  EXPECT_TRUE(absl::IsUnavailable(answer.status())) << answer.status();
+}
+
+}  // namespace
+}  // namespace phalanx::clique

@@ -1,0 +1,139 @@
+"""Exceptions raised by the Phalanx Python client.
+
+Every C ABI call returns a status code (the absl/gRPC numbering); a non-zero code becomes an
+instance of the matching subclass of :class:`Error`, carrying the library's message.
+"""
+
+import re
+
+__all__ = [
+    "Error", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
+    "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
+    "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
+    "LibraryNotFound", "error_from_code",
+]
+
+
+class Error(Exception):
+    """Base of every Phalanx error. ``code`` is the numeric status code, ``message`` the text."""
+
+    code = 2  # UNKNOWN unless a subclass says otherwise
+
+    def __init__(self, message="", code=None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    def __str__(self):
+        return "%s: %s" % (type(self).__name__, self.message) if self.message else type(self).__name__
+
+
+class Cancelled(Error):
+    """The operation was cancelled (e.g. a peer cancelled the barrier, or the client shut down)."""
+    code = 1
+
+
+class Unknown(Error):
+    """An error the library could not classify."""
+    code = 2
+
+
+class InvalidArgument(Error):
+    """A bad request or bad configuration (e.g. a malformed PHALANX_* variable)."""
+    code = 3
+
+
+class DeadlineExceeded(Error):
+    """A wait timed out.
+
+    For barriers and ``alive_tasks`` the message names the tasks that never arrived;
+    ``missing_tasks`` holds their ids parsed from it (empty when the message names none, e.g.
+    for ``kv_get``, whose message names the key that was not set).
+    """
+    code = 4
+
+    @property
+    def missing_tasks(self):
+        match = re.search(r"(?:never arrived|did not ask):\s*(.*)$", self.message)
+        if not match:
+            return []
+        # "1, 3 (FAILED: session broke)": drop the parenthesised reasons, keep the ids.
+        names = re.sub(r"\([^)]*\)", "", match.group(1))
+        return [int(t) for t in re.findall(r"\b(\d+)\b", names)]
+
+
+class NotFound(Error):
+    """The key (or other named thing) does not exist."""
+    code = 5
+
+
+class AlreadyExists(Error):
+    """``kv_set(..., overwrite=False)`` on a key that is already set."""
+    code = 6
+
+
+class PermissionDenied(Error):
+    """The caller may not do this."""
+    code = 7
+
+
+class ResourceExhausted(Error):
+    code = 8
+
+
+class FailedPrecondition(Error):
+    """The coordinator does not know this task as registered (e.g. a call before ``connect``)."""
+    code = 9
+
+
+class Aborted(Error):
+    """This incarnation was superseded or declared failed ("task restarted").
+
+    Terminal for the process: exit (the sample programs use exit code 3) and let the operator
+    start the next incarnation.
+    """
+    code = 10
+
+
+class OutOfRange(Error):
+    code = 11
+
+
+class Unimplemented(Error):
+    code = 12
+
+
+class Internal(Error):
+    code = 13
+
+
+class Unavailable(Error):
+    """The coordinator is unreachable or restarting; retry after the client reconnects."""
+    code = 14
+
+
+class DataLoss(Error):
+    code = 15
+
+
+class Unauthenticated(Error):
+    """The job token (PHALANX_TOKEN) is missing or wrong."""
+    code = 16
+
+
+class LibraryNotFound(Error, OSError):
+    """``libphalanx_c.so`` could not be loaded (see :func:`phalanx.find_library`)."""
+    code = 5
+
+
+_BY_CODE = {cls.code: cls for cls in (
+    Cancelled, Unknown, InvalidArgument, DeadlineExceeded, NotFound, AlreadyExists,
+    PermissionDenied, ResourceExhausted, FailedPrecondition, Aborted, OutOfRange, Unimplemented,
+    Internal, Unavailable, DataLoss, Unauthenticated)}
+
+
+def error_from_code(code, message):
+    """The exception instance for C ABI status ``code`` (non-zero) with ``message``."""
+    cls = _BY_CODE.get(code, Unknown)
+    return cls(message, code)

@@ -1,0 +1,95 @@
+"""Test helpers: the build directory, a real phalanx-coordinator process, bounded waits."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BUILD = os.environ.get("PHALANX_BUILD_DIR") or os.path.join(REPO, "build")
+PYTHON_DIR = os.path.join(REPO, "runtime", "python")
+LIBRARY = os.environ.get("PHALANX_LIBRARY") or os.path.join(BUILD, "runtime", "client",
+                                                            "libphalanx_c.so")
+os.environ.setdefault("PHALANX_LIBRARY", LIBRARY)
+
+
+def eventually(predicate, timeout, interval=0.05):
+    """Polls ``predicate`` until it is truthy or ``timeout`` seconds pass; returns its value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def read_line(proc, prefix, timeout, log=None):
+    """The first line of ``proc.stdout`` starting with ``prefix`` within ``timeout`` seconds,
+    or None. Other lines go to ``log`` (a list) when given."""
+    found = []
+
+    def reader():
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if line.startswith(prefix):
+                found.append(line)
+                return
+            if log is not None:
+                log.append(line)
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    t.join(timeout)
+    return found[0] if found else None
+
+
+def stop(proc, timeout=10):
+    """SIGTERM, then SIGKILL after ``timeout`` seconds; closes its stdout pipe."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+class Coordinator:
+    """A phalanx-coordinator process on 127.0.0.1 (any port) for ``num_tasks`` tasks."""
+
+    def __init__(self, num_tasks=2, job="pyjob", token="secret-token", heartbeat_timeout="5s"):
+        self.job, self.token, self.num_tasks = job, token, num_tasks
+        self.dir = tempfile.mkdtemp(prefix="phalanx-py-coord-")
+        token_file = os.path.join(self.dir, "token")
+        with open(token_file, "w") as f:
+            f.write(token + "\n")
+        binary = os.path.join(BUILD, "runtime", "coordination", "phalanx-coordinator")
+        self.stderr = open(os.path.join(self.dir, "coordinator.log"), "wb")
+        self.proc = subprocess.Popen(
+            [binary, "--listen=127.0.0.1:0", "--metrics_listen=", "--job=" + job,
+             "--num_tasks=%d" % num_tasks, "--token_file=" + token_file,
+             "--heartbeat_timeout=" + heartbeat_timeout, "--heartbeat_interval=200ms"],
+            stdout=subprocess.PIPE, stderr=self.stderr)
+        line = read_line(self.proc, "ready ", 20)
+        if line is None:
+            stop(self.proc)
+            raise RuntimeError("phalanx-coordinator did not print ready; see %s" % self.dir)
+        self.address = line.split("grpc=")[1].split()[0]
+
+    def env(self, task_id, incarnation=0, token=None):
+        """The PHALANX_* environment the operator would inject for ``task_id``."""
+        return {"PHALANX_COORDINATOR": self.address, "PHALANX_JOB": self.job,
+                "PHALANX_TASK_ID": str(task_id), "PHALANX_NUM_TASKS": str(self.num_tasks),
+                "PHALANX_INCARNATION": str(incarnation),
+                "PHALANX_TOKEN": self.token if token is None else token}
+
+    def close(self):
+        stop(self.proc)
+        self.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,215 @@
+"""The phalanx Python package against a real phalanx-coordinator process: two clients in
+threads of this process (the C client is thread-safe and releases the GIL while it waits)."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (sets PHALANX_LIBRARY before phalanx loads it)
+
+sys.path.insert(0, harness.PYTHON_DIR)
+import phalanx  # noqa: E402
+
+
+def in_thread(fn, *args):
+    """Runs fn(*args) in a thread; returns a join() that yields its result or raises."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # re-raised in join
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+
+    def join(timeout=30):
+        t.join(timeout)
+        if t.is_alive():
+            raise AssertionError("%s did not finish in %ss" % (fn, timeout))
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+    return join
+
+
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.coordinator = harness.Coordinator(num_tasks=2)
+        self.clients = []
+        self.saved_env = dict(os.environ)
+
+    def tearDown(self):
+        phalanx.close()
+        for c in self.clients:
+            c.close()
+        os.environ.clear()
+        os.environ.update(self.saved_env)
+        self.coordinator.close()
+
+    def client(self, task_id, incarnation=0, token=None, connect=True):
+        env = self.coordinator.env(task_id, incarnation, token)
+        c = phalanx.Client(env["PHALANX_COORDINATOR"], env["PHALANX_JOB"], task_id,
+                           self.coordinator.num_tasks, incarnation, env["PHALANX_TOKEN"])
+        self.clients.append(c)
+        if connect:
+            c.connect(timeout=20)
+        return c
+
+    def test_init_from_env_then_barrier_and_key_value_roundtrip(self):
+        os.environ.update(self.coordinator.env(0))
+        peers = []
+        phalanx.on_peer_change(peers.append)  # before init: attached before connecting
+        phalanx.init(timeout=20)
+        self.assertEqual((phalanx.task_id(), phalanx.num_tasks(), phalanx.incarnation()), (0, 2, 0))
+        other = self.client(1)
+
+        join = in_thread(other.barrier, "start", 20)
+        phalanx.barrier("start", timeout=20)
+        join()
+
+        phalanx.kv_set("cfg/lr", "0.1")
+        phalanx.kv_set("cfg/batch", b"\x00\x01binary")
+        self.assertEqual(other.kv_get("cfg/lr", timeout=5), b"0.1")
+        self.assertEqual(other.kv_try_get("cfg/batch"), b"\x00\x01binary")
+        self.assertIsNone(other.kv_try_get("cfg/nope"))
+        self.assertEqual(sorted(phalanx.kv_dir("cfg")),
+                         [("cfg/batch", b"\x00\x01binary"), ("cfg/lr", b"0.1")])
+        with self.assertRaises(phalanx.AlreadyExists):
+            other.kv_set("cfg/lr", "0.2")
+        other.kv_set("cfg/lr", "0.2", overwrite=True)
+        self.assertEqual(phalanx.kv_get("cfg/lr", 5), b"0.2")
+        # A kv_get that waits sees a value set while it waits.
+        join = in_thread(phalanx.kv_get, "late", 20)
+        time.sleep(0.2)
+        other.kv_set("late", "here")
+        self.assertEqual(join(), b"here")
+        self.assertEqual(phalanx.kv_delete("cfg/lr"), 1)
+        self.assertIsNone(phalanx.kv_try_get("cfg/lr"))
+
+        join = in_thread(other.alive_tasks)
+        self.assertEqual(sorted(phalanx.alive_tasks(timeout=20)),
+                         [phalanx.TaskRef(0, 0), phalanx.TaskRef(1, 0)])
+        self.assertEqual(len(join()), 2)
+
+    def test_kv_get_timeout_raises_deadline_exceeded_naming_the_key(self):
+        a = self.client(0)
+        start = time.monotonic()
+        with self.assertRaises(phalanx.DeadlineExceeded) as cm:
+            a.kv_get("never/set", timeout=0.3)
+        self.assertIn("never/set", str(cm.exception))
+        self.assertLess(time.monotonic() - start, 10)
+        self.assertIsInstance(cm.exception, phalanx.Error)
+
+    def test_barrier_timeout_names_the_task_that_never_arrived(self):
+        a = self.client(0)
+        self.client(1)  # connected, but never enters the barrier
+        with self.assertRaises(phalanx.DeadlineExceeded) as cm:
+            a.barrier("lonely", timeout=0.5)
+        self.assertEqual(cm.exception.missing_tasks, [1], str(cm.exception))
+        self.assertIn("never arrived", str(cm.exception))
+
+    def test_wrong_token_is_refused_with_a_clear_error(self):
+        bad = self.client(0, token="not-the-token", connect=False)
+        with self.assertRaises((phalanx.Unauthenticated, phalanx.PermissionDenied)) as cm:
+            bad.connect(timeout=10)
+        self.assertIn("token", str(cm.exception))
+
+    def test_missing_environment_is_invalid_argument_naming_the_variable(self):
+        for name in list(os.environ):
+            if name.startswith("PHALANX_") and name != "PHALANX_LIBRARY":
+                del os.environ[name]
+        with self.assertRaises(phalanx.InvalidArgument) as cm:
+            phalanx.init()
+        self.assertIn("PHALANX_COORDINATOR", str(cm.exception))
+
+    def test_new_incarnation_aborts_the_old_one(self):
+        a = self.client(0)
+        old = self.client(1)
+        peers = []
+        a.on_peer_change(peers.append)
+        self.client(1, incarnation=1)
+        self.assertTrue(harness.eventually(
+            lambda: any(p.task_id == 1 and p.incarnation == 1 for p in peers), 10), peers)
+        with self.assertRaises(phalanx.Aborted):
+            old.barrier("after-restart", timeout=5)
+
+    def test_sync_point_after_notify_preemption_is_the_same_step_for_every_task(self):
+        a, b = self.client(0), self.client(1)
+        rounds = []
+        a.on_preemption(rounds.append)
+        b.on_preemption(rounds.append)
+        synced = {}
+
+        def train(c):
+            for step in range(200):
+                if c.reached_sync_point(step):
+                    synced[c.task_id] = step
+                    return step
+                if step == 5 and c.task_id == 0:
+                    c.notify_preemption("test: node going away", deadline=time.time() + 30,
+                                        tasks=[1])
+                c.barrier("step-%d" % step, timeout=20)
+                time.sleep(0.01)
+            return None
+
+        join_b = in_thread(train, b)
+        step_a = train(a)
+        step_b = join_b()
+        self.assertIsNotNone(step_a)
+        self.assertEqual(step_a, step_b)
+        self.assertGreater(step_a, 5)
+        self.assertTrue(harness.eventually(lambda: len(rounds) == 2, 5), rounds)
+        self.assertEqual({r.round for r in rounds}, {rounds[0].round})
+        self.assertIn("node going away", rounds[0].reason)
+        self.assertIsNotNone(rounds[0].deadline)
+
+    def test_peer_failure_is_reported_to_the_callback(self):
+        a, b = self.client(0), self.client(1)
+        peers = []
+        a.on_peer_change(peers.append)
+        b.close()  # no shutdown: the session breaks, as for a crash
+        self.assertTrue(harness.eventually(
+            lambda: any(p.task_id == 1 and p.state == phalanx.TaskState.FAILED for p in peers), 10),
+            peers)
+
+    def test_report_error_fails_the_task_for_its_peers(self):
+        a, b = self.client(0), self.client(1)
+        peers = []
+        a.on_peer_change(peers.append)
+        b.report_error("loss is NaN")
+        self.assertTrue(harness.eventually(
+            lambda: any(p.task_id == 1 and "NaN" in p.reason for p in peers), 10), peers)
+
+    def test_shutdown_barrier_then_close(self):
+        a, b = self.client(0), self.client(1)
+        join = in_thread(b.shutdown, 20)
+        a.shutdown(timeout=20)
+        join()
+        a.close()
+        a.close()  # idempotent
+        with self.assertRaises(phalanx.FailedPrecondition):
+            a.barrier("closed", 1)
+
+
+class LibraryTest(unittest.TestCase):
+    def test_a_bad_phalanx_library_path_says_where_it_looked(self):
+        env = dict(os.environ, PHALANX_LIBRARY="/nonexistent/libphalanx_c.so",
+                   PYTHONPATH=harness.PYTHON_DIR)
+        out = subprocess.run(
+            [sys.executable, "-c",
+             "import phalanx\ntry:\n  phalanx.find_library()\nexcept phalanx.LibraryNotFound as e:\n"
+             "  print('ERR', e)"], env=env, capture_output=True, timeout=30)
+        text = out.stdout.decode()
+        self.assertIn("ERR", text, out.stderr.decode())
+        self.assertIn("/nonexistent/libphalanx_c.so", text)
+        self.assertIn("PHALANX_LIBRARY", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
