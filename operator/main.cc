@@ -125,11 +125,15 @@ int main(int argc, char** argv) {
 
   std::atomic<bool> leading{false};
   absl::StatusOr<std::unique_ptr<http::StatusHttpServer>> status_server =
-      http::StatusHttpServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry, [&]() {
-        return jobs->HasSynced() || !leading.load()
-                   ? absl::OkStatus()
-                   : absl::UnavailableError("informers not synced");
-      });
+      http::StatusHttpServer::Start(
+          absl::GetFlag(FLAGS_metrics_listen), registry, [] { return absl::OkStatus(); },
+          [&]() {
+            // Ready once leading with synced caches; a standby replica is ready too (it has
+            // nothing to do until it leads).
+            return jobs->HasSynced() || !leading.load()
+                       ? absl::OkStatus()
+                       : absl::UnavailableError("informers not synced");
+          });
   if (!status_server.ok()) return Fail(std::string(status_server.status().message()));
 
   kube::Controller::Options controller_options;

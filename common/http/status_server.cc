@@ -54,7 +54,8 @@ class StatusHttpServer::HealthHandler : public CivetHandler {
 };
 
 absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
-    const std::string& listen_address, prometheus::Registry& registry, HealthCheck health) {
+    const std::string& listen_address, prometheus::Registry& registry, HealthCheck health,
+    HealthCheck ready) {
   const size_t colon = listen_address.rfind(':');
   if (colon == std::string::npos || colon + 1 == listen_address.size()) {
     return absl::InvalidArgumentError(
@@ -62,6 +63,7 @@ absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
   }
   std::unique_ptr<StatusHttpServer> server(new StatusHttpServer());
   server->metrics_handler_ = std::make_unique<MetricsHandler>(registry);
+  server->ready_handler_ = std::make_unique<HealthHandler>(ready ? std::move(ready) : health);
   server->health_handler_ = std::make_unique<HealthHandler>(std::move(health));
   const std::vector<std::string> options = {
       "listening_ports", listen_address, "num_threads", "2", "request_timeout_ms", "5000",
@@ -74,6 +76,7 @@ absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
   }
   server->server_->addHandler("/metrics", server->metrics_handler_.get());
   server->server_->addHandler("/healthz", server->health_handler_.get());
+  server->server_->addHandler("/readyz", server->ready_handler_.get());
   const std::vector<int> ports = server->server_->getListeningPorts();
   if (ports.empty()) return absl::UnavailableError("HTTP server has no listening port");
   server->port_ = ports.front();

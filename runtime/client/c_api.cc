@@ -43,6 +43,7 @@ struct phalanx_client {
   phalanx_peer_change_fn peer_fn ABSL_GUARDED_BY(mu) = nullptr;
   void* peer_user ABSL_GUARDED_BY(mu) = nullptr;
   phalanx_preemption_fn preemption_fn ABSL_GUARDED_BY(mu) = nullptr;
+  phalanx_preemption2_fn preemption2_fn ABSL_GUARDED_BY(mu) = nullptr;
   void* preemption_user ABSL_GUARDED_BY(mu) = nullptr;
   std::unique_ptr<GrpcCoordinationClient> impl;
 };
@@ -68,16 +69,20 @@ int Create(ClientConfig config, phalanx_client** out) {
   };
   callbacks.on_preemption = [client](const phalanx::client::PreemptionRound& round) {
     phalanx_preemption_fn fn;
+    phalanx_preemption2_fn fn2;
     void* user;
     {
       absl::MutexLock lock(&client->mu);
       fn = client->preemption_fn;
+      fn2 = client->preemption2_fn;
       user = client->preemption_user;
     }
-    if (fn != nullptr) {
-      const int64_t deadline = round.deadline == absl::InfiniteFuture()
-                                   ? 0
-                                   : absl::ToUnixMillis(round.deadline);
+    const int64_t deadline =
+        round.deadline == absl::InfiniteFuture() ? 0 : absl::ToUnixMillis(round.deadline);
+    if (fn2 != nullptr) {
+      fn2(user, round.round, deadline, round.reason.c_str(), round.affected_tasks.data(),
+          round.affected_tasks.size());
+    } else if (fn != nullptr) {
       fn(user, round.round, deadline, round.reason.c_str());
     }
   };
@@ -142,6 +147,16 @@ void phalanx_set_preemption_callback(phalanx_client* client, phalanx_preemption_
   if (client == nullptr) return;
   absl::MutexLock lock(&client->mu);
   client->preemption_fn = fn;
+  client->preemption2_fn = nullptr;
+  client->preemption_user = user;
+}
+
+void phalanx_set_preemption_callback2(phalanx_client* client, phalanx_preemption2_fn fn,
+                                      void* user) {
+  if (client == nullptr) return;
+  absl::MutexLock lock(&client->mu);
+  client->preemption2_fn = fn;
+  client->preemption_fn = nullptr;
   client->preemption_user = user;
 }
 

@@ -49,6 +49,11 @@ typedef void (*phalanx_peer_change_fn)(void* user, int task_id, uint64_t incarna
 /* A preemption round opened; `deadline_unix_ms` is 0 when unknown. */
 typedef void (*phalanx_preemption_fn)(void* user, uint64_t round, int64_t deadline_unix_ms,
                                       const char* reason);
+/* The same, with the tasks the round names as about to be preempted (none: unknown or the whole
+   job). `reason` and `affected_tasks` are valid only during the call. */
+typedef void (*phalanx_preemption2_fn)(void* user, uint64_t round, int64_t deadline_unix_ms,
+                                       const char* reason, const int* affected_tasks,
+                                       size_t num_affected);
 
 typedef struct {
   char* key;
@@ -73,6 +78,9 @@ PHALANX_API void phalanx_set_peer_change_callback(phalanx_client* client,
                                                   phalanx_peer_change_fn fn, void* user);
 PHALANX_API void phalanx_set_preemption_callback(phalanx_client* client, phalanx_preemption_fn fn,
                                                  void* user);
+/* Replaces the callback above with one that also gets the affected tasks. */
+PHALANX_API void phalanx_set_preemption_callback2(phalanx_client* client,
+                                                  phalanx_preemption2_fn fn, void* user);
 
 PHALANX_API int phalanx_task_id(const phalanx_client* client);
 PHALANX_API int phalanx_num_tasks(const phalanx_client* client);

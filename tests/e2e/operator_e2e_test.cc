@@ -24,6 +24,7 @@
 #include "operator/api/yaml_json.h"
 #include "node_agent/preemption/fake_metadata_server.h"
 #include "operator/controller/reconciler.h"
+#include "tests/integration/http_get.h"
 
 namespace phalanx {
 namespace {
@@ -205,6 +206,30 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
     if (kube::StringAt(e, "reason") == "TaskRestarted") restarted_event = true;
   }
   EXPECT_TRUE(restarted_event);
+}
+
+TEST_F(OperatorE2eTest, OperatorServesHealthReadinessAndItsMetrics) {
+  ASSERT_TRUE(CreateJob(20).ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(90)));
+  int port = 0;
+  for (const std::string& line : operator_->Lines()) {
+    const size_t at = line.find("ready metrics=127.0.0.1:");
+    if (at != std::string::npos) port = std::stoi(line.substr(at + 24));
+  }
+  ASSERT_GT(port, 0);
+  for (const char* path : {"/healthz", "/readyz"}) {
+    auto reply = phalanx::testing::HttpGet(port, path);
+    ASSERT_TRUE(reply.has_value()) << path;
+    EXPECT_EQ(reply->code, 200) << path << ": " << reply->body;
+  }
+  auto metrics = phalanx::testing::HttpGet(port, "/metrics");
+  ASSERT_TRUE(metrics.has_value());
+  for (const char* family :
+       {"phalanx_operator_reconciles_total", "phalanx_operator_api_requests_total",
+        "phalanx_operator_reconcile_duration_seconds", "phalanx_operator_queue_depth"}) {
+    EXPECT_THAT(metrics->body, ::testing::HasSubstr(family));
+  }
 }
 
 TEST_F(OperatorE2eTest, CoordinatorPodKilledIsRecreatedAndTheJobContinues) {

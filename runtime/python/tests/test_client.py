@@ -167,6 +167,7 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(harness.eventually(lambda: len(rounds) == 2, 5), rounds)
         self.assertEqual({r.round for r in rounds}, {rounds[0].round})
         self.assertIn("node going away", rounds[0].reason)
+        self.assertEqual(list(rounds[0].affected_tasks), [1])
         self.assertIsNotNone(rounds[0].deadline)
 
     def test_peer_failure_is_reported_to_the_callback(self):
