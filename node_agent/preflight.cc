@@ -3,6 +3,7 @@
 #include "absl/strings/str_join.h"
 #include "node_agent/gpu/gpu_inventory.h"
 #include "node_agent/gpu/nvml_loader.h"
+#include "runtime/clique/nccl_self_test.h"
 
 namespace phalanx::agent {
 
@@ -31,8 +32,21 @@ int RunPreflight(const std::string& nvml_path, std::ostream& out) {
     out << "\n";
     if (gpu.health == GpuHealth::kFailed) ++failed;
   }
-  out << (failed == 0 ? "preflight: ok\n" : "preflight: failed: a GPU is unhealthy\n");
-  return failed == 0 ? 0 : 1;
+  if (failed > 0) {
+    out << "preflight: failed: a GPU is unhealthy\n";
+    return 1;
+  }
+  // Every GPU talks to every other through NCCL, and how fast.
+  absl::StatusOr<clique::AllReduceCheck> check = clique::RunLocalAllReduce(size_t{64} << 20, 20);
+  if (!check.ok()) {
+    out << "preflight: failed: NCCL all-reduce: " << check.status().message() << "\n";
+    return 1;
+  }
+  out << "  all-reduce over " << check->devices << " GPU(s): init " << check->init_ms
+      << " ms, " << check->allreduce_ms << " ms per 64 MiB, bus bandwidth " << check->busbw_gbps
+      << " GB/s, result " << (check->correct ? "correct" : "WRONG") << "\n";
+  out << (check->correct ? "preflight: ok\n" : "preflight: failed: all-reduce result wrong\n");
+  return check->correct ? 0 : 1;
 }
 
 }  // namespace phalanx::agent

@@ -1,6 +1,7 @@
 // Needs a GPU, its driver and NCCL (CTest label `gpu`); skips with the reason otherwise.
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <memory>
 
 #include "common/base/clock.h"
@@ -11,6 +12,7 @@
 #include "runtime/clique/clique_manager.h"
 #include "runtime/clique/in_memory_unique_id_exchange.h"
 #include "runtime/clique/nccl_loader.h"
+#include "runtime/clique/nccl_self_test.h"
 
 namespace phalanx::clique {
 namespace {
@@ -81,6 +83,35 @@ TEST(NcclGpuTest, OneGpuClique_ThroughTheManager_IsReadyThenAbortedWhenItsTaskRe
   manager.OnMembershipChange({{{0, 1}}});
   EXPECT_EQ(manager.Get(*id)->state, CliqueState::kFailed);
   EXPECT_EQ(manager.counters().aborts, 1);
+}
+
+TEST(NcclGpuTest, AllReduceOverEveryLocalGpu_IsCorrect) {
+  if (std::string why = WhyNoGpu(); !why.empty()) GTEST_SKIP() << why;
+  absl::StatusOr<AllReduceCheck> check = RunLocalAllReduce(size_t{16} << 20, 5);
+  ASSERT_THAT(check, IsOk());
+  EXPECT_TRUE(check->correct);
+  EXPECT_GE(check->devices, 1);
+  std::printf("all-reduce over %d GPU(s): init %.1f ms, %.3f ms per 16 MiB, busbw %.1f GB/s\n",
+              check->devices, check->init_ms, check->allreduce_ms, check->busbw_gbps);
+}
+
+// A rank whose peer never joins: the init stays pending, and abort ends it without hanging.
+TEST(NcclGpuTest, AbortWhileAPeerNeverJoins_EndsThePendingInit) {
+  if (std::string why = WhyNoGpu(); !why.empty()) GTEST_SKIP() << why;
+  auto loader = NcclLoader::Create();
+  if (!loader.ok()) GTEST_SKIP() << "no NCCL: " << loader.status();
+  NcclApi& nccl = **loader;
+  auto id = nccl.GetUniqueId();
+  ASSERT_THAT(id, IsOk());
+  auto comm = nccl.CommInitRank(/*nranks=*/2, *id, /*rank=*/0, /*cuda_device=*/0);
+  ASSERT_THAT(comm, IsOk());
+  auto progress = nccl.CommGetAsyncError(*comm);
+  ASSERT_THAT(progress, IsOk());
+  EXPECT_EQ(*progress, CommProgress::kInProgress);  // rank 1 never comes
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(nccl.CommAbort(*comm), IsOk());
+  std::printf("abort of a pending 2-rank init: %.1f ms\n",
+              absl::ToDoubleMilliseconds(absl::Now() - start));
 }
 
 }  // namespace
