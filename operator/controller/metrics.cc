@@ -49,7 +49,17 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
       api_requests_(prometheus::BuildCounter()
                         .Name("phalanx_operator_api_requests_total")
                         .Help("Kubernetes API requests by verb and HTTP code (0: transport error)")
-                        .Register(registry)) {}
+                        .Register(registry)),
+      productive_seconds_(prometheus::BuildCounter()
+                              .Name("phalanx_operator_productive_seconds_total")
+                              .Help("Job-seconds with every task running (goodput), all jobs")
+                              .Register(registry)
+                              .Add({})),
+      lost_seconds_(prometheus::BuildCounter()
+                        .Name("phalanx_operator_lost_seconds_total")
+                        .Help("Job-seconds lost to restarts and preemptions, all jobs")
+                        .Register(registry)
+                        .Add({})) {}
 
 void OperatorMetrics::Reconciled(bool ok, absl::Duration took) {
   (ok ? reconciles_ok_ : reconciles_error_).Increment();
@@ -82,6 +92,11 @@ void OperatorMetrics::Preempted(const std::string& reason) {
 
 void OperatorMetrics::ReplacementCreated(absl::Duration since_failure_seen) {
   replacement_seconds_.Observe(absl::ToDoubleSeconds(since_failure_seen));
+}
+
+void OperatorMetrics::Goodput(double productive_seconds, double lost_seconds) {
+  if (productive_seconds > 0) productive_seconds_.Increment(productive_seconds);
+  if (lost_seconds > 0) lost_seconds_.Increment(lost_seconds);
 }
 
 void OperatorMetrics::ApiRequest(const std::string& verb, int code) {

@@ -28,6 +28,8 @@ class OperatorMetrics {
   // Failure observed → replacement pod created.
   void ReplacementCreated(absl::Duration since_failure_seen);
   void ApiRequest(const std::string& verb, int code);
+  // Goodput booked by a status write: seconds every task ran vs seconds lost to restarts.
+  void Goodput(double productive_seconds, double lost_seconds);
 
  private:
   prometheus::Registry& registry_;
@@ -41,6 +43,8 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Counter>& preemptions_;
   prometheus::Histogram& replacement_seconds_;
   prometheus::Family<prometheus::Counter>& api_requests_;
+  prometheus::Counter& productive_seconds_;
+  prometheus::Counter& lost_seconds_;
   absl::Mutex mu_;
   std::map<std::string, prometheus::Counter*> restart_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> preemption_counters_ ABSL_GUARDED_BY(mu_);

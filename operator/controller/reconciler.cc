@@ -145,6 +145,11 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     if (metrics_ != nullptr) metrics_->Reconciled(false, clock_.Now() - started);
     return written;
   }
+  if (metrics_ != nullptr) {
+    // Booked once, by the write that recorded it (a 409 above returns before this).
+    metrics_->Goodput(plan.status.productive_seconds - previous.productive_seconds,
+                      plan.status.lost_seconds - previous.lost_seconds);
+  }
   absl::Status executed = Execute(job, plan);
   absl::Duration requeue_after = plan.requeue_after;
   if (link_ != nullptr && active &&

@@ -227,7 +227,8 @@ TEST_F(OperatorE2eTest, OperatorServesHealthReadinessAndItsMetrics) {
   ASSERT_TRUE(metrics.has_value());
   for (const char* family :
        {"phalanx_operator_reconciles_total", "phalanx_operator_api_requests_total",
-        "phalanx_operator_reconcile_duration_seconds", "phalanx_operator_queue_depth"}) {
+        "phalanx_operator_reconcile_duration_seconds", "phalanx_operator_queue_depth",
+        "phalanx_operator_productive_seconds_total"}) {
     EXPECT_THAT(metrics->body, ::testing::HasSubstr(family));
   }
 }
