@@ -30,6 +30,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "common/base/clock.h"
 #include "common/base/periodic_runner.h"
 #include "common/base/process_init.h"
@@ -55,22 +56,9 @@ ABSL_FLAG(std::string, only, "", "comma-separated subset: notice,reform,rss");
 namespace phalanx::bench {
 namespace {
 
-constexpr double kFailed = -1;
 namespace fs = std::filesystem;
 using agent::testing::FakeMetadataServer;
 using agent::testing::ScriptedResponse;
-
-double Median(std::vector<double> v) {
-  std::erase_if(v, [](double x) { return x < 0; });
-  std::sort(v.begin(), v.end());
-  return v.empty() ? kFailed : v[v.size() / 2];
-}
-
-std::string ReadFile(const std::string& path) {
-  std::stringstream s;
-  s << std::ifstream(path).rdbuf();
-  return s.str();
-}
 
 std::unique_ptr<process::Subprocess> StartProcess(std::vector<std::string> argv,
                                                   const std::string& log) {
@@ -324,16 +312,7 @@ double AgentRss() {
       close(fd);
     }
     absl::SleepFor(absl::Seconds(3));  // a few ticks with the 8 GPUs and 8 tasks
-    std::istringstream status(ReadFile(absl::StrCat("/proc/", a->pid(), "/status")));
-    std::string line;
-    while (std::getline(status, line)) {
-      int64_t kib = 0;
-      if (absl::StartsWith(line, "VmRSS:") &&
-          absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(line.substr(6), "kB")),
-                           &kib)) {
-        rss = static_cast<double>(kib) / 1024.0;
-      }
-    }
+    rss = RssMib(a->pid());
   }
   Stop(a);
   fs::remove_all(dir);

@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "common/base/process_init.h"
 #include "common/kube/cluster_config.h"
 #include "common/kube/object_meta.h"
@@ -54,35 +55,6 @@ namespace phalanx::bench {
 namespace {
 
 namespace pb = ::phalanx::coord::v1;
-constexpr double kFailed = -1;
-
-double Median(std::vector<double> v) {
-  std::erase_if(v, [](double x) { return x < 0; });
-  std::sort(v.begin(), v.end());
-  return v.empty() ? kFailed : v[v.size() / 2];
-}
-
-std::string ReadFile(const std::string& path) {
-  std::stringstream s;
-  s << std::ifstream(path).rdbuf();
-  return s.str();
-}
-
-// Resident memory of a process, MiB (kFailed if unreadable).
-double RssMib(pid_t pid) {
-  std::istringstream status(ReadFile(absl::StrCat("/proc/", pid, "/status")));
-  std::string line;
-  while (std::getline(status, line)) {
-    int64_t kib = 0;
-    if (absl::StartsWith(line, "VmRSS:") &&
-        absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(line.substr(6), "kB")),
-                         &kib)) {
-      return static_cast<double>(kib) / 1024.0;
-    }
-  }
-  return kFailed;
-}
-
 // User + system CPU seconds a process has used.
 double CpuSeconds(pid_t pid) {
   const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));

@@ -419,64 +419,82 @@ class OperatorPreemptionE2eTest : public OperatorE2eTest {
     nodes_ = 3;
     gpus_per_node_ = 2;
   }
+
+  // A 2-task job (2 GPUs each), Running, both tasks past their first periodic checkpoint.
+  void StartTrainingJob() {
+    ASSERT_TRUE(CreateJob(JobOptions{.steps = 250,
+                                     .preemption = R"({"checkpointGraceSeconds":20})",
+                                     .gpus = 2})
+                    .ok());
+    ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                           absl::Seconds(90)));
+    ASSERT_TRUE(Eventually([&] { return WorkerEvents("checkpoint").size() == 2; },
+                           absl::Seconds(60)));
+  }
+
+  // A first-incarnation task pod whose node does not also hold the coordinator, and that node.
+  void PickVictim(std::string& victim_pod, std::string& node) {
+    absl::StatusOr<kube::Json> coordinator =
+        client_->Get(op::kPods, "default", "train-coordinator");
+    ASSERT_TRUE(coordinator.ok());
+    for (int i = 0; i < 2 && node.empty(); ++i) {
+      absl::StatusOr<kube::Json> pod =
+          client_->Get(op::kPods, "default", absl::StrCat("train-task-", i, "-0"));
+      ASSERT_TRUE(pod.ok());
+      if (kube::StringAt(*pod, "spec.nodeName") != kube::StringAt(*coordinator, "spec.nodeName")) {
+        victim_pod = kube::MetaString(*pod, "name");
+        node = kube::StringAt(*pod, "spec.nodeName");
+      }
+    }
+    ASSERT_FALSE(node.empty());
+  }
+
+  // After the job succeeded: a preemption and no restart were counted, every first-incarnation
+  // task checkpointed at one sync step, `victim_pod` left at that step, no recovery lost a
+  // step. Returns the sync step.
+  std::string ExpectOneSyncStepAndNoStepLost(const std::string& victim_pod) {
+    const kube::Json done = Job();
+    EXPECT_GE(done.at("status").at("preemptions").as_integer(), 1) << done.serialize();
+    EXPECT_EQ(done.at("status").at("restarts").as_integer(), 0) << done.serialize();
+    std::set<std::string> sync_steps;
+    const auto sync = WorkerEvents("sync_checkpoint");
+    for (int i = 0; i < 2; ++i) {
+      const auto it = sync.find(absl::StrCat("default_train-task-", i, "-0"));
+      EXPECT_NE(it, sync.end()) << "task " << i << " never checkpointed at the sync step";
+      if (it == sync.end()) continue;
+      for (const std::string& line : it->second) sync_steps.insert(EventField(line, "step"));
+    }
+    EXPECT_EQ(sync_steps.size(), 1u);
+    if (sync_steps.empty()) return "";
+    const auto left = WorkerEvents("left_for_preemption");
+    EXPECT_TRUE(left.contains("default_" + victim_pod)) << victim_pod << " was evicted first";
+    if (left.contains("default_" + victim_pod)) {
+      EXPECT_EQ(EventField(left.at("default_" + victim_pod).front(), "step"), *sync_steps.begin());
+    }
+    for (const auto& [pod, lines] : WorkerEvents("recovered")) {
+      for (const std::string& line : lines) EXPECT_EQ(EventField(line, "lost"), "0") << line;
+    }
+    return *sync_steps.begin();
+  }
 };
 
 TEST_F(OperatorPreemptionE2eTest, NodePreemptionCheckpointsEveryTaskAtOneStepAndLosesNoSteps) {
-  ASSERT_TRUE(CreateJob(JobOptions{.steps = 250,
-                                   .preemption = R"({"checkpointGraceSeconds":20})",
-                                   .gpus = 2})
-                  .ok());
-  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
-                         absl::Seconds(90)));
-  // Both tasks are training (past their first periodic checkpoint).
-  ASSERT_TRUE(Eventually([&] { return WorkerEvents("checkpoint").size() == 2; },
-                         absl::Seconds(60)));
-  // Preempt the node of a task that does not share it with the coordinator.
-  absl::StatusOr<kube::Json> coordinator = client_->Get(op::kPods, "default", "train-coordinator");
-  ASSERT_TRUE(coordinator.ok());
+  StartTrainingJob();
+  if (HasFatalFailure()) return;
   std::string victim_pod, node;
-  for (int i = 0; i < 2 && node.empty(); ++i) {
-    absl::StatusOr<kube::Json> pod =
-        client_->Get(op::kPods, "default", absl::StrCat("train-task-", i, "-0"));
-    ASSERT_TRUE(pod.ok());
-    if (kube::StringAt(*pod, "spec.nodeName") != kube::StringAt(*coordinator, "spec.nodeName")) {
-      victim_pod = kube::MetaString(*pod, "name");
-      node = kube::StringAt(*pod, "spec.nodeName");
-    }
-  }
-  ASSERT_FALSE(node.empty());
+  PickVictim(victim_pod, node);
+  if (HasFatalFailure()) return;
   // The cloud's notice: taint now, evict after 15 s.
   ASSERT_TRUE(client_->Raw("POST", absl::StrCat("/admin/nodes/", node, "/preempt?graceSeconds=15"))
                   .ok());
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
                          absl::Seconds(150)))
       << Job().serialize();
-
-  const kube::Json done = Job();
-  EXPECT_GE(done.at("status").at("preemptions").as_integer(), 1) << done.serialize();
-  EXPECT_EQ(done.at("status").at("restarts").as_integer(), 0) << done.serialize();
-  // Every task of the first incarnation checkpointed at the same sync step...
-  std::set<std::string> sync_steps;
-  const auto sync = WorkerEvents("sync_checkpoint");
-  for (int i = 0; i < 2; ++i) {
-    const auto it = sync.find(absl::StrCat("default_train-task-", i, "-0"));
-    ASSERT_NE(it, sync.end()) << "task " << i << " never checkpointed at the sync step";
-    for (const std::string& line : it->second) sync_steps.insert(EventField(line, "step"));
-  }
-  EXPECT_EQ(sync_steps.size(), 1u);
-  // ...the preempted one before its node evicted it (it left on its own, at that step)...
-  const auto left = WorkerEvents("left_for_preemption");
-  ASSERT_TRUE(left.contains("default_" + victim_pod)) << victim_pod << " was evicted first";
-  EXPECT_EQ(EventField(left.at("default_" + victim_pod).front(), "step"), *sync_steps.begin());
-  // ...every recovery resumed from there with nothing lost, and all tasks end in one state.
-  for (const auto& [pod, lines] : WorkerEvents("recovered")) {
-    for (const std::string& line : lines) EXPECT_EQ(EventField(line, "lost"), "0") << line;
-  }
+  const std::string sync_step = ExpectOneSyncStepAndNoStepLost(victim_pod);
+  // The replacement resumed from the agreed step, and all tasks end in one state.
   for (const auto& [pod, lines] : WorkerEvents("start")) {
     if (absl::EndsWith(pod, "-0")) continue;  // the first incarnation started at step 0
-    for (const std::string& line : lines) {
-      EXPECT_EQ(EventField(line, "resume_step"), *sync_steps.begin()) << line;
-    }
+    for (const std::string& line : lines) EXPECT_EQ(EventField(line, "resume_step"), sync_step);
   }
   std::set<std::string> final_states;
   for (const auto& [pod, lines] : WorkerEvents("done")) {
@@ -517,27 +535,11 @@ TEST_F(AgentPreemptionE2eTest, AGceNoticeOnOneNodeCheckpointsTheJobAtOneStepAndL
     ASSERT_NE(agents.back(), nullptr) << node;
     metadata[node] = *std::move(server);
   }
-  ASSERT_TRUE(CreateJob(JobOptions{.steps = 250,
-                                   .preemption = R"({"checkpointGraceSeconds":20})",
-                                   .gpus = 2})
-                  .ok());
-  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
-                         absl::Seconds(90)));
-  ASSERT_TRUE(Eventually([&] { return WorkerEvents("checkpoint").size() == 2; },
-                         absl::Seconds(60)));
-  absl::StatusOr<kube::Json> coordinator = client_->Get(op::kPods, "default", "train-coordinator");
-  ASSERT_TRUE(coordinator.ok());
+  StartTrainingJob();
+  if (HasFatalFailure()) return;
   std::string victim_pod, node;
-  for (int i = 0; i < 2 && node.empty(); ++i) {
-    absl::StatusOr<kube::Json> pod =
-        client_->Get(op::kPods, "default", absl::StrCat("train-task-", i, "-0"));
-    ASSERT_TRUE(pod.ok());
-    if (kube::StringAt(*pod, "spec.nodeName") != kube::StringAt(*coordinator, "spec.nodeName")) {
-      victim_pod = kube::MetaString(*pod, "name");
-      node = kube::StringAt(*pod, "spec.nodeName");
-    }
-  }
-  ASSERT_FALSE(node.empty());
+  PickVictim(victim_pod, node);
+  if (HasFatalFailure()) return;
   // The cloud says: this VM is being preempted.
   metadata[node]->Set("GET", "/computeMetadata/v1/instance/preempted",
                       agent::testing::ScriptedResponse::Ok("TRUE"));
@@ -545,9 +547,7 @@ TEST_F(AgentPreemptionE2eTest, AGceNoticeOnOneNodeCheckpointsTheJobAtOneStepAndL
                          absl::Seconds(150)))
       << Job().serialize();
 
-  const kube::Json done = Job();
-  EXPECT_GE(done.at("status").at("preemptions").as_integer(), 1) << done.serialize();
-  EXPECT_EQ(done.at("status").at("restarts").as_integer(), 0) << done.serialize();
+  ExpectOneSyncStepAndNoStepLost(victim_pod);
   // The node carries the agent's taint, condition and Event.
   absl::StatusOr<kube::Json> marked = client_->Get(op::kNodes, "", node);
   ASSERT_TRUE(marked.ok());
@@ -559,20 +559,6 @@ TEST_F(AgentPreemptionE2eTest, AGceNoticeOnOneNodeCheckpointsTheJobAtOneStepAndL
   bool noticed = false;
   for (const kube::Json& e : events->items) noticed |= kube::StringAt(e, "reason") == "PreemptionNotice";
   EXPECT_TRUE(noticed);
-  // Every first-incarnation task checkpointed at one step; the preempted one left there.
-  std::set<std::string> sync_steps;
-  const auto sync = WorkerEvents("sync_checkpoint");
-  for (int i = 0; i < 2; ++i) {
-    const auto it = sync.find(absl::StrCat("default_train-task-", i, "-0"));
-    ASSERT_NE(it, sync.end()) << "task " << i << " never checkpointed at the sync step";
-    for (const std::string& line : it->second) sync_steps.insert(EventField(line, "step"));
-  }
-  EXPECT_EQ(sync_steps.size(), 1u);
-  const auto left = WorkerEvents("left_for_preemption");
-  EXPECT_TRUE(left.contains("default_" + victim_pod)) << victim_pod;
-  for (const auto& [pod, lines] : WorkerEvents("recovered")) {
-    for (const std::string& line : lines) EXPECT_EQ(EventField(line, "lost"), "0") << line;
-  }
   for (auto& a : agents) {
     a->Signal(SIGINT);
     a->Wait(absl::Seconds(10));
