@@ -105,7 +105,8 @@ struct TaskStatus {
   std::string pod;
   std::string node;
   int incarnation = 0;
-  std::string state;  // Pending, Running, Succeeded, Failed, Restarting
+  std::string state;  // Pending, Running, Succeeded, Restarting, BackingOff, Preempting,
+                     // Terminating, Suspended
   int restarts = 0;
   std::string last_failure_reason;
   std::optional<int> last_exit_code;

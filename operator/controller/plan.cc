@@ -314,11 +314,12 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
       task.pod = TaskPodName(job, i, task.incarnation);
     }
   };
-  auto restart_all = [&](const std::string& reason) {
+  // Every task restarts; the ones that failed or were preempted keep that as their reason.
+  auto restart_all = [&](const std::string& reason, const std::vector<int>& cause) {
     for (int i = 0; i < n; ++i) {
-      const bool failed_here = failed_pods.contains(i);
-      restart_task(i, failed_here ? reason : "JobRestart",
-                   failed_here ? failed_pods[i].exit_code : std::nullopt);
+      const bool here = Contains(cause, i);
+      restart_task(i, here ? reason : "JobRestart",
+                   here && failed_pods.contains(i) ? failed_pods[i].exit_code : std::nullopt);
     }
   };
 
@@ -349,6 +350,13 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
   if (!move_now.empty()) {
     st.preemptions += static_cast<int>(move_now.size());
     if (in.spec.failure_policy.preemptions_count_toward_max_restarts) {
+      if (st.restarts + static_cast<int>(move_now.size()) > in.spec.failure_policy.max_restarts) {
+        fail_job("MaxRestartsExceeded",
+                 absl::StrCat("task ", move_now.front(), " was preempted; maxRestarts (",
+                              in.spec.failure_policy.max_restarts,
+                              ") is exhausted and preemptions count toward it"));
+        return plan;
+      }
       st.restarts += static_cast<int>(move_now.size());
     }
     st.last_restart_time = in.now;
@@ -358,7 +366,7 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
                                           st.tasks[static_cast<size_t>(i)].incarnation + 1)});
     }
     if (in.spec.failure_policy.restart_scope == RestartScope::kJob) {
-      restart_all("Preempted");
+      restart_all("Preempted", move_now);
     } else {
       for (int i : move_now) restart_task(i, "Preempted", std::nullopt);
     }
@@ -396,7 +404,7 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
                         st.tasks[static_cast<size_t>(i)].incarnation + 1)});
     }
     if (job_scope) {
-      restart_all("Failed");
+      restart_all("Failed", failed);
     } else {
       for (int i : failed) {
         const PodView& pod = failed_pods[i];

@@ -290,6 +290,39 @@ TEST(PlanTest, ATaskThatExitsAfterItsPreemptionCheckpointIsMovedAtOnceAsAPreempt
   EXPECT_EQ(failed.status.phase, kPhaseFailed);
 }
 
+TEST(PlanTest, JobScopePreemptionLabelsThePreemptedTaskAndCountsItAsAPreemption) {
+  TrainingJobSpec spec = Spec();
+  spec.failure_policy.restart_scope = RestartScope::kJob;
+  JobObservation world = Healthy();
+  world.preempting_nodes.insert("node-0");
+  world.task_pods[1].node = "node-1";
+  ReconcilePlan noticed = Plan(spec, {}, world);
+  world.task_pods[0].phase = "Failed";  // left after its checkpoint
+  ReconcilePlan moved = Plan(spec, noticed.status, world, kNow + absl::Seconds(1));
+  EXPECT_THAT(Names(moved.create), ::testing::ElementsAre("j-task-0-1", "j-task-1-1"));
+  EXPECT_EQ(moved.status.tasks[0].last_failure_reason, "Preempted");
+  EXPECT_EQ(moved.status.tasks[1].last_failure_reason, "JobRestart");
+  ASSERT_EQ(moved.replacements.size(), 2u);
+  EXPECT_TRUE(moved.replacements[0].preemption);
+  EXPECT_FALSE(moved.replacements[1].preemption);
+  EXPECT_EQ(moved.status.preemptions, 1);
+  EXPECT_EQ(moved.status.restarts, 0);
+}
+
+TEST(PlanTest, PreemptionsThatCountTowardMaxRestartsCanExhaustIt) {
+  TrainingJobSpec spec = Spec();
+  spec.failure_policy.max_restarts = 0;
+  spec.failure_policy.preemptions_count_toward_max_restarts = true;
+  JobObservation world = Healthy();
+  world.preempting_nodes.insert("node-0");
+  world.task_pods[1].node = "node-1";
+  ReconcilePlan noticed = Plan(spec, {}, world);
+  world.task_pods[0].phase = "Failed";
+  ReconcilePlan done = Plan(spec, noticed.status, world, kNow + absl::Seconds(1));
+  EXPECT_EQ(done.status.phase, kPhaseFailed);
+  EXPECT_TRUE(done.create.empty());
+}
+
 TEST(PlanTest, AnEvictedPodIsReplacedOnceGoneAsAPreemption) {
   ReconcilePlan running = Plan(Spec(), {}, Healthy());
   JobObservation world = Healthy();

@@ -152,9 +152,15 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   }
   absl::Status executed = Execute(job, plan);
   absl::Duration requeue_after = plan.requeue_after;
+  std::vector<std::pair<int, absl::Time>> preempting;
+  for (const TaskStatus& task : plan.status.tasks) {
+    if (task.preempting_since.has_value() &&
+        (task.state == "Preempting" || task.state == "Terminating")) {
+      preempting.emplace_back(task.index, *task.preempting_since);
+    }
+  }
   if (link_ != nullptr && active &&
-      !DeliverPreemptionNotices(key, plan.preemption_notices,
-                                clock_.Now() + spec->preemption.checkpoint_grace)) {
+      !DeliverPreemptionNotices(key, preempting, spec->preemption.checkpoint_grace)) {
     constexpr absl::Duration kNoticeRetry = absl::Seconds(1);
     requeue_after = requeue_after == absl::ZeroDuration() ? kNoticeRetry
                                                           : std::min(requeue_after, kNoticeRetry);
@@ -183,31 +189,42 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
 
 void Reconciler::ForgetNotices(const std::string& key) {
   absl::MutexLock lock(&notices_mu_);
-  undelivered_.erase(key);
+  notified_.erase(key);
 }
 
-bool Reconciler::DeliverPreemptionNotices(const std::string& key, std::vector<int> tasks,
-                                          absl::Time deadline) {
+bool Reconciler::DeliverPreemptionNotices(const std::string& key,
+                                          const std::vector<std::pair<int, absl::Time>>& due,
+                                          absl::Duration grace) {
+  std::vector<int> tasks;
+  absl::Time deadline = absl::InfiniteFuture();
   {
     absl::MutexLock lock(&notices_mu_);
-    auto it = undelivered_.find(key);
-    if (it != undelivered_.end()) {
-      for (int t : it->second.tasks) {
-        if (std::find(tasks.begin(), tasks.end(), t) == tasks.end()) tasks.push_back(t);
-      }
-      deadline = std::min(deadline, it->second.deadline);
-      undelivered_.erase(it);
+    std::set<std::pair<int, absl::Time>>& acked = notified_[key];
+    // Forget tasks no longer being preempted (bounded memory; a later preemption is new).
+    for (auto it = acked.begin(); it != acked.end();) {
+      it = std::find(due.begin(), due.end(), *it) == due.end() ? acked.erase(it) : std::next(it);
+    }
+    for (const auto& [task, since] : due) {
+      if (acked.contains({task, since})) continue;
+      tasks.push_back(task);
+      deadline = std::min(deadline, since + grace);
     }
   }
   if (tasks.empty()) return true;
   absl::Status notified =
       link_->NotifyPreemption(key, tasks, deadline, "node preempted or pod disrupted");
-  if (notified.ok()) return true;
-  PHX_LOG(WARNING) << "job " << key << ": preemption notice not delivered yet (will retry): "
-                   << notified;
+  if (!notified.ok()) {
+    PHX_LOG(WARNING) << "job " << key << ": preemption notice not delivered yet (will retry): "
+                     << notified;
+    return false;
+  }
   absl::MutexLock lock(&notices_mu_);
-  undelivered_[key] = {std::move(tasks), deadline};  // one pass per key at a time: no merge
-  return false;
+  for (const auto& entry : due) {
+    if (std::find(tasks.begin(), tasks.end(), entry.first) != tasks.end()) {
+      notified_[key].insert(entry);
+    }
+  }
+  return true;
 }
 
 absl::Status Reconciler::Execute(const Json& job, const ReconcilePlan& plan) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,15 +64,13 @@ class Reconciler {
   CoordinatorPlacement PlacementFor(const Json& job) const;
   std::string TokenOf(const std::string& ns, const std::string& job) const;
 
-  // Preemption notices the coordinator has not acknowledged yet, by job key: retried on the
-  // next passes (a notice is planned once, when the preemption is first seen).
-  struct UndeliveredNotice {
-    std::vector<int> tasks;
-    absl::Time deadline;
-  };
-  // Sends `tasks` plus whatever is still undelivered for `key`; false if it must be retried.
-  bool DeliverPreemptionNotices(const std::string& key, std::vector<int> tasks,
-                                absl::Time deadline);
+  // Notifies the coordinator of every task being preempted (`due`: task, preempting since) whose
+  // notice it has not acknowledged yet; false if one must be retried. Level-triggered: after a
+  // failed delivery or on a new operator leader the notice goes out again (the coordinator
+  // folds a repeat into its open round).
+  bool DeliverPreemptionNotices(const std::string& key,
+                                const std::vector<std::pair<int, absl::Time>>& due,
+                                absl::Duration grace);
   void ForgetNotices(const std::string& key);
 
   kube::Client& client_;
@@ -82,7 +81,9 @@ class Reconciler {
   const ReconcilerOptions options_;
   CoordinatorLink* const link_;
   absl::Mutex notices_mu_;
-  std::map<std::string, UndeliveredNotice> undelivered_ ABSL_GUARDED_BY(notices_mu_);
+  // Acknowledged notices by job key: (task, preempting since).
+  std::map<std::string, std::set<std::pair<int, absl::Time>>> notified_
+      ABSL_GUARDED_BY(notices_mu_);
 };
 
 }  // namespace phalanx::op

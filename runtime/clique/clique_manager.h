@@ -77,7 +77,7 @@ struct MemberStatus {
   bool alive = true;  // false: failed, its next incarnation has not registered yet
 };
 
-// For metrics: phalanx_clique_* gauges and counters.
+// For metrics (an owner exports them; the node agent shows cliques by state from its registry).
 struct CliqueCounters {
   std::map<CliqueState, int> cliques_by_state;
   int64_t aborts = 0;         // communicators torn down (error, deadline, membership change)

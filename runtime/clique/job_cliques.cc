@@ -34,8 +34,20 @@ JobCliques::JobCliques(client::CoordinationClient& client, NcclApi& nccl, base::
   };
   manager_ = std::make_unique<CliqueManager>(nccl, exchange_, clock_, manager_options);
   for (int t = 0; t < client_.num_tasks(); ++t) members_[t] = MemberStatus{t, 0, true};
+  // Peers may have restarted before this process started: begin from the job's current state
+  // (bounded; without it, peer events fill the table in as they come).
+  absl::StatusOr<client::JobSnapshot> job = client_.WatchJobState(0, absl::Seconds(5));
+  if (job.ok()) {
+    for (const client::TaskInfo& t : job->tasks) {
+      // Down only when failed: a task that has not registered yet is expected, not gone.
+      members_[t.task_id] = MemberStatus{t.task_id, t.incarnation,
+                                         t.state != client::TaskState::kFailed};
+    }
+  } else {
+    PHX_LOG(WARNING) << "cliques start without the job's membership: " << job.status();
+  }
   const client::TaskRef me = client_.task();
-  members_[me.task_id].incarnation = me.incarnation;
+  members_[me.task_id] = MemberStatus{me.task_id, me.incarnation, true};
   runner_ = std::make_unique<base::PeriodicRunner>(clock_, options_.poll_period,
                                                    [this](absl::Time now) { manager_->Poll(now); });
 }
@@ -43,14 +55,14 @@ JobCliques::JobCliques(client::CoordinationClient& client, NcclApi& nccl, base::
 JobCliques::~JobCliques() { runner_->Stop(); }
 
 absl::StatusOr<CliqueId> JobCliques::Acquire(const CliqueKey& key, int device_id,
-                                             absl::Duration timeout) {
+                                             absl::Duration timeout, int cuda_device) {
   const client::TaskRef me = client_.task();
   std::optional<int> rank = key.RankOf(me.task_id, device_id);
   if (!rank.has_value()) {
     return absl::NotFoundError(absl::StrCat("task ", me.task_id, " device ", device_id,
                                             " is not in clique ", key.ToString()));
   }
-  return manager_->Acquire(key, *rank, clock_.Now() + timeout);
+  return manager_->Acquire(key, *rank, clock_.Now() + timeout, cuda_device);
 }
 
 void JobCliques::OnPeerChange(const client::TaskInfo& info) {

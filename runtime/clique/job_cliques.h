@@ -38,9 +38,12 @@ class JobCliques {
              Options options);
   ~JobCliques();  // stops the runner before the manager goes
 
-  // The clique `key` as this task's rank for `device_id`, formed within `timeout`.
-  // Errors: those of CliqueManager::Acquire; NotFound if (this task, device) is not in `key`.
-  absl::StatusOr<CliqueId> Acquire(const CliqueKey& key, int device_id, absl::Duration timeout);
+  // The clique `key` as this task's rank for `device_id`, formed within `timeout` on CUDA device
+  // `cuda_device` (the physical device behind `device_id`; the runner thread has no current
+  // device of its own). Errors: those of CliqueManager::Acquire; NotFound if (this task,
+  // device) is not in `key`.
+  absl::StatusOr<CliqueId> Acquire(const CliqueKey& key, int device_id, absl::Duration timeout,
+                                   int cuda_device);
   // Feed every ClientCallbacks::on_peer_change event here.
   void OnPeerChange(const client::TaskInfo& info);
 

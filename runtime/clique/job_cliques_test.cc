@@ -64,7 +64,8 @@ class JobCliquesTest : public ::testing::Test {
   }
 
   void Acquire(int t, const CliqueKey& key) {
-    auto id = tasks_[static_cast<size_t>(t)]->job_cliques->Acquire(key, 0, absl::Seconds(30));
+    auto id = tasks_[static_cast<size_t>(t)]->job_cliques->Acquire(key, 0, absl::Seconds(30),
+                                                                        kCurrentCudaDevice);
     ASSERT_TRUE(id.ok()) << id.status();
     tasks_[static_cast<size_t>(t)]->id = *id;
   }
