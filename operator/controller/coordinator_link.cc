@@ -43,6 +43,7 @@ struct CoordinatorLink::Watcher {
   absl::Mutex mu;
   grpc::ClientContext* in_flight ABSL_GUARDED_BY(mu) = nullptr;  // cancelled by Forget
   std::map<int, int> failed ABSL_GUARDED_BY(mu);
+  std::map<int, std::string> reasons ABSL_GUARDED_BY(mu);
   std::shared_ptr<pb::Coordination::Stub> stub;
 };
 
@@ -107,6 +108,18 @@ std::map<int, int> CoordinatorLink::FailedTasks(const std::string& key) {
   return watcher->failed;
 }
 
+std::map<int, std::string> CoordinatorLink::FailureReasons(const std::string& key) {
+  std::shared_ptr<Watcher> watcher;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = watchers_.find(key);
+    if (it == watchers_.end()) return {};
+    watcher = it->second;
+  }
+  absl::MutexLock lock(&watcher->mu);
+  return watcher->reasons;
+}
+
 absl::Status CoordinatorLink::NotifyPreemption(const std::string& key,
                                                const std::vector<int>& tasks, absl::Time deadline,
                                                const std::string& reason) {
@@ -166,9 +179,11 @@ void CoordinatorLink::Loop(std::shared_ptr<Watcher> watcher, std::string key) {
     if (state.coordinator_id() != coordinator_id) coordinator_id = state.coordinator_id();
     known_version = state.version();
     std::map<int, int> failed;
+    std::map<int, std::string> reasons;
     for (const pb::TaskInfo& task : state.tasks()) {
       if (task.state() == pb::TASK_STATE_FAILED) {
         failed[task.task_id()] = static_cast<int>(task.incarnation());
+        reasons[task.task_id()] = task.reason();
       }
     }
     bool changed;
@@ -176,6 +191,7 @@ void CoordinatorLink::Loop(std::shared_ptr<Watcher> watcher, std::string key) {
       absl::MutexLock lock(&watcher->mu);
       changed = failed != watcher->failed;
       watcher->failed = failed;
+      watcher->reasons = std::move(reasons);
     }
     if (changed && !failed.empty()) {
       PHX_LOG(INFO) << "job " << key << ": coordinator reports " << failed.size()

@@ -36,6 +36,8 @@ class CoordinatorLink {
   void Forget(const std::string& key);
   // task index → the incarnation the coordinator declared failed.
   std::map<int, int> FailedTasks(const std::string& key);
+  // task index → why the coordinator declared it failed.
+  std::map<int, std::string> FailureReasons(const std::string& key);
   // Opens (or joins) a preemption round for `tasks` that must checkpoint before `deadline`.
   absl::Status NotifyPreemption(const std::string& key, const std::vector<int>& tasks,
                                 absl::Time deadline, const std::string& reason);

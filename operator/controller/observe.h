@@ -30,6 +30,7 @@ struct PodView {
   bool disruption_target = false;  // condition DisruptionTarget=True (eviction/preemption)
   std::optional<int> exit_code;     // first container's terminated state
   std::string reason;               // its reason (Error, Completed, OOMKilled, ...)
+  std::string message;              // more about it, for Events (the coordinator's words)
 };
 
 PodView ViewOfPod(const Json& pod);
@@ -43,6 +44,8 @@ struct JobObservation {
   // task index → incarnation the coordinator reports failed (crash, hang or error) while its pod
   // may still look Running.
   std::map<int, int> coordinator_failed;
+  // task index → the coordinator's reason ("heartbeat timeout", "session broken: ...").
+  std::map<int, std::string> coordinator_failure_reasons;
   // Nodes about to go away: termination/maintenance taints, or cordoned.
   std::set<std::string> preempting_nodes;
 };

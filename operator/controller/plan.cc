@@ -29,6 +29,7 @@ std::string Describe(const PodView& pod) {
   std::string what = absl::StrCat("pod ", pod.name);
   if (pod.exit_code.has_value()) absl::StrAppend(&what, " exited with code ", *pod.exit_code);
   if (!pod.reason.empty()) absl::StrAppend(&what, " (", pod.reason, ")");
+  if (!pod.message.empty()) absl::StrAppend(&what, ": ", pod.message);
   return what;
 }
 
@@ -261,7 +262,15 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
                                                : "Evicted";
       preempted.push_back(i);
     } else if (pod.phase == "Failed" || coordinator_says_failed) {
-      failed_pods[i] = pod;
+      PodView seen = pod;
+      if (pod.phase != "Failed") {
+        // The pod looks fine; the coordinator saw the task hang, lose its session or report an
+        // error. Say so, with the coordinator's words, in the reason and the Event.
+        seen.reason = "CoordinatorDeclaredFailed";
+        auto why = in.world.coordinator_failure_reasons.find(i);
+        if (why != in.world.coordinator_failure_reasons.end()) seen.message = why->second;
+      }
+      failed_pods[i] = seen;
       (ClassifyFailure(in.spec.failure_policy, pod) == FailureClass::kFatal ? fatal : failed)
           .push_back(i);
     } else {

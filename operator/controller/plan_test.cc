@@ -157,9 +157,13 @@ TEST(PlanTest, JobScopeRestartsEveryTask) {
 TEST(PlanTest, CoordinatorReportedFailureRestartsAPodThatLooksRunning) {
   JobObservation world = Healthy();
   world.coordinator_failed[0] = 0;
+  world.coordinator_failure_reasons[0] = "heartbeat timeout";
   ReconcilePlan plan = Plan(Spec(), {}, world);
   EXPECT_THAT(plan.delete_pods, ::testing::ElementsAre("j-task-0-0"));
   EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-0-1"));
+  EXPECT_EQ(plan.status.tasks[0].last_failure_reason, "CoordinatorDeclaredFailed");
+  ASSERT_FALSE(plan.events.empty());
+  EXPECT_THAT(plan.events[0].message, ::testing::HasSubstr("heartbeat timeout"));
   // A report about an older incarnation is ignored.
   world.coordinator_failed[0] = -5;
   EXPECT_TRUE(Plan(Spec(), {}, world).delete_pods.empty());

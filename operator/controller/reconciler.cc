@@ -133,6 +133,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     if (!token.empty() && !address.empty()) {
       link_->Ensure(key, address, token, world.coordinator->uid);
       world.coordinator_failed = link_->FailedTasks(key);
+      world.coordinator_failure_reasons = link_->FailureReasons(key);
     }
   }
   ReconcilePlan plan = PlanReconcile(

@@ -312,6 +312,8 @@ TEST_F(OperatorE2eTest, HungTaskDeclaredFailedByTheCoordinatorIsRestartedWhileIt
       << Job().serialize();
   EXPECT_EQ(Job().at("status").at("tasks").at(0).at("incarnation").as_integer(), 1);
   EXPECT_EQ(Job().at("status").at("tasks").at(1).at("incarnation").as_integer(), 0);
+  EXPECT_EQ(Job().at("status").at("tasks").at(0).at("lastFailureReason").as_string(),
+            "CoordinatorDeclaredFailed");
 }
 
 TEST_F(OperatorE2eTest, SuspendDeletesThePodsAndResumeFinishesTheJob) {
