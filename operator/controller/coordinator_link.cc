@@ -42,8 +42,7 @@ struct CoordinatorLink::Watcher {
   absl::Notification stop;
   absl::Mutex mu;
   grpc::ClientContext* in_flight ABSL_GUARDED_BY(mu) = nullptr;  // cancelled by Forget
-  std::map<int, int> failed ABSL_GUARDED_BY(mu);
-  std::map<int, std::string> reasons ABSL_GUARDED_BY(mu);
+  std::map<int, FailedTask> failed ABSL_GUARDED_BY(mu);
   std::shared_ptr<pb::Coordination::Stub> stub;
 };
 
@@ -96,40 +95,24 @@ void CoordinatorLink::Forget(const std::string& key) {
   if (watcher->thread.joinable()) watcher->thread.join();
 }
 
-std::map<int, int> CoordinatorLink::FailedTasks(const std::string& key) {
-  std::shared_ptr<Watcher> watcher;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = watchers_.find(key);
-    if (it == watchers_.end()) return {};
-    watcher = it->second;
-  }
-  absl::MutexLock lock(&watcher->mu);
-  return watcher->failed;
+std::shared_ptr<CoordinatorLink::Watcher> CoordinatorLink::WatcherFor(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = watchers_.find(key);
+  return it == watchers_.end() ? nullptr : it->second;
 }
 
-std::map<int, std::string> CoordinatorLink::FailureReasons(const std::string& key) {
-  std::shared_ptr<Watcher> watcher;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = watchers_.find(key);
-    if (it == watchers_.end()) return {};
-    watcher = it->second;
-  }
+std::map<int, CoordinatorLink::FailedTask> CoordinatorLink::FailedTasks(const std::string& key) {
+  std::shared_ptr<Watcher> watcher = WatcherFor(key);
+  if (watcher == nullptr) return {};
   absl::MutexLock lock(&watcher->mu);
-  return watcher->reasons;
+  return watcher->failed;
 }
 
 absl::Status CoordinatorLink::NotifyPreemption(const std::string& key,
                                                const std::vector<int>& tasks, absl::Time deadline,
                                                const std::string& reason) {
-  std::shared_ptr<Watcher> watcher;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = watchers_.find(key);
-    if (it == watchers_.end()) return absl::UnavailableError("no channel to the coordinator yet");
-    watcher = it->second;
-  }
+  std::shared_ptr<Watcher> watcher = WatcherFor(key);
+  if (watcher == nullptr) return absl::UnavailableError("no channel to the coordinator yet");
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   ctx.set_wait_for_ready(true);  // a channel between reconnect attempts waits, not fails
@@ -178,12 +161,10 @@ void CoordinatorLink::Loop(std::shared_ptr<Watcher> watcher, std::string key) {
     const pb::JobState& state = response.state();
     if (state.coordinator_id() != coordinator_id) coordinator_id = state.coordinator_id();
     known_version = state.version();
-    std::map<int, int> failed;
-    std::map<int, std::string> reasons;
+    std::map<int, FailedTask> failed;
     for (const pb::TaskInfo& task : state.tasks()) {
       if (task.state() == pb::TASK_STATE_FAILED) {
-        failed[task.task_id()] = static_cast<int>(task.incarnation());
-        reasons[task.task_id()] = task.reason();
+        failed[task.task_id()] = {static_cast<int>(task.incarnation()), task.reason()};
       }
     }
     bool changed;
@@ -191,7 +172,6 @@ void CoordinatorLink::Loop(std::shared_ptr<Watcher> watcher, std::string key) {
       absl::MutexLock lock(&watcher->mu);
       changed = failed != watcher->failed;
       watcher->failed = failed;
-      watcher->reasons = std::move(reasons);
     }
     if (changed && !failed.empty()) {
       PHX_LOG(INFO) << "job " << key << ": coordinator reports " << failed.size()

@@ -34,16 +34,20 @@ class CoordinatorLink {
               const std::string& coordinator);
   // Stops watching `key` (bounded: the long poll is cancelled).
   void Forget(const std::string& key);
-  // task index → the incarnation the coordinator declared failed.
-  std::map<int, int> FailedTasks(const std::string& key);
-  // task index → why the coordinator declared it failed.
-  std::map<int, std::string> FailureReasons(const std::string& key);
+  struct FailedTask {
+    int incarnation = 0;
+    std::string reason;  // the coordinator's words: "heartbeat timeout", "session broken: ..."
+    friend bool operator==(const FailedTask&, const FailedTask&) = default;
+  };
+  // task index → the incarnation the coordinator declared failed, and why (one snapshot).
+  std::map<int, FailedTask> FailedTasks(const std::string& key);
   // Opens (or joins) a preemption round for `tasks` that must checkpoint before `deadline`.
   absl::Status NotifyPreemption(const std::string& key, const std::vector<int>& tasks,
                                 absl::Time deadline, const std::string& reason);
 
  private:
   struct Watcher;
+  std::shared_ptr<Watcher> WatcherFor(const std::string& key);
   void Loop(std::shared_ptr<Watcher> watcher, std::string key);
 
   const Wake wake_;

@@ -132,8 +132,10 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     const std::string address = CoordinatorAddress(job, placement, world.coordinator->ip);
     if (!token.empty() && !address.empty()) {
       link_->Ensure(key, address, token, world.coordinator->uid);
-      world.coordinator_failed = link_->FailedTasks(key);
-      world.coordinator_failure_reasons = link_->FailureReasons(key);
+      for (const auto& [task, failure] : link_->FailedTasks(key)) {
+        world.coordinator_failed[task] = failure.incarnation;
+        world.coordinator_failure_reasons[task] = failure.reason;
+      }
     }
   }
   ReconcilePlan plan = PlanReconcile(
