@@ -60,31 +60,6 @@ namespace fs = std::filesystem;
 using agent::testing::FakeMetadataServer;
 using agent::testing::ScriptedResponse;
 
-std::unique_ptr<process::Subprocess> StartProcess(std::vector<std::string> argv,
-                                                  const std::string& log) {
-  process::SubprocessOptions options;
-  options.argv = std::move(argv);
-  options.stderr_path = log;
-  absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(options);
-  if (!p.ok() || !(*p)->WaitForLine([](const std::string& l) { return absl::StartsWith(l, "ready "); },
-                                    absl::Seconds(60))) {
-    std::fprintf(stderr, "bench: %s did not start (log: %s)\n", options.argv[0].c_str(),
-                 log.c_str());
-    return nullptr;
-  }
-  return *std::move(p);
-}
-
-void Stop(std::unique_ptr<process::Subprocess>& p) {
-  if (p == nullptr) return;
-  p->Signal(SIGINT);
-  if (!p->Wait(absl::Seconds(20)).has_value()) {
-    p->Signal(SIGKILL);
-    p->Wait(absl::Seconds(5));
-  }
-  p.reset();
-}
-
 // Unix ms of every `kind=<kind>` EVENT line in the pod logs under `logs`, by pod.
 std::map<std::string, std::vector<int64_t>> EventTimes(const fs::path& logs,
                                                        const std::string& kind) {
@@ -118,7 +93,7 @@ double NoticeOnce(int run) {
   std::vector<std::unique_ptr<process::Subprocess>> agents;
   std::vector<std::unique_ptr<FakeMetadataServer>> metadata;
   [&] {
-    cluster = StartProcess({bin + "/tests/localcluster/phalanx-localcluster", "--kubeconfig-out",
+    cluster = StartUntilReady({bin + "/tests/localcluster/phalanx-localcluster", "--kubeconfig-out",
                             kubeconfig, "--work-dir", (dir / "cluster").string(), "--nodes", "3",
                             "--gpus-per-node", "2"},
                            (dir / "cluster.log").string());
@@ -126,16 +101,9 @@ double NoticeOnce(int run) {
     absl::StatusOr<kube::ClusterConfig> config = kube::LoadKubeconfig(kubeconfig);
     if (!config.ok()) return;
     std::unique_ptr<kube::RestClient> client = *kube::RestClient::Create(*config);
-    absl::StatusOr<kube::Json> crd = op::YamlToJson(
-        ReadFile(absl::GetFlag(FLAGS_source_dir) + "/crds/trainingjobs.phalanx.dev.yaml"));
-    if (!crd.ok() ||
-        !client->Create({"apiextensions.k8s.io", "v1", "customresourcedefinitions", false}, "", *crd)
-             .ok()) {
-      std::fprintf(stderr, "bench: could not apply the CRD (pass --source_dir)\n");
-      return;
-    }
+    if (!ApplyTrainingJobCrd(*client, absl::GetFlag(FLAGS_source_dir))) return;
     const int port_base = 20000 + static_cast<int>((getpid() + run * 97) % 4000) * 2;
-    op = StartProcess({bin + "/operator/phalanx-operator", "--kubeconfig", kubeconfig,
+    op = StartUntilReady({bin + "/operator/phalanx-operator", "--kubeconfig", kubeconfig,
                        "--coordinator_command", bin + "/runtime/coordination/phalanx-coordinator",
                        "--coordinator_address", "pod-ip", "--coordinator_port_base",
                        absl::StrCat(port_base), "--metrics_listen", "127.0.0.1:0",
@@ -149,7 +117,7 @@ double NoticeOnce(int run) {
       (*server)->Set("GET", "/computeMetadata/v1/instance/maintenance-event",
                      ScriptedResponse::Ok("NONE"));
       const std::string node = absl::StrCat("node-", n);
-      agents.push_back(StartProcess(
+      agents.push_back(StartUntilReady(
           {bin + "/node_agent/phalanx-agent", "--kubeconfig", kubeconfig, "--node_name", node,
            "--notice_sources", "gce", "--gce_metadata_url", (*server)->base_url(), "--fake_gpus",
            "2", "--poll_interval", absl::FormatDuration(absl::GetFlag(FLAGS_poll_interval)),
@@ -206,9 +174,9 @@ double NoticeOnce(int run) {
     std::fprintf(stderr, "bench: run %d: the tasks never checkpointed (logs: %s)\n", run,
                  dir.c_str());
   }();
-  for (auto& a : agents) Stop(a);
-  Stop(op);
-  Stop(cluster);
+  for (auto& a : agents) StopProcess(a);
+  StopProcess(op);
+  StopProcess(cluster);
   if (result >= 0) fs::remove_all(dir);
   return result;
 }
@@ -290,7 +258,7 @@ double AgentRss() {
   const fs::path dir = fs::temp_directory_path() / absl::StrCat("phalanx-agent-rss-", getpid());
   fs::create_directories(dir);
   const std::string socket_path = (dir / "cliques.sock").string();
-  std::unique_ptr<process::Subprocess> a = StartProcess(
+  std::unique_ptr<process::Subprocess> a = StartUntilReady(
       {bin + "/node_agent/phalanx-agent", "--kube=false", "--notice_sources", "sigterm",
        "--fake_gpus", "8", "--clique_socket", socket_path, "--metrics_listen", "127.0.0.1:0",
        "--poll_interval", "1s"},
@@ -314,7 +282,7 @@ double AgentRss() {
     absl::SleepFor(absl::Seconds(3));  // a few ticks with the 8 GPUs and 8 tasks
     rss = RssMib(a->pid());
   }
-  Stop(a);
+  StopProcess(a);
   fs::remove_all(dir);
   return rss;
 }
@@ -327,13 +295,7 @@ int main(int argc, char** argv) {
   phalanx::base::InitProcess("agent-bench");
   using namespace phalanx::bench;
   const std::string only = absl::GetFlag(FLAGS_only);
-  auto wanted = [&](absl::string_view name) {
-    if (only.empty()) return true;
-    for (absl::string_view w : absl::StrSplit(only, ',')) {
-      if (w == name) return true;
-    }
-    return false;
-  };
+  auto wanted = [&](absl::string_view name) { return Wanted(only, name); };
   double notice_ms = kFailed, reform_ms = kFailed, rss = kFailed;
   if (wanted("notice")) {
     std::vector<double> runs;
@@ -347,9 +309,7 @@ int main(int argc, char** argv) {
   if (wanted("rss")) rss = AgentRss();
 
   const double poll_ms = absl::ToDoubleMilliseconds(absl::GetFlag(FLAGS_poll_interval));
-  auto num = [](double v, int decimals) {
-    return v < 0 ? std::string("null") : absl::StrFormat("%.*f", decimals, v);
-  };
+  const auto num = JsonNumber;
   const std::string json = absl::StrCat(
       "{\n  \"poll_interval_ms\": ", num(poll_ms, 0), ",\n  \"notice_to_sync_ms\": ",
       num(notice_ms, 0), ",\n  \"abort_reform_ms\": ", num(reform_ms, 2),
@@ -357,9 +317,7 @@ int main(int argc, char** argv) {
   const std::string out = absl::GetFlag(FLAGS_out);
   std::filesystem::create_directories(std::filesystem::path(out).parent_path());
   std::ofstream(out) << json;
-  auto cell = [](double v, int decimals) {
-    return v < 0 ? std::string("failed") : absl::StrFormat("%.*f", decimals, v);
-  };
+  const auto cell = TableCell;
   std::printf("\n| key | result | target |\n|---|---|---|\n");
   std::printf("| notice_to_sync_ms | %s | < %.0f |\n", cell(notice_ms, 0).c_str(), poll_ms + 200);
   std::printf("| abort_reform_ms (fake NCCL, 8 ranks) | %s | < 100 |\n", cell(reform_ms, 2).c_str());

@@ -109,16 +109,7 @@ class Stack {
         kube::RestClient::Create(*config, options);
     if (!client.ok()) return nullptr;
     s->client_ = *std::move(client);
-    absl::StatusOr<kube::Json> crd = op::YamlToJson(
-        ReadFile(absl::GetFlag(FLAGS_source_dir) + "/crds/trainingjobs.phalanx.dev.yaml"));
-    if (!crd.ok() ||
-        !s->client_
-             ->Create({"apiextensions.k8s.io", "v1", "customresourcedefinitions", false}, "", *crd)
-             .ok()) {
-      std::fprintf(stderr, "bench: could not apply the CRD (run from the source directory or "
-                           "pass --source_dir)\n");
-      return nullptr;
-    }
+    if (!ApplyTrainingJobCrd(*s->client_, absl::GetFlag(FLAGS_source_dir))) return nullptr;
     argv = {bin + "/operator/phalanx-operator", "--kubeconfig", kubeconfig, "--metrics_listen",
             "127.0.0.1:0", "--lease_namespace", "default", "--qps",
             absl::StrCat(absl::GetFlag(FLAGS_qps)), "--burst",
@@ -152,20 +143,7 @@ class Stack {
   Stack() = default;
 
   std::unique_ptr<process::Subprocess> Run(std::vector<std::string> argv, const std::string& name) {
-    process::SubprocessOptions options;
-    options.argv = std::move(argv);
-    options.stderr_path = (dir_ / (name + ".log")).string();
-    absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(options);
-    if (!p.ok()) return nullptr;
-    std::optional<std::string> ready = (*p)->WaitForLine(
-        [](const std::string& l) { return absl::StartsWith(l, "ready "); }, absl::Seconds(60));
-    if (!ready.has_value()) {
-      std::fprintf(stderr, "bench: %s did not start (log: %s)\n", name.c_str(),
-                   options.stderr_path.c_str());
-      return nullptr;
-    }
-    ready_line_ = *ready;
-    return *std::move(p);
+    return StartUntilReady(std::move(argv), (dir_ / (name + ".log")).string(), &ready_line_);
   }
 
   std::filesystem::path dir_;
@@ -415,10 +393,7 @@ void RunReplace(Results& r) {
 }
 
 std::string Json(const Results& r) {
-  // `decimals` digits after the point; null for a measurement that failed.
-  auto num = [](double v, int decimals) {
-    return v < 0 ? std::string("null") : absl::StrFormat("%.*f", decimals, v);
-  };
+  const auto num = JsonNumber;
   return absl::StrCat(
       "{\n", "  \"jobs\": ", r.jobs, ",\n", "  \"tasks_per_job\": ", r.tasks, ",\n",
       "  \"create_all_pods_s\": ", num(r.create_all_pods_s, 2), ",\n",
@@ -437,13 +412,7 @@ int main(int argc, char** argv) {
   phalanx::base::InitProcess("operator-bench");
   using namespace phalanx::bench;
   const std::string only = absl::GetFlag(FLAGS_only);
-  auto wanted = [&](const std::string& name) {
-    if (only.empty()) return true;
-    for (absl::string_view w : absl::StrSplit(only, ',')) {
-      if (w == name) return true;
-    }
-    return false;
-  };
+  auto wanted = [&](absl::string_view name) { return Wanted(only, name); };
   Results r;
   if (wanted("scale")) RunScale(r);
   if (wanted("replace")) RunReplace(r);
@@ -452,9 +421,7 @@ int main(int argc, char** argv) {
   const std::string out = absl::GetFlag(FLAGS_out);
   std::filesystem::create_directories(std::filesystem::path(out).parent_path());
   std::ofstream(out) << json;
-  auto cell = [](double v, int decimals) {
-    return v < 0 ? std::string("failed") : absl::StrFormat("%.*f", decimals, v);
-  };
+  const auto cell = TableCell;
   std::printf("\n| key | result | target |\n|---|---|---|\n");
   std::printf("| create_all_pods_s (%d jobs x %d tasks) | %s | < 30 |\n", r.jobs, r.tasks,
               cell(r.create_all_pods_s, 2).c_str());
