@@ -339,8 +339,9 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
     TaskStatus& task = st.tasks[static_cast<size_t>(i)];
     const PodView& pod = *by_index[i].current;
     if (!task.preempting_since.has_value()) {
+      // The reconciler notifies the coordinator of every task with preempting_since set until
+      // it acknowledges (level-triggered); this pass only starts the clock and says so.
       task.preempting_since = in.now;
-      plan.preemption_notices.push_back(i);
       plan.events.push_back({false, "PreemptionNotice",
                              absl::StrCat("task ", i, " on node ", pod.node,
                                           " is being preempted; coordinated checkpoint started")});

@@ -31,8 +31,6 @@ struct Replacement {
 struct ReconcilePlan {
   std::vector<Json> create;              // in order: Secret, Services, coordinator, task pods
   std::vector<std::string> delete_pods;  // pod names (tasks or the coordinator)
-  // Tasks whose coordinated checkpoint should start now (a preemption round on the coordinator).
-  std::vector<int> preemption_notices;
   std::vector<Replacement> replacements;  // for metrics: restarts and preemptions by reason
   TrainingJobStatus status;
   std::vector<EventNote> events;

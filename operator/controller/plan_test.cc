@@ -251,13 +251,19 @@ TEST(PlanTest, PreemptionOpensACheckpointRoundThenMovesTheTaskWithoutSpendingRes
   world.preempting_nodes.insert("node-0");
   world.task_pods[1].node = "node-1";
   ReconcilePlan plan = Plan(spec, {}, world);
-  EXPECT_THAT(plan.preemption_notices, ::testing::ElementsAre(0));
+  // Task 0's preemption starts now (what the reconciler notifies the coordinator of), once.
+  EXPECT_EQ(plan.status.tasks[0].preempting_since, kNow);
+  EXPECT_FALSE(plan.status.tasks[1].preempting_since.has_value());
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_EQ(plan.events[0].reason, "PreemptionNotice");
+  EXPECT_THAT(plan.events[0].message, ::testing::HasSubstr("task 0 on node node-0"));
   EXPECT_TRUE(plan.delete_pods.empty());
   EXPECT_EQ(plan.requeue_after, absl::Seconds(30));
   EXPECT_EQ(plan.status.tasks[0].state, "Preempting");
   // Later passes do not notify again; after the grace the task moves.
   ReconcilePlan later = Plan(spec, plan.status, world, kNow + absl::Seconds(10));
-  EXPECT_TRUE(later.preemption_notices.empty());
+  EXPECT_EQ(later.status.tasks[0].preempting_since, kNow);
+  EXPECT_TRUE(later.events.empty());
   EXPECT_TRUE(later.delete_pods.empty());
   later = Plan(spec, plan.status, world, kNow + absl::Seconds(30));
   EXPECT_THAT(later.delete_pods, ::testing::ElementsAre("j-task-0-0"));
@@ -275,7 +281,7 @@ TEST(PlanTest, ATaskThatExitsAfterItsPreemptionCheckpointIsMovedAtOnceAsAPreempt
   world.preempting_nodes.insert("node-0");
   world.task_pods[1].node = "node-1";
   ReconcilePlan noticed = Plan(spec, {}, world);
-  ASSERT_THAT(noticed.preemption_notices, ::testing::ElementsAre(0));
+  ASSERT_EQ(noticed.status.tasks[0].preempting_since, kNow);
   // Task 0 checkpointed at the sync step and exited non-zero well before the grace ran out.
   world.task_pods[0].phase = "Failed";
   world.task_pods[0].exit_code = 4;

@@ -605,15 +605,29 @@ void GrpcCoordinationClient::FinishRoundLocked(uint64_t round) {
   }
 }
 
-void GrpcCoordinationClient::ReportSyncStepAsync(const PreemptionRound& round, int64_t step) {
+// Deadline-exceeded or not-open: the round closed without this task.
+static bool RoundClosed(const absl::Status& status) {
+  return absl::IsFailedPrecondition(status) || absl::IsDeadlineExceeded(status);
+}
+
+absl::Duration GrpcCoordinationClient::RoundWait(const PreemptionRound& round) const {
+  return std::max(absl::Seconds(1), round.deadline == absl::InfiniteFuture()
+                                        ? absl::Minutes(10)
+                                        : round.deadline - clock_.Now());
+}
+
+coord::v1::ReportSyncStepRequest GrpcCoordinationClient::SyncStepReport(
+    const PreemptionRound& round, int64_t step) const {
   pb::ReportSyncStepRequest request;
   *request.mutable_task() = ToProto(task());
   request.set_round(round.round);
   request.set_step(step);
-  const absl::Duration wait =
-      std::max(absl::Seconds(1), round.deadline == absl::InfiniteFuture()
-                                     ? absl::Minutes(10)
-                                     : round.deadline - clock_.Now());
+  return request;
+}
+
+void GrpcCoordinationClient::ReportSyncStepAsync(const PreemptionRound& round, int64_t step) {
+  pb::ReportSyncStepRequest request = SyncStepReport(round, step);
+  const absl::Duration wait = RoundWait(round);
   struct InFlight {
     grpc::ClientContext context;
     pb::ReportSyncStepRequest request;
@@ -640,8 +654,8 @@ void GrpcCoordinationClient::ReportSyncStepAsync(const PreemptionRound& round, i
         if (reported_.has_value() && reported_->first == id) {  // else a newer round took over
           if (status.ok()) {
             agreed_ = std::make_pair(id, call->response.sync_step());
-          } else if (absl::IsFailedPrecondition(status) || absl::IsDeadlineExceeded(status)) {
-            FinishRoundLocked(id);  // the round closed without us: nothing to sync on any more
+          } else if (RoundClosed(status)) {
+            FinishRoundLocked(id);  // nothing to sync on any more
           } else {
             report_failed_round_ = id;  // e.g. the coordinator restarting: report again later
           }
@@ -670,10 +684,7 @@ absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {
     if (!settled() && reported_here) {
       // This step may be the sync step: wait for the agreement (every live peer reports from
       // its session thread, so it does not depend on anyone's training loop).
-      const absl::Duration wait =
-          round->deadline == absl::InfiniteFuture() ? absl::Minutes(10)
-                                                    : round->deadline - clock_.Now();
-      mu_.AwaitWithTimeout(absl::Condition(&settled), std::max(wait, absl::Seconds(1)));
+      mu_.AwaitWithTimeout(absl::Condition(&settled), RoundWait(*round));
     }
     if (!active_round_.has_value() || active_round_->round != id) {
       return false;  // the round closed (deadline) while we waited
@@ -683,19 +694,11 @@ absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {
   if (!agreed.has_value() || agreed->first != round->round) {
     // No agreement from the early report (it failed, or never went out): report this step
     // now and wait for the answer.
-    pb::ReportSyncStepRequest request;
-    *request.mutable_task() = ToProto(task());
-    request.set_round(round->round);
-    request.set_step(step);
-    const absl::Duration wait =
-        std::max(absl::Seconds(1), round->deadline == absl::InfiniteFuture()
-                                       ? absl::Minutes(10)
-                                       : round->deadline - clock_.Now());
     absl::StatusOr<pb::ReportSyncStepResponse> response =
-        Call(&Stub::async::ReportSyncStep, request, wait + config_.rpc_margin);
+        Call(&Stub::async::ReportSyncStep, SyncStepReport(*round, step),
+             RoundWait(*round) + config_.rpc_margin);
     if (!response.ok()) {
-      if (absl::IsFailedPrecondition(response.status()) ||
-          absl::IsDeadlineExceeded(response.status())) {
+      if (RoundClosed(response.status())) {
         absl::MutexLock lock(&mu_);
         FinishRoundLocked(round->round);
       }

@@ -140,6 +140,10 @@ class GrpcCoordinationClient final : public CoordinationClient, public SessionSt
   std::set<grpc::ClientContext*> reports_in_flight_ ABSL_GUARDED_BY(mu_);
   // Sends this task's report for `round` (async) and records the agreement when it comes.
   void ReportSyncStepAsync(const PreemptionRound& round, int64_t step);
+  // How long a report for `round` may wait: until its deadline (10 min if none), at least 1 s.
+  absl::Duration RoundWait(const PreemptionRound& round) const;
+  coord::v1::ReportSyncStepRequest SyncStepReport(const PreemptionRound& round,
+                                                  int64_t step) const;
   // The round ended without this task (deadline passed, or the coordinator closed it).
   void FinishRoundLocked(uint64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::thread session_thread_;
