@@ -17,23 +17,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "tests/localcluster/fault_injector.h"
 #include "tests/localcluster/https_server.h"
 #include "tests/localcluster/object_store.h"
 #include "tests/localcluster/resource_registry.h"
 
 namespace phalanx::localcluster {
-
-// Pod and node faults the admin endpoint forwards (implemented by the kubelet).
-class FaultTarget {
- public:
-  virtual ~FaultTarget() = default;
-  virtual absl::Status KillPod(const std::string& ns, const std::string& name, int signal) = 0;
-  virtual absl::Status StopPod(const std::string& ns, const std::string& name) = 0;
-  virtual absl::Status ContinuePod(const std::string& ns, const std::string& name) = 0;
-  virtual absl::Status FailPod(const std::string& ns, const std::string& name, int exit_code) = 0;
-  virtual absl::Status PreemptNode(const std::string& node, absl::Duration grace) = 0;
-  virtual absl::Status SetNodeReady(const std::string& node, bool ready) = 0;
-};
 
 class ApiServer {
  public:
@@ -46,13 +35,12 @@ class ApiServer {
 
   ApiServer(ObjectStore& store, ResourceRegistry& registry, base::Clock& clock, Options options);
 
-  void set_fault_target(FaultTarget* target) { faults_ = target; }
+  void set_fault_target(FaultTarget* target) { faults_.set_fault_target(target); }
   void set_address(std::string address) { options_.address = std::move(address); }
 
-  // Fault injection: answer `share` (0..1) of resource requests with `code` (429 or 500).
-  void InjectErrors(double share, int code);
-  // Ends every open watch stream (clients must re-watch from their last resourceVersion).
-  void DropWatches();
+  // Fault injection (fault_injector.h): 429/500 for a share of requests; end every watch.
+  void InjectErrors(double share, int code) { faults_.InjectErrors(share, code); }
+  void DropWatches() { faults_.DropWatches(); }
   int64_t requests() const { return requests_.load(); }
 
   // The HttpsServer handler.
@@ -68,8 +56,6 @@ class ApiServer {
   };
 
   void Dispatch(const HttpRequest& request, HttpResponse& response);
-  bool InjectedError(HttpResponse& response);
-  void HandleAdmin(const HttpRequest& request, HttpResponse& response);
   // Resource verbs (api_objects.cc).
   void HandleResource(const HttpRequest& request, HttpResponse& response, const Target& target);
   void Get(const HttpRequest& request, HttpResponse& response, const Target& target);
@@ -90,18 +76,10 @@ class ApiServer {
   ResourceRegistry& registry_;
   base::Clock& clock_;
   Options options_;
-  FaultTarget* faults_ = nullptr;
-  std::atomic<uint64_t> watch_epoch_{0};
+  FaultInjector faults_;
   std::atomic<int64_t> requests_{0};
-  absl::Mutex mu_;
-  double error_share_ ABSL_GUARDED_BY(mu_) = 0;
-  int error_code_ ABSL_GUARDED_BY(mu_) = 500;
-  double error_credit_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Writes a Kubernetes Status error for `status` (code, reason and message mapped as kube-apiserver
-// does: NotFound 404, AlreadyExists 409, Aborted 409 Conflict, OutOfRange 410 Expired, ...).
-void RespondError(HttpResponse& response, const absl::Status& status);
 void RespondJson(HttpResponse& response, int code, const web::json::value& body);
 
 }  // namespace phalanx::localcluster

@@ -53,7 +53,7 @@ void ApiServer::Watch(const HttpRequest& request, HttpResponse& response, const 
   const bool bookmarks = request.Param("allowWatchBookmarks") == "true";
   const ResourceType& type = target.type;
   const std::string key = type.StoreKey();
-  const uint64_t epoch = watch_epoch_.load();
+  const uint64_t epoch = faults_.watch_epoch();
   const absl::Time deadline = absl::Now() + absl::Seconds(timeout_seconds);
 
   auto render = [&](Json object) {
@@ -80,7 +80,7 @@ void ApiServer::Watch(const HttpRequest& request, HttpResponse& response, const 
     }
   }
   absl::Time last_write = absl::Now();
-  while (!response.Stopping() && watch_epoch_.load() == epoch && absl::Now() < deadline) {
+  while (!response.Stopping() && faults_.watch_epoch() == epoch && absl::Now() < deadline) {
     const uint64_t seen = store_.resource_version();
     absl::StatusOr<std::vector<WatchEvent>> events = store_.EventsSince(key, target.ns, since);
     if (!events.ok()) {
