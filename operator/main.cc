@@ -33,7 +33,9 @@
 ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig file (empty: in-cluster service account)");
 ABSL_FLAG(std::string, context, "", "kubeconfig context (empty: current-context)");
 ABSL_FLAG(std::string, namespace, "", "watch only this namespace (empty: all namespaces)");
-ABSL_FLAG(std::string, coordinator_image, "ghcr.io/phalanx-dev/phalanx-coordinator:0.1",
+// Tagged with this binary's version, as `make images` tags the images and the chart's appVersion.
+ABSL_FLAG(std::string, coordinator_image,
+          "ghcr.io/phalanx-dev/phalanx-coordinator:" + std::string(phalanx::base::Version()),
           "image of the per-job coordinator pod");
 ABSL_FLAG(std::string, coordinator_command, "phalanx-coordinator",
           "command of the coordinator container (path or name)");
@@ -64,7 +66,7 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  base::InitProcess("operator");
+  base::InitProcess("operator", "phalanx-operator");  // before --version is parsed
   absl::SetProgramUsageMessage("phalanx-operator [--kubeconfig FILE] [flags]");
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) return Fail(absl::StrCat("unexpected argument ", rest[1]));

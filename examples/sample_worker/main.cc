@@ -21,9 +21,9 @@ ABSL_FLAG(std::string, checkpoint_dir, "/tmp/phalanx-checkpoints", "where checkp
 ABSL_FLAG(absl::Duration, barrier_timeout, absl::Seconds(60), "per-step barrier timeout");
 
 int main(int argc, char** argv) {
+  phalanx::base::InitProcess("worker", "phalanx-sample-worker");  // before --version is parsed
   absl::SetProgramUsageMessage("A simulated Phalanx training task.");
   absl::ParseCommandLine(argc, argv);
-  phalanx::base::InitProcess("worker");
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_checkpoint_every) < 1) {
     std::cerr << "phalanx-sample-worker: --steps and --checkpoint_every must be at least 1\n";
     return 2;

@@ -70,9 +70,9 @@ absl::StatusOr<std::string> ReadToken() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  phalanx::base::InitProcess("coordinator", "phalanx-coordinator");  // before --version is parsed
   absl::SetProgramUsageMessage("The Phalanx per-job coordination service.");
   absl::ParseCommandLine(argc, argv);
-  phalanx::base::InitProcess("coordinator");
 
   // Block the stop signals before any thread starts, so only sigtimedwait below sees them.
   sigset_t stop_signals;
