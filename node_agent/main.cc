@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/base/clock.h"
+#include "common/base/env_and_files.h"
 #include "common/base/log.h"
 #include "common/base/periodic_runner.h"
 #include "common/base/process_init.h"
@@ -25,6 +26,7 @@
 #include "common/kube/object_meta.h"
 #include "common/kube/rest_client.h"
 #include "node_agent/agent.h"
+#include "node_agent/agent_env.h"
 #include "node_agent/cliques/clique_socket.h"
 #include "node_agent/gpu/fake_nvml.h"
 #include "node_agent/gpu/nvml_loader.h"
@@ -59,21 +61,10 @@ int Fail(const std::string& message) {
   return 2;
 }
 
-// True when $POD_NAME in $POD_NAMESPACE (the downward API) has a deletionTimestamp: the agent
-// is being removed (rollout, delete), so its SIGTERM says nothing about the node. Without those
-// variables or API access: false (SIGTERM counts as a node shutdown, as configured).
-bool AgentPodIsBeingDeleted(kube::Client* client) {
-  const char* name = getenv("POD_NAME");
-  const char* ns = getenv("POD_NAMESPACE");
-  if (client == nullptr || name == nullptr || ns == nullptr) return false;
-  absl::StatusOr<kube::Json> pod = client->Get({"", "v1", "pods", true}, ns, name);
-  return pod.ok() && !kube::MetaString(*pod, "deletionTimestamp").empty();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  base::InitProcess("agent");
+  base::InitProcess("agent", "phalanx-agent");  // before --version is parsed
   absl::SetProgramUsageMessage("phalanx-agent [--kubeconfig FILE] --node_name NODE [flags]\n"
                                "phalanx-agent preflight");
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
@@ -88,8 +79,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // The downward API's variables; an empty one counts as unset (agent_env.h says why).
+  const agent::AgentEnv env = agent::ReadAgentEnv(base::ProcessGetenv);
   std::string node_name = absl::GetFlag(FLAGS_node_name);
-  if (node_name.empty() && getenv("NODE_NAME") != nullptr) node_name = getenv("NODE_NAME");
+  if (node_name.empty()) node_name = env.node_name.value_or("");
   const bool use_kube = absl::GetFlag(FLAGS_kube);
   if (use_kube && node_name.empty()) {
     return Fail("--node_name (or $NODE_NAME, from the downward API) is required");
@@ -231,7 +224,7 @@ int main(int argc, char** argv) {
   sigwait(&signals, &sig);
   ticker.Stop();
   if (sig == SIGTERM && sigterm != nullptr) {
-    if (AgentPodIsBeingDeleted(client.get())) {
+    if (agent::AgentPodIsBeingDeleted(client.get(), env)) {
       // A DaemonSet rollout or `kubectl delete pod`, not a node going away.
       PHX_LOG(INFO) << "SIGTERM while this agent's pod is being deleted: not a node shutdown";
     } else {
