@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/kube/object_meta.h"
@@ -286,6 +287,22 @@ void CheckExitCodes(std::vector<std::string>& errors, const std::string& path,
   }
 }
 
+// Every container needs a name and an image: the Pod API refuses a pod without an image
+// ("spec.containers[0].image: Required value"), but only when each task pod is created.
+void ValidateContainers(std::vector<std::string>& errors, const std::string& list_path,
+                        const Json& containers) {
+  for (size_t i = 0; i < containers.size(); ++i) {
+    const std::string path = absl::StrCat(list_path, "[", i, "]");
+    const Json& c = containers.at(i);
+    if (!c.is_object()) {
+      errors.push_back(absl::StrCat(path, ": must be an object, got ", Shown(c)));
+      continue;
+    }
+    if (StringOr(c, "name").empty()) errors.push_back(absl::StrCat(path, ".name: required"));
+    if (StringOr(c, "image").empty()) errors.push_back(absl::StrCat(path, ".image: required"));
+  }
+}
+
 void ValidateTemplate(std::vector<std::string>& errors, const Json& tmpl) {
   if (tmpl.is_null()) {
     errors.push_back("spec.template: required");
@@ -305,20 +322,17 @@ void ValidateTemplate(std::vector<std::string>& errors, const Json& tmpl) {
     errors.push_back("spec.template.spec.containers: must list at least one container");
     return;
   }
-  for (size_t i = 0; i < containers.size(); ++i) {
-    const std::string path = absl::StrCat("spec.template.spec.containers[", i, "]");
-    const Json& c = containers.at(i);
-    if (!c.is_object()) {
-      errors.push_back(absl::StrCat(path, ": must be an object, got ", Shown(c)));
-      continue;
-    }
-    if (StringOr(c, "name").empty()) errors.push_back(absl::StrCat(path, ".name: required"));
-    const Json& command = FieldOrNull(c, "command");
-    const bool has_command = command.is_array() && command.size() > 0;
-    if (!has_command && StringOr(c, "image").empty()) {
-      errors.push_back(absl::StrCat(path, ": needs a command or an image"));
-    }
-  }
+  ValidateContainers(errors, "spec.template.spec.containers", containers);
+  const Json& init = FieldOrNull(pod_spec, "initContainers");
+  if (init.is_array()) ValidateContainers(errors, "spec.template.spec.initContainers", init);
+}
+
+bool IsDns1035Label(const std::string& s) {
+  if (s.empty() || s.size() > 63 || !absl::ascii_islower(s.front())) return false;
+  if (s.back() == '-') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-';
+  });
 }
 
 }  // namespace
@@ -369,6 +383,22 @@ absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job) {
     return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
   }
   return out;
+}
+
+std::vector<std::string> ValidateName(const std::string& name) {
+  std::vector<std::string> errors;
+  if (name.size() > static_cast<size_t>(kMaxJobNameLength)) {
+    errors.push_back(absl::StrCat("metadata.name: must be at most ", kMaxJobNameLength,
+                                  " characters (the Service ", name,
+                                  "-coordinator must fit in 63), got ", name.size()));
+  }
+  if (!IsDns1035Label(name.substr(0, 63))) {
+    errors.push_back(absl::StrCat(
+        "metadata.name: must start with a lowercase letter and contain only lowercase letters, "
+        "digits and '-' (it names Services and host names), got ",
+        Quoted(name)));
+  }
+  return errors;
 }
 
 std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec) {

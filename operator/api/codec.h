@@ -22,6 +22,20 @@ namespace phalanx::op {
 // Condition types and reasons the operator writes.
 inline constexpr char kConditionInvalidSpec[] = "InvalidSpec";
 
+// The longest TrainingJob name whose children all have valid names: the job's name is the stem
+// of every child's (operator/controller/desired_state.h), and "<job>-coordinator", a Service
+// name, must be a DNS-1035 label of at most 63 characters (63 - len("-coordinator") = 51). The
+// other derived names are shorter: "<job>-tasks" (Service), "<job>-task-<i>" with i < 10000
+// (host name, a label), the label value phalanx.dev/job=<job>. The CRD's root CEL rule says
+// the same; desired_state_test checks every derived name of a job this long.
+inline constexpr int kMaxJobNameLength = 51;
+
+// The checks on a job's name that the CRD makes with CEL: at most kMaxJobNameLength characters,
+// and a DNS-1035 label (a lowercase letter first, then lowercase letters, digits and '-', not
+// ending in '-'), because it names Services and host names, which allow no '.'.
+// Returns one "metadata.name: <what is wrong>" message per problem; empty means valid.
+std::vector<std::string> ValidateName(const std::string& name);
+
 // Reads job["spec"]. Absent (or null) fields take the defaults in types.h, the same defaults the
 // CRD's schema applies; `replicas` has none and is required. Unknown fields are ignored.
 // `template` is kept whole.
@@ -35,7 +49,8 @@ absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job);
 // The semantic checks the operator re-runs on a decoded spec: replicas in [1, 10000],
 // maxRestarts >= 0, every duration > 0, backoff base <= max, heartbeat timeout > interval, exit
 // codes in [0, 255] and never both fatal and retryable, and a template whose spec.containers
-// lists at least one container with a name and a command or an image.
+// lists at least one container, each (and each init container) with a name and an image (the
+// Pod API refuses a pod otherwise; the CRD's generated schema says the same).
 // Returns one "<json path>: <what is wrong>" message per problem; empty means valid.
 std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec);
 

@@ -19,7 +19,8 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 constexpr char kTemplate[] =
-    R"({"spec":{"containers":[{"name":"worker","command":["phalanx-sample-worker"]}]}})";
+    R"({"spec":{"containers":[{"name":"worker","image":"phalanx/sample-worker:dev",)"
+    R"("command":["phalanx-sample-worker"]}]}})";
 
 // A job whose spec is `spec_fields` (JSON object members, without braces) plus a template
 // unless the fields have their own.
@@ -341,12 +342,20 @@ TEST(ValidateSpec, EachRule_NamesItsField) {
          s.pod_template = Json::parse(R"({"spec":{"containers":[{"image":"i"}]}})");
        },
        {"spec.template.spec.containers[0].name: required"}},
-      {"containerWithoutCommandOrImage",
+      // The Pod API refuses a container without an image, command or not (issue 11).
+      {"containerWithoutImage",
        [](TrainingJobSpec& s) {
          s.pod_template = Json::parse(
-             R"({"spec":{"containers":[{"name":"a","image":"i"},{"name":"b","command":[]}]}})");
+             R"({"spec":{"containers":[{"name":"a","image":"i"},{"name":"b","command":["x"]}]}})");
        },
-       {"spec.template.spec.containers[1]: needs a command or an image"}},
+       {"spec.template.spec.containers[1].image: required"}},
+      {"initContainerWithoutImage",
+       [](TrainingJobSpec& s) {
+         s.pod_template = Json::parse(
+             R"({"spec":{"containers":[{"name":"a","image":"i"}],
+                 "initContainers":[{"name":"init","image":""}]}})");
+       },
+       {"spec.template.spec.initContainers[0].image: required"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -356,11 +365,41 @@ TEST(ValidateSpec, EachRule_NamesItsField) {
   }
 }
 
-TEST(ValidateSpec, ImageOnlyOrCommandOnlyContainers_AreValid) {
+TEST(ValidateSpec, ContainersWithImages_AreValidWithOrWithoutCommand) {
   TrainingJobSpec spec = ValidSpec();
   spec.pod_template = Json::parse(
-      R"({"spec":{"containers":[{"name":"a","image":"i"},{"name":"b","command":["x"]}]}})");
+      R"({"spec":{"containers":[{"name":"a","image":"i"},{"name":"b","image":"i",
+          "command":["x"]}],"initContainers":[{"name":"c","image":"i"}]}})");
   EXPECT_THAT(ValidateSpec(spec), IsEmpty());
+}
+
+TEST(ValidateName, TheLimitComesFromTheLongestChildName) {
+  struct Case {
+    std::string name;
+    std::string job;
+    std::vector<std::string> messages;
+  };
+  const std::string longest(kMaxJobNameLength, 'j');
+  const std::vector<Case> cases = {
+      {"short", "train", {}},
+      {"withDigitsAndDashes", "llm-7b-run2", {}},
+      {"longest", longest, {}},
+      {"oneTooLong",
+       longest + "j",
+       {absl::StrCat("metadata.name: must be at most 51 characters (the Service ", longest,
+                     "j-coordinator must fit in 63), got 52")}},
+      {"dot",
+       "a.b",
+       {"metadata.name: must start with a lowercase letter and contain only lowercase letters, "
+        "digits and '-' (it names Services and host names), got \"a.b\""}},
+      {"digitFirst", "7b", {"metadata.name: must start with a lowercase letter and contain only "
+                            "lowercase letters, digits and '-' (it names Services and host "
+                            "names), got \"7b\""}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_THAT(ValidateName(c.job), ElementsAreArray(c.messages));
+  }
 }
 
 TEST(ValidateSpec, SeveralProblems_AreAllReported) {

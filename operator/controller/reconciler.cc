@@ -77,11 +77,11 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
 
   TrainingJobStatus previous = DecodeStatus(job);
   absl::StatusOr<TrainingJobSpec> spec = DecodeSpec(job);
-  std::vector<std::string> problems;
+  std::vector<std::string> problems = ValidateName(name);
   if (!spec.ok()) {
     problems.push_back(std::string(spec.status().message()));
   } else {
-    problems = ValidateSpec(*spec);
+    for (std::string& p : ValidateSpec(*spec)) problems.push_back(std::move(p));
   }
   if (!problems.empty()) {
     // The CRD's schema should have refused this; report it and wait for a new generation.

@@ -10,8 +10,10 @@ CHECK is one of:
   apply        the default render applied with kubectl to a fresh phalanx-localcluster
   sync         chart crds/ == crds/; chart files/ == deploy/dashboards, deploy/alerts
   metrics      every metric the dashboard and the alert rules use is one Phalanx exports
-  dockerfiles  each Dockerfile's build-stage packages == scripts/install-deps.sh's; runtime
-               packages cover what the built binary links (when it is built)
+  containerfiles  deploy/docker/Containerfile.* describe the images scripts/build-images.sh
+               builds (FROM scratch, user 65532, entrypoint, OCI labels); the chart's image names,
+               registry and tag (appVersion == CMake's project version) are those images';
+               install-deps.sh installs buildah. tests/deploy/images_test.py builds and runs them.
 
 Exit 0 pass, 1 fail, 77 skipped (helm could not be found or installed). Standard library plus
 PyYAML (Debian's python3-yaml, installed by scripts/install-deps.sh).
@@ -167,6 +169,10 @@ def check_rbac(objs, operator_ns_scoped):
           "operator: trainingjobs get/list/watch/update/patch")
     check({"update", "patch"} <= verbs_for(op, "phalanx.dev", "trainingjobs/status"),
           "operator: trainingjobs/status update/patch")
+    # blockOwnerDeletion on the children's ownerReferences needs it under the
+    # OwnerReferencesPermissionEnforcement admission plugin (issue 11).
+    check(verbs_for(op, "phalanx.dev", "trainingjobs/finalizers") == {"update"},
+          "operator: trainingjobs/finalizers update")
     for res in ("pods", "services", "secrets"):
         check(verbs_for(op, "", res) == {"get", "list", "watch", "create", "delete"},
               f"operator: {res} get/list/watch/create/delete, got {verbs_for(op, '', res)}")
@@ -204,6 +210,12 @@ def check_render(src, binary_dir, helm):
         r = run(cmd)
         check(r.returncode == 0, f"{' '.join(cmd)}:\n{r.stdout}{r.stderr}")
 
+    # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion; docs/deploy.md): 1.26, where
+    # CRD validation rules (CEL) are beta and on by default. Older ones are refused by helm.
+    helm_template(helm, src, extra=("--kube-version", "1.26.0"))
+    cmd = [helm, "template", RELEASE, chart, "--kube-version", "1.25.16"]
+    check(run(cmd).returncode != 0, "chart installs on Kubernetes 1.25 (CEL rules are alpha there)")
+
     # Default values.
     objs = objects(helm_template(helm, src))
     crd = one(objs, "CustomResourceDefinition")
@@ -221,7 +233,8 @@ def check_render(src, binary_dir, helm):
     check(a.get("--leader_elect") == "true", "operator: --leader_elect=true")
     check(a.get("--metrics_listen") == "0.0.0.0:8080", "operator: --metrics_listen 0.0.0.0:8080")
     check(a.get("--lease_namespace") == NAMESPACE, "operator: lease in the release namespace")
-    check(a.get("--coordinator_image") == "ghcr.io/phalanx-dev/phalanx-coordinator:0.1",
+    version = project_version(src)
+    check(a.get("--coordinator_image") == f"ghcr.io/phalanx-dev/phalanx-coordinator:{version}",
           f"operator: coordinator image {a.get('--coordinator_image')}")
     check(a.get("--coordinator_command") == "phalanx-coordinator", "operator: coordinator command")
     check(a.get("--namespace") == "", "operator: watches every namespace by default")
@@ -260,7 +273,8 @@ def check_render(src, binary_dir, helm):
     a = args_of(op)
     check(a.get("--leader_elect") == "true", "custom: leader election on")
     check(a.get("--namespace") == "ml-jobs", "custom: watchNamespace")
-    check(op["image"] == "registry.example.com/ml/phalanx-operator:0.1", f"custom image {op['image']}")
+    check(op["image"] == f"registry.example.com/ml/phalanx-operator:{version}",
+          f"custom image {op['image']}")
     check(a.get("--coordinator_image") == "registry.example.com/ml/phalanx-coordinator:0.1-test",
           "custom: coordinator image")
     check(a.get("--coordinator_command") == "/usr/local/bin/phalanx-coordinator", "custom: command")
@@ -511,7 +525,7 @@ def check_metrics(src, binary_dir):
 
 
 # ---------------------------------------------------------------------------------------------
-# dockerfiles
+# containerfiles
 
 def install_deps_packages(src):
     text = open(os.path.join(src, "scripts", "install-deps.sh")).read()
@@ -521,9 +535,36 @@ def install_deps_packages(src):
     return set(body.split())
 
 
-def dockerfile_stages(path):
-    """[(from_line, [instruction lines with continuations joined])]."""
-    stages, current = [], None
+def project_version(src):
+    """CMake's project(phalanx VERSION x.y.z): what --version prints and the images' tag."""
+    text = open(os.path.join(src, "CMakeLists.txt")).read()
+    m = re.search(r"^project\(phalanx\s+VERSION\s+(\S+)", text, re.M)
+    check(m, "no project(phalanx VERSION ...) in CMakeLists.txt")
+    return m.group(1)
+
+
+def chart_files(src):
+    with open(os.path.join(src, CHART, "Chart.yaml")) as f:
+        chart = yaml.safe_load(f)
+    with open(os.path.join(src, CHART, "values.yaml")) as f:
+        values = yaml.safe_load(f)
+    return chart, values
+
+
+def image_binaries(src):
+    """{image: binary path in the build tree} from scripts/build-images.sh's BINARY table, and
+    its default registry."""
+    text = open(os.path.join(src, "scripts", "build-images.sh")).read()
+    m = re.search(r"^declare -A BINARY=\((.*?)^\)", text, re.S | re.M)
+    check(m, "no declare -A BINARY=( ... ) in scripts/build-images.sh")
+    images = dict(re.findall(r"\[([\w-]+)\]=(\S+)", m.group(1)))
+    reg = re.search(r'REGISTRY="\$\{PHALANX_IMAGE_REGISTRY:-([^}]+)\}"', text)
+    check(reg, "no default PHALANX_IMAGE_REGISTRY in scripts/build-images.sh")
+    return images, reg.group(1)
+
+
+def containerfile_instructions(path):
+    """Instruction lines with continuations joined, comments and blank lines dropped."""
     joined, buf = [], ""
     for raw in open(path):
         line = raw.rstrip("\n")
@@ -534,82 +575,59 @@ def dockerfile_stages(path):
             continue
         joined.append(buf + line)
         buf = ""
-    for ins in joined:
-        if ins.upper().startswith("FROM "):
-            current = (ins, [])
-            stages.append(current)
-        elif current is not None:
-            current[1].append(ins)
-    return stages
+    return joined
 
 
-def apt_packages(instructions):
-    pkgs = set()
-    for ins in instructions:
-        for m in re.finditer(r"apt-get install((?:\s+[^&;|]+))", ins):
-            pkgs |= {w for w in m.group(1).split() if not w.startswith("-")}
-    return pkgs
+OCI_LABELS = ("title", "version", "revision", "source")
 
 
-def linked_packages(binary):
-    """Debian packages of the system libraries a binary links, or None if unknown."""
-    if not os.path.exists(binary) or not shutil.which("dpkg") or not shutil.which("ldd"):
-        return None
-    out = run(["ldd", binary]).stdout
-    libs = [m.group(1) for m in re.finditer(r"=> (/\S+)", out)]
-    paths = set()
-    for lib in libs:
-        if "/usr/lib" not in lib and not lib.startswith("/lib"):
-            continue  # the project's own libraries: copied into the image
-        real = os.path.realpath(lib)
-        # usrmerge: dpkg may know the file under /lib or /usr/lib.
-        paths |= {real, real.replace("/usr/lib/", "/lib/", 1), real.replace("/lib/", "/usr/lib/", 1)}
-    out = run(["dpkg", "-S", *sorted(paths)]).stdout  # one call; unknown paths are just errors
-    pkgs = {line.split(":")[0] for line in out.splitlines() if ": /" in line}
-    return pkgs
-
-
-# Always in debian:bookworm-slim (essential or required).
-BASE_IMAGE_PACKAGES = {"libc6", "libgcc-s1", "zlib1g"}
-
-DOCKERFILES = {
-    "operator": "operator/phalanx-operator",
-    "coordinator": "runtime/coordination/phalanx-coordinator",
-    "agent": "node_agent/phalanx-agent",
-}
-
-
-def check_dockerfiles(src, binary_dir):
+def check_containerfiles(src, binary_dir):
     wanted = install_deps_packages(src)
-    check("python3-yaml" in wanted and "unzip" in wanted, "install-deps.sh: python3-yaml, unzip")
-    for name, binary in DOCKERFILES.items():
-        path = os.path.join(src, "deploy", "docker", f"Dockerfile.{name}")
-        check(os.path.exists(path), f"missing {path}")
-        stages = dockerfile_stages(path)
-        check(len(stages) >= 2, f"{path}: multi-stage")
-        build_from, build = stages[0]
-        run_from, runtime = stages[-1]
-        check(re.match(r"FROM debian:bookworm(\s|$)", build_from), f"{path}: build stage on debian:bookworm")
-        check(re.match(r"FROM debian:bookworm-slim(\s|$)", run_from), f"{path}: runtime on debian:bookworm-slim")
-        got = apt_packages(build)
-        check(got == wanted, f"{path}: build-stage packages differ from scripts/install-deps.sh:\n"
-              f"  only in Dockerfile: {sorted(got - wanted)}\n  only in install-deps.sh: {sorted(wanted - got)}")
-        check(any("scripts/install-deps.sh" in i for i in build), f"{path}: build stage runs install-deps.sh")
-        target = os.path.basename(binary)
-        check(any(f"--target {target}" in i for i in build), f"{path}: builds --target {target}")
-        runtime_pkgs = apt_packages(runtime)
-        check(runtime_pkgs and not any(p.endswith("-dev") for p in runtime_pkgs),
-              f"{path}: runtime packages listed, none -dev")
-        check(any(re.search(r"useradd .*--uid 65532", i) for i in runtime), f"{path}: user 65532")
-        check(any(re.fullmatch(r"USER 65532(:65532)?", i.strip()) for i in runtime), f"{path}: USER 65532")
-        check(any(i.startswith("ENTRYPOINT") and target in i for i in runtime), f"{path}: ENTRYPOINT")
-        linked = linked_packages(os.path.join(binary_dir, binary))
-        if linked is None:
-            print(f"{path}: {binary} not built here; runtime packages not checked against ldd")
-            continue
-        missing = linked - runtime_pkgs - BASE_IMAGE_PACKAGES
-        check(not missing, f"{path}: runtime stage lacks packages the binary links: {sorted(missing)}")
-        print(f"{path}: ok ({len(runtime_pkgs)} runtime packages cover {len(linked)} linked)")
+    for p in ("python3-yaml", "unzip", "buildah", "ca-certificates", "etcd-server"):
+        check(p in wanted, f"install-deps.sh does not install {p}")
+    images, registry = image_binaries(src)
+    check(set(images) == {"phalanx-operator", "phalanx-agent", "phalanx-coordinator",
+                          "phalanx-sample-worker"}, f"build-images.sh builds {sorted(images)}")
+    docker_dir = os.path.join(src, "deploy", "docker")
+    present = sorted(os.listdir(docker_dir))
+    expected = sorted(f"Containerfile.{i.removeprefix('phalanx-')}" for i in images)
+    check(present == expected, f"deploy/docker holds {present}, expected {expected}")
+    for image, binary in images.items():
+        check(os.path.basename(binary) == image, f"{image}: binary {binary} has another name")
+        path = os.path.join(docker_dir, f"Containerfile.{image.removeprefix('phalanx-')}")
+        ins = containerfile_instructions(path)
+        froms = [i for i in ins if i.upper().startswith("FROM ")]
+        check(froms == ["FROM scratch"], f"{path}: one stage, FROM scratch (no base image can be pulled)")
+        check(not any(i.upper().startswith("RUN ") for i in ins), f"{path}: RUN in a scratch image")
+        check("COPY rootfs/ /" in ins, f"{path}: COPY rootfs/ / (the context build-images.sh stages)")
+        check("USER 65532:65532" in ins, f"{path}: USER 65532:65532")
+        check(f'ENTRYPOINT ["/usr/local/bin/{image}"]' in ins, f"{path}: ENTRYPOINT /usr/local/bin/{image}")
+        env = " ".join(i for i in ins if i.startswith("ENV "))
+        check(re.search(r"PATH=(\S*:)?/usr/local/bin(:|\s|$)", env), f"{path}: /usr/local/bin on PATH")
+        labels = " ".join(i for i in ins if i.startswith("LABEL "))
+        for key in OCI_LABELS:
+            check(f"org.opencontainers.image.{key}=" in labels, f"{path}: label org.opencontainers.image.{key}")
+        check(f'org.opencontainers.image.title="{image}"' in labels, f"{path}: title {image}")
+        for arg in ("VERSION", "REVISION"):
+            check(f"${{{arg}}}" in labels and any(i.startswith(f"ARG {arg}") for i in ins),
+                  f"{path}: ARG {arg} feeds a label")
+
+    # The chart's defaults name exactly these images, in the same registry, at the same tag.
+    version = project_version(src)
+    chart, values = chart_files(src)
+    check(str(chart["appVersion"]) == version,
+          f"Chart.yaml appVersion {chart['appVersion']!r} != CMake project version {version!r}: "
+          "the chart's default image tag must be the images' tag")
+    check(values["global"]["imageRegistry"] == registry,
+          f"values.yaml global.imageRegistry {values['global']['imageRegistry']} != "
+          f"build-images.sh's default {registry}")
+    for component in ("operator", "agent", "coordinator"):
+        repo = values[component]["image"]["repository"]
+        check(repo in images, f"values.yaml {component}.image.repository {repo} is no image build-images.sh builds")
+        check(not values[component]["image"].get("tag"), f"values.yaml {component}.image.tag overrides appVersion")
+    check(values["coordinator"]["command"] in ("phalanx-coordinator", "/usr/local/bin/phalanx-coordinator"),
+          "values.yaml coordinator.command is not the coordinator image's binary")
+    print(f"{len(images)} Containerfiles, chart images {registry}/<name>:{version}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -620,7 +638,7 @@ def main():
         return 2
     src, binary_dir, what = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), sys.argv[3]
     checks = {"render": check_render, "apply": check_apply, "sync": check_sync,
-              "metrics": check_metrics, "dockerfiles": check_dockerfiles}
+              "metrics": check_metrics, "containerfiles": check_containerfiles}
     if what not in checks:
         print(f"unknown check {what}; one of {sorted(checks)}")
         return 2
