@@ -3,7 +3,7 @@ BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo demo-coordination bench asan tsan format clean
+.PHONY: all deps configure build test demo demo-coordination bench images asan tsan format clean
 
 all: build
 
@@ -34,6 +34,11 @@ bench: build
 	  --out $(BUILD)/bench/operator.json
 	@$(BUILD)/bench/phalanx-agent-bench --bin_dir $(BUILD) --source_dir $(CURDIR) \
 	  --out $(BUILD)/bench/agent.json
+
+# The operator, agent, coordinator and sample-worker images (buildah, FROM scratch, no daemon, no
+# registry) as OCI archives in $(BUILD)/images/; docs/deploy.md says how to push them.
+images: build
+	@scripts/build-images.sh $(BUILD)
 
 # Sanitizer builds (CMakePresets.json has the same configurations for IDEs).
 asan: deps

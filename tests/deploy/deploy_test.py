@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks of the deployment artefacts: the Helm chart, its copies of the CRDs, dashboard and
-alert rules, the metrics those reference, and the Dockerfiles.
+alert rules, the metrics those reference, and the image Containerfiles.
 
   deploy_test.py SOURCE_DIR BINARY_DIR CHECK
 
