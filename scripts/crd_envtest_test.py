@@ -14,12 +14,19 @@ PodSecurity admission):
   - the name rule: 51 characters are fine, 52 or a '.' are refused;
   - the checked-in template schema is what scripts/gen-crd-podtemplate.py makes from this server.
 
+  - the children the operator renders (Secret, Services, coordinator pod, a task pod; dumped by
+    operator/controller/desired_state_test with PHALANX_DUMP_CHILDREN_DIR) are accepted with
+    fieldValidation=Strict in a namespace that enforces Pod Security "restricted".
+
 Exit 77 (CTest: skipped) when there are no envtest assets or no etcd. Run directly:
-  python3 scripts/crd_envtest_test.py
+  python3 scripts/crd_envtest_test.py [PATH/TO/phalanx_operator_plan_test]
+(without the test binary, the children check is skipped.)
 """
 
 import glob
 import importlib.util
+import subprocess
+import tempfile
 import json
 import os
 import sys
@@ -40,6 +47,7 @@ _spec.loader.exec_module(gen)
 CRD_PATH = os.path.join(ROOT, "crds", "trainingjobs.phalanx.dev.yaml")
 TJ = "/apis/phalanx.dev/v1alpha1/namespaces/default/trainingjobs"
 PLANE = None
+PLAN_TEST = None  # the phalanx_operator_plan_test binary, from argv
 
 
 def load(path):
@@ -142,6 +150,37 @@ class CrdOnRealApiServer(unittest.TestCase):
                                                       "retryableExitCodes": [3]}),
                            "an exit code cannot be both fatal and retryable")
 
+    def test_operator_children_pass_strict_validation_and_pod_security_restricted(self):
+        if not PLAN_TEST:
+            self.skipTest("no phalanx_operator_plan_test binary given")
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": "restricted", "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+        status, answer, _ = PLANE.request("POST", "/api/v1/namespaces", ns)
+        self.assertIn(status, (201, 409), message(answer))
+        # No controller manager runs here to make the namespace's default ServiceAccount.
+        sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+        PLANE.request("POST", "/api/v1/namespaces/restricted/serviceaccounts", sa)
+        with tempfile.TemporaryDirectory() as out:
+            run = subprocess.run([PLAN_TEST, "--gtest_filter=DesiredChildren.*"],
+                                 env=dict(os.environ, PHALANX_DUMP_CHILDREN_DIR=out),
+                                 capture_output=True, text=True)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            names = sorted(os.listdir(out))
+            self.assertEqual(len(names), 5, names)
+            for name in names:
+                with open(os.path.join(out, name)) as f:
+                    obj = json.load(f)
+                # No real owner exists here; the reference's shape is not what is checked.
+                obj["metadata"].pop("ownerReferences", None)
+                plural = {"Secret": "secrets", "Service": "services", "Pod": "pods"}[obj["kind"]]
+                with self.subTest(child=name):
+                    status, answer, headers = PLANE.request(
+                        "POST", f"/api/v1/namespaces/restricted/{plural}?fieldValidation=Strict",
+                        obj)
+                    self.assertEqual(status, 201, message(answer))
+                    warnings = [v for k, v in headers if k.lower() == "warning"]
+                    self.assertEqual(warnings, [], name)
+
     def test_checked_in_template_schema_is_what_the_generator_makes_from_this_server(self):
         status, doc, _ = PLANE.request("GET", "/openapi/v3/api/v1")
         self.assertEqual(status, 200)
@@ -155,7 +194,9 @@ class CrdOnRealApiServer(unittest.TestCase):
 
 
 def main():
-    global PLANE
+    global PLANE, PLAN_TEST
+    if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
+        PLAN_TEST = sys.argv.pop(1)
     try:
         with envtest_plane.ControlPlane() as plane:
             PLANE = plane

@@ -132,9 +132,12 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
     ports[ports.size()] = p;
   }
   container["ports"] = ports;
+  // Pod Security "restricted" (the strictest standard; a namespace may enforce it): non-root,
+  // no privilege escalation, every capability dropped, the runtime's default seccomp profile.
+  // The API server refuses the pod in such a namespace if any of it is missing.
   container["securityContext"] = Json::parse(
       R"({"runAsNonRoot":true,"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,
-          "capabilities":{"drop":["ALL"]}})");
+          "capabilities":{"drop":["ALL"]},"seccompProfile":{"type":"RuntimeDefault"}})");
 
   Json pod = Json::object();
   pod["apiVersion"] = Str("v1");
@@ -145,6 +148,11 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
   // The operator recreates a failed coordinator; the tasks reconnect and re-register.
   pod["spec"]["restartPolicy"] = Str("Never");
   pod["spec"]["automountServiceAccountToken"] = Json::boolean(false);
+  // The same at pod level, with a fixed non-root uid (the images' user, as in the chart): an
+  // image whose user is a name, not a number, would otherwise fail runAsNonRoot at start.
+  pod["spec"]["securityContext"] = Json::parse(
+      R"({"runAsNonRoot":true,"runAsUser":65532,"runAsGroup":65532,
+          "seccompProfile":{"type":"RuntimeDefault"}})");
   if (!spec.scheduler_name.empty()) pod["spec"]["schedulerName"] = Str(spec.scheduler_name);
   if (!spec.priority_class_name.empty()) {
     pod["spec"]["priorityClassName"] = Str(spec.priority_class_name);

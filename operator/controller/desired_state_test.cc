@@ -1,0 +1,193 @@
+// Tests of the children the operator renders (desired_state.h) against the rules a real API
+// server enforces on them (issue 11): the coordinator pod passes Pod Security "restricted", and
+// a job whose name is as long as the CRD allows (kMaxJobNameLength) gives every child a valid
+// name, host name and label value, while one character more does not.
+#include "operator/controller/desired_state.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "common/kube/object_meta.h"
+#include "operator/api/codec.h"
+
+namespace phalanx::op {
+namespace {
+
+Json Job(const std::string& name) {
+  return Json::parse(absl::StrCat(
+      R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":")", name,
+      R"(","namespace":"ns","uid":"u1"},"spec":{"replicas":2}})"));
+}
+
+TrainingJobSpec Spec() {
+  TrainingJobSpec spec;
+  spec.replicas = 10000;
+  spec.pod_template = Json::parse(
+      R"({"spec":{"containers":[{"name":"main","image":"x","command":["train"]}]}})");
+  return spec;
+}
+
+const Json& At(const Json& v, const std::string& key) { return kube::FieldOrNull(v, key); }
+
+// The checks of the "restricted" Pod Security Standard (v1.26) that a pod can fail, each named
+// as the PodSecurity admission plugin names it; empty when the pod passes. A field may be set
+// on the container or, where the standard allows, inherited from the pod.
+std::vector<std::string> RestrictedViolations(const Json& pod) {
+  std::vector<std::string> out;
+  const Json& spec = At(pod, "spec");
+  const Json& psc = At(spec, "securityContext");
+  for (const char* host : {"hostNetwork", "hostPID", "hostIPC"}) {
+    if (At(spec, host).is_boolean() && At(spec, host).as_bool()) out.push_back("host namespaces");
+  }
+  if (At(spec, "volumes").is_array()) {
+    for (const Json& v : At(spec, "volumes").as_array()) {
+      if (!At(v, "hostPath").is_null()) out.push_back("restricted volume types");
+    }
+  }
+  for (const Json& c : kube::ArrayOrEmpty(spec, "containers").as_array()) {
+    const Json& sc = At(c, "securityContext");
+    const std::string name = kube::StringAt(c, "name");
+    if (At(sc, "privileged").is_boolean() && At(sc, "privileged").as_bool()) {
+      out.push_back(name + ": privileged");
+    }
+    const Json& ape = At(sc, "allowPrivilegeEscalation");
+    if (!ape.is_boolean() || ape.as_bool()) out.push_back(name + ": allowPrivilegeEscalation != false");
+    const Json& nonroot = At(sc, "runAsNonRoot").is_boolean() ? At(sc, "runAsNonRoot")
+                                                               : At(psc, "runAsNonRoot");
+    if (!nonroot.is_boolean() || !nonroot.as_bool()) out.push_back(name + ": runAsNonRoot != true");
+    const Json& uid = At(sc, "runAsUser").is_null() ? At(psc, "runAsUser") : At(sc, "runAsUser");
+    if (uid.is_integer() && uid.as_integer() == 0) out.push_back(name + ": runAsUser=0");
+    const Json& seccomp = At(sc, "seccompProfile").is_null() ? At(psc, "seccompProfile")
+                                                             : At(sc, "seccompProfile");
+    const std::string type = kube::StringAt(seccomp, "type");
+    if (type != "RuntimeDefault" && type != "Localhost") out.push_back(name + ": seccompProfile");
+    const Json& caps = At(sc, "capabilities");
+    bool drops_all = false;
+    for (const Json& d : kube::ArrayOrEmpty(caps, "drop").as_array()) {
+      drops_all |= d.is_string() && d.as_string() == "ALL";
+    }
+    if (!drops_all) out.push_back(name + ": unrestricted capabilities (drop ALL)");
+    for (const Json& a : kube::ArrayOrEmpty(caps, "add").as_array()) {
+      if (!a.is_string() || a.as_string() != "NET_BIND_SERVICE") {
+        out.push_back(name + ": adds a capability");
+      }
+    }
+  }
+  return out;
+}
+
+TEST(DesiredCoordinatorPod, PassesPodSecurityRestricted) {
+  const Json pod = DesiredCoordinatorPod(Job("j"), Spec(), CoordinatorPlacement{});
+  EXPECT_THAT(RestrictedViolations(pod), ::testing::IsEmpty()) << pod.serialize();
+  const Json& psc = pod.at("spec").at("securityContext");
+  EXPECT_EQ(psc.at("seccompProfile").at("type").as_string(), "RuntimeDefault");
+  EXPECT_TRUE(psc.at("runAsNonRoot").as_bool());
+  EXPECT_NE(psc.at("runAsUser").as_integer(), 0);
+  const Json& sc = pod.at("spec").at("containers").at(0).at("securityContext");
+  EXPECT_EQ(sc.at("seccompProfile").at("type").as_string(), "RuntimeDefault");
+  EXPECT_FALSE(sc.at("allowPrivilegeEscalation").as_bool());
+  EXPECT_EQ(sc.at("capabilities").at("drop"), Json::parse(R"(["ALL"])"));
+}
+
+TEST(RestrictedViolations, CatchesWhatThePodSecurityPluginRefuses) {
+  // The checker itself: the coordinator pod as it was before issue 11 (no seccomp profile).
+  Json pod = DesiredCoordinatorPod(Job("j"), Spec(), CoordinatorPlacement{});
+  pod["spec"].as_object().erase("securityContext");
+  pod["spec"]["containers"][0]["securityContext"].as_object().erase("seccompProfile");
+  EXPECT_THAT(RestrictedViolations(pod), ::testing::ElementsAre("coordinator: seccompProfile"));
+}
+
+bool IsDns1035Label(const std::string& s) {
+  static const std::regex re("[a-z]([-a-z0-9]*[a-z0-9])?");
+  return s.size() <= 63 && std::regex_match(s, re);
+}
+bool IsDns1123Subdomain(const std::string& s) {
+  static const std::regex re("[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*");
+  return s.size() <= 253 && std::regex_match(s, re);
+}
+bool IsLabelValue(const std::string& s) {
+  static const std::regex re("(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?");
+  return s.size() <= 63 && std::regex_match(s, re);
+}
+
+// Every name and label value the operator derives from a job named `job`, each checked as the
+// API server checks it; returns the ones that fail.
+std::vector<std::string> InvalidChildNames(const std::string& job) {
+  std::vector<std::string> bad;
+  auto want = [&bad](bool ok, const std::string& what) {
+    if (!ok) bad.push_back(what);
+  };
+  const Json j = Job(job);
+  const TrainingJobSpec spec = Spec();
+  const int last = spec.replicas - 1;
+  const int big_incarnation = 2147483647;
+  want(IsDns1123Subdomain(SecretName(job)), "secret " + SecretName(job));
+  want(IsDns1035Label(CoordinatorName(job)), "service " + CoordinatorName(job));
+  want(IsDns1123Subdomain(CoordinatorName(job)), "pod " + CoordinatorName(job));
+  want(IsDns1035Label(TasksServiceName(job)), "service " + TasksServiceName(job));
+  want(IsDns1123Subdomain(TaskPodName(job, last, big_incarnation)), "task pod name");
+  const Json task = DesiredTaskPod(j, spec, last, big_incarnation, "c:1");
+  // hostname and subdomain are DNS-1123 labels (the pod API's check).
+  want(IsDns1035Label(kube::StringAt(task.at("spec"), "hostname")), "task hostname");
+  want(IsDns1035Label(kube::StringAt(task.at("spec"), "subdomain")), "task subdomain");
+  for (const Json& child : {task, DesiredCoordinatorPod(j, spec, CoordinatorPlacement{}),
+                            DesiredCoordinatorService(j, CoordinatorPlacement{}),
+                            DesiredTasksService(j), DesiredSecret(j, "t")}) {
+    for (const auto& [key, value] : kube::LabelsOf(child)) {
+      want(IsLabelValue(value), absl::StrCat("label ", key, "=", value));
+    }
+  }
+  return bad;
+}
+
+TEST(ChildNames, FitForTheLongestJobNameTheCrdAllows) {
+  const std::string longest(kMaxJobNameLength, 'j');
+  EXPECT_THAT(ValidateName(longest), ::testing::IsEmpty());
+  EXPECT_THAT(InvalidChildNames(longest), ::testing::IsEmpty());
+  // One more character: the coordinator's Service name is 64 and the API server refuses it.
+  EXPECT_THAT(InvalidChildNames(longest + "j"),
+              ::testing::ElementsAre(absl::StrCat("service ", longest, "j-coordinator")));
+  // A dot is fine in a TrainingJob's own name but not in a Service's or a host name.
+  EXPECT_THAT(InvalidChildNames("a.b"), ::testing::Not(::testing::IsEmpty()));
+  EXPECT_THAT(ValidateName("a.b"), ::testing::Not(::testing::IsEmpty()));
+}
+
+// With PHALANX_DUMP_CHILDREN_DIR set, writes every child of a job to that directory (one JSON
+// file each) for scripts/crd_envtest_test.py, which creates them on a real kube-apiserver in a
+// namespace that enforces Pod Security "restricted", with fieldValidation=Strict.
+TEST(DesiredChildren, DumpForTheRealApiServerCheck) {
+  const char* dir = std::getenv("PHALANX_DUMP_CHILDREN_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "PHALANX_DUMP_CHILDREN_DIR not set";
+  Json job = Job("dumped");
+  job["metadata"]["namespace"] = Json::string("restricted");
+  TrainingJobSpec spec = Spec();
+  spec.replicas = 2;
+  spec.pod_template = Json::parse(
+      R"({"metadata":{"labels":{"team":"a"},"annotations":{"note":"x"}},
+          "spec":{"securityContext":{"runAsNonRoot":true,"runAsUser":1000,
+                                     "seccompProfile":{"type":"RuntimeDefault"}},
+                  "containers":[{"name":"main","image":"example.com/worker:1","command":["train"],
+                                 "env":[{"name":"KEEP","value":"1"}],
+                                 "securityContext":{"allowPrivilegeEscalation":false,
+                                                    "capabilities":{"drop":["ALL"]}}}]}})");
+  const CoordinatorPlacement placement;
+  const std::vector<std::pair<std::string, Json>> children = {
+      {"secret", DesiredSecret(job, "token")},
+      {"service-coordinator", DesiredCoordinatorService(job, placement)},
+      {"service-tasks", DesiredTasksService(job)},
+      {"pod-coordinator", DesiredCoordinatorPod(job, spec, placement)},
+      {"pod-task", DesiredTaskPod(job, spec, 1, 3, CoordinatorAddress(job, placement, ""))}};
+  for (const auto& [name, object] : children) {
+    std::ofstream out(absl::StrCat(dir, "/", name, ".json"));
+    out << object.serialize();
+    ASSERT_TRUE(out.good()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace phalanx::op
