@@ -41,6 +41,7 @@ class ApiServer {
   // Fault injection (fault_injector.h): 429/500 for a share of requests; end every watch.
   void InjectErrors(double share, int code) { faults_.InjectErrors(share, code); }
   void DropWatches() { faults_.DropWatches(); }
+  FaultInjector& faults() { return faults_; }
   int64_t requests() const { return requests_.load(); }
 
   // The HttpsServer handler.

@@ -104,6 +104,7 @@ class HttpsServer::Connection final : public HttpResponse {
     request = HttpRequest();
     request.method = first[0];
     const std::string& target = first[1];
+    request.target = target;
     const size_t q = target.find('?');
     request.path = PercentDecode(target.substr(0, q), false);
     if (q != std::string::npos) {

@@ -25,6 +25,7 @@ namespace phalanx::localcluster {
 
 struct HttpRequest {
   std::string method;
+  std::string target;                          // the request-target as sent (a proxy forwards it)
   std::string path;                            // percent-decoded, without the query
   std::map<std::string, std::string> params;   // query parameters, decoded (last one wins)
   std::map<std::string, std::string> headers;  // names lower-cased

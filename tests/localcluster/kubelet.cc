@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
+#include "common/kube/leader_election.h"
 #include "common/kube/object_meta.h"
 #include "tests/localcluster/container_launch.h"
 #include "tests/localcluster/kubelet_status.h"
@@ -64,8 +65,8 @@ struct Kubelet::PodRuntime {
   bool refresh = false;  // our copy is stale (a conflict): re-read before the next pass
 };
 
-Kubelet::Kubelet(ObjectStore& store, base::Clock& clock, Options options)
-    : store_(store),
+Kubelet::Kubelet(ClusterAccess& access, base::Clock& clock, Options options)
+    : access_(access),
       clock_(clock),
       options_(std::move(options)),
       node_index_([this] {
@@ -123,11 +124,11 @@ absl::Status Kubelet::Start() {
 
 void Kubelet::Loop() {
   while (!stop_.HasBeenNotified()) {
-    const uint64_t seen = store_.resource_version();
+    const uint64_t seen = access_.Version();
     SyncOnce();
     if (stop_.WaitForNotificationWithTimeout(options_.min_pass_interval)) return;
     // Any store change wakes the next pass; processes and the clock are polled this often.
-    store_.WaitForChange(seen, options_.sync_interval);
+    access_.WaitForChange(seen, options_.sync_interval);
   }
 }
 
@@ -167,7 +168,7 @@ void Kubelet::SyncOnce() {
     if (stopped_) return;
   }
   const absl::Time now = clock_.Now();
-  if (options_.run_scheduler) SchedulePending(store_, clock_);
+  if (options_.run_scheduler) SchedulePending(access_, clock_);
   if (!next_full_resync_.has_value() || now >= *next_full_resync_) {
     for (const NodeConfig& node : options_.nodes) {
       if (absl::Status s = SyncNode(node, now); !s.ok() && !absl::IsAborted(s)) {
@@ -182,7 +183,7 @@ std::map<Kubelet::PodKey, Json> Kubelet::CollectWork(absl::Time now) {
   std::map<PodKey, Json> work;
   bool full = events_since_ == 0 || !next_full_resync_.has_value() || now >= *next_full_resync_;
   if (!full) {
-    absl::StatusOr<std::vector<WatchEvent>> events = store_.EventsSince("pods", "", events_since_);
+    absl::StatusOr<std::vector<WatchEvent>> events = access_.PodEventsSince(events_since_);
     full = !events.ok();  // history moved past us: relist
     if (events.ok()) {
       for (WatchEvent& e : *events) {
@@ -197,7 +198,7 @@ std::map<Kubelet::PodKey, Json> Kubelet::CollectWork(absl::Time now) {
     }
   }
   if (full) {
-    absl::StatusOr<ListResult> list = store_.List("pods", "", kube::ObjectFilter{}, 0, "");
+    absl::StatusOr<ListResult> list = access_.List("pods", kube::ObjectFilter{});
     if (list.ok()) {
       events_since_ = list->resource_version;
       next_full_resync_ = now + options_.full_resync_interval;
@@ -225,7 +226,7 @@ std::map<Kubelet::PodKey, Json> Kubelet::CollectWork(absl::Time now) {
     }
   }
   for (const PodKey& key : stale) {
-    absl::StatusOr<Json> pod = store_.Get("pods", std::get<0>(key), std::get<1>(key));
+    absl::StatusOr<Json> pod = access_.Get("pods", std::get<0>(key), std::get<1>(key));
     if (pod.ok()) {
       work[key] = *std::move(pod);
     } else if (absl::IsNotFound(pod.status())) {
@@ -288,7 +289,7 @@ void Kubelet::SyncPod(const PodKey& key, const Json& pod, absl::Time now) {
   if (action.status.has_value()) {
     Json updated = pod;
     updated["status"] = *std::move(action.status);
-    absl::StatusOr<Json> written = store_.Update("pods", ns, updated, /*status_subresource=*/true);
+    absl::StatusOr<Json> written = access_.Update("pods", ns, updated, /*status=*/true);
     absl::MutexLock lock(&mu_);
     auto it = pods_.find(key);
     if (it != pods_.end() && it->second->uid == uid) {
@@ -302,8 +303,7 @@ void Kubelet::SyncPod(const PodKey& key, const Json& pod, absl::Time now) {
   if (action.evict || action.remove) {
     const std::optional<int64_t> grace =
         action.remove ? std::optional<int64_t>(0) : std::nullopt;
-    const absl::Status s =
-        store_.Delete("pods", ns, name, uid, ObjectStore::Propagation::kBackground, grace).status();
+    const absl::Status s = access_.DeletePod(ns, name, uid, grace);
     const bool settled = s.ok() || absl::IsNotFound(s) || absl::IsFailedPrecondition(s);
     absl::MutexLock lock(&mu_);
     auto it = pods_.find(key);
@@ -385,7 +385,7 @@ void Kubelet::StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time n
   const std::string name = MetaString(pod, "name");
   auto secret_value = [this, &ns](const std::string& secret,
                                   const std::string& key) -> std::optional<std::string> {
-    absl::StatusOr<Json> object = store_.Get("secrets", ns, secret);
+    absl::StatusOr<Json> object = access_.Get("secrets", ns, secret);
     if (!object.ok()) return std::nullopt;
     const Json& encoded = kube::FieldOrNull(kube::FieldOrNull(*object, "data"), key);
     std::string decoded;
@@ -464,9 +464,9 @@ Json Kubelet::BuildStatusLocked(const PodRuntime& rt, const Json& pod, absl::Tim
 }
 
 absl::Status Kubelet::SyncNode(const NodeConfig& config, absl::Time now) {
-  absl::StatusOr<Json> node = store_.Get("nodes", "", config.name);
+  absl::StatusOr<Json> node = access_.Get("nodes", "", config.name);
   if (absl::IsNotFound(node.status())) {
-    node = store_.Create("nodes", "", NewNodeObject(config.name, config.labels, config.taints));
+    node = access_.Create("nodes", "", NewNodeObject(config.name, config.labels, config.taints));
   }
   if (!node.ok()) return node.status();
   NodeReport report{config.name, config.gpus, config.simulated, true};
@@ -477,15 +477,39 @@ absl::Status Kubelet::SyncNode(const NodeConfig& config, absl::Time now) {
     preempting = nodes_[config.name].evict_at.has_value();
   }
   if (preempting && AddPreemptionTaint(*node, now)) {
-    node = store_.Update("nodes", "", *node, /*status_subresource=*/false);
+    node = access_.Update("nodes", "", *node, /*status=*/false);
     if (!node.ok()) return node.status();
   }
   const Json& old_status = Field(*node, "status");
   Json status = NodeStatus(old_status, report, now, options_.full_resync_interval);
-  if (status == old_status) return absl::OkStatus();
-  Json updated = *node;
-  updated["status"] = std::move(status);
-  return store_.Update("nodes", "", updated, /*status_subresource=*/true).status();
+  if (status != old_status) {
+    Json updated = *node;
+    updated["status"] = std::move(status);
+    if (absl::Status s = access_.Update("nodes", "", updated, /*status=*/true).status(); !s.ok()) {
+      return s;
+    }
+  }
+  return RenewNodeLease(config.name, now);
+}
+
+absl::Status Kubelet::RenewNodeLease(const std::string& node, absl::Time now) {
+  constexpr char kLeaseNamespace[] = "kube-node-lease";
+  absl::StatusOr<Json> lease = access_.Get("leases", kLeaseNamespace, node);
+  if (absl::IsNotFound(lease.status())) {
+    Json fresh = Json::object();
+    fresh["apiVersion"] = Json::string("coordination.k8s.io/v1");
+    fresh["kind"] = Json::string("Lease");
+    fresh["metadata"]["name"] = Json::string(node);
+    fresh["metadata"]["namespace"] = Json::string(kLeaseNamespace);
+    fresh["spec"]["holderIdentity"] = Json::string(node);
+    fresh["spec"]["leaseDurationSeconds"] = Json::number(40);
+    fresh["spec"]["renewTime"] = Json::string(kube::FormatMicroTime(now));
+    return access_.Create("leases", kLeaseNamespace, fresh).status();
+  }
+  if (!lease.ok()) return lease.status();
+  Json renewed = *lease;
+  renewed["spec"]["renewTime"] = Json::string(kube::FormatMicroTime(now));
+  return access_.Update("leases", kLeaseNamespace, renewed, /*status=*/false).status();
 }
 
 absl::Status Kubelet::SignalPod(const std::string& ns, const std::string& name, int signal) {

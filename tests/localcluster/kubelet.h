@@ -1,5 +1,6 @@
-// Kubelet: the local cluster's node side. One object plays every virtual node, acting on the
-// ObjectStore in-process: it registers the Node objects, runs the scheduler pass
+// Kubelet: the local cluster's node side. One object plays every virtual node, acting through a
+// ClusterAccess (cluster_access.h: the built-in back end's ObjectStore in process, or a real
+// kube-apiserver as an API client): it registers the Node objects, runs the scheduler pass
 // (scheduler.h), and makes the pods bound to its nodes happen:
 //   - on a process node each pod's spec.containers[0] is a real child process (command + args,
 //     env with fieldRefs, workingDir; the image is ignored), logging to
@@ -20,7 +21,7 @@
 //                      anything without a process ─────────────────────────────────> removed
 //
 // Work is level-triggered and incremental: a pass reads the pod events since the last pass
-// (ObjectStore::EventsSince), the pods with time-driven work (processes to poll, back-off and
+// (ClusterAccess::PodEventsSince), the pods with time-driven work (processes to poll, back-off and
 // kill deadlines, preemptions), and every pod on a full resync every few seconds; it writes a
 // pod's status only when it changed and re-reads on a conflict. Time comes from the injected
 // Clock, so tests can drive a pass with SyncOnce() after FakeClock::Advance; only Stop()
@@ -51,6 +52,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/process/subprocess.h"
+#include "tests/localcluster/cluster_access.h"
 #include "tests/localcluster/object_store.h"
 
 namespace phalanx::localcluster {
@@ -86,7 +88,7 @@ class Kubelet {
     bool run_scheduler = true;  // false: something else binds pods
   };
 
-  Kubelet(ObjectStore& store, base::Clock& clock, Options options);
+  Kubelet(ClusterAccess& access, base::Clock& clock, Options options);
   // Stop()s.
   ~Kubelet();
   Kubelet(const Kubelet&) = delete;
@@ -142,8 +144,12 @@ class Kubelet {
   void Loop();
   absl::Status ValidateOptions() const;
   // Creates the Node if missing; adds the preemption taint when due; writes status when the
-  // Ready condition changed or the heartbeat is older than the resync interval.
+  // Ready condition changed or the heartbeat is older than the resync interval; renews the
+  // node's Lease.
   absl::Status SyncNode(const NodeConfig& config, absl::Time now);
+  // The node's heartbeat Lease (kube-node-lease/<node>), created or renewed as a kubelet does;
+  // the node-lifecycle controller of a real control plane reads it.
+  absl::Status RenewNodeLease(const std::string& node, absl::Time now);
   // The pods a pass looks at: the latest object of each, or null for one that is gone.
   std::map<PodKey, Json> CollectWork(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   void SyncPod(const PodKey& key, const Json& pod, absl::Time now);
@@ -160,7 +166,7 @@ class Kubelet {
   absl::Status SignalPod(const std::string& ns, const std::string& name, int signal);
   const NodeConfig* FindNode(const std::string& name) const;
 
-  ObjectStore& store_;
+  ClusterAccess& access_;
   base::Clock& clock_;
   const Options options_;
   const std::map<std::string, const NodeConfig*> node_index_;  // into options_.nodes

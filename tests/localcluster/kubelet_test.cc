@@ -87,7 +87,7 @@ class KubeletTest : public ::testing::Test {
     options.nodes = std::move(nodes);
     options.log_dir = log_dir_;
     options.extra_env = {{"FROM_KUBELET", "yes"}};
-    kubelet_ = std::make_unique<Kubelet>(store_, clock_, options);
+    kubelet_ = std::make_unique<Kubelet>(access_, clock_, options);
     ASSERT_THAT(kubelet_->RegisterNodes(), IsOk());
   }
   void Create(const Json& pod) { ASSERT_THAT(store_.Create("pods", "ns", pod), IsOk()); }
@@ -125,6 +125,7 @@ class KubeletTest : public ::testing::Test {
 
   phalanx::testing::FakeClock clock_;
   ObjectStore store_{clock_};
+  StoreAccess access_{store_, clock_};
   std::string log_dir_;
   std::unique_ptr<Kubelet> kubelet_;
 };
@@ -472,7 +473,7 @@ TEST_F(KubeletTest, SimulatedNodes_TwoThousandPods_AllReachRunning_ThenAllGo) {
   for (int i = 0; i < 4; ++i) nodes.push_back(NodeConfig{"sim-" + std::to_string(i), 8, {}, {}, true});
   Kubelet::Options options;
   options.nodes = std::move(nodes);
-  kubelet_ = std::make_unique<Kubelet>(store_, clock_, options);
+  kubelet_ = std::make_unique<Kubelet>(access_, clock_, options);
   ASSERT_THAT(kubelet_->Start(), IsOk());
   constexpr int kPods = 2000;
   for (int i = 0; i < kPods; ++i) Create(ShellPod("p-" + std::to_string(i), "ignored"));
@@ -494,7 +495,7 @@ TEST_F(KubeletTest, Stop_KillsEveryProcessIncludingChildren_AndStartRunsTheLoop)
   options.nodes = {NodeConfig{"node-a", 0, {}, {}, false}};
   options.log_dir = log_dir_;
   options.stop_grace = absl::Seconds(1);
-  kubelet_ = std::make_unique<Kubelet>(store_, clock_, options);
+  kubelet_ = std::make_unique<Kubelet>(access_, clock_, options);
   ASSERT_THAT(kubelet_->Start(), IsOk());
   EXPECT_THAT(kubelet_->Start(), StatusIs(absl::StatusCode::kFailedPrecondition));
   Create(ShellPod("a", "exec sleep 1000"));

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -89,6 +90,27 @@ absl::Status LocalCluster::Init() {
   kubeconfig_path_ =
       options_.kubeconfig_out.empty() ? options_.work_dir + "/kubeconfig" : options_.kubeconfig_out;
 
+  int port = 0;
+  if (options_.backend == Backend::kBuiltIn) {
+    backend_description_ = "built-in API server (asked for)";
+    if (absl::Status s = InitBuiltIn(&port); !s.ok()) return s;
+  } else {
+    absl::StatusOr<EnvtestAssets> assets = FindEnvtestAssets();
+    if (assets.ok()) {
+      if (absl::Status s = InitReal(*assets, &port); !s.ok()) return s;
+    } else if (options_.backend == Backend::kReal || absl::IsFailedPrecondition(assets.status())) {
+      return assets.status();
+    } else {
+      backend_description_ = absl::StrCat("built-in API server (", assets.status().message(), ")");
+      if (absl::Status s = InitBuiltIn(&port); !s.ok()) return s;
+    }
+  }
+  if (absl::Status s = StartKubelet(port); !s.ok()) return s;
+  return WriteKubeconfig();
+}
+
+absl::Status LocalCluster::InitBuiltIn(int* port) {
+  backend_ = Backend::kBuiltIn;
   for (const ResourceType& t : registry_.All()) {
     if (t.status_subresource) store_.EnableStatusSubresource(t.StoreKey());
   }
@@ -108,17 +130,78 @@ absl::Status LocalCluster::Init() {
   https_options.port = options_.port;
   https_options.cert_pem = tls_.server_cert_pem;
   https_options.key_pem = tls_.server_key_pem;
-  absl::StatusOr<int> port = https_.Start(
+  absl::StatusOr<int> bound = https_.Start(
       https_options, [this](const HttpRequest& req, HttpResponse& resp) { api_->Handle(req, resp); });
-  if (!port.ok()) return port.status();
-  url_ = absl::StrCat("https://127.0.0.1:", *port);
-  api_->set_address(absl::StrCat("127.0.0.1:", *port));
+  if (!bound.ok()) return bound.status();
+  *port = *bound;
+  url_ = absl::StrCat("https://127.0.0.1:", *bound);
+  api_->set_address(absl::StrCat("127.0.0.1:", *bound));
+  access_ = std::make_unique<StoreAccess>(store_, clock_);
 
+  gc_thread_ = std::thread([this] {
+    while (!stop_gc_.WaitForNotificationWithTimeout(options_.gc_interval)) {
+      store_.CollectGarbage();
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::InitReal(const EnvtestAssets& assets, int* port) {
+  backend_ = Backend::kReal;
+  ControlPlaneOptions plane_options;
+  plane_options.assets = assets;
+  plane_options.work_dir = options_.work_dir + "/control-plane";
+  plane_options.tls = tls_;
+  plane_options.admin_token = token_;
+  absl::StatusOr<std::unique_ptr<ControlPlane>> plane = ControlPlane::Start(plane_options);
+  if (!plane.ok()) return plane.status();
+  control_plane_ = *std::move(plane);
+  backend_description_ = absl::StrCat("kube-apiserver ", control_plane_->version(), " from ",
+                                      assets.source == "KUBEBUILDER_ASSETS"
+                                          ? "KUBEBUILDER_ASSETS=" + assets.dir
+                                          : assets.dir);
+
+  ApiProxy::Options proxy_options;
+  proxy_options.upstream_port = control_plane_->port();
+  proxy_options.upstream_ca_pem = tls_.ca_cert_pem;
+  proxy_options.admin_token = token_;
+  proxy_options.log_dir = options_.work_dir + "/logs";
+  proxy_ = std::make_unique<ApiProxy>(proxy_options);
+  HttpsServer::Options https_options;
+  https_options.port = options_.port;
+  https_options.cert_pem = tls_.server_cert_pem;
+  https_options.key_pem = tls_.server_key_pem;
+  absl::StatusOr<int> bound = https_.Start(
+      https_options, [this](const HttpRequest& req, HttpResponse& resp) { proxy_->Handle(req, resp); });
+  if (!bound.ok()) return bound.status();
+  *port = *bound;
+  url_ = absl::StrCat("https://127.0.0.1:", *bound);
+
+  // The node side talks to the API server itself, not through the proxy: injected faults are
+  // for the clients under test, as a real cluster's kubelets do not share the operator's path.
+  kube::ClusterConfig node_config;
+  node_config.server = control_plane_->url();
+  node_config.ca_pem = tls_.ca_cert_pem;
+  node_config.token = token_;
+  kube::RestClientOptions client_options;
+  client_options.qps = 0;  // a kubelet for every node: no client-side limit
+  client_options.user_agent = "phalanx-localcluster/kubelet";
+  absl::StatusOr<std::unique_ptr<kube::RestClient>> client =
+      kube::RestClient::Create(node_config, client_options);
+  if (!client.ok()) return client.status();
+  node_client_ = *std::move(client);
+  auto rest = std::make_unique<RestAccess>(*node_client_, clock_, options_.history_limit);
+  if (absl::Status s = rest->Start(absl::Seconds(30)); !s.ok()) return s;
+  access_ = std::move(rest);
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartKubelet(int port) {
   Kubelet::Options kubelet_options;
   kubelet_options.log_dir = options_.work_dir + "/logs";
   kubelet_options.extra_env = options_.pod_env;
   kubelet_options.extra_env["KUBERNETES_SERVICE_HOST"] = "127.0.0.1";
-  kubelet_options.extra_env["KUBERNETES_SERVICE_PORT"] = absl::StrCat(*port);
+  kubelet_options.extra_env["KUBERNETES_SERVICE_PORT"] = absl::StrCat(port);
   kubelet_options.nodes = options_.node_configs;
   if (kubelet_options.nodes.empty()) {
     for (int i = 0; i < options_.nodes + options_.simulated_nodes; ++i) {
@@ -134,24 +217,44 @@ absl::Status LocalCluster::Init() {
       kubelet_options.nodes.push_back(std::move(node));
     }
   }
-  if (!kubelet_options.nodes.empty()) {
-    kubelet_ = std::make_unique<Kubelet>(store_, clock_, kubelet_options);
-    if (absl::Status s = kubelet_->Start(); !s.ok()) return s;
-    faults_ = std::make_unique<KubeletFaults>(*kubelet_);
-    api_->set_fault_target(faults_.get());
-  }
+  if (kubelet_options.nodes.empty()) return absl::OkStatus();
+  kubelet_ = std::make_unique<Kubelet>(*access_, clock_, kubelet_options);
+  if (absl::Status s = kubelet_->Start(); !s.ok()) return s;
+  faults_target_ = std::make_unique<KubeletFaults>(*kubelet_);
+  faults().set_fault_target(faults_target_.get());
+  return absl::OkStatus();
+}
 
-  gc_thread_ = std::thread([this] {
-    while (!stop_gc_.WaitForNotificationWithTimeout(options_.gc_interval)) {
-      store_.CollectGarbage();
-    }
-  });
-  return WriteKubeconfig();
+FaultInjector& LocalCluster::faults() {
+  return proxy_ != nullptr ? proxy_->faults() : api_->faults();
+}
+
+ObjectStore& LocalCluster::store() {
+  if (backend_ != Backend::kBuiltIn) {
+    PHX_LOG(ERROR) << "LocalCluster::store() on the real back end: a built-in-only test";
+    std::abort();
+  }
+  return store_;
+}
+
+ApiServer& LocalCluster::api() {
+  if (api_ == nullptr) {
+    PHX_LOG(ERROR) << "LocalCluster::api() on the real back end: a built-in-only test";
+    std::abort();
+  }
+  return *api_;
+}
+
+std::optional<Backend> ParseBackend(const std::string& text) {
+  if (text == "auto") return Backend::kAuto;
+  if (text == "builtin" || text == "built-in") return Backend::kBuiltIn;
+  if (text == "real") return Backend::kReal;
+  return std::nullopt;
 }
 
 absl::Status LocalCluster::WriteKubeconfig() {
   const std::string text = absl::StrCat(
-      "# Written by phalanx-localcluster: a local test cluster, not a Kubernetes.\n"
+      "# Written by phalanx-localcluster: a local test cluster (", backend_description_, ").\n"
       "apiVersion: v1\nkind: Config\nclusters:\n- name: phalanx-local\n  cluster:\n    server: ",
       url_, "\n    certificate-authority-data: ", absl::Base64Escape(tls_.ca_cert_pem),
       "\nusers:\n- name: phalanx-admin\n  user:\n    token: ", token_,
@@ -185,7 +288,11 @@ void LocalCluster::Stop() {
   stop_gc_.Notify();
   if (gc_thread_.joinable()) gc_thread_.join();
   https_.Stop();
+  // Pods first (the kubelet still reaches the API server to see them go), then the node side's
+  // watches, then the control plane.
   if (kubelet_) kubelet_->Stop();
+  if (auto* rest = dynamic_cast<RestAccess*>(access_.get()); rest != nullptr) rest->Stop();
+  if (control_plane_) control_plane_->Stop();
 }
 
 LocalCluster::~LocalCluster() { Stop(); }

@@ -1,10 +1,17 @@
-// LocalCluster: the whole local cluster in one object — TLS material, the object store, the API
-// server on HTTPS with a bearer token, the scheduler + kubelet over virtual nodes, periodic
-// owner-reference garbage collection — and the kubeconfig that reaches it. Used in-process by
-// tests and by the `phalanx-localcluster` binary. Thread-safe after Start.
+// LocalCluster: the whole local cluster in one object — TLS material, an admin token, an API
+// server on HTTPS, the scheduler + kubelet over virtual nodes — and the kubeconfig that reaches
+// it. Two back ends behind the same URL, kubeconfig and fault injection:
+//   - kReal: a real control plane (control_plane.h: etcd, kube-apiserver, kube-controller-manager
+//     from envtest assets) behind ApiProxy (faults, admin endpoint, pod logs); the kubelet and
+//     scheduler are its API clients (rest_access.h);
+//   - kBuiltIn: the in-memory ObjectStore served by ApiServer, with periodic owner-reference
+//     garbage collection; the kubelet and scheduler act on the store directly.
+// kAuto picks kReal when FindEnvtestAssets() finds assets, else kBuiltIn (and says why).
+// Used in-process by tests and by the `phalanx-localcluster` binary. Thread-safe after Start.
 #pragma once
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,7 +21,10 @@
 #include "absl/synchronization/notification.h"
 #include "common/base/clock.h"
 #include "common/kube/cluster_config.h"
+#include "tests/localcluster/api_proxy.h"
 #include "tests/localcluster/api_server.h"
+#include "tests/localcluster/control_plane.h"
+#include "tests/localcluster/rest_access.h"
 #include "tests/localcluster/https_server.h"
 #include "tests/localcluster/kubelet.h"
 #include "tests/localcluster/object_store.h"
@@ -23,7 +33,13 @@
 
 namespace phalanx::localcluster {
 
+enum class Backend { kAuto, kBuiltIn, kReal };
+
+// "auto", "builtin", "real"; nullopt for anything else.
+std::optional<Backend> ParseBackend(const std::string& text);
+
 struct LocalClusterOptions {
+  Backend backend = Backend::kBuiltIn;
   int nodes = 2;             // process nodes: pods run as local processes
   int gpus_per_node = 0;
   int simulated_nodes = 0;   // simulated nodes: pods become Running without a process
@@ -50,6 +66,13 @@ class LocalCluster {
   // Stops serving and stops every pod process. Idempotent.
   void Stop();
 
+  // The back end that runs (never kAuto), and a line saying which and why ("kube-apiserver
+  // v1.26.0 from KUBEBUILDER_ASSETS=/x", "built-in API server (no control-plane assets: ...)").
+  Backend backend() const { return backend_; }
+  const std::string& backend_description() const { return backend_description_; }
+  // "real" or "builtin", as the ready line says.
+  std::string backend_name() const { return backend_ == Backend::kReal ? "real" : "builtin"; }
+
   const std::string& url() const { return url_; }
   const std::string& kubeconfig_path() const { return kubeconfig_path_; }
   const std::string& token() const { return token_; }
@@ -57,13 +80,22 @@ class LocalCluster {
   // What a client needs to reach it (the same data as the kubeconfig).
   kube::ClusterConfig client_config() const;
 
-  ObjectStore& store() { return store_; }
+  // Both back ends: 429/500 shares, dropped watches, the admin endpoint.
+  FaultInjector& faults();
   Kubelet& kubelet() { return *kubelet_; }
-  ApiServer& api() { return *api_; }
+  // The built-in back end's parts (crash on the real back end: a test that asks for them is
+  // a built-in-only test).
+  ObjectStore& store();
+  ApiServer& api();
+  // The real back end's control plane (null on the built-in one).
+  ControlPlane* control_plane() { return control_plane_.get(); }
 
  private:
   LocalCluster(LocalClusterOptions options);
   absl::Status Init();
+  absl::Status InitBuiltIn(int* port);
+  absl::Status InitReal(const EnvtestAssets& assets, int* port);
+  absl::Status StartKubelet(int port);
   absl::Status WriteKubeconfig();
 
   LocalClusterOptions options_;
@@ -74,9 +106,15 @@ class LocalCluster {
   std::string kubeconfig_path_;
   ObjectStore store_;
   ResourceRegistry registry_;
-  std::unique_ptr<ApiServer> api_;
+  Backend backend_ = Backend::kBuiltIn;
+  std::string backend_description_;
+  std::unique_ptr<ApiServer> api_;                  // built-in
+  std::unique_ptr<ControlPlane> control_plane_;     // real
+  std::unique_ptr<kube::RestClient> node_client_;   // real: the node side's client
+  std::unique_ptr<ApiProxy> proxy_;                 // real
+  std::unique_ptr<ClusterAccess> access_;
   std::unique_ptr<Kubelet> kubelet_;
-  std::unique_ptr<FaultTarget> faults_;
+  std::unique_ptr<FaultTarget> faults_target_;
   HttpsServer https_;
   absl::Notification stop_gc_;
   std::thread gc_thread_;

@@ -1,15 +1,16 @@
 // phalanx-localcluster: a Kubernetes-API-compatible local test cluster (see README.md here).
-//   phalanx-localcluster --kubeconfig-out FILE [--nodes N] [--gpus-per-node G]
-//       [--simulated-nodes M] [--port P] [--work-dir DIR] [--node-labels k=v,...]
-//       [--node-taints key=value:Effect,...]
-//     serves in the foreground; prints `ready <url>` once it serves; SIGTERM/SIGINT stop it and
-//     every pod process it started.
+//   phalanx-localcluster --kubeconfig-out FILE [--backend auto|real|builtin] [--nodes N]
+//       [--gpus-per-node G] [--simulated-nodes M] [--port P] [--work-dir DIR]
+//       [--node-labels k=v,...] [--node-taints key=value:Effect,...]
+//     serves in the foreground; prints `ready <url> backend=<real|builtin>` once it serves;
+//     SIGTERM/SIGINT stop it and every pod process it started.
 //   phalanx-localcluster admin --kubeconfig FILE COMMAND ...   fault injection (see Usage()).
 #include <signal.h>
 #include <stdlib.h>
 
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,13 @@ namespace {
 using phalanx::localcluster::Json;
 
 constexpr char kUsage[] = R"(usage:
-  phalanx-localcluster --kubeconfig-out FILE [--nodes N] [--gpus-per-node G]
-      [--simulated-nodes M] [--port P] [--work-dir DIR]
+  phalanx-localcluster --kubeconfig-out FILE [--backend auto|real|builtin] [--nodes N]
+      [--gpus-per-node G] [--simulated-nodes M] [--port P] [--work-dir DIR]
       [--node-labels k=v,...] [--node-taints key=value:Effect,...]
+    --backend auto (default): a real control plane (etcd, kube-apiserver,
+      kube-controller-manager) when KUBEBUILDER_ASSETS or the build tree's copy of
+      ../shared/envtest has them, else the built-in API server. Prints
+      `ready <url> backend=real|builtin` once it serves.
   phalanx-localcluster admin --kubeconfig FILE COMMAND
     kill-pod NAMESPACE/POD [--signal N]     signal a pod's process (default SIGKILL)
     stop-pod NAMESPACE/POD                  SIGSTOP it (a hang)
@@ -108,7 +113,8 @@ absl::StatusOr<Json> ParseTaint(const std::string& text) {
 }
 
 int Serve(const Args& args) {
-  static const std::vector<std::string> kKnown = {"kubeconfig-out", "nodes", "gpus-per-node",
+  static const std::vector<std::string> kKnown = {"kubeconfig-out", "backend", "nodes",
+                                                  "gpus-per-node",
                                                   "simulated-nodes", "port", "work-dir",
                                                   "node-labels", "node-taints"};
   for (const auto& [flag, value] : args.flags) {
@@ -121,6 +127,15 @@ int Serve(const Args& args) {
   auto out = args.flags.find("kubeconfig-out");
   if (out == args.flags.end()) return Usage("--kubeconfig-out FILE is required");
   options.kubeconfig_out = out->second;
+  options.backend = phalanx::localcluster::Backend::kAuto;
+  if (auto backend = args.flags.find("backend"); backend != args.flags.end()) {
+    std::optional<phalanx::localcluster::Backend> parsed =
+        phalanx::localcluster::ParseBackend(backend->second);
+    if (!parsed.has_value()) {
+      return Usage("--backend must be auto, real or builtin, got \"" + backend->second + "\"");
+    }
+    options.backend = *parsed;
+  }
   absl::StatusOr<int> nodes = IntFlag(args, "nodes", 2, 0);
   absl::StatusOr<int> gpus = IntFlag(args, "gpus-per-node", 0, 0);
   absl::StatusOr<int> simulated = IntFlag(args, "simulated-nodes", 0, 0);
@@ -170,9 +185,15 @@ int Serve(const Args& args) {
   std::cerr << "phalanx-localcluster: serving " << (*cluster)->url() << " with "
             << options.nodes << " process node(s), " << options.simulated_nodes
             << " simulated node(s), " << options.gpus_per_node << " GPU(s) per node\n"
+            << "  control plane: " << (*cluster)->backend_description() << "\n"
             << "  export KUBECONFIG=" << (*cluster)->kubeconfig_path() << "\n"
             << "  pod logs: " << options.work_dir << "/logs\n";
-  std::cout << "ready " << (*cluster)->url() << std::endl;
+  if (phalanx::localcluster::ControlPlane* plane = (*cluster)->control_plane()) {
+    std::cerr << "  control-plane logs (etcd, kube-apiserver, kube-controller-manager, audit): "
+              << options.work_dir << "/control-plane\n";
+  }
+  std::cout << "ready " << (*cluster)->url() << " backend=" << (*cluster)->backend_name()
+            << std::endl;
   int sig = 0;
   sigwait(&stop_signals, &sig);
   std::cerr << "phalanx-localcluster: signal " << sig << ", stopping pods and the server\n";

@@ -140,7 +140,9 @@ void AddUsage(const Json& pod, std::map<std::string, int64_t>& gpus_used) {
   if (!node.empty() && !IsTerminated(pod)) gpus_used[node] += PodGpuRequest(pod);
 }
 
-// Sets (or replaces) the PodScheduled condition; returns false when it already said this.
+
+}  // namespace
+
 bool SetScheduledCondition(Json& pod, bool scheduled, const std::string& message,
                            absl::Time now) {
   Json& status = pod["status"];
@@ -174,8 +176,6 @@ bool SetScheduledCondition(Json& pod, bool scheduled, const std::string& message
   return true;
 }
 
-}  // namespace
-
 int64_t PodGpuRequest(const Json& pod) {
   int64_t total = 0;
   for (const Json& container : Array(Field(pod, "spec"), "containers").as_array()) {
@@ -194,11 +194,11 @@ std::optional<std::string> ChooseNode(const Json& pod, const std::vector<Json>& 
   return ChooseWithUsage(pod, nodes, gpus_used, why_not);
 }
 
-int SchedulePending(ObjectStore& store, base::Clock& clock) {
+int SchedulePending(ClusterAccess& access, base::Clock& clock) {
   // Cheap when nothing waits (the common case in the kubelet's loop): only pending pods are
-  // copied out of the store.
+  // copied out.
   static const kube::ObjectFilter kUnbound = *kube::ObjectFilter::Parse("", "spec.nodeName=");
-  absl::StatusOr<ListResult> pending = store.List("pods", "", kUnbound, 0, "");
+  absl::StatusOr<ListResult> pending = access.List("pods", kUnbound);
   if (!pending.ok()) return 0;
   std::vector<Json> queue;
   for (Json& pod : pending->items) {
@@ -206,12 +206,14 @@ int SchedulePending(ObjectStore& store, base::Clock& clock) {
   }
   if (queue.empty()) return 0;
   std::sort(queue.begin(), queue.end(), [](const Json& a, const Json& b) {
-    // Creation order: the timestamp has second precision and this store's uids count up.
-    return std::tuple(MetaString(a, "creationTimestamp"), MetaString(a, "uid")) <
-           std::tuple(MetaString(b, "creationTimestamp"), MetaString(b, "uid"));
+    // Creation order: the timestamp has second precision; the name breaks ties stably.
+    return std::tuple(MetaString(a, "creationTimestamp"), MetaString(a, "name"),
+                      MetaString(a, "uid")) <
+           std::tuple(MetaString(b, "creationTimestamp"), MetaString(b, "name"),
+                      MetaString(b, "uid"));
   });
-  absl::StatusOr<ListResult> nodes = store.List("nodes", "", kube::ObjectFilter{}, 0, "");
-  absl::StatusOr<ListResult> all = store.List("pods", "", kube::ObjectFilter{}, 0, "");
+  absl::StatusOr<ListResult> nodes = access.List("nodes", kube::ObjectFilter{});
+  absl::StatusOr<ListResult> all = access.List("pods", kube::ObjectFilter{});
   if (!nodes.ok() || !all.ok()) return 0;
   std::map<std::string, int64_t> gpus_used;
   for (const Json& pod : all->items) AddUsage(pod, gpus_used);
@@ -225,25 +227,39 @@ int SchedulePending(ObjectStore& store, base::Clock& clock) {
     if (!node.has_value()) {
       if (SetScheduledCondition(pod, false, why_not, now)) {
         // A conflict means someone else changed the pod; the next pass re-reads it.
-        store.Update("pods", ns, pod, /*status_subresource=*/true).IgnoreError();
+        access.Update("pods", ns, pod, /*status=*/true).IgnoreError();
       }
       continue;
     }
-    // The binding subresource's effect: spec.nodeName, then the PodScheduled condition.
-    pod["spec"]["nodeName"] = Json::string(*node);
-    absl::StatusOr<Json> updated = store.Update("pods", ns, pod, /*status_subresource=*/false);
-    if (!updated.ok()) continue;
+    absl::StatusOr<Json> updated = access.Bind(pod, *node);
+    if (!updated.ok()) {
+      if (!absl::IsNotFound(updated.status()) && !absl::IsAborted(updated.status())) {
+        PHX_LOG(WARNING) << "scheduler: binding " << ns << "/" << MetaString(pod, "name")
+                         << " to " << *node << ": " << updated.status();
+      }
+      continue;
+    }
     ++bound;
     AddUsage(*updated, gpus_used);
-    if (SetScheduledCondition(*updated, true, "", now)) {
-      absl::Status s = store.Update("pods", ns, *updated, /*status_subresource=*/true).status();
-      if (!s.ok()) {
-        PHX_LOG(WARNING) << "scheduler: PodScheduled on " << ns << "/" << MetaString(pod, "name")
-                         << ": " << s;
-      }
-    }
   }
   return bound;
+}
+
+absl::StatusOr<Json> StoreAccess::Bind(const Json& pod, const std::string& node) {
+  // What the pods/binding subresource does: spec.nodeName (only while unset), then the
+  // PodScheduled condition.
+  if (!StringAt(pod, "spec.nodeName").empty()) {
+    return absl::AbortedError("pod is already assigned to node " + StringAt(pod, "spec.nodeName"));
+  }
+  Json bound = pod;
+  bound["spec"]["nodeName"] = Json::string(node);
+  absl::StatusOr<Json> updated =
+      store_.Update("pods", MetaString(pod, "namespace"), bound, /*status_subresource=*/false);
+  if (!updated.ok()) return updated;
+  if (!SetScheduledCondition(*updated, true, "", clock_.Now())) return updated;
+  absl::StatusOr<Json> with_condition =
+      store_.Update("pods", MetaString(pod, "namespace"), *updated, /*status_subresource=*/true);
+  return with_condition.ok() ? with_condition : updated;
 }
 
 }  // namespace phalanx::localcluster

@@ -2,8 +2,9 @@
 // plugins would for what Phalanx's pods ask of it (node readiness and unschedulable, taints and
 // tolerations, nodeSelector, nvidia.com/gpu requests), packing GPUs onto the fullest node that
 // still fits so a multi-node job's leftovers stay usable. ChooseNode is the pure core and is
-// table-tested; SchedulePending is one level-triggered pass over an ObjectStore, run by the
-// kubelet's loop (tests/localcluster/kubelet.h) before it syncs pods.
+// table-tested; SchedulePending is one level-triggered pass over a ClusterAccess (the built-in
+// store, or a real API server through pods/binding), run by the kubelet's loop
+// (tests/localcluster/kubelet.h) before it syncs pods.
 // Pure functions and a stateless pass: thread-safe as the store is.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/base/clock.h"
+#include "tests/localcluster/cluster_access.h"
 #include "tests/localcluster/object_store.h"
 
 namespace phalanx::localcluster {
@@ -30,11 +32,14 @@ int64_t PodGpuRequest(const Json& pod);
 std::optional<std::string> ChooseNode(const Json& pod, const std::vector<Json>& nodes,
                                       const std::vector<Json>& pods_on_nodes, std::string* why_not);
 
-// One pass: binds every pending pod (no spec.nodeName, not being deleted) by setting
-// spec.nodeName and PodScheduled=True, in creation order; marks the rest PodScheduled=False
-// reason Unschedulable with ChooseNode's message, writing only when that condition changes.
+// Sets (or replaces) the PodScheduled condition in pod.status; false when it already said this.
+bool SetScheduledCondition(Json& pod, bool scheduled, const std::string& message, absl::Time now);
+
+// One pass: binds every pending pod (no spec.nodeName, not being deleted) through
+// ClusterAccess::Bind, in creation order; marks the rest PodScheduled=False reason
+// Unschedulable with ChooseNode's message, writing only when that condition changes.
 // Conflicts (another writer got there first) are left for the next pass. Returns the number of
 // pods bound.
-int SchedulePending(ObjectStore& store, base::Clock& clock);
+int SchedulePending(ClusterAccess& access, base::Clock& clock);
 
 }  // namespace phalanx::localcluster

@@ -255,37 +255,38 @@ class SchedulePendingTest : public ::testing::Test {
 
   phalanx::testing::FakeClock clock_;
   ObjectStore store_{clock_};
+  StoreAccess access_{store_, clock_};
 };
 
 TEST_F(SchedulePendingTest, BindsByBinPacking_AndCountsWhatItBoundInThePass) {
   for (const char* name : {"p1", "p2", "p3"}) {
     ASSERT_THAT(store_.Create("pods", "ns", PodBuilder(name).Gpus(4).Build()), IsOk());
   }
-  EXPECT_EQ(SchedulePending(store_, clock_), 3);
+  EXPECT_EQ(SchedulePending(access_, clock_), 3);
   // p1 fills a (4 of 4); p2 and p3 share b (8).
   EXPECT_EQ(kube::StringAt(Get("p1"), "spec.nodeName"), "a");
   EXPECT_EQ(kube::StringAt(Get("p2"), "spec.nodeName"), "b");
   EXPECT_EQ(kube::StringAt(Get("p3"), "spec.nodeName"), "b");
   EXPECT_EQ(Scheduled(Get("p1"), "status"), "True");
   EXPECT_EQ(kube::StringAt(Get("p1"), "status.phase"), "Pending");
-  EXPECT_EQ(SchedulePending(store_, clock_), 0) << "nothing left to bind";
+  EXPECT_EQ(SchedulePending(access_, clock_), 0) << "nothing left to bind";
 }
 
 TEST_F(SchedulePendingTest, Unschedulable_MarkedOnce_ThenBoundWhenRoomAppears) {
   ASSERT_THAT(store_.Create("pods", "ns", PodBuilder("big").Gpus(16).Build()), IsOk());
-  EXPECT_EQ(SchedulePending(store_, clock_), 0);
+  EXPECT_EQ(SchedulePending(access_, clock_), 0);
   Json pod = Get("big");
   EXPECT_EQ(Scheduled(pod, "status"), "False");
   EXPECT_EQ(Scheduled(pod, "reason"), "Unschedulable");
   EXPECT_EQ(Scheduled(pod, "message"), "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.");
   const uint64_t version = store_.resource_version();
   clock_.Advance(absl::Seconds(5));
-  EXPECT_EQ(SchedulePending(store_, clock_), 0);
+  EXPECT_EQ(SchedulePending(access_, clock_), 0);
   EXPECT_EQ(store_.resource_version(), version) << "an unchanged verdict is not rewritten";
 
   pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = Json::string("8");
   ASSERT_THAT(store_.Update("pods", "ns", pod, false), IsOk());
-  EXPECT_EQ(SchedulePending(store_, clock_), 1);
+  EXPECT_EQ(SchedulePending(access_, clock_), 1);
   EXPECT_EQ(kube::StringAt(Get("big"), "spec.nodeName"), "b");
   EXPECT_EQ(Scheduled(Get("big"), "status"), "True");
 }
@@ -296,7 +297,7 @@ TEST_F(SchedulePendingTest, SkipsPodsBeingDeleted) {
   pod["metadata"]["finalizers"][0] = Json::string("x");
   ASSERT_THAT(store_.Create("pods", "ns", pod), IsOk());
   ASSERT_THAT(store_.Delete("pods", "ns", "going"), IsOk());
-  EXPECT_EQ(SchedulePending(store_, clock_), 0);
+  EXPECT_EQ(SchedulePending(access_, clock_), 0);
   EXPECT_EQ(kube::StringAt(Get("going"), "spec.nodeName"), "");
 }
 

@@ -116,6 +116,19 @@ absl::StatusOr<TlsMaterial> GenerateTlsMaterial() {
     return OpenSslError("PEM_write_bio_PrivateKey");
   }
   out.server_key_pem = BioToString(key_bio.get());
+  Pkey sa_key(EVP_EC_gen("P-256"));
+  Bio sa_bio(BIO_new(BIO_s_mem()));
+  if (!sa_key || !sa_bio ||
+      PEM_write_bio_PrivateKey(sa_bio.get(), sa_key.get(), nullptr, nullptr, 0, nullptr,
+                               nullptr) != 1) {
+    return OpenSslError("service account key");
+  }
+  out.service_account_key_pem = BioToString(sa_bio.get());
+  Bio sa_public_bio(BIO_new(BIO_s_mem()));
+  if (!sa_public_bio || PEM_write_bio_PUBKEY(sa_public_bio.get(), sa_key.get()) != 1) {
+    return OpenSslError("service account public key");
+  }
+  out.service_account_public_pem = BioToString(sa_public_bio.get());
   return out;
 }
 

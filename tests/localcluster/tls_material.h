@@ -1,7 +1,8 @@
 // TLS material the local cluster generates at start: a throwaway CA and a server certificate for
 // 127.0.0.1/localhost signed by it (ECDSA P-256, valid for a year). Clients trust the CA through
 // the kubeconfig the cluster writes, so the client's certificate verification runs exactly as it
-// does against a real API server. Pure OpenSSL; thread-safe.
+// does against a real API server; a real kube-apiserver (control_plane.h) serves the same
+// certificate, and the same CA verifies the proxy in front of it. Pure OpenSSL; thread-safe.
 #pragma once
 
 #include <string>
@@ -14,6 +15,9 @@ struct TlsMaterial {
   std::string ca_cert_pem;
   std::string server_cert_pem;
   std::string server_key_pem;
+  // Signs ServiceAccount tokens (a real control plane's --service-account-signing-key-file).
+  std::string service_account_key_pem;
+  std::string service_account_public_pem;  // its public half (--service-account-key-file)
 };
 
 // Internal when OpenSSL fails (it should not).
