@@ -14,7 +14,8 @@
 # No base image can be pulled here, so each image is assembled from the local build: the stripped
 # binary (/usr/local/bin/<image>), every shared library `ldd` lists plus the dynamic loader (at the
 # paths ldd resolved them to; the project's own libraries go to /usr/local/lib), an ld.so.cache,
-# the CA bundle, /etc/passwd and /etc/group with the non-root user nonroot (65532), /tmp. The
+# the CA bundle, /etc/passwd and /etc/group with the non-root user nonroot (65532), /tmp, and
+# context/home/ for the user's home. The
 # image itself (user, entrypoint, labels, environment) is deploy/docker/Containerfile.<name
 # without the phalanx- prefix>, built with `buildah bud` from the staged context: the same
 # context builds with `docker build` (see docs/deploy.md).
@@ -124,7 +125,7 @@ stage() {
   local image="$1" binary="$2" context="$3" short="${1#phalanx-}" rootfs
   rootfs="$context/rootfs"
   rm -rf "$context"
-  mkdir -p "$rootfs"/{usr/local/bin,usr/local/lib,etc/ssl/certs,tmp,home/nonroot}
+  mkdir -p "$rootfs"/{usr/local/bin,usr/local/lib,etc/ssl/certs,tmp,home} "$context/home"
   cp "$SRC_DIR/deploy/docker/Containerfile.$short" "$context/Containerfile"
   # Debug sections off (symbols stay, for readable stack traces): a fraction of the size.
   objcopy --strip-debug "$binary" "$rootfs/usr/local/bin/$image"
@@ -142,8 +143,7 @@ stage() {
   # Resolves every library the loader needs without the build tree's RUNPATH.
   ldconfig -r "$rootfs"
   chmod 1777 "$rootfs/tmp"
-  chown 65532:65532 "$rootfs/home/nonroot" 2>/dev/null || true
-  chmod 0755 "$rootfs/home/nonroot"
+  chmod 0755 "$context/home"  # /home/nonroot, owned by 65532 (the Containerfile's COPY --chown)
 }
 
 STORE="$OUT/.storage"
@@ -162,6 +162,7 @@ trap cleanup EXIT
 mkdir -p "$OUT"
 start=$(date +%s)
 built=0
+revisions=()
 for image in "${REQUESTED[@]}"; do
   binary="$BUILD_DIR/${BINARY[$image]}"
   short="${image#phalanx-}"
@@ -170,6 +171,7 @@ for image in "${REQUESTED[@]}"; do
   [ -f "$containerfile" ] || { echo "build-images: no $containerfile" >&2; exit 1; }
   read -r version revision < <(version_of "$binary") || exit 1
   [ -n "${version:-}" ] || exit 1
+  revisions+=("$revision")
   ref="$REGISTRY/$image:$version"
   archive="$OUT/$image-$version.oci.tar"
   context="$OUT/context/$image"
@@ -198,4 +200,9 @@ for image in "${REQUESTED[@]}"; do
   echo "build-images: $archive ($ref, $size, revision $revision, $(( $(date +%s) - t0 ))s)"
   built=$((built + 1))
 done
+# `make images` builds every binary first; a partial rebuild after a re-configure may not have.
+if [ "$(printf '%s\n' "${revisions[@]}" | sort -u | wc -l)" -gt 1 ]; then
+  echo "build-images: warning: the binaries come from different revisions (${revisions[*]}):" \
+       "rebuild them all (make build) for a consistent set" >&2
+fi
 echo "build-images: $built built in $(( $(date +%s) - start ))s under $OUT"

@@ -7,7 +7,8 @@
 2. each OCI archive (BINARY_DIR/images/<image>-<version>.oci.tar): one image, named
    <registry>/<image>:<version>; its config runs as a numeric non-root user, its entrypoint is the
    binary, its OCI labels (title, version, revision, source) match the binary; its layer holds the
-   binary, /etc/passwd with that user, the CA bundle and the binary's ELF interpreter;
+   binary, /etc/passwd with that user, the CA bundle and the binary's ELF interpreter, all owned
+   by root except the user's home, and a sticky /tmp;
 3. each image's entrypoint runs with --version (`buildah from oci-archive:` + `buildah run
    --isolation chroot` as the image's user, in a private vfs store): it prints
    "<image> <version> (<revision>)", which proves every library it needs is in the image;
@@ -219,6 +220,13 @@ def main():
                   f"{image}: /etc/passwd has no user {NON_ROOT}")
             check(b"BEGIN CERTIFICATE" in a.file("/etc/ssl/certs/ca-certificates.crt"),
                   f"{image}: CA bundle")
+            # Root owns everything but the user's home: the user cannot replace the binary.
+            owners = {name: m.uid for name, (m, _) in a.files.items()}
+            wrong = [n for n, uid in owners.items()
+                     if uid != (NON_ROOT if n.startswith("/home/nonroot") else 0)]
+            check(not wrong, f"{image}: unexpected owners: {wrong[:5]}")
+            check(owners.get("/home/nonroot") == NON_ROOT, f"{image}: no /home/nonroot")
+            check(a.files["/tmp"][0].mode & 0o7777 == 0o1777, f"{image}: /tmp is not 1777")
             interp = elf_interpreter(a.file(entrypoint[0]))
             check(interp, f"{image}: {entrypoint[0]} is not a dynamic ELF executable")
             a.file(interp)  # the loader is there
