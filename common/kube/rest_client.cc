@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/base/env_and_files.h"
+#include "common/base/log.h"
 #include "common/kube/api_status.h"
 #include "common/kube/object_meta.h"
 #include "common/kube/rest_watch.h"
@@ -28,6 +29,14 @@ void AddParam(std::string& query, const std::string& key, const std::string& val
   if (value.empty()) return;
   query += query.empty() ? '?' : '&';
   query += key + "=" + Encode(value);
+}
+
+// `path` with ?fieldValidation=<mode> (or &...) added; unchanged when mode is "".
+std::string WithFieldValidation(std::string path, const std::string& mode) {
+  std::string query;
+  AddParam(query, "fieldValidation", mode);
+  if (!query.empty() && path.find('?') != std::string::npos) query[0] = '&';
+  return path + query;
 }
 
 std::string PropagationName(PropagationPolicy p) {
@@ -92,6 +101,36 @@ http_client_config MakeConfig(const ClusterConfig& config, absl::Duration timeou
 
 }  // namespace
 
+std::vector<std::string> ParseWarningHeader(const std::string& value) {
+  // Each warning: <3-digit code> SP <agent> SP "<text with \-escapes>" [SP "<date>"].
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < value.size()) {
+    while (i < value.size() && (value[i] == ' ' || value[i] == ',')) ++i;
+    if (i == value.size()) break;
+    const size_t open = value.find('"', i);
+    if (open == std::string::npos) break;
+    std::string text;
+    size_t j = open + 1;
+    for (; j < value.size() && value[j] != '"'; ++j) {
+      if (value[j] == '\\' && j + 1 < value.size()) ++j;
+      text += value[j];
+    }
+    if (j == value.size()) break;  // unterminated: give up, the whole value is returned
+    out.push_back(std::move(text));
+    i = j + 1;
+    // An optional quoted date belongs to this warning.
+    size_t k = i;
+    while (k < value.size() && value[k] == ' ') ++k;
+    if (k < value.size() && value[k] == '"') {
+      const size_t close = value.find('"', k + 1);
+      i = close == std::string::npos ? value.size() : close + 1;
+    }
+  }
+  if (out.empty() && !value.empty()) out.push_back(value);
+  return out;
+}
+
 struct RestClient::Impl {
   Impl(const ClusterConfig& c, RestClientOptions o)
       : config(c),
@@ -132,6 +171,17 @@ struct RestClient::Impl {
     if (options.on_response) options.on_response(verb, code);
   }
 
+  // The API server's Warning headers are meant for a human: log each, hand it to on_warning.
+  void ReportWarnings(const std::string& verb, const std::string& path,
+                      const http_response& response) {
+    auto it = response.headers().find("Warning");
+    if (it == response.headers().end()) return;
+    for (const std::string& warning : ParseWarningHeader(it->second)) {
+      PHX_LOG(WARNING) << "API server warning on " << verb << " " << path << ": " << warning;
+      if (options.on_warning) options.on_warning(verb, path, warning);
+    }
+  }
+
   // One request; a 401 re-reads a token file once (the token may have just rotated).
   absl::StatusOr<std::string> Call(const std::string& verb, const web::http::method& method,
                                    const std::string& path, const std::string* body,
@@ -145,6 +195,7 @@ struct RestClient::Impl {
         const int code = response.status_code();
         std::string text = response.extract_utf8string(true).get();
         Report(verb, code);
+        ReportWarnings(verb, path, response);
         if (code == 401 && attempt == 0 && !config.token_file.empty()) continue;
         if (code >= 200 && code < 300) return text;
         return StatusFromResponse(code, text, what);
@@ -256,21 +307,27 @@ absl::StatusOr<ObjectList> RestClient::List(const Resource& r, const std::string
 
 absl::StatusOr<Json> RestClient::Create(const Resource& r, const std::string& ns,
                                         const Json& object) {
-  return JsonCall("CREATE", methods::POST, PathOf(r, ns), &object);
+  return JsonCall("CREATE", methods::POST,
+                  WithFieldValidation(PathOf(r, ns), impl_->options.field_validation), &object);
 }
 
 absl::StatusOr<Json> RestClient::Update(const Resource& r, const std::string& ns,
                                         const Json& object) {
   const std::string name = MetaString(object, "name");
   if (name.empty()) return absl::InvalidArgumentError("update: object has no metadata.name");
-  return JsonCall("UPDATE", methods::PUT, PathOf(r, ns, name), &object);
+  return JsonCall("UPDATE", methods::PUT,
+                  WithFieldValidation(PathOf(r, ns, name), impl_->options.field_validation),
+                  &object);
 }
 
 absl::StatusOr<Json> RestClient::UpdateStatus(const Resource& r, const std::string& ns,
                                               const Json& object) {
   const std::string name = MetaString(object, "name");
   if (name.empty()) return absl::InvalidArgumentError("update status: object has no metadata.name");
-  return JsonCall("UPDATE", methods::PUT, PathOf(r, ns, name) + "/status", &object);
+  return JsonCall(
+      "UPDATE", methods::PUT,
+      WithFieldValidation(PathOf(r, ns, name) + "/status", impl_->options.field_validation),
+      &object);
 }
 
 absl::StatusOr<Json> RestClient::Patch(const Resource& r, const std::string& ns,
@@ -285,7 +342,9 @@ absl::StatusOr<Json> RestClient::Patch(const Resource& r, const std::string& ns,
     AddParam(query, "fieldManager", options.field_manager);
     if (options.force) AddParam(query, "force", "true");
   }
-  return JsonCall("PATCH", methods::PATCH, path + query, &patch, content_type);
+  return JsonCall("PATCH", methods::PATCH,
+                  WithFieldValidation(path + query, impl_->options.field_validation), &patch,
+                  content_type);
 }
 
 absl::Status RestClient::Delete(const Resource& r, const std::string& ns, const std::string& name,

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -30,7 +31,22 @@ struct RestClientOptions {
   // Called after every response (verb like "GET"/"LIST"/"WATCH", HTTP code or 0 for a transport
   // error), e.g. for an api-requests metric. Must be cheap and thread-safe.
   std::function<void(const std::string& verb, int code)> on_response;
+  // Sent as ?fieldValidation= on every create, update and patch: "Strict" makes the API server
+  // refuse an object with unknown or duplicate fields (400, "strict decoding error: unknown
+  // field ...") instead of dropping them; "Warn" (the server's own default from 1.25 on, and
+  // what "" leaves it at) accepts the object and names the fields in a Warning header. Phalanx
+  // only writes objects it built, so an unknown field is a bug to hear about, not to lose.
+  std::string field_validation = "Strict";
+  // Called with the text of each `Warning` response header (deprecations, PodSecurity "warn"
+  // mode, unknown fields under "Warn"), after it is logged. Must be cheap and thread-safe.
+  std::function<void(const std::string& verb, const std::string& path,
+                     const std::string& warning)>
+      on_warning;
 };
+
+// The warning texts in a `Warning` header value (RFC 7234 5.5: `299 - "text"`, several joined
+// by ", " when the header repeats); a value that does not parse is returned whole.
+std::vector<std::string> ParseWarningHeader(const std::string& value);
 
 class RestClient final : public Client {
  public:
