@@ -96,6 +96,10 @@ inline constexpr char kPhasePending[] = "Pending";
 inline constexpr char kPhaseStarting[] = "Starting";
 inline constexpr char kPhaseRunning[] = "Running";
 inline constexpr char kPhaseRestarting[] = "Restarting";
+// The operator cannot make progress until something outside it changes: the spec is invalid
+// (InvalidSpec=True) or the API server refuses a child for good (ChildrenReady=False,
+// FailedCreate: invalid, forbidden, over quota). Not terminal; see controller/blocked.h.
+inline constexpr char kPhaseBlocked[] = "Blocked";
 inline constexpr char kPhaseSucceeded[] = "Succeeded";
 inline constexpr char kPhaseFailed[] = "Failed";
 inline constexpr char kPhaseSuspended[] = "Suspended";

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
+#include "operator/controller/blocked.h"
 
 namespace phalanx::op {
 namespace {
@@ -80,7 +81,8 @@ void Account(const TrainingJobStatus& previous, TrainingJobStatus& st, absl::Tim
     if (previous.phase == kPhaseRunning) {
       st.productive_seconds += dt;
     } else if (previous.phase == kPhaseRestarting ||
-               (previous.phase == kPhaseStarting && previous.restarts + previous.preemptions > 0)) {
+               ((previous.phase == kPhaseStarting || previous.phase == kPhaseBlocked) &&
+                previous.restarts + previous.preemptions > 0)) {
       st.lost_seconds += dt;
     }
   }
@@ -451,6 +453,7 @@ ReconcilePlan PlanPass(const PlanInputs& in) {
   } else {
     st.phase = kPhasePending;
   }
+  if (StaysBlocked(in.previous, !plan.create.empty())) st.phase = kPhaseBlocked;
   Mark(st, "Running", st.phase == kPhaseRunning,
                st.phase == kPhaseRunning ? "AllTasksRunning" : st.phase,
                absl::StrCat(running, "/", n, " tasks running"), in.now);

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/kube/object_meta.h"
+#include "operator/api/codec.h"
+#include "operator/controller/blocked.h"
 
 namespace phalanx::op {
 namespace {
@@ -428,6 +430,25 @@ TEST(PlanTest, ConditionTimesMoveOnlyWhenStatusFlips) {
   for (const Condition& c : second.status.conditions) {
     if (c.type == "Running") EXPECT_EQ(c.last_transition_time, running_since);
   }
+}
+
+}  // namespace
+}  // namespace phalanx::op
+
+namespace phalanx::op {
+namespace {
+
+TEST(PlanTest, ARefusedJobStaysBlockedWhileItsChildrenAreStillToCreate) {
+  TrainingJobStatus previous;
+  previous.phase = kPhaseBlocked;
+  SetCondition(previous.conditions,
+               {kConditionChildrenReady, "False", kReasonFailedCreate, "forbidden", kNow, 3},
+               kNow);
+  // Nothing exists yet: the pass will try again, and until that works the job stays Blocked
+  // (recomputing Pending would make every retry write status twice).
+  EXPECT_EQ(Plan(Spec(), previous, JobObservation{}).status.phase, kPhaseBlocked);
+  // Everything exists (the retry worked): the planner's own phase.
+  EXPECT_EQ(Plan(Spec(), previous, Healthy()).status.phase, kPhaseRunning);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "common/kube/object_key.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
+#include "operator/controller/blocked.h"
 #include "operator/controller/observe.h"
 #include "operator/controller/plan.h"
 
@@ -84,18 +85,14 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     for (std::string& p : ValidateSpec(*spec)) problems.push_back(std::move(p));
   }
   if (!problems.empty()) {
-    // The CRD's schema should have refused this; report it and wait for a new generation.
-    TrainingJobStatus status = previous;
-    status.observed_generation = kube::ObjectMeta::Decode(job).generation;
-    const std::string message = absl::StrJoin(problems, "; ");
-    const bool changed = SetCondition(status.conditions,
-                                      {"InvalidSpec", "True", "InvalidSpec", message,
-                                       clock_.Now(), status.observed_generation},
-                                      clock_.Now());
-    if (changed) events_.Record(job, kube::EventType::kWarning, "InvalidSpec", message);
-    absl::Status written = WriteStatus(job, EncodeStatus(status));
+    // The CRD's schema should have refused this; report it (phase Blocked) and wait for a new
+    // generation.
+    StageResult invalid = InvalidSpecStatus(previous, kube::ObjectMeta::Decode(job).generation,
+                                            problems, clock_.Now());
+    absl::StatusOr<Json> written = WriteStatus(job, EncodeStatus(invalid.status));
+    RecordEvents(job, invalid.events);
     if (metrics_ != nullptr) metrics_->Reconciled(written.ok(), clock_.Now() - started);
-    if (!written.ok()) return written;
+    if (!written.ok()) return written.status();
     return kube::Controller::Result{};
   }
   SetCondition(previous.conditions,
@@ -143,17 +140,28 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   // Status first: it records the new incarnations and counters, so a pass that loses the race
   // with another writer (409) or dies half-way is redone from the record, never double-counted
   // and never lost. Acting on a stale view is impossible: a stale job fails this write.
-  absl::Status written = WriteStatus(job, EncodeStatus(plan.status));
+  absl::StatusOr<Json> written = WriteStatus(job, EncodeStatus(plan.status));
   if (!written.ok()) {
     if (metrics_ != nullptr) metrics_->Reconciled(false, clock_.Now() - started);
-    return written;
+    return written.status();
   }
   if (metrics_ != nullptr) {
     // Booked once, by the write that recorded it (a 409 above returns before this).
     metrics_->Goodput(plan.status.productive_seconds - previous.productive_seconds,
                       plan.status.lost_seconds - previous.lost_seconds);
   }
-  absl::Status executed = Execute(job, plan);
+  // What the API server refused shows on the job: ChildrenReady, an Event, maybe Blocked. A
+  // second status write only when that changed anything (a retry that fails the same way
+  // writes nothing, so it does not wake itself up through the watch).
+  const std::vector<ChildFailure> failures = Execute(job, plan);
+  const bool acted = !plan.create.empty() || !plan.delete_pods.empty();
+  StageResult outcome = RecordChildOutcome(plan.status, failures, acted, clock_.Now());
+  absl::Status executed =
+      failures.empty() ? absl::OkStatus() : failures.front().status;  // requeue with back-off
+  if (absl::StatusOr<Json> again = WriteStatus(*written, EncodeStatus(outcome.status));
+      !again.ok() && executed.ok()) {
+    executed = again.status();
+  }
   absl::Duration requeue_after = plan.requeue_after;
   std::vector<std::pair<int, absl::Time>> preempting;
   for (const TaskStatus& task : plan.status.tasks) {
@@ -168,10 +176,8 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     requeue_after = requeue_after == absl::ZeroDuration() ? kNoticeRetry
                                                           : std::min(requeue_after, kNoticeRetry);
   }
-  for (const EventNote& e : plan.events) {
-    events_.Record(job, e.warning ? kube::EventType::kWarning : kube::EventType::kNormal, e.reason,
-                   e.message);
-  }
+  RecordEvents(job, plan.events);
+  RecordEvents(job, outcome.events);
   if (metrics_ != nullptr) {
     // The failure was observed when this pass read the cache; a back-off wait is policy and
     // ends before the pass that replaces the task, so it is not in this figure.
@@ -230,29 +236,49 @@ bool Reconciler::DeliverPreemptionNotices(const std::string& key,
   return true;
 }
 
-absl::Status Reconciler::Execute(const Json& job, const ReconcilePlan& plan) {
+std::vector<ChildFailure> Reconciler::Execute(const Json& job, const ReconcilePlan& plan) {
   const std::string ns = kube::MetaString(job, "namespace");
+  std::vector<ChildFailure> failures;
+  // A transient failure (the server is down or throttling) ends the pass: the rest would fail
+  // the same way. A permanent one is specific to its object: the others are still tried.
+  auto failed = [&failures](bool deleting, const std::string& kind, const std::string& name,
+                            const absl::Status& s) {
+    PHX_LOG(WARNING) << (deleting ? "deleting " : "creating ") << kind << " " << name
+                     << " failed: " << s;
+    failures.push_back({deleting, kind, name, s});
+    return !IsPermanentFailure(s);
+  };
   for (const std::string& pod : plan.delete_pods) {
     kube::DeleteOptions options;
     options.propagation = kube::PropagationPolicy::kBackground;
     absl::Status s = client_.Delete(kPods, ns, pod, options);
-    if (!s.ok() && !absl::IsNotFound(s)) return s;
+    if (!s.ok() && !absl::IsNotFound(s) && failed(true, "Pod", pod, s)) return failures;
   }
   for (const Json& object : plan.create) {
     const std::string kind = kube::StringAt(object, "kind");
     const kube::Resource& r = kind == "Secret" ? kSecrets : kind == "Service" ? kServices : kPods;
     absl::StatusOr<Json> created = client_.Create(r, ns, object);
-    if (!created.ok() && !absl::IsAlreadyExists(created.status())) return created.status();
+    if (!created.ok() && !absl::IsAlreadyExists(created.status()) &&
+        failed(false, kind, kube::MetaString(object, "name"), created.status())) {
+      return failures;
+    }
   }
-  return absl::OkStatus();
+  return failures;
 }
 
-absl::Status Reconciler::WriteStatus(const Json& job, const Json& status) {
+void Reconciler::RecordEvents(const Json& job, const std::vector<EventNote>& events) {
+  for (const EventNote& e : events) {
+    events_.Record(job, e.warning ? kube::EventType::kWarning : kube::EventType::kNormal, e.reason,
+                   e.message);
+  }
+}
+
+absl::StatusOr<Json> Reconciler::WriteStatus(const Json& job, const Json& status) {
   Json updated = job;
   updated["status"] = status;
   // Compared as decoded values: the server's JSON may spell a number differently (0 vs 0.0).
-  if (DecodeStatus(job) == DecodeStatus(updated)) return absl::OkStatus();  // none when unchanged
-  return client_.UpdateStatus(kTrainingJobs, kube::MetaString(job, "namespace"), updated).status();
+  if (DecodeStatus(job) == DecodeStatus(updated)) return job;  // no write when unchanged
+  return client_.UpdateStatus(kTrainingJobs, kube::MetaString(job, "namespace"), updated);
 }
 
 }  // namespace phalanx::op

@@ -1,8 +1,9 @@
 // Reconciler: the one class of the operator that talks to the API server. Reconcile(key) reads
 // the job and its children from the informer caches, asks PlanReconcile what to do, does it
-// (deletes, then creates; AlreadyExists and NotFound are fine), writes status once through
-// /status (a 409 requeues quietly), records the plan's Events, and returns the plan's requeue.
-// Invalid specs that slipped past the CRD get an InvalidSpec condition, never a crash.
+// (deletes, then creates; AlreadyExists and NotFound are fine), writes status through /status
+// (a 409 requeues quietly), records the plan's Events, and returns the plan's requeue. Invalid
+// specs that slipped past the CRD, and children the API server refuses, show on the job
+// (conditions, Events, phase Blocked: blocked.h), never only in the log, and never a crash.
 // Thread-safe: the controller runs one Reconcile per key at a time, several keys in parallel.
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "common/kube/controller.h"
 #include "common/kube/event_recorder.h"
 #include "common/kube/informer.h"
+#include "operator/controller/blocked.h"
 #include "operator/controller/coordinator_link.h"
 #include "operator/controller/desired_state.h"
 #include "operator/controller/metrics.h"
@@ -59,8 +61,13 @@ class Reconciler {
   absl::StatusOr<kube::Controller::Result> Reconcile(const std::string& key);
 
  private:
-  absl::Status Execute(const Json& job, const struct ReconcilePlan& plan);
-  absl::Status WriteStatus(const Json& job, const Json& status);
+  // Deletes, then creates; returns what the API server refused (NotFound on delete and
+  // AlreadyExists on create are fine).
+  std::vector<ChildFailure> Execute(const Json& job, const ReconcilePlan& plan);
+  // Writes `status` through /status unless it equals the job's; returns the job as now stored
+  // (`job` itself when nothing was written), whose resourceVersion a second write needs.
+  absl::StatusOr<Json> WriteStatus(const Json& job, const Json& status);
+  void RecordEvents(const Json& job, const std::vector<EventNote>& events);
   CoordinatorPlacement PlacementFor(const Json& job) const;
   std::string TokenOf(const std::string& ns, const std::string& job) const;
 
