@@ -46,6 +46,14 @@ class OperatorE2eTest : public ::testing::Test {
                       absl::StrCat(nodes_), "--gpus-per-node", absl::StrCat(gpus_per_node_)},
                      "localcluster", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
     ASSERT_NE(cluster_, nullptr);
+    // "ready <url> backend=real|builtin": the test log says which control plane ran.
+    for (const std::string& line : cluster_->Lines()) {
+      if (absl::StartsWith(line, "ready ")) {
+        backend_ = line.substr(line.rfind("backend=") + 8);
+        std::cerr << "local cluster: " << line << "\n";
+        RecordProperty("backend", backend_);
+      }
+    }
     absl::StatusOr<kube::ClusterConfig> config = kube::LoadKubeconfig(kubeconfig);
     ASSERT_TRUE(config.ok()) << config.status();
     client_ = *kube::RestClient::Create(*config);
@@ -54,9 +62,24 @@ class OperatorE2eTest : public ::testing::Test {
     crd << std::ifstream(kSource + "/crds/trainingjobs.phalanx.dev.yaml").rdbuf();
     absl::StatusOr<kube::Json> crd_json = op::YamlToJson(crd.str());
     ASSERT_TRUE(crd_json.ok()) << crd_json.status();
-    ASSERT_TRUE(client_->Create({"apiextensions.k8s.io", "v1", "customresourcedefinitions", false},
-                                "", *crd_json)
-                    .ok());
+    const kube::Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
+    absl::StatusOr<kube::Json> created = client_->Create(crds, "", *crd_json);
+    ASSERT_TRUE(created.ok()) << created.status();
+    // A real API server serves a new CRD's resource only once it is Established.
+    ASSERT_TRUE(Eventually(
+        [&] {
+          absl::StatusOr<kube::Json> crd = client_->Get(crds, "", "trainingjobs.phalanx.dev");
+          if (!crd.ok()) return false;
+          for (const kube::Json& c : kube::ArrayOrEmpty(kube::FieldOrNull(*crd, "status"),
+                                                       "conditions")
+                                         .as_array()) {
+            if (kube::StringAt(c, "type") == "Established" && kube::StringAt(c, "status") == "True") {
+              return true;
+            }
+          }
+          return false;
+        },
+        absl::Seconds(30)));
 
     // Coordinators share the machine's one network namespace: give each job its own port.
     std::mt19937 rng(static_cast<unsigned>(getpid()));
@@ -166,6 +189,7 @@ class OperatorE2eTest : public ::testing::Test {
 
   int nodes_ = 2;
   int gpus_per_node_ = 0;
+  std::string backend_;  // "real" or "builtin", from the local cluster's ready line
   std::string kubeconfig_;
   int port_base_ = 0;
   std::filesystem::path dir_;
@@ -175,7 +199,7 @@ class OperatorE2eTest : public ::testing::Test {
 };
 
 TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
-  ASSERT_TRUE(CreateJob(150).ok());
+  { const absl::Status created_job = CreateJob(150); ASSERT_TRUE(created_job.ok()) << created_job; }
 
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)))
@@ -209,7 +233,7 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
 }
 
 TEST_F(OperatorE2eTest, OperatorServesHealthReadinessAndItsMetrics) {
-  ASSERT_TRUE(CreateJob(20).ok());
+  { const absl::Status created_job = CreateJob(20); ASSERT_TRUE(created_job.ok()) << created_job; }
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
                          absl::Seconds(90)));
   int port = 0;
@@ -234,7 +258,7 @@ TEST_F(OperatorE2eTest, OperatorServesHealthReadinessAndItsMetrics) {
 }
 
 TEST_F(OperatorE2eTest, CoordinatorPodKilledIsRecreatedAndTheJobContinues) {
-  ASSERT_TRUE(CreateJob(150).ok());
+  { const absl::Status created_job = CreateJob(150); ASSERT_TRUE(created_job.ok()) << created_job; }
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
   absl::StatusOr<kube::Json> before = client_->Get(op::kPods, "default", "train-coordinator");
@@ -254,7 +278,7 @@ TEST_F(OperatorE2eTest, CoordinatorPodKilledIsRecreatedAndTheJobContinues) {
 }
 
 TEST_F(OperatorE2eTest, OperatorRestartedMidJobCreatesNoDuplicates) {
-  ASSERT_TRUE(CreateJob(150).ok());
+  { const absl::Status created_job = CreateJob(150); ASSERT_TRUE(created_job.ok()) << created_job; }
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
   operator_->Signal(SIGKILL);  // no lease release: the successor waits out the lease
@@ -270,7 +294,7 @@ TEST_F(OperatorE2eTest, OperatorRestartedMidJobCreatesNoDuplicates) {
 
 TEST_F(OperatorE2eTest, SpecTheSchemaCannotCatchGetsAnInvalidSpecCondition) {
   // base > max is a CEL rule on real clusters; the local cluster does not run CEL.
-  ASSERT_TRUE(CreateJob(10, R"({"baseSeconds":100,"maxSeconds":10})").ok());
+  { const absl::Status created_job = CreateJob(10, R"({"baseSeconds":100,"maxSeconds":10})"); ASSERT_TRUE(created_job.ok()) << created_job; }
   ASSERT_TRUE(Eventually(
       [&] {
         const kube::Json job = Job();  // owned here: the loop below reads into it
@@ -317,7 +341,7 @@ TEST_F(OperatorE2eTest, HungTaskDeclaredFailedByTheCoordinatorIsRestartedWhileIt
 }
 
 TEST_F(OperatorE2eTest, SuspendDeletesThePodsAndResumeFinishesTheJob) {
-  ASSERT_TRUE(CreateJob(150).ok());
+  { const absl::Status created_job = CreateJob(150); ASSERT_TRUE(created_job.ok()) << created_job; }
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
   auto suspend = [&](bool on) {
@@ -363,7 +387,7 @@ TEST_F(OperatorE2eTest, ATaskThatKeepsFailingExhaustsMaxRestartsAndFailsTheJob) 
 }
 
 TEST_F(OperatorE2eTest, JobRestartScopeReplacesEveryTaskWhenOneFails) {
-  ASSERT_TRUE(CreateJob(JobOptions{.steps = 150, .restart_scope = "Job"}).ok());
+  { const absl::Status created_job = CreateJob(JobOptions{.steps = 150, .restart_scope = "Job"}); ASSERT_TRUE(created_job.ok()) << created_job; }
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
   absl::StatusOr<kube::Json> survivor = client_->Get(op::kPods, "default", "train-task-0-0");
@@ -386,7 +410,7 @@ TEST_F(OperatorE2eTest, JobRestartScopeReplacesEveryTaskWhenOneFails) {
 }
 
 TEST_F(OperatorE2eTest, ApiServerFaultsDuringARestartStillConverge) {
-  ASSERT_TRUE(CreateJob(200).ok());
+  { const absl::Status created_job = CreateJob(200); ASSERT_TRUE(created_job.ok()) << created_job; }
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
   // A third of the API requests fail with 500 and every watch is cut while a task dies...

@@ -77,7 +77,8 @@ Json PodStatus(const Json& pod, const PodReport& report, absl::Time now) {
   Json status = old_status.is_object() ? old_status : Json::object();
   status["phase"] = Json::string(report.phase);
   status["hostIP"] = Json::string(kLocalIp);
-  status["hostIPs"] = IpList();
+  // No status.hostIPs: Kubernetes 1.28 added it, and the oldest API server Phalanx supports
+  // (1.26) refuses it under strict field validation.
   status["podIP"] = Json::string(kLocalIp);
   status["podIPs"] = IpList();
   status["startTime"] = Json::string(kube::FormatKubeTime(report.start_time));
