@@ -95,8 +95,11 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     if (!written.ok()) return written.status();
     return kube::Controller::Result{};
   }
+  // The job's generation, not the last observed one: otherwise a new job's second pass rewrites
+  // the condition (0 -> 1), one status write and watch event for nothing.
   SetCondition(previous.conditions,
-               {"InvalidSpec", "False", "Valid", "", clock_.Now(), previous.observed_generation},
+               {kConditionInvalidSpec, "False", "Valid", "", clock_.Now(),
+                kube::ObjectMeta::Decode(job).generation},
                clock_.Now());
 
   JobObservation world;
