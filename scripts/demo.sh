@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# The Phalanx demo on the built-in local cluster: phalanx-localcluster (3 nodes, 4 GPUs each),
+# The Phalanx demo on the local cluster: phalanx-localcluster (3 nodes, 4 GPUs each) on a real
+# control plane (etcd + kube-apiserver + kube-controller-manager) where the envtest assets are
+# found (KUBEBUILDER_ASSETS, or ../shared/envtest unpacked by the build), else on its built-in API
+# server,
 # phalanx-operator, and a 4-task TrainingJob of sample workers applied with kubectl. One task is
 # killed, then one node is preempted; the job keeps going and finishes. Prints `kubectl get tj -w`,
 # the job's Events and a timeline with goodput. Ends on its own (well under two minutes).
@@ -47,10 +50,17 @@ say "starting the local cluster (3 process nodes x 4 GPUs; each task asks for 2)
 "$BUILD/tests/localcluster/phalanx-localcluster" --kubeconfig-out "$KUBECONFIG" \
   --work-dir "$WORK/cluster" --nodes 3 --gpus-per-node 4 >"$WORK/cluster.out" 2>"$WORK/cluster.log" &
 PIDS+=($!)
-wait_for 30 grep -q '^ready ' "$WORK/cluster.out"
+if ! wait_for 120 grep -q '^ready ' "$WORK/cluster.out"; then
+  echo "demo: the local cluster did not start; its log ($WORK/cluster.log) ends:" >&2
+  tail -n 20 "$WORK/cluster.log" >&2
+  exit 1
+fi
 say "cluster ready: $(cut -d' ' -f2 "$WORK/cluster.out")"
+say "control plane: $(sed -n 's/^  control plane: //p' "$WORK/cluster.log")"
 
 $KUBECTL apply -f "$SRC/crds/trainingjobs.phalanx.dev.yaml" >/dev/null
+# A real API server serves the new resource once the CRD is Established.
+$KUBECTL wait --for condition=Established --timeout=60s crd/trainingjobs.phalanx.dev >/dev/null
 "$BUILD/operator/phalanx-operator" --kubeconfig "$KUBECONFIG" --coordinator_address pod-ip \
   --coordinator_port_base $(( 20000 + (RANDOM % 4000) * 2 )) --metrics_listen 127.0.0.1:0 \
   --lease_namespace default >"$WORK/operator.out" 2>"$WORK/operator.log" &

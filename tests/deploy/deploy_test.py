@@ -308,33 +308,66 @@ def check_render(src, binary_dir, helm):
           "replicas=2 without leader election must fail to render")
 
 
+
+# ---------------------------------------------------------------------------------------------
+# the local cluster
+
+class NoControlPlane(Exception):
+    """--backend real was asked for and no control-plane assets exist here."""
+
+
+def start_local_cluster(binary_dir, tmp, nodes, backend="auto", env=None, timeout=120):
+    """Starts phalanx-localcluster with its kubeconfig at TMP/kubeconfig; returns (process, log).
+    The ready line's backend is printed, so the test log says which control plane ran."""
+    cluster_bin = os.path.join(binary_dir, "tests", "localcluster", "phalanx-localcluster")
+    check(os.access(cluster_bin, os.X_OK), f"{cluster_bin} is not built")
+    log_path = os.path.join(tmp, "cluster.log")
+    log = open(log_path, "w")
+    cluster = subprocess.Popen([cluster_bin, "--kubeconfig-out", os.path.join(tmp, "kubeconfig"),
+                                "--work-dir", os.path.join(tmp, "work"), "--nodes", str(nodes),
+                                "--backend", backend],
+                               stdout=subprocess.PIPE, stderr=log, text=True,
+                               env={**os.environ, **(env or {})})
+    deadline = time.monotonic() + timeout
+    line = ""
+    while time.monotonic() < deadline:
+        line = cluster.stdout.readline()
+        if not line or line.startswith("ready "):
+            break
+    if not line.startswith("ready "):
+        stop_local_cluster(cluster, log)
+        with open(log_path) as f:
+            tail = f.read()[-3000:]
+        if "no control-plane assets" in tail:
+            raise NoControlPlane(tail.strip().splitlines()[-1])
+        raise Failure(f"local cluster did not start: {line!r}\n{tail}")
+    print(f"local cluster: {line.strip()}")
+    return cluster, log
+
+
+def stop_local_cluster(cluster, log):
+    cluster.send_signal(signal.SIGTERM)
+    try:
+        cluster.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        cluster.kill()
+        cluster.wait()
+    log.close()
+
 # ---------------------------------------------------------------------------------------------
 # apply
 
 def check_apply(src, binary_dir, helm):
     kubectl = find_kubectl(helm)
     check(kubectl is not None, "no kubectl (PATH, $PHALANX_KUBECTL or beside helm)")
-    cluster_bin = os.path.join(binary_dir, "tests", "localcluster", "phalanx-localcluster")
-    check(os.access(cluster_bin, os.X_OK), f"{cluster_bin} is not built")
     rendered = helm_template(helm, src)
     with tempfile.TemporaryDirectory(prefix="phalanx-deploy-test-") as tmp:
         kubeconfig = os.path.join(tmp, "kubeconfig")
         manifest = os.path.join(tmp, "rendered.yaml")
         with open(manifest, "w") as f:
             f.write(rendered)
-        log = open(os.path.join(tmp, "cluster.log"), "w")
-        cluster = subprocess.Popen([cluster_bin, "--kubeconfig-out", kubeconfig, "--work-dir",
-                                    os.path.join(tmp, "work"), "--nodes", "1"],
-                                   stdout=subprocess.PIPE, stderr=log, text=True)
+        cluster, log = start_local_cluster(binary_dir, tmp, nodes=1)
         try:
-            deadline = time.monotonic() + 30
-            line = ""
-            while time.monotonic() < deadline:
-                line = cluster.stdout.readline()
-                if not line or line.startswith("ready "):
-                    break
-            check(line.startswith("ready "), f"local cluster did not start: {line!r}")
-
             def kc(*args, timeout=40):
                 r = run([kubectl, "--kubeconfig", kubeconfig, *args], timeout=timeout)
                 check(r.returncode == 0, f"kubectl {' '.join(args)}:\n{r.stdout}{r.stderr}")
@@ -352,7 +385,9 @@ def check_apply(src, binary_dir, helm):
                 ns = ["-n", o["metadata"]["namespace"]] if "namespace" in o["metadata"] else []
                 got = json.loads(kc("get", kind, name, *ns, "-o", "json"))
                 check(got["metadata"]["name"] == name, f"{kind}/{name} not stored")
-            # The CRD from the chart serves TrainingJobs.
+            # The CRD from the chart serves TrainingJobs (a real API server once it is Established).
+            kc("wait", "--for", "condition=Established", "--timeout=60s",
+               "crd/trainingjobs.phalanx.dev")
             kc("get", "trainingjobs", "-A")
             # Applying again changes nothing and still succeeds.
             out = kc("apply", "-f", manifest)
@@ -378,13 +413,7 @@ def check_apply(src, binary_dir, helm):
                      "--namespace", NAMESPACE, "--dry-run=client"])
             check(r.returncode == 0 and "NOTES:" in r.stdout, f"helm install --dry-run:\n{r.stderr}")
         finally:
-            cluster.send_signal(signal.SIGTERM)
-            try:
-                cluster.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                cluster.kill()
-                cluster.wait()
-            log.close()
+            stop_local_cluster(cluster, log)
 
 
 # ---------------------------------------------------------------------------------------------

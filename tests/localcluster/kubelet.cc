@@ -106,7 +106,16 @@ absl::Status Kubelet::RegisterNodes() {
   if (absl::Status s = ValidateOptions(); !s.ok()) return s;
   const absl::Time now = clock_.Now();
   for (const NodeConfig& node : options_.nodes) {
-    if (absl::Status s = SyncNode(node, now); !s.ok()) return s;
+    // On a real control plane the node-lifecycle controller taints a new Node at once, so the
+    // first status write may meet a conflict: re-read (the watched cache catches up) and retry.
+    absl::Status s;
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      const uint64_t seen = access_.Version();
+      s = SyncNode(node, now);
+      if (!absl::IsAborted(s)) break;
+      access_.WaitForChange(seen, absl::Milliseconds(200));
+    }
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
