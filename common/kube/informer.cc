@@ -159,6 +159,29 @@ bool Informer::SleepUnlessStopped(absl::Duration d) {
   return !stopping_;
 }
 
+bool Informer::BackOff(absl::Duration d) {
+  const absl::Time end = absl::Now() + d;
+  while (true) {
+    const absl::Duration left = end - absl::Now();
+    if (left <= absl::ZeroDuration()) return !Stopping();
+    const bool probe = options_.probe_interval > absl::ZeroDuration() && left > options_.probe_interval;
+    if (!SleepUnlessStopped(probe ? options_.probe_interval : left)) return false;
+    if (!probe) continue;
+    // A back-off built up during an outage would otherwise leave the cache stale for up to
+    // max_backoff after the server is back: one small list says whether it answers again.
+    ListOptions one{.label_selector = options_.label_selector,
+                    .field_selector = options_.field_selector,
+                    .limit = 1,
+                    .continue_token = ""};
+    if (client_.List(resource_, options_.namespace_, one).ok()) {
+      PHX_LOG(INFO) << "informer " << resource_.Qualified()
+                    << ": the API server answers again; ending the back-off early";
+      backoff_.Reset();
+      return !Stopping();
+    }
+  }
+}
+
 void Informer::Loop() {
   bool need_list = true;
   while (!Stopping()) {
@@ -167,7 +190,7 @@ void Informer::Loop() {
       if (absl::Status s = ListAndReplace(); !s.ok()) {
         if (absl::IsCancelled(s)) return;
         PHX_LOG(WARNING) << "informer " << resource_.Qualified() << ": list failed: " << s;
-        if (!SleepUnlessStopped(backoff_.NextDelay())) return;
+        if (!BackOff(backoff_.NextDelay())) return;
         continue;
       }
       backoff_.Reset();
@@ -184,7 +207,7 @@ void Informer::Loop() {
     need_list = end == WatchEnd::kRelist;
     // A watch that delivered nothing before failing backs off, so a failing server is not
     // hammered; a healthy one that ended (server timeout) re-watches at once.
-    if (!progressed && !SleepUnlessStopped(backoff_.NextDelay())) return;
+    if (!progressed && !BackOff(backoff_.NextDelay())) return;
   }
 }
 

@@ -11,6 +11,8 @@
 //                        │ event: apply to the cache, remember its resourceVersion
 //                        │ stream end / error: back off (jittered, ≤ 30 s), re-watch from the
 //                        └ last resourceVersion (a List or Watch call failure backs off too)
+// A long back-off is cut short as soon as a small probe list succeeds, so after an API server
+// outage the cache catches up within a probe interval, not the back-off built up meanwhile.
 //
 // Handlers run on the informer thread, never under the cache lock, in event order; a slow
 // handler delays the informer, so handlers should only enqueue work. Handlers added after
@@ -72,6 +74,10 @@ class Informer {
     absl::Duration poll_interval = absl::Milliseconds(200);  // bounds Stop()
     absl::Duration initial_backoff = absl::Milliseconds(200);
     absl::Duration max_backoff = absl::Seconds(30);
+    // During a back-off longer than this, a one-item list this often asks whether the server
+    // answers again; when it does, the back-off ends and the informer lists and watches at once
+    // (so the cache is not stale for up to max_backoff after an outage). Zero: never probe.
+    absl::Duration probe_interval = absl::Seconds(1);
   };
 
   Informer(Client& client, base::Clock& clock, Resource resource, Options options);
@@ -129,6 +135,9 @@ class Informer {
   void ApplyEvent(const WatchEventData& event);
   // Waits `d` of real time or until Stop(); false once stopping.
   bool SleepUnlessStopped(absl::Duration d);
+  // A back-off of `d` that ends early once a probe list succeeds (Options::probe_interval);
+  // false once stopping.
+  bool BackOff(absl::Duration d);
   bool Stopping() const;
 
   // Background-thread housekeeping between polls: late handlers and resync.
