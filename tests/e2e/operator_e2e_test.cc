@@ -29,6 +29,13 @@
 namespace phalanx {
 namespace {
 
+// Creates a job and, when the API server refuses it, says why.
+#define ASSERT_OK_JOB(create)                              \
+  do {                                                     \
+    const absl::Status created_job = (create);             \
+    ASSERT_TRUE(created_job.ok()) << created_job;          \
+  } while (false)
+
 using ::phalanx::testing::Eventually;
 
 const std::string kBuild = PHALANX_BUILD_DIR;
@@ -199,7 +206,7 @@ class OperatorE2eTest : public ::testing::Test {
 };
 
 TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
-  { const absl::Status created_job = CreateJob(150); ASSERT_TRUE(created_job.ok()) << created_job; }
+  ASSERT_OK_JOB(CreateJob(150));
 
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)))
@@ -233,7 +240,7 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
 }
 
 TEST_F(OperatorE2eTest, OperatorServesHealthReadinessAndItsMetrics) {
-  { const absl::Status created_job = CreateJob(20); ASSERT_TRUE(created_job.ok()) << created_job; }
+  ASSERT_OK_JOB(CreateJob(20));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
                          absl::Seconds(90)));
   int port = 0;
@@ -258,7 +265,7 @@ TEST_F(OperatorE2eTest, OperatorServesHealthReadinessAndItsMetrics) {
 }
 
 TEST_F(OperatorE2eTest, CoordinatorPodKilledIsRecreatedAndTheJobContinues) {
-  { const absl::Status created_job = CreateJob(150); ASSERT_TRUE(created_job.ok()) << created_job; }
+  ASSERT_OK_JOB(CreateJob(150));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
   absl::StatusOr<kube::Json> before = client_->Get(op::kPods, "default", "train-coordinator");
@@ -278,7 +285,7 @@ TEST_F(OperatorE2eTest, CoordinatorPodKilledIsRecreatedAndTheJobContinues) {
 }
 
 TEST_F(OperatorE2eTest, OperatorRestartedMidJobCreatesNoDuplicates) {
-  { const absl::Status created_job = CreateJob(150); ASSERT_TRUE(created_job.ok()) << created_job; }
+  ASSERT_OK_JOB(CreateJob(150));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
   operator_->Signal(SIGKILL);  // no lease release: the successor waits out the lease
@@ -293,8 +300,17 @@ TEST_F(OperatorE2eTest, OperatorRestartedMidJobCreatesNoDuplicates) {
 }
 
 TEST_F(OperatorE2eTest, SpecTheSchemaCannotCatchGetsAnInvalidSpecCondition) {
-  // base > max is a CEL rule on real clusters; the local cluster does not run CEL.
-  { const absl::Status created_job = CreateJob(10, R"({"baseSeconds":100,"maxSeconds":10})"); ASSERT_TRUE(created_job.ok()) << created_job; }
+  // base > max is a CEL rule: a real API server refuses it at create time with the rule's
+  // message; the built-in back end runs no CEL, so there the operator's own validation must
+  // catch it and say so on the job.
+  const absl::Status created_job = CreateJob(10, R"({"baseSeconds":100,"maxSeconds":10})");
+  if (backend_ == "real") {
+    EXPECT_TRUE(absl::IsInvalidArgument(created_job)) << created_job;
+    EXPECT_THAT(std::string(created_job.message()),
+                ::testing::HasSubstr("baseSeconds must not exceed maxSeconds"));
+    return;
+  }
+  ASSERT_TRUE(created_job.ok()) << created_job;
   ASSERT_TRUE(Eventually(
       [&] {
         const kube::Json job = Job();  // owned here: the loop below reads into it
@@ -309,6 +325,58 @@ TEST_F(OperatorE2eTest, SpecTheSchemaCannotCatchGetsAnInvalidSpecCondition) {
       absl::Seconds(60)))
       << Job().serialize();
   EXPECT_EQ(TaskPodCount(), 0);
+}
+
+TEST_F(OperatorE2eTest, TaskPodsRefusedByPodSecurityBlockTheJobUntilTheNamespaceAllowsThem) {
+  if (backend_ != "real") {
+    GTEST_SKIP() << "PodSecurity admission runs only on the real control plane (the built-in API "
+                    "server has none; see tests/localcluster/README.md)";
+  }
+  const kube::Resource namespaces{"", "v1", "namespaces", false};
+  auto enforce = [&](const std::string& level) {
+    return client_->Patch(namespaces, "", "default", kube::PatchType::kMerge,
+                          kube::Json::parse(absl::StrCat(
+                              R"({"metadata":{"labels":{"pod-security.kubernetes.io/enforce":")",
+                              level, R"("}}})")),
+                          {});
+  };
+  ASSERT_TRUE(enforce("restricted").ok());
+  // The sample worker's template sets no securityContext: restricted refuses its pods.
+  ASSERT_OK_JOB(CreateJob(20));
+  auto children_ready = [&](const std::string& field) {
+    const kube::Json job = Job();
+    for (const kube::Json& c :
+         kube::ArrayOrEmpty(kube::FieldOrNull(job, "status"), "conditions").as_array()) {
+      if (kube::StringAt(c, "type") == "ChildrenReady") return kube::StringAt(c, field);
+    }
+    return std::string();
+  };
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return kube::StringAt(Job(), "status.phase") == "Blocked" &&
+               children_ready("reason") == "FailedCreate";
+      },
+      absl::Seconds(60)))
+      << Job().serialize();
+  EXPECT_THAT(children_ready("message"), ::testing::HasSubstr("violates PodSecurity"));
+  // The coordinator pod Phalanx makes itself passes restricted.
+  EXPECT_TRUE(client_->Get(op::kPods, "default", "train-coordinator").ok());
+  absl::StatusOr<kube::ObjectList> events = client_->List(
+      {"", "v1", "events", true}, "default", {.field_selector = "involvedObject.name=train"});
+  ASSERT_TRUE(events.ok());
+  bool failed_create = false;
+  for (const kube::Json& e : events->items) {
+    failed_create |= kube::StringAt(e, "reason") == "FailedCreate" &&
+                     absl::StrContains(kube::StringAt(e, "message"), "PodSecurity");
+  }
+  EXPECT_TRUE(failed_create) << "a FailedCreate Event quoting the API server";
+
+  // The namespace allows the pods now: the job leaves Blocked by itself and finishes.
+  ASSERT_TRUE(enforce("baseline").ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(120)))
+      << Job().serialize();
+  EXPECT_EQ(children_ready("status"), "True");
 }
 
 TEST_F(OperatorE2eTest, HungTaskDeclaredFailedByTheCoordinatorIsRestartedWhileItsPodLooksRunning) {
@@ -341,7 +409,7 @@ TEST_F(OperatorE2eTest, HungTaskDeclaredFailedByTheCoordinatorIsRestartedWhileIt
 }
 
 TEST_F(OperatorE2eTest, SuspendDeletesThePodsAndResumeFinishesTheJob) {
-  { const absl::Status created_job = CreateJob(150); ASSERT_TRUE(created_job.ok()) << created_job; }
+  ASSERT_OK_JOB(CreateJob(150));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
   auto suspend = [&](bool on) {
@@ -387,7 +455,7 @@ TEST_F(OperatorE2eTest, ATaskThatKeepsFailingExhaustsMaxRestartsAndFailsTheJob) 
 }
 
 TEST_F(OperatorE2eTest, JobRestartScopeReplacesEveryTaskWhenOneFails) {
-  { const absl::Status created_job = CreateJob(JobOptions{.steps = 150, .restart_scope = "Job"}); ASSERT_TRUE(created_job.ok()) << created_job; }
+  ASSERT_OK_JOB(CreateJob(JobOptions{.steps = 150, .restart_scope = "Job"}));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
   absl::StatusOr<kube::Json> survivor = client_->Get(op::kPods, "default", "train-task-0-0");
@@ -410,7 +478,7 @@ TEST_F(OperatorE2eTest, JobRestartScopeReplacesEveryTaskWhenOneFails) {
 }
 
 TEST_F(OperatorE2eTest, ApiServerFaultsDuringARestartStillConverge) {
-  { const absl::Status created_job = CreateJob(200); ASSERT_TRUE(created_job.ok()) << created_job; }
+  ASSERT_OK_JOB(CreateJob(200));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
   // A third of the API requests fail with 500 and every watch is cut while a task dies...

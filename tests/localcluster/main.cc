@@ -33,7 +33,8 @@ constexpr char kUsage[] = R"(usage:
       [--node-labels k=v,...] [--node-taints key=value:Effect,...]
     --backend auto (default): a real control plane (etcd, kube-apiserver,
       kube-controller-manager) when KUBEBUILDER_ASSETS or the build tree's copy of
-      ../shared/envtest has them, else the built-in API server. Prints
+      ../shared/envtest has them, else the built-in API server; the environment
+      variable PHALANX_LOCALCLUSTER_BACKEND sets the default. Prints
       `ready <url> backend=real|builtin` once it serves.
   phalanx-localcluster admin --kubeconfig FILE COMMAND
     kill-pod NAMESPACE/POD [--signal N]     signal a pod's process (default SIGKILL)
@@ -127,15 +128,19 @@ int Serve(const Args& args) {
   auto out = args.flags.find("kubeconfig-out");
   if (out == args.flags.end()) return Usage("--kubeconfig-out FILE is required");
   options.kubeconfig_out = out->second;
-  options.backend = phalanx::localcluster::Backend::kAuto;
-  if (auto backend = args.flags.find("backend"); backend != args.flags.end()) {
-    std::optional<phalanx::localcluster::Backend> parsed =
-        phalanx::localcluster::ParseBackend(backend->second);
-    if (!parsed.has_value()) {
-      return Usage("--backend must be auto, real or builtin, got \"" + backend->second + "\"");
-    }
-    options.backend = *parsed;
+  // --backend, else PHALANX_LOCALCLUSTER_BACKEND (so a whole test run can pick one), else auto.
+  std::string backend = "auto";
+  if (const char* env = getenv("PHALANX_LOCALCLUSTER_BACKEND"); env != nullptr && *env != '\0') {
+    backend = env;
   }
+  if (auto flag = args.flags.find("backend"); flag != args.flags.end()) backend = flag->second;
+  std::optional<phalanx::localcluster::Backend> parsed =
+      phalanx::localcluster::ParseBackend(backend);
+  if (!parsed.has_value()) {
+    return Usage("--backend (or PHALANX_LOCALCLUSTER_BACKEND) must be auto, real or builtin, got \"" +
+                 backend + "\"");
+  }
+  options.backend = *parsed;
   absl::StatusOr<int> nodes = IntFlag(args, "nodes", 2, 0);
   absl::StatusOr<int> gpus = IntFlag(args, "gpus-per-node", 0, 0);
   absl::StatusOr<int> simulated = IntFlag(args, "simulated-nodes", 0, 0);
