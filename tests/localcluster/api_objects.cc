@@ -6,12 +6,16 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/kube/merge_patch.h"
 #include "common/kube/object_filter.h"
 #include "common/kube/object_meta.h"
+#include "common/base/log.h"
 #include "tests/localcluster/api_server.h"
+#include "tests/localcluster/known_fields.h"
+#include "tests/localcluster/protobuf_body.h"
 #include "tests/localcluster/schema_validator.h"
 #include "tests/localcluster/strategic_merge.h"
 #include "tests/localcluster/table_printer.h"
@@ -24,6 +28,7 @@ bool WantsTable(const HttpRequest& request) {
 }
 
 absl::StatusOr<Json> ParseBody(const std::string& body) {
+  if (absl::StartsWith(body, std::string("k8s\0", 4))) return DecodeProtobufBody(body);
   std::error_code ec;
   Json object = Json::parse(body, ec);
   if (ec || !object.is_object()) {
@@ -41,6 +46,112 @@ bool ValidName(const std::string& name) {
     if (!absl::ascii_islower(c) && !absl::ascii_isdigit(c) && c != '-' && c != '.') return false;
   }
   return absl::ascii_isalnum(name.front()) && absl::ascii_isalnum(name.back());
+}
+
+// DNS-1123 label (namespaces, container names) and DNS-1035 label (services: a letter first).
+bool ValidLabelName(const std::string& name, bool letter_first) {
+  if (name.empty() || name.size() > 63 || name.find('.') != std::string::npos) return false;
+  if (letter_first && !absl::ascii_islower(name.front())) return false;
+  return ValidName(name);
+}
+
+// A label value or the name part of a label key: at most 63 of [A-Za-z0-9_.-], alphanumeric at
+// both ends (a value may be empty).
+bool ValidQualifiedPart(const std::string& s, bool allow_empty) {
+  if (s.empty()) return allow_empty;
+  if (s.size() > 63) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return absl::ascii_isalnum(s.front()) && absl::ascii_isalnum(s.back());
+}
+
+void ValidateLabels(const Json& object, std::vector<FieldError>& errors) {
+  const Json& labels = kube::FieldOrNull(kube::FieldOrNull(object, "metadata"), "labels");
+  if (!labels.is_object()) return;
+  for (const auto& [key, value] : labels.as_object()) {
+    const size_t slash = key.find('/');
+    const std::string prefix = slash == std::string::npos ? "" : key.substr(0, slash);
+    const std::string name = slash == std::string::npos ? key : key.substr(slash + 1);
+    if (!ValidQualifiedPart(name, false) || (slash != std::string::npos && !ValidName(prefix))) {
+      errors.push_back({"FieldValueInvalid", "metadata.labels",
+                        absl::StrCat("Invalid value: \"", key,
+                                     "\": name part must consist of alphanumeric characters, '-', "
+                                     "'_' or '.', and must start and end with an alphanumeric "
+                                     "character, at most 63 characters, with an optional DNS "
+                                     "subdomain prefix and '/'")});
+    }
+    const std::string v = value.is_string() ? value.as_string() : value.serialize();
+    if (!value.is_string() || !ValidQualifiedPart(v, true)) {
+      errors.push_back({"FieldValueInvalid", "metadata.labels",
+                        absl::StrCat("Invalid value: \"", v,
+                                     "\": a valid label must be an empty string or consist of "
+                                     "alphanumeric characters, '-', '_' or '.', and must start and "
+                                     "end with an alphanumeric character (at most 63 characters)")});
+    }
+  }
+}
+
+// Whether an openAPIV3Schema (or anything holding one) carries CEL rules.
+bool HasCelRules(const Json& v) {
+  if (v.is_object()) {
+    for (const auto& [key, child] : v.as_object()) {
+      if (key == "x-kubernetes-validations" || HasCelRules(child)) return true;
+    }
+  } else if (v.is_array()) {
+    for (const Json& child : v.as_array()) {
+      if (HasCelRules(child)) return true;
+    }
+  }
+  return false;
+}
+
+// The Pod Security level a namespace's labels ask for ("" when none).
+std::string PodSecurityLabels(const Json& ns) {
+  const Json& labels = kube::FieldOrNull(kube::FieldOrNull(ns, "metadata"), "labels");
+  std::string found;
+  if (!labels.is_object()) return found;
+  for (const auto& [key, value] : labels.as_object()) {
+    if (absl::StartsWith(key, "pod-security.kubernetes.io/")) {
+      absl::StrAppend(&found, found.empty() ? "" : ", ", key, "=",
+                      value.is_string() ? value.as_string() : value.serialize());
+    }
+  }
+  return found;
+}
+
+std::string StrictMessage(const std::vector<std::string>& unknown) {
+  std::string out = "strict decoding error: ";
+  for (size_t i = 0; i < unknown.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ", ", "unknown field \"", unknown[i], "\"");
+  }
+  return out;
+}
+
+Json BadRequestStatus(const std::string& message) {
+  Json body = Json::object();
+  body["kind"] = Json::string("Status");
+  body["apiVersion"] = Json::string("v1");
+  body["metadata"] = Json::object();
+  body["status"] = Json::string("Failure");
+  body["message"] = Json::string(message);
+  body["reason"] = Json::string("BadRequest");
+  body["code"] = Json::number(400);
+  return body;
+}
+
+// A body this server cannot decode (protobuf of a kind it does not map): 415 as kube-apiserver
+// answers an unsupported media type.
+void RespondUnsupportedMediaType(HttpResponse& response, const absl::Status& status) {
+  Json body = BadRequestStatus(std::string(status.message()));
+  body["reason"] = Json::string("UnsupportedMediaType");
+  body["code"] = Json::number(415);
+  RespondJson(response, 415, body);
+}
+
+void RespondBodyError(HttpResponse& response, const absl::Status& status) {
+  if (absl::IsUnimplemented(status)) return RespondUnsupportedMediaType(response, status);
+  RespondError(response, status);
 }
 
 std::string RandomSuffix() {
@@ -158,13 +269,60 @@ void ApiServer::List(const HttpRequest& request, HttpResponse& response, const T
   RespondJson(response, 200, out);
 }
 
+ApiServer::WriteContext ApiServer::ContextOf(const HttpRequest& request) {
+  WriteContext context;
+  const std::string mode = request.Param("fieldValidation");
+  if (mode == "Strict" || mode == "Ignore") context.field_validation = mode;
+  return context;
+}
+
 absl::Status ApiServer::Admit(const Target& target, Json& object, bool create,
-                              HttpResponse& response, bool* responded) {
+                              WriteContext& context, HttpResponse& response, bool* responded) {
   *responded = false;
   const ResourceType& type = target.type;
   std::vector<FieldError> errors;
   const std::string name = kube::MetaString(object, "name");
-  if (!ValidName(name)) {
+  // Unknown fields first, as kube-apiserver's decoder meets them before any validation.
+  std::vector<std::string> unknown;
+  if (type.crd_name.empty()) unknown = DropUnknownFields(type.ApiVersion(), type.kind, object);
+  std::vector<FieldError> schema_errors;
+  if (!type.schema.is_null()) {
+    std::vector<std::string> pruned;
+    schema_errors = ValidateAndDefault(type.schema, object, &pruned);
+    unknown.insert(unknown.end(), pruned.begin(), pruned.end());
+  }
+  if (!unknown.empty() && context.field_validation == "Strict") {
+    *responded = true;
+    if (context.patch) {
+      Json status = InvalidStatus(
+          type.kind, type.group, name,
+          {{"FieldValueInvalid", "patch",
+            absl::StrCat("Invalid value: \"<patch>\": ", StrictMessage(unknown))}});
+      RespondJson(response, 422, status);
+    } else {
+      RespondJson(response, 400,
+                  BadRequestStatus(absl::StrCat(type.kind, " in version \"", type.version,
+                                                "\" cannot be handled as a ", type.kind, ": ",
+                                                StrictMessage(unknown))));
+    }
+    return absl::OkStatus();
+  }
+  if (context.field_validation == "Warn") {
+    for (const std::string& u : unknown) {
+      context.warnings.push_back(absl::StrCat("unknown field \"", u, "\""));
+    }
+  }
+  ValidateLabels(object, errors);
+  if (type.StoreKey() == "services" || type.StoreKey() == "namespaces") {
+    // Services name DNS-1035 labels (a letter first); namespaces are DNS-1123 labels.
+    if (!ValidLabelName(name, type.StoreKey() == "services")) {
+      errors.push_back({"FieldValueInvalid", "metadata.name",
+                        absl::StrCat("Invalid value: \"", name, "\": a ",
+                                     type.StoreKey() == "services" ? "DNS-1035" : "lowercase RFC 1123",
+                                     " label must consist of lower case alphanumeric characters or "
+                                     "'-', at most 63 characters")});
+    }
+  } else if (!ValidName(name)) {
     errors.push_back({"FieldValueInvalid", "metadata.name",
                       absl::StrCat("Invalid value: \"", name,
                                    "\": a lowercase RFC 1123 subdomain must consist of lower case "
@@ -178,6 +336,23 @@ absl::Status ApiServer::Admit(const Target& target, Json& object, bool create,
         spec.at("containers").size() == 0) {
       errors.push_back({"FieldValueRequired", "spec.containers", "Required value"});
     } else {
+      for (size_t i = 0; i < spec.at("containers").size(); ++i) {
+        const Json& c = spec.at("containers").at(i);
+        const std::string at = absl::StrCat("spec.containers[", i, "]");
+        const std::string cname = kube::StringAt(c, "name");
+        if (cname.empty()) {
+          errors.push_back({"FieldValueRequired", at + ".name", "Required value"});
+        } else if (!ValidLabelName(cname, false)) {
+          errors.push_back({"FieldValueInvalid", at + ".name",
+                            absl::StrCat("Invalid value: \"", cname,
+                                         "\": a lowercase RFC 1123 label must consist of lower "
+                                         "case alphanumeric characters or '-'")});
+        }
+        if (kube::StringAt(c, "image").empty()) {
+          errors.push_back({"FieldValueRequired", at + ".image", "Required value"});
+        }
+      }
+      SetDefault(spec, "dnsPolicy", Json::string("ClusterFirst"));
       SetDefault(spec, "restartPolicy", Json::string("Always"));
       SetDefault(spec, "terminationGracePeriodSeconds", Json::number(30));
       SetDefault(spec, "schedulerName", Json::string("default-scheduler"));
@@ -189,6 +364,25 @@ absl::Status ApiServer::Admit(const Target& target, Json& object, bool create,
   } else if (type.StoreKey() == "namespaces" && create) {
     object["status"] = Json::object();
     object["status"]["phase"] = Json::string("Active");
+  }
+  if (type.StoreKey() == "namespaces" && !status_write) {
+    if (const std::string labels = PodSecurityLabels(object); !labels.empty()) {
+      context.warnings.push_back(absl::StrCat(
+          "PodSecurity is not enforced by phalanx-localcluster's built-in API server: namespace ",
+          name, " asks for ", labels, " and will admit any pod (a real kube-apiserver enforces "
+          "it; use --backend real)"));
+    }
+  }
+  if (type.StoreKey() == "pods" && create) {
+    absl::StatusOr<Json> ns = store_.Get("namespaces", "", target.ns);
+    if (ns.ok()) {
+      if (const std::string labels = PodSecurityLabels(*ns); !labels.empty()) {
+        context.warnings.push_back(absl::StrCat(
+            "PodSecurity (", labels, ") of namespace ", target.ns,
+            " is not enforced by phalanx-localcluster's built-in API server: pod ", name,
+            " was admitted unchecked"));
+      }
+    }
   } else if (type.StoreKey() == "services" && !status_write) {
     Json& spec = object["spec"];
     if (spec.is_object()) {
@@ -210,10 +404,39 @@ absl::Status ApiServer::Admit(const Target& target, Json& object, bool create,
   } else if (type.StoreKey() == "customresourcedefinitions.apiextensions.k8s.io" && !status_write) {
     std::vector<FieldError> crd_errors = ValidateCrd(object);
     errors.insert(errors.end(), crd_errors.begin(), crd_errors.end());
+    if (HasCelRules(kube::FieldOrNull(object, "spec"))) {
+      context.warnings.push_back(absl::StrCat(
+          "x-kubernetes-validations are not evaluated by phalanx-localcluster's built-in API "
+          "server: objects of ", name, " are accepted without their CEL rules (a real "
+          "kube-apiserver enforces them; use --backend real)"));
+    }
   }
-  if (!type.schema.is_null()) {
-    std::vector<FieldError> schema_errors = ValidateAndDefault(type.schema, object);
-    errors.insert(errors.end(), schema_errors.begin(), schema_errors.end());
+  if (!type.crd_name.empty() && HasCelRules(type.schema)) {
+    context.warnings.push_back(absl::StrCat(
+        "x-kubernetes-validations rules of ", type.crd_name,
+        " were not evaluated (phalanx-localcluster's built-in API server has no CEL)"));
+  }
+  errors.insert(errors.end(), schema_errors.begin(), schema_errors.end());
+  // A real API server refuses new finalizers on an object that is being deleted.
+  if (context.current != nullptr && kube::IsBeingDeleted(*context.current) && !status_write) {
+    const Json& before = kube::FieldOrNull(kube::FieldOrNull(*context.current, "metadata"), "finalizers");
+    const Json& after = kube::FieldOrNull(kube::FieldOrNull(object, "metadata"), "finalizers");
+    std::vector<std::string> added;
+    if (after.is_array()) {
+      for (const Json& f : after.as_array()) {
+        bool known = false;
+        if (before.is_array()) {
+          for (const Json& b : before.as_array()) known |= b == f;
+        }
+        if (!known && f.is_string()) added.push_back(f.as_string());
+      }
+    }
+    if (!added.empty()) {
+      errors.push_back({"FieldValueForbidden", "metadata.finalizers",
+                        absl::StrCat("Forbidden: no new finalizers can be added if the object is "
+                                     "being deleted, found new finalizers []string{\"",
+                                     absl::StrJoin(added, "\", \""), "\"}")});
+    }
   }
   if (!errors.empty()) {
     *responded = true;
@@ -270,8 +493,13 @@ void ApiServer::AfterWrite(const Target& target, const Json& stored, bool delete
 }
 
 void ApiServer::Create(const HttpRequest& request, HttpResponse& response, const Target& target) {
+  CreateWithWarnings(request, response, target, {});
+}
+
+void ApiServer::CreateWithWarnings(const HttpRequest& request, HttpResponse& response,
+                                   const Target& target, std::vector<std::string> warnings) {
   absl::StatusOr<Json> parsed = ParseBody(request.body);
-  if (!parsed.ok()) return RespondError(response, parsed.status());
+  if (!parsed.ok()) return RespondBodyError(response, parsed.status());
   Json object = *std::move(parsed);
   const ResourceType& type = target.type;
   if (object.has_field("kind") && object.at("kind").is_string() &&
@@ -310,23 +538,32 @@ void ApiServer::Create(const HttpRequest& request, HttpResponse& response, const
   Target write = target;
   write.ns = ns;
   bool responded = false;
-  if (absl::Status s = Admit(write, object, /*create=*/true, response, &responded); !s.ok()) {
+  WriteContext context = ContextOf(request);
+  context.warnings = std::move(warnings);
+  if (absl::Status s = Admit(write, object, /*create=*/true, context, response, &responded);
+      !s.ok()) {
     return RespondError(response, s);
   }
   if (responded) return;
-  if (request.Param("dryRun") == "All") return RespondJson(response, 201, object);
+  if (request.Param("dryRun") == "All") return RespondJson(response, 201, object, context.warnings);
   // Pods and namespaces get their initial status from the server (Admit set it).
   const bool server_status = type.StoreKey() == "pods" || type.StoreKey() == "namespaces";
   absl::StatusOr<Json> stored =
       store_.Create(type.StoreKey(), type.namespaced ? ns : "", object, server_status);
   if (!stored.ok()) return RespondError(response, stored.status());
   AfterWrite(write, *stored, false);
-  RespondJson(response, 201, *stored);
+  if (type.StoreKey() == "namespaces") {
+    // kube-controller-manager gives every namespace a `default` ServiceAccount (pods use it).
+    Json sa = Json::parse(R"({"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}})");
+    sa["metadata"]["namespace"] = Json::string(kube::MetaString(*stored, "name"));
+    store_.Create("serviceaccounts", kube::MetaString(*stored, "name"), sa, false).IgnoreError();
+  }
+  RespondJson(response, 201, *stored, context.warnings);
 }
 
 void ApiServer::Update(const HttpRequest& request, HttpResponse& response, const Target& target) {
   absl::StatusOr<Json> parsed = ParseBody(request.body);
-  if (!parsed.ok()) return RespondError(response, parsed.status());
+  if (!parsed.ok()) return RespondBodyError(response, parsed.status());
   Json object = *std::move(parsed);
   if (kube::MetaString(object, "name") != target.name) {
     return RespondError(response, absl::InvalidArgumentError(
@@ -336,7 +573,10 @@ void ApiServer::Update(const HttpRequest& request, HttpResponse& response, const
   object["kind"] = Json::string(target.type.kind);
   object["apiVersion"] = Json::string(target.type.ApiVersion());
   bool responded = false;
-  if (absl::Status s = Admit(target, object, false, response, &responded); !s.ok()) {
+  WriteContext context = ContextOf(request);
+  absl::StatusOr<Json> current = store_.Get(target.type.StoreKey(), target.ns, target.name);
+  if (current.ok()) context.current = &*current;
+  if (absl::Status s = Admit(target, object, false, context, response, &responded); !s.ok()) {
     return RespondError(response, s);
   }
   if (responded) return;
@@ -344,7 +584,7 @@ void ApiServer::Update(const HttpRequest& request, HttpResponse& response, const
                                               target.subresource == "status");
   if (!stored.ok()) return RespondError(response, stored.status());
   AfterWrite(target, *stored, false);
-  RespondJson(response, 200, *stored);
+  RespondJson(response, 200, *stored, context.warnings);
 }
 
 void ApiServer::Patch(const HttpRequest& request, HttpResponse& response, const Target& target) {
@@ -365,6 +605,13 @@ void ApiServer::Patch(const HttpRequest& request, HttpResponse& response, const 
                                       "supported by the local cluster)"));
   }
   const bool pinned_version = !kube::MetaString(*patch, "resourceVersion").empty();
+  std::vector<std::string> apply_warnings;
+  if (apply) {
+    apply_warnings.push_back(
+        "server-side apply is not field-managed by phalanx-localcluster's built-in API server: "
+        "the configuration is merged, no conflicts between field managers are detected and "
+        "fields dropped from it stay (a real kube-apiserver tracks ownership; use --backend real)");
+  }
   for (int attempt = 0; attempt < 5; ++attempt) {
     absl::StatusOr<Json> current = store_.Get(target.type.StoreKey(), target.ns, target.name);
     if (!current.ok() && absl::IsNotFound(current.status()) && apply &&
@@ -375,7 +622,7 @@ void ApiServer::Patch(const HttpRequest& request, HttpResponse& response, const 
       create.body = object.serialize();
       Target collection = target;
       collection.name.clear();
-      return Create(create, response, collection);
+      return CreateWithWarnings(create, response, collection, apply_warnings);
     }
     if (!current.ok()) return RespondError(response, current.status());
     Json merged = strategic ? StrategicMerge(*current, *patch) : kube::MergePatch(*current, *patch);
@@ -385,7 +632,11 @@ void ApiServer::Patch(const HttpRequest& request, HttpResponse& response, const 
     merged["metadata"]["name"] = Json::string(target.name);
     if (target.type.namespaced) merged["metadata"]["namespace"] = Json::string(target.ns);
     bool responded = false;
-    if (absl::Status s = Admit(target, merged, false, response, &responded); !s.ok()) {
+    WriteContext context = ContextOf(request);
+    context.patch = true;
+    context.current = &*current;
+    context.warnings = apply_warnings;
+    if (absl::Status s = Admit(target, merged, false, context, response, &responded); !s.ok()) {
       return RespondError(response, s);
     }
     if (responded) return;
@@ -394,7 +645,7 @@ void ApiServer::Patch(const HttpRequest& request, HttpResponse& response, const 
     if (absl::IsAborted(stored.status()) && !pinned_version) continue;  // raced: re-apply
     if (!stored.ok()) return RespondError(response, stored.status());
     AfterWrite(target, *stored, false);
-    return RespondJson(response, 200, *stored);
+    return RespondJson(response, 200, *stored, context.warnings);
   }
   RespondError(response, absl::AbortedError("the object kept changing while being patched"));
 }
@@ -418,6 +669,18 @@ void ApiServer::Delete(const HttpRequest& request, HttpResponse& response, const
   if (propagation == "Foreground") policy = ObjectStore::Propagation::kForeground;
   if (propagation == "Orphan") policy = ObjectStore::Propagation::kOrphan;
   const std::string key = target.type.StoreKey();
+  if (!uid.empty()) {
+    absl::StatusOr<Json> current = store_.Get(key, target.ns, target.name);
+    if (!current.ok()) return RespondError(response, current.status());
+    if (kube::MetaString(*current, "uid") != uid) {
+      return RespondError(response, absl::AbortedError(absl::StrCat(
+                                        "Operation cannot be fulfilled on ", target.type.kind, " \"",
+                                        target.name, "\": the UID in the precondition (", uid,
+                                        ") does not match the UID in record (",
+                                        kube::MetaString(*current, "uid"),
+                                        "). The object might have been deleted and then recreated")));
+    }
+  }
   if (!resource_version.empty()) {
     absl::StatusOr<Json> current = store_.Get(key, target.ns, target.name);
     if (!current.ok()) return RespondError(response, current.status());

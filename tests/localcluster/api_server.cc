@@ -31,6 +31,23 @@ void RespondJson(HttpResponse& response, int code, const Json& body) {
   response.Respond(code, "application/json", body.serialize());
 }
 
+void RespondJson(HttpResponse& response, int code, const Json& body,
+                 const std::vector<std::string>& warnings) {
+  if (warnings.empty()) return RespondJson(response, code, body);
+  std::string header;
+  for (const std::string& w : warnings) {
+    PHX_LOG(WARNING) << "answered with a warning: " << w;
+    if (!header.empty()) header += ", ";
+    std::string quoted;
+    for (char c : w) {
+      if (c == '"' || c == '\\') quoted += '\\';
+      quoted += c;
+    }
+    absl::StrAppend(&header, "299 - \"", quoted, "\"");
+  }
+  response.Respond(code, "application/json", body.serialize(), {{"Warning", header}});
+}
+
 ApiServer::ApiServer(ObjectStore& store, ResourceRegistry& registry, base::Clock& clock,
                      Options options)
     : store_(store), registry_(registry), clock_(clock), options_(std::move(options)) {}

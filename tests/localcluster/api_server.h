@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -62,13 +63,25 @@ class ApiServer {
   void Get(const HttpRequest& request, HttpResponse& response, const Target& target);
   void List(const HttpRequest& request, HttpResponse& response, const Target& target);
   void Create(const HttpRequest& request, HttpResponse& response, const Target& target);
+  // Create with warnings already collected (an apply patch that creates).
+  void CreateWithWarnings(const HttpRequest& request, HttpResponse& response, const Target& target,
+                          std::vector<std::string> warnings);
   void Update(const HttpRequest& request, HttpResponse& response, const Target& target);
   void Patch(const HttpRequest& request, HttpResponse& response, const Target& target);
   void Delete(const HttpRequest& request, HttpResponse& response, const Target& target);
   void PodLog(HttpResponse& response, const Target& target);
+  // One write's request-level context for Admit: how to treat unknown fields, and the Warning
+  // headers collected for the answer.
+  struct WriteContext {
+    std::string field_validation = "Warn";  // Strict | Warn | Ignore (kube-apiserver's default)
+    bool patch = false;
+    const web::json::value* current = nullptr;  // the stored object an update replaces
+    std::vector<std::string> warnings;
+  };
+  static WriteContext ContextOf(const HttpRequest& request);
   // Defaults, validation and side effects (CRD registration) of a write, before it is stored.
   absl::Status Admit(const Target& target, web::json::value& object, bool create,
-                     HttpResponse& response, bool* responded);
+                     WriteContext& context, HttpResponse& response, bool* responded);
   void AfterWrite(const Target& target, const web::json::value& stored, bool deleted);
   // Streams watch events (api_watch.cc).
   void Watch(const HttpRequest& request, HttpResponse& response, const Target& target);
@@ -82,5 +95,9 @@ class ApiServer {
 };
 
 void RespondJson(HttpResponse& response, int code, const web::json::value& body);
+// The same with `Warning: 299 - "<text>"` headers, one per warning (joined by ", " in one header,
+// which clients split as they do repeated headers). Each warning is also logged.
+void RespondJson(HttpResponse& response, int code, const web::json::value& body,
+                 const std::vector<std::string>& warnings);
 
 }  // namespace phalanx::localcluster

@@ -207,6 +207,7 @@ class Validator {
   }
 
   std::vector<FieldError> TakeErrors() { return std::move(errors_); }
+  std::vector<std::string> TakePruned() { return std::move(pruned_); }
 
  private:
   void Add(const char* reason, const std::string& path, std::string message) {
@@ -231,7 +232,7 @@ class Validator {
     const bool keeps_meta = root || embedded;
 
     if (properties != nullptr) ApplyDefaults(*properties, value, keeps_meta);
-    Prune(schema, properties, additional, value, keeps_meta);
+    Prune(schema, properties, additional, value, keeps_meta, path);
 
     if (const Json* required = Keyword(schema, "required"); required && required->is_array()) {
       for (const Json& name : required->as_array()) {
@@ -269,8 +270,8 @@ class Validator {
 
   // Structural pruning: fields the schema does not specify are removed silently, unless the
   // node preserves unknown fields or describes a map through additionalProperties.
-  static void Prune(const Json& schema, const Json* properties, const Json* additional, Json& value,
-                    bool keeps_meta) {
+  void Prune(const Json& schema, const Json* properties, const Json* additional, Json& value,
+             bool keeps_meta, const std::string& path) {
     if (BoolKeyword(schema, "x-kubernetes-preserve-unknown-fields")) return;
     if (additional != nullptr &&
         (additional->is_object() || (additional->is_boolean() && additional->as_bool()))) {
@@ -286,7 +287,10 @@ class Validator {
       if (keeps_meta && IsObjectMetaField(key)) continue;
       if (properties == nullptr || !properties->has_field(key)) unknown.push_back(key);
     }
-    for (const std::string& key : unknown) value.erase(key);
+    for (const std::string& key : unknown) {
+      pruned_.push_back(ChildPath(path, key));
+      value.erase(key);
+    }
   }
 
   // x-kubernetes-embedded-resource: the value is itself a Kubernetes object.
@@ -402,6 +406,7 @@ class Validator {
   }
 
   std::vector<FieldError> errors_;
+  std::vector<std::string> pruned_;  // paths of the fields pruning removed
   // Compiled patterns by source; nullopt for a pattern std::regex rejects.
   std::map<std::string, std::optional<std::regex>> regexes_;
 };
@@ -414,17 +419,24 @@ std::string ErrorText(const FieldError& e) {
 }  // namespace
 
 std::vector<FieldError> ValidateAndDefault(const Json& schema, Json& object) {
+  return ValidateAndDefault(schema, object, nullptr);
+}
+
+std::vector<FieldError> ValidateAndDefault(const Json& schema, Json& object,
+                                           std::vector<std::string>* pruned) {
   Validator validator;
+  std::vector<FieldError> errors;
   try {
     validator.Visit(schema, object, "", /*root=*/true, /*depth=*/0);
+    errors = validator.TakeErrors();
   } catch (const std::exception& e) {
     // The checks above test types before every read; this only keeps a cpprestsdk surprise
     // from escaping the library as an exception.
-    std::vector<FieldError> errors = validator.TakeErrors();
+    errors = validator.TakeErrors();
     errors.push_back(FieldError{"InternalError", "", absl::StrCat("Internal error: ", e.what())});
-    return errors;
   }
-  return validator.TakeErrors();
+  if (pruned != nullptr) *pruned = validator.TakePruned();
+  return errors;
 }
 
 Json InvalidStatus(const std::string& kind, const std::string& group, const std::string& name,

@@ -49,6 +49,10 @@ struct FieldError {
 // inside arrays' items and additionalProperties), prunes unknown fields, then validates and
 // returns every problem found (empty = valid).
 std::vector<FieldError> ValidateAndDefault(const Json& schema, Json& object);
+// The same, also reporting the paths of the fields pruning removed ("spec.foo",
+// "spec.tasks[0].bar"): what kube-apiserver's strict field validation calls unknown fields.
+std::vector<FieldError> ValidateAndDefault(const Json& schema, Json& object,
+                                           std::vector<std::string>* pruned);
 
 // The Kubernetes Status object (HTTP 422) for an invalid object:
 // {"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
