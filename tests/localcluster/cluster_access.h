@@ -24,6 +24,8 @@ namespace phalanx::localcluster {
 class ClusterAccess {
  public:
   virtual ~ClusterAccess() = default;
+  // Ends any background work (watches); reads still answer from what was seen. Idempotent.
+  virtual void Stop() {}
 
   // Grows whenever a pod or node changes.
   virtual uint64_t Version() const = 0;

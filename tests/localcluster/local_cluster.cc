@@ -291,7 +291,7 @@ void LocalCluster::Stop() {
   // Pods first (the kubelet still reaches the API server to see them go), then the node side's
   // watches, then the control plane.
   if (kubelet_) kubelet_->Stop();
-  if (auto* rest = dynamic_cast<RestAccess*>(access_.get()); rest != nullptr) rest->Stop();
+  if (access_) access_->Stop();
   if (control_plane_) control_plane_->Stop();
 }
 

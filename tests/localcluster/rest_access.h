@@ -42,7 +42,7 @@ class RestAccess final : public ClusterAccess {
   // Starts the informers and waits up to `timeout` for their first lists. Unavailable when
   // they did not sync.
   absl::Status Start(absl::Duration timeout);
-  void Stop();
+  void Stop() override;
 
   uint64_t Version() const override;
   void WaitForChange(uint64_t since, absl::Duration max_wait) const override;
