@@ -456,11 +456,21 @@ void ApiServer::AfterWrite(const Target& target, const Json& stored, bool delete
       }
     }
     registry_.UnregisterCrd(name);
+    absl::MutexLock lock(&window_mu_);
+    window_start_.erase(absl::StrCat(kube::StringAt(stored, "spec.names.plural"), ".",
+                                     kube::StringAt(stored, "spec.group")));
     return;
   }
   if (!registry_.RegisterCrd(stored).ok()) return;
   for (const ResourceType& t : registry_.All()) {
     if (t.crd_name == name && t.status_subresource) store_.EnableStatusSubresource(t.StoreKey());
+    if (t.crd_name == name) {
+      uint64_t rv = 0;
+      if (absl::SimpleAtoi(kube::MetaString(stored, "resourceVersion"), &rv)) {
+        absl::MutexLock lock(&window_mu_);
+        window_start_.emplace(t.StoreKey(), rv);
+      }
+    }
   }
   // The CRD is established at once: its status says so (kubectl wait --for condition=Established).
   Json current = stored;

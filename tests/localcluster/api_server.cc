@@ -50,7 +50,17 @@ void RespondJson(HttpResponse& response, int code, const Json& body,
 
 ApiServer::ApiServer(ObjectStore& store, ResourceRegistry& registry, base::Clock& clock,
                      Options options)
-    : store_(store), registry_(registry), clock_(clock), options_(std::move(options)) {}
+    : store_(store),
+      registry_(registry),
+      clock_(clock),
+      options_(std::move(options)),
+      start_version_(store.resource_version()) {}
+
+uint64_t ApiServer::WatchWindowStart(const std::string& store_key) {
+  absl::MutexLock lock(&window_mu_);
+  auto it = window_start_.find(store_key);
+  return it == window_start_.end() ? start_version_ : it->second;
+}
 
 void ApiServer::Handle(const HttpRequest& request, HttpResponse& response) {
   requests_.fetch_add(1);

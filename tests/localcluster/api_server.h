@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -86,10 +87,17 @@ class ApiServer {
   // Streams watch events (api_watch.cc).
   void Watch(const HttpRequest& request, HttpResponse& response, const Target& target);
 
+  // Like kube-apiserver's watch cache: a type's watch window opens when the server starts (built-in
+  // kinds) or when its CRD is registered; watching from an older resourceVersion is 410 Expired.
+  uint64_t WatchWindowStart(const std::string& store_key);
+
   ObjectStore& store_;
   ResourceRegistry& registry_;
   base::Clock& clock_;
   Options options_;
+  uint64_t start_version_ = 0;
+  absl::Mutex window_mu_;
+  std::map<std::string, uint64_t> window_start_ ABSL_GUARDED_BY(window_mu_);
   FaultInjector faults_;
   std::atomic<int64_t> requests_{0};
 };

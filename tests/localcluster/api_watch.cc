@@ -17,14 +17,14 @@ namespace {
 constexpr int64_t kDefaultTimeoutSeconds = 1800;
 constexpr int64_t kMaxTimeoutSeconds = 3600;
 
-Json ExpiredStatus(uint64_t since) {
+Json ExpiredStatus(uint64_t since, uint64_t oldest) {
   Json status = Json::object();
   status["kind"] = Json::string("Status");
   status["apiVersion"] = Json::string("v1");
   status["metadata"] = Json::object();
   status["status"] = Json::string("Failure");
   status["message"] = Json::string(
-      absl::StrCat("too old resource version: ", since, " (history has been compacted)"));
+      absl::StrCat("too old resource version: ", since, " (", oldest, ")"));
   status["reason"] = Json::string("Expired");
   status["code"] = Json::number(410);
   return status;
@@ -79,12 +79,16 @@ void ApiServer::Watch(const HttpRequest& request, HttpResponse& response, const 
       if (!send("ADDED", render(std::move(item)))) return;
     }
   }
+  if (const uint64_t window = WatchWindowStart(key); !initial_state && since < window) {
+    send("ERROR", ExpiredStatus(since, window));
+    return;
+  }
   absl::Time last_write = absl::Now();
   while (!response.Stopping() && faults_.watch_epoch() == epoch && absl::Now() < deadline) {
     const uint64_t seen = store_.resource_version();
     absl::StatusOr<std::vector<WatchEvent>> events = store_.EventsSince(key, target.ns, since);
     if (!events.ok()) {
-      send("ERROR", ExpiredStatus(since));
+      send("ERROR", ExpiredStatus(since, store_.resource_version()));
       return;
     }
     for (WatchEvent& e : *events) {

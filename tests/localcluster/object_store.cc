@@ -234,7 +234,12 @@ absl::StatusOr<Json> ObjectStore::Delete(const std::string& resource, const std:
           kept[kept.size()] = ref;
         }
       }
-      object["metadata"]["ownerReferences"] = kept;
+      // As kube-apiserver serialises it: no empty list (ownerReferences is omitempty).
+      if (kept.size() == 0) {
+        object["metadata"].erase("ownerReferences");
+      } else {
+        object["metadata"]["ownerReferences"] = kept;
+      }
       object["metadata"]["resourceVersion"] = Json::string(absl::StrCat(NextVersionLocked()));
       RecordLocked("MODIFIED", std::get<0>(key), std::get<1>(key), object);
     }

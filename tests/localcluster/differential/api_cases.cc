@@ -283,23 +283,23 @@ std::vector<Case> WatchCases() {
        {Saving(Post(kCm, Cm("before", R"(,"labels":{"case":"watch"})"), Ok(201)),
                {{"rv", "metadata.resourceVersion"}}),
         Post(kCm, Cm("after", R"(,"labels":{"case":"watch"})"), Ok(201)),
+        // Bookmarks are best effort on kube-apiserver (its watch cache sends them on a timer,
+        // often not at all within a short watch): the runner checks every BOOKMARK that comes
+        // carries a resourceVersion and nothing else, but cannot require one.
         Watch(absl::StrCat(kCm, "?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&"
-                                "labelSelector=case%3Dwatch&timeoutSeconds=8"),
-              Expect{.code = 200, .events = {"ADDED:after", "BOOKMARK"},
-                     .events_absent = {"ADDED:before"}})}},
+                                "labelSelector=case%3Dwatch&timeoutSeconds=4"),
+              Expect{.code = 200, .events = {"ADDED:after"}, .events_absent = {"ADDED:before"}})}},
       {"Watch_WithoutResourceVersion_StartsWithCurrentState", "",
        {Post(kCm, Cm("there", R"(,"labels":{"case":"watch"})"), Ok(201)),
         Watch(absl::StrCat(kCm, "?watch=true&labelSelector=case%3Dwatch&timeoutSeconds=1"),
               Expect{.code = 200, .events = {"ADDED:there"}})}},
-      // A fresh real server's watch cache starts at the first list (resourceVersion ~1) and
-      // grows to 100k events, and etcd compacts every 5 minutes: an old resourceVersion replays
-      // history on both back ends. The 410 Expired ERROR event itself cannot be provoked
-      // deterministically on a fresh real server (api_server_test covers the built-in's).
-      {"Watch_FromOldResourceVersion_ReplaysHistory", "",
-       {Post(kCm, Cm("old", R"(,"labels":{"case":"watch"})"), Ok(201)),
-        Watch(absl::StrCat(kCm, "?watch=true&resourceVersion=1&labelSelector=case%3Dwatch&"
-                                "timeoutSeconds=1"),
-              Expect{.code = 200, .events = {"ADDED:old"}})}},
+      // kube-apiserver's watch cache for a custom resource opens at the resourceVersion its CRD
+      // was established at: resourceVersion 1 is older than that on every real server. (Built-in
+      // kinds' caches open near 1 on a fresh server and grow to 100k events, so their 410 cannot
+      // be provoked deterministically; api_server_test covers the built-in's history limit.)
+      {"Watch_ResourceVersionBeforeTheWatchWindow_IsExpiredErrorEvent", "",
+       {Watch(absl::StrCat(kWidgets, "?watch=true&resourceVersion=1&timeoutSeconds=2"),
+              Expect{.code = 200, .events = {"ERROR:410:Expired"}})}},
   };
 }
 

@@ -228,6 +228,10 @@ std::vector<std::string> Mismatches(const Reply& reply, const Expect& e, bool wa
         seen.push_back(absl::StrCat("ERROR:", code ? code->serialize() : "?", ":", ReasonOf(obj)));
       } else if (type == "BOOKMARK") {
         seen.push_back("BOOKMARK");
+        // A bookmark is the kind plus metadata.resourceVersion only.
+        if (At(obj, "metadata.resourceVersion") == nullptr || At(obj, "metadata.name") != nullptr) {
+          m.push_back(absl::StrCat("malformed bookmark: ", obj.serialize()));
+        }
       } else {
         const Json* name = At(obj, "metadata.name");
         seen.push_back(absl::StrCat(type, ":", name ? name->as_string() : "?"));
