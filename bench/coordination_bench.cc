@@ -23,7 +23,7 @@
 #include "common/base/process_init.h"
 #include "common/process/subprocess.h"
 #include "runtime/client/grpc_client.h"
-#include "tests/harness/local_job.h"
+#include "examples/local_job/local_job.h"
 
 ABSL_FLAG(std::string, bin_dir, "build", "build directory");
 ABSL_FLAG(std::string, out, "build/bench/coordination.json", "where the JSON goes");

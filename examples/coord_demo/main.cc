@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/process_init.h"
-#include "tests/harness/local_job.h"
+#include "examples/local_job/local_job.h"
 
 ABSL_FLAG(std::string, bin_dir, "build", "the build directory holding the binaries");
 ABSL_FLAG(int, tasks, 4, "number of tasks");

@@ -12,7 +12,7 @@
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/harness/local_job.h"
+#include "examples/local_job/local_job.h"
 #include "tests/integration/http_get.h"
 
 namespace phalanx::harness {

@@ -1,4 +1,4 @@
-#include "tests/harness/worker_event.h"
+#include "examples/local_job/worker_event.h"
 
 #include "absl/strings/numbers.h"
 

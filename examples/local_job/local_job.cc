@@ -1,4 +1,4 @@
-#include "tests/harness/local_job.h"
+#include "examples/local_job/local_job.h"
 
 #include <signal.h>
 

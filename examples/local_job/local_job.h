@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "common/process/subprocess.h"
 #include "runtime/client/grpc_client.h"
-#include "tests/harness/worker_event.h"
+#include "examples/local_job/worker_event.h"
 
 namespace phalanx::harness {
 
