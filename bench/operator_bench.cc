@@ -36,7 +36,7 @@
 #include "operator/api/yaml_json.h"
 #include "operator/controller/reconciler.h"
 #include "runtime/proto/coordination.grpc.pb.h"
-#include "tests/integration/http_get.h"
+#include "common/testing/http_get.h"
 
 ABSL_FLAG(std::string, bin_dir, "build", "build directory");
 ABSL_FLAG(std::string, source_dir, ".", "source directory (for the CRD)");

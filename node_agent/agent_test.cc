@@ -10,8 +10,8 @@
 #include "common/testing/fake_clock.h"
 #include "node_agent/gpu/fake_nvml.h"
 #include "prometheus/text_serializer.h"
-#include "tests/localcluster/fake_client.h"
-#include "tests/localcluster/object_store.h"
+#include "common/kube/testing/fake_client.h"
+#include "common/kube/testing/object_store.h"
 
 namespace phalanx::agent {
 namespace {
@@ -78,8 +78,8 @@ class AgentTest : public ::testing::Test {
   }
 
   testing::FakeClock clock_;
-  localcluster::ObjectStore store_{clock_};
-  localcluster::FakeClient client_{store_};
+  kube::fake::ObjectStore store_{clock_};
+  kube::fake::FakeClient client_{store_};
   NodeMarker marker_{client_, "n1"};
   prometheus::Registry registry_;
   AgentMetrics metrics_{registry_};

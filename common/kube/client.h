@@ -1,6 +1,6 @@
 // kube::Client: the seam between Phalanx's controllers and a Kubernetes API server. The real
 // implementation speaks REST (rest_client.h); FakeClient
-// (tests/localcluster/fake_client.h) serves the same calls from an in-memory ObjectStore so
+// (common/kube/testing/fake_client.h) serves the same calls from an in-memory ObjectStore so
 // operator and agent logic can be tested without a server. Objects are JSON. Implementations
 // are thread-safe. Errors follow the table in api_status.h (NotFound, AlreadyExists, Aborted
 // for a conflict, OutOfRange for an expired resourceVersion, Unavailable to retry, ...).

@@ -12,8 +12,8 @@
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/localcluster/fake_client.h"
-#include "tests/localcluster/object_store.h"
+#include "common/kube/testing/fake_client.h"
+#include "common/kube/testing/object_store.h"
 
 namespace phalanx::kube {
 namespace {
@@ -110,8 +110,8 @@ class ControllerTest : public ::testing::Test {
   }
 
   testing::FakeClock clock_;
-  localcluster::ObjectStore store_{clock_};
-  localcluster::FakeClient client_{store_};
+  kube::fake::ObjectStore store_{clock_};
+  kube::fake::FakeClient client_{store_};
   Calls calls_;
   // Declared before the informers: destroyed after them, so no handler outlives it.
   Controller controller_{"test", clock_, FastOptions()};

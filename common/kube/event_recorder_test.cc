@@ -9,8 +9,8 @@
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/localcluster/fake_client.h"
-#include "tests/localcluster/object_store.h"
+#include "common/kube/testing/fake_client.h"
+#include "common/kube/testing/object_store.h"
 
 namespace phalanx::kube {
 namespace {
@@ -39,8 +39,8 @@ class EventRecorderTest : public ::testing::Test {
   }
 
   testing::FakeClock clock_;
-  localcluster::ObjectStore store_{clock_};
-  localcluster::FakeClient client_{store_};
+  kube::fake::ObjectStore store_{clock_};
+  kube::fake::FakeClient client_{store_};
   EventRecorder recorder_{client_, clock_, "phalanx-operator", "node-1"};
   Json job_;
 };

@@ -1,4 +1,4 @@
-// Test-only: a kube::Client that forwards to another (usually localcluster::FakeClient) and
+// Test-only: a kube::Client that forwards to another (usually kube::fake::FakeClient) and
 // adds the faults FakeClient's FailNext cannot express: ending every open watch stream
 // (BreakWatches: the next Next() returns Unavailable, as when a server closes the connection)
 // and a hook run before each Update (to make another writer win a race). Thread-safe.

@@ -14,8 +14,8 @@
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/localcluster/fake_client.h"
-#include "tests/localcluster/object_store.h"
+#include "common/kube/testing/fake_client.h"
+#include "common/kube/testing/object_store.h"
 
 namespace phalanx::kube {
 namespace {
@@ -103,8 +103,8 @@ class InformerTest : public ::testing::Test {
   }
 
   testing::FakeClock clock_;
-  localcluster::ObjectStore store_{clock_, 1000};
-  localcluster::FakeClient client_{store_};
+  kube::fake::ObjectStore store_{clock_, 1000};
+  kube::fake::FakeClient client_{store_};
   Recorder recorder_;
 };
 
@@ -196,8 +196,8 @@ TEST_F(InformerTest, CustomIndex_AndLabelSelector) {
 }
 
 TEST_F(InformerTest, ExpiredResourceVersion_Relists_AndDeliversWhatWasMissed) {
-  localcluster::ObjectStore store(clock_, /*history_limit=*/5);
-  localcluster::FakeClient client(store);
+  kube::fake::ObjectStore store(clock_, /*history_limit=*/5);
+  kube::fake::FakeClient client(store);
   ASSERT_THAT(store.Create("pods", "ns", Pod("a")), IsOk());
   ASSERT_THAT(store.Create("pods", "ns", Pod("b")), IsOk());
 

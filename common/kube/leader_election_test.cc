@@ -12,8 +12,8 @@
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/localcluster/fake_client.h"
-#include "tests/localcluster/object_store.h"
+#include "common/kube/testing/fake_client.h"
+#include "common/kube/testing/object_store.h"
 
 namespace phalanx::kube {
 namespace {
@@ -46,8 +46,8 @@ class LeaderElectionTest : public ::testing::Test {
   }
 
   testing::FakeClock clock_;
-  localcluster::ObjectStore store_{clock_};
-  localcluster::FakeClient client_{store_};
+  kube::fake::ObjectStore store_{clock_};
+  kube::fake::FakeClient client_{store_};
 };
 
 TEST_F(LeaderElectionTest, Validate_RejectsInconsistentDurations) {
@@ -185,8 +185,8 @@ TEST_F(LeaderElectionTest, IsLeader_LapsesAfterRenewDeadlineWithoutRenewal) {
 // Two electors running their loops over one API server: one leads; when it stops, the other
 // takes over (through the release, well before the lease would expire).
 TEST(LeaderElectionRunTest, TwoElectors_HandOverOnStop) {
-  localcluster::ObjectStore store(base::RealClock::Get());
-  localcluster::FakeClient client(store);
+  kube::fake::ObjectStore store(base::RealClock::Get());
+  kube::fake::FakeClient client(store);
   auto options = [](const std::string& identity) {
     LeaderElector::Options o = OptionsFor(identity);
     o.lease_duration = absl::Seconds(20);
@@ -223,8 +223,8 @@ TEST(LeaderElectionRunTest, TwoElectors_HandOverOnStop) {
 
 // A leader that cannot renew (API down) past renew_deadline steps down.
 TEST(LeaderElectionRunTest, Leader_StepsDownWhenRenewalsFailPastTheDeadline) {
-  localcluster::ObjectStore store(base::RealClock::Get());
-  localcluster::FakeClient client(store);
+  kube::fake::ObjectStore store(base::RealClock::Get());
+  kube::fake::FakeClient client(store);
   LeaderElector::Options o = OptionsFor("a");
   o.lease_duration = absl::Seconds(2);
   o.renew_deadline = absl::Milliseconds(500);

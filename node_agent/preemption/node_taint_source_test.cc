@@ -8,8 +8,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "node_agent/preemption/notice_source_testing.h"
-#include "tests/localcluster/fake_client.h"
-#include "tests/localcluster/object_store.h"
+#include "common/kube/testing/fake_client.h"
+#include "common/kube/testing/object_store.h"
 
 namespace phalanx::agent {
 namespace {
@@ -29,8 +29,8 @@ kube::Json Node(const std::string& name, const std::string& spec_json) {
 class NodeTaintSourceTest : public ::testing::Test {
  protected:
   phalanx::testing::FakeClock clock_;
-  localcluster::ObjectStore store_{clock_, 100};
-  localcluster::FakeClient client_{store_};
+  kube::fake::ObjectStore store_{clock_, 100};
+  kube::fake::FakeClient client_{store_};
   NodeTaintSource source_{client_, "gpu-node-1"};
 };
 

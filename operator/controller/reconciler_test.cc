@@ -13,8 +13,8 @@
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
 #include "operator/api/codec.h"
-#include "tests/localcluster/fake_client.h"
-#include "tests/localcluster/object_store.h"
+#include "common/kube/testing/fake_client.h"
+#include "common/kube/testing/object_store.h"
 
 namespace phalanx::op {
 namespace {
@@ -73,12 +73,12 @@ class ReconcilerTest : public ::testing::Test {
   }
 
   testing::FakeClock clock_;
-  localcluster::ObjectStore store_{clock_, 1000};
+  kube::fake::ObjectStore store_{clock_, 1000};
   // The reconciler's writes go through client_, whose faults the tests inject; the informers
   // and the Event recorder have their own client on the same store, so a fault hits the
   // create or status write it is meant for, not a watch poll.
-  localcluster::FakeClient client_{store_};
-  localcluster::FakeClient reader_{store_};
+  kube::fake::FakeClient client_{store_};
+  kube::fake::FakeClient reader_{store_};
   kube::Informer jobs_{reader_, clock_, kTrainingJobs, Fast()};
   kube::Informer pods_{reader_, clock_, kPods, Fast()};
   kube::Informer services_{reader_, clock_, kServices, Fast()};

@@ -24,7 +24,7 @@
 #include "operator/api/yaml_json.h"
 #include "node_agent/preemption/fake_metadata_server.h"
 #include "operator/controller/reconciler.h"
-#include "tests/integration/http_get.h"
+#include "common/testing/http_get.h"
 
 namespace phalanx {
 namespace {

@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "examples/local_job/local_job.h"
-#include "tests/integration/http_get.h"
+#include "common/testing/http_get.h"
 
 namespace phalanx::harness {
 namespace {

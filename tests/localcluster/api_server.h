@@ -21,7 +21,7 @@
 #include "common/base/clock.h"
 #include "tests/localcluster/fault_injector.h"
 #include "tests/localcluster/https_server.h"
-#include "tests/localcluster/object_store.h"
+#include "tests/localcluster/store_types.h"
 #include "tests/localcluster/resource_registry.h"
 
 namespace phalanx::localcluster {

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/kube/object_filter.h"
-#include "tests/localcluster/object_store.h"
+#include "tests/localcluster/store_types.h"
 
 namespace phalanx::localcluster {
 

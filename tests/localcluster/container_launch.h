@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/process/subprocess.h"
-#include "tests/localcluster/object_store.h"
+#include "tests/localcluster/store_types.h"
 
 namespace phalanx::localcluster {
 

@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "tests/localcluster/object_store.h"
+#include "tests/localcluster/store_types.h"
 
 namespace phalanx::localcluster {
 namespace {

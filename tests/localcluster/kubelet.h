@@ -53,7 +53,7 @@
 #include "common/base/clock.h"
 #include "common/process/subprocess.h"
 #include "tests/localcluster/cluster_access.h"
-#include "tests/localcluster/object_store.h"
+#include "tests/localcluster/store_types.h"
 
 namespace phalanx::localcluster {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "tests/localcluster/object_store.h"
+#include "tests/localcluster/store_types.h"
 
 namespace phalanx::localcluster {
 

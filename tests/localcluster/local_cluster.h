@@ -27,7 +27,7 @@
 #include "tests/localcluster/rest_access.h"
 #include "tests/localcluster/https_server.h"
 #include "tests/localcluster/kubelet.h"
-#include "tests/localcluster/object_store.h"
+#include "tests/localcluster/store_types.h"
 #include "tests/localcluster/resource_registry.h"
 #include "tests/localcluster/tls_material.h"
 

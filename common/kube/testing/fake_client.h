@@ -8,9 +8,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/kube/client.h"
-#include "tests/localcluster/object_store.h"
+#include "common/kube/testing/object_store.h"
 
-namespace phalanx::localcluster {
+namespace phalanx::kube::fake {
 
 class FakeClient final : public kube::Client {
  public:
@@ -46,4 +46,4 @@ class FakeClient final : public kube::Client {
   absl::Status fail_status_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace phalanx::localcluster
+}  // namespace phalanx::kube::fake

@@ -35,9 +35,9 @@
 #include "common/base/clock.h"
 #include "common/kube/object_filter.h"
 
-namespace phalanx::localcluster {
+namespace phalanx::kube::fake {
 
-using Json = web::json::value;
+using Json = web::json::value;  // the same type as kube::Json (client.h)
 
 struct WatchEvent {
   std::string type;  // ADDED, MODIFIED, DELETED
@@ -128,4 +128,4 @@ class ObjectStore {
   uint64_t oldest_retained_ ABSL_GUARDED_BY(mu_) = 0;  // events after this are all retained
 };
 
-}  // namespace phalanx::localcluster
+}  // namespace phalanx::kube::fake

@@ -1,4 +1,4 @@
-#include "tests/localcluster/object_store.h"
+#include "common/kube/testing/object_store.h"
 
 #include <algorithm>
 
@@ -8,7 +8,7 @@
 #include "absl/time/time.h"
 #include "common/kube/object_meta.h"
 
-namespace phalanx::localcluster {
+namespace phalanx::kube::fake {
 namespace {
 
 using kube::MetaString;
@@ -400,4 +400,4 @@ uint64_t ObjectStore::resource_version() const {
   return version_;
 }
 
-}  // namespace phalanx::localcluster
+}  // namespace phalanx::kube::fake

@@ -1,4 +1,4 @@
-#include "tests/localcluster/object_store.h"
+#include "common/kube/testing/object_store.h"
 
 #include "common/kube/object_meta.h"
 #include "common/testing/fake_clock.h"
@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace phalanx::localcluster {
+namespace phalanx::kube::fake {
 namespace {
 
 using ::phalanx::testing::IsOk;
@@ -146,9 +146,9 @@ TEST_F(ObjectStoreTest, Watch_HistoryFromAVersion_AndGoneWhenTooOld) {
 }
 
 }  // namespace
-}  // namespace phalanx::localcluster
+}  // namespace phalanx::kube::fake
 
-namespace phalanx::localcluster {
+namespace phalanx::kube::fake {
 namespace {
 
 Json Owned(const std::string& name, const Json& owner) {
@@ -312,4 +312,4 @@ TEST_F(ObjectStoreTest, GarbageCollection_RunningPodOfAGoneOwner_IsDeletedGracef
 }
 
 }  // namespace
-}  // namespace phalanx::localcluster
+}  // namespace phalanx::kube::fake

@@ -1,4 +1,4 @@
-#include "tests/localcluster/fake_client.h"
+#include "common/kube/testing/fake_client.h"
 
 #include <deque>
 
@@ -8,7 +8,7 @@
 #include "common/kube/merge_patch.h"
 #include "common/kube/object_meta.h"
 
-namespace phalanx::localcluster {
+namespace phalanx::kube::fake {
 namespace {
 
 std::string ResourceVersionOf(const Json& object) {
@@ -166,4 +166,4 @@ absl::StatusOr<std::unique_ptr<kube::WatchStream>> FakeClient::Watch(
       store_, r.Qualified(), r.namespaced ? ns : "", since, *std::move(filter)));
 }
 
-}  // namespace phalanx::localcluster
+}  // namespace phalanx::kube::fake

@@ -1,4 +1,4 @@
-#include "tests/localcluster/fake_client.h"
+#include "common/kube/testing/fake_client.h"
 
 #include <thread>
 
@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace phalanx::localcluster {
+namespace phalanx::kube::fake {
 namespace {
 
 using ::phalanx::testing::IsOk;
@@ -81,4 +81,4 @@ TEST_F(FakeClientTest, Watch_FromAnExpiredVersion_IsOutOfRange) {
 }
 
 }  // namespace
-}  // namespace phalanx::localcluster
+}  // namespace phalanx::kube::fake
