@@ -64,6 +64,9 @@ absl::Status Controller::Run(Reconciler reconciler) {
     running_ = true;
     informers = informers_;
   }
+  // Real time, not the injected clock: this bounds a wait on the informers' first lists, which
+  // make progress on real I/O (Informer::WaitForSync takes a real-time bound); no clock a test
+  // advances could make them sync sooner or later.
   const absl::Time deadline = absl::Now() + options_.sync_timeout;
   for (Informer* informer : informers) {
     if (!informer->WaitForSync(deadline - absl::Now())) {

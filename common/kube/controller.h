@@ -9,7 +9,8 @@
 //                                              Aborted (409): AddRateLimited, quietly
 //                                              other error: log + AddRateLimited
 //
-// The WorkQueue guarantees one worker per key at a time and collapses duplicate keys.
+// The WorkQueue guarantees one worker per key at a time and collapses duplicate keys. Every
+// time decision (requeue_after, per-key backoff) is on the injected Clock.
 // Thread-safety: every public method is thread-safe; Stop() must not be called from inside the
 // reconciler.
 #pragma once
@@ -46,10 +47,13 @@ class Controller {
  public:
   struct Options {
     int workers = 2;
-    // How long Run() waits for every watched informer's first list.
+    // How long Run() waits for every watched informer's first list. Real time, the one place
+    // here that is not on the injected clock: it bounds waiting on the API server (I/O), as a
+    // request timeout does, and decides nothing a test should step through.
     absl::Duration sync_timeout = absl::Minutes(2);
     WorkQueue::Options queue;
-    // How often idle workers look for a Stop() (bounds Stop when nothing is running).
+    // How long an idle worker waits on the queue (on the injected clock) before it looks for a
+    // Stop() again; Stop() also wakes it at once.
     absl::Duration poll_interval = absl::Milliseconds(200);
   };
   struct Result {

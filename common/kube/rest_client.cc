@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/time/clock.h"
 #include "common/base/env_and_files.h"
 #include "common/base/log.h"
 #include "common/kube/api_status.h"
@@ -132,22 +131,23 @@ std::vector<std::string> ParseWarningHeader(const std::string& value) {
 }
 
 struct RestClient::Impl {
-  Impl(const ClusterConfig& c, RestClientOptions o)
-      : config(c),
+  Impl(const ClusterConfig& c, RestClientOptions o, base::Clock& clk)
+      : clock(clk),
+        config(c),
         options(std::move(o)),
         client(web::uri(c.server), MakeConfig(c, options.request_timeout)),
         watch_client(web::uri(c.server),
                      MakeConfig(c, options.max_watch_timeout + absl::Seconds(30))),
         token(c.token, c.token_file),
-        bucket(options.qps, options.burst, absl::Now()) {}
+        bucket(options.qps, options.burst, clock.Now()) {}
 
   void Throttle() {
     absl::Duration wait;
     {
       absl::MutexLock lock(&bucket_mu);
-      wait = bucket.Reserve(absl::Now());
+      wait = bucket.Reserve(clock.Now());
     }
-    if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
+    clock.SleepFor(wait);
   }
 
   http_request Build(const web::http::method& method, const std::string& path,
@@ -207,6 +207,7 @@ struct RestClient::Impl {
     return absl::UnauthenticatedError(absl::StrCat(what, ": unauthorized"));
   }
 
+  base::Clock& clock;  // the QPS/burst limit's time and its waits
   const ClusterConfig config;
   const RestClientOptions options;
   http_client client;
@@ -217,7 +218,8 @@ struct RestClient::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<RestClient>> RestClient::Create(const ClusterConfig& config,
-                                                               RestClientOptions options) {
+                                                               RestClientOptions options,
+                                                               base::Clock& clock) {
   if (config.server.empty()) return absl::InvalidArgumentError("cluster config has no server");
   try {
     web::uri uri(config.server);
@@ -226,7 +228,7 @@ absl::StatusOr<std::unique_ptr<RestClient>> RestClient::Create(const ClusterConf
           absl::StrCat("server \"", config.server, "\" is not an http(s) URL"));
     }
     return std::unique_ptr<RestClient>(
-        new RestClient(std::make_unique<Impl>(config, std::move(options))));
+        new RestClient(std::make_unique<Impl>(config, std::move(options), clock)));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("server \"", config.server, "\" is not a URL: ", e.what()));

@@ -3,6 +3,10 @@
 // — bound service-account tokens rotate), client certificates, a client-side QPS/burst limit, a
 // user agent, per-request timeouts, and watch streams read on their own thread so Next() can wait
 // with a bound. Works the same against a real API server and the local cluster. Thread-safe.
+//
+// Time: the QPS/burst limit reads and waits on the injected Clock (a throttled request waits in
+// Clock::SleepFor, so under FakeClock it goes out when the test advances the clock). Request and
+// watch timeouts stay real time: they bound socket I/O inside cpprestsdk, which no clock drives.
 #pragma once
 
 #include <functional>
@@ -14,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/clock.h"
 #include "common/kube/client.h"
 #include "common/kube/cluster_config.h"
 #include "common/kube/token_bucket.h"
@@ -51,8 +56,9 @@ std::vector<std::string> ParseWarningHeader(const std::string& value);
 class RestClient final : public Client {
  public:
   // InvalidArgument for an unusable config (no server, bad PEM).
-  static absl::StatusOr<std::unique_ptr<RestClient>> Create(const ClusterConfig& config,
-                                                            RestClientOptions options = {});
+  static absl::StatusOr<std::unique_ptr<RestClient>> Create(
+      const ClusterConfig& config, RestClientOptions options = {},
+      base::Clock& clock = base::RealClock::Get());
   ~RestClient() override;
 
   absl::StatusOr<Json> Get(const Resource& r, const std::string& ns,

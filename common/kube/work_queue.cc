@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/time/clock.h"
 
 namespace phalanx::kube {
 
@@ -80,21 +79,20 @@ std::optional<std::string> WorkQueue::TryGet() {
 }
 
 std::optional<std::string> WorkQueue::Get(absl::Duration max_wait) {
-  const absl::Time deadline = absl::Now() + max_wait;
   absl::MutexLock lock(&mu_);
+  const absl::Time deadline = clock_.Now() + max_wait;
   while (!shut_down_) {
-    PromoteDueLocked(clock_.Now());
+    const absl::Time now = clock_.Now();
+    PromoteDueLocked(now);
     if (std::optional<std::string> key = PopLocked()) return key;
-    // Sleep until something is added, the next delayed key is due, or the deadline.
+    if (now >= deadline) return std::nullopt;
+    // Wait until something is added, the next delayed key is due, or the deadline.
     absl::Time wake = deadline;
-    if (!delayed_.empty()) {
-      wake = std::min(wake, absl::Now() + (delayed_.begin()->first - clock_.Now()));
-    }
-    if (absl::Now() >= deadline) return std::nullopt;
+    if (!delayed_.empty()) wake = std::min(wake, delayed_.begin()->first);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return shut_down_ || !queue_.empty();
     };
-    mu_.AwaitWithDeadline(absl::Condition(&ready), wake);
+    clock_.AwaitWithDeadline(&mu_, absl::Condition(&ready), wake);
   }
   return std::nullopt;
 }

@@ -4,8 +4,9 @@
 //     are remembered and it is queued again at Done.
 //   - AddAfter(key, d) queues it once d has passed; AddRateLimited(key) uses a per-key
 //     exponential backoff (base · 2^failures, capped), Forget(key) resets it.
-// Time comes from the injected Clock. TryGet never blocks (tests drive it with FakeClock);
-// Get(max_wait) blocks on real time for the controller's worker threads. Thread-safe.
+// Time comes from the injected Clock, for the delays and for Get's wait alike: TryGet never
+// blocks; Get(max_wait) waits on the clock (under FakeClock it returns a delayed key when the
+// test Advance()s to it). Thread-safe.
 #pragma once
 
 #include <deque>
@@ -41,7 +42,7 @@ class WorkQueue {
 
   // The next ready key, if any (moves due delayed keys first). Marks it as processing.
   std::optional<std::string> TryGet();
-  // Waits up to `max_wait` of real time for a key; nullopt on timeout or after ShutDown.
+  // Waits up to `max_wait` of the clock's time for a key; nullopt on timeout or after ShutDown.
   std::optional<std::string> Get(absl::Duration max_wait);
   // Ends processing of `key`; re-queues it if it was added while being processed.
   void Done(const std::string& key);

@@ -3,11 +3,14 @@
 #include <thread>
 
 #include "common/kube/token_bucket.h"
+#include "common/testing/eventually.h"
 #include "common/testing/fake_clock.h"
 #include "gtest/gtest.h"
 
 namespace phalanx::kube {
 namespace {
+
+using ::phalanx::testing::Eventually;
 
 TEST(WorkQueue, DuplicateAdds_Collapse) {
   testing::FakeClock clock;
@@ -65,6 +68,36 @@ TEST(WorkQueue, RateLimited_BacksOffExponentiallyPerKey_AndForgetResets) {
   EXPECT_EQ(queue.Failures("k"), 0);
   queue.AddRateLimited("other");
   EXPECT_EQ(queue.Failures("other"), 1) << "backoff is per key";
+}
+
+TEST(WorkQueue, Get_WaitsOnTheInjectedClock_UntilADelayedKeyIsDue) {
+  testing::FakeClock clock;
+  WorkQueue queue(clock);
+  const absl::Time start = clock.Now();
+  queue.AddAfter("k", absl::Seconds(10));
+  std::optional<std::string> got;
+  std::thread getter([&] { got = queue.Get(absl::Hours(1)); });
+  // The getter is blocked on the fake clock until exactly when the key is due.
+  ASSERT_TRUE(Eventually(
+      [&] { return clock.PendingDeadlines() == std::vector<absl::Time>{start + absl::Seconds(10)}; },
+      absl::Seconds(30)));
+  clock.Advance(absl::Seconds(10));
+  getter.join();
+  EXPECT_EQ(got, "k");
+}
+
+TEST(WorkQueue, Get_TimesOutOnTheInjectedClock) {
+  testing::FakeClock clock;
+  WorkQueue queue(clock);
+  const absl::Time start = clock.Now();
+  std::optional<std::string> got = "unset";
+  std::thread getter([&] { got = queue.Get(absl::Seconds(5)); });
+  ASSERT_TRUE(Eventually(
+      [&] { return clock.PendingDeadlines() == std::vector<absl::Time>{start + absl::Seconds(5)}; },
+      absl::Seconds(30)));
+  clock.Advance(absl::Seconds(5));
+  getter.join();
+  EXPECT_EQ(got, std::nullopt);
 }
 
 TEST(WorkQueue, ShutDown_WakesABlockedGet) {
