@@ -236,11 +236,16 @@ void ApiProxy::Forward(const HttpRequest& request, HttpResponse& response) {
     slot = slot.empty() ? value : absl::StrCat(slot, ", ", value);
   }
   const std::string content_type = headers["content-type"];
+  std::map<std::string, std::string> relayed;
+  for (const auto& [name, value] : headers) {
+    if (Relayed(name)) relayed[name] = value;
+  }
 
   if (absl::AsciiStrToLower(headers["transfer-encoding"]) == "chunked") {
-    // Watches (and large lists): relay chunk by chunk until the server ends the stream, the
-    // client goes, or DropWatches.
-    if (!response.StartStream(status, content_type)) return;
+    // Watches, and any answer the server chose to chunk (a Pod, a large list): relay chunk by
+    // chunk, Warning headers included, until the server ends the stream, the client goes, or
+    // DropWatches.
+    if (!response.StartStream(status, content_type, relayed)) return;
     std::string size_line, data, crlf;
     while (upstream.ReadLine(size_line, keep_going, deadline)) {
       size_t size = 0;
@@ -263,10 +268,6 @@ void ApiProxy::Forward(const HttpRequest& request, HttpResponse& response) {
     }
   } else {
     body = upstream.TakeRest(keep_going, deadline);
-  }
-  std::map<std::string, std::string> relayed;
-  for (const auto& [name, value] : headers) {
-    if (Relayed(name)) relayed[name] = value;
   }
   response.Respond(status, content_type, body, relayed);
 }

@@ -149,13 +149,16 @@ class HttpsServer::Connection final : public HttpResponse {
     if (!WriteAll(out)) broken_ = true;
   }
 
-  bool StartStream(int status, absl::string_view content_type) override {
+  bool StartStream(int status, absl::string_view content_type,
+                   const std::map<std::string, std::string>& headers) override {
     responded_ = true;
     streaming_ = true;
     keep_alive_ = false;  // a stream ends the connection: simpler, and what clients expect
-    const std::string head =
+    std::string head =
         absl::StrCat("HTTP/1.1 ", status, " ", Reason(status), "\r\nContent-Type: ", content_type,
-                     "\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+                     "\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n");
+    for (const auto& [k, v] : headers) absl::StrAppend(&head, k, ": ", v, "\r\n");
+    head += "\r\n";
     return WriteAll(head) || (broken_ = true, false);
   }
 

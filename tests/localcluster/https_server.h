@@ -43,7 +43,9 @@ class HttpResponse {
                        const std::map<std::string, std::string>& headers = {}) = 0;
   // Chunked transfer encoding. False when the client is gone or the server is stopping:
   // streaming handlers must then return.
-  virtual bool StartStream(int status, absl::string_view content_type) = 0;
+  // `headers` go out with the status line (a proxy relays the upstream's Warning headers).
+  virtual bool StartStream(int status, absl::string_view content_type,
+                           const std::map<std::string, std::string>& headers = {}) = 0;
   virtual bool WriteChunk(absl::string_view data) = 0;
   virtual void EndStream() = 0;
   // True once the server is stopping (streaming handlers poll it between waits).
