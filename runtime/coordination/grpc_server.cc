@@ -17,14 +17,13 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
  public:
   Impl(std::string token, CoordinationService& service, CoordinatorMetrics& metrics,
        base::Clock& clock)
-      : token_(std::move(token)), service_(service), handler_(service), metrics_(metrics),
-        clock_(clock) {}
+      : token_(std::move(token)), handler_(service), metrics_(metrics), clock_(clock) {}
 
   grpc::ServerBidiReactor<pb::SessionRequest, pb::SessionEvent>* Session(
       grpc::CallbackServerContext* ctx) override {
     absl::Status auth = Authorize(*ctx);
     metrics_.Rpc("Session", auth.code(), absl::ZeroDuration());
-    return new SessionReactor(service_, metrics_, clock_, std::move(auth));
+    return new SessionReactor(handler_, metrics_, clock_, std::move(auth));
   }
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
@@ -145,7 +144,6 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
   }
 
   const std::string token_;
-  CoordinationService& service_;
   RpcHandler handler_;
   CoordinatorMetrics& metrics_;
   base::Clock& clock_;

@@ -39,7 +39,11 @@ absl::Status RpcHandler::ReportError(const pb::ReportErrorRequest& req) {
 
 void RpcHandler::Barrier(const pb::BarrierRequest& req, Done done) {
   if (!req.has_task()) return Fail(std::move(done), MissingTask());
-  service_.Barrier(FromProto(req.task()), req.barrier_id(), Millis(req.timeout_ms()),
+  Barrier(FromProto(req.task()), req, std::move(done));
+}
+
+void RpcHandler::Barrier(const TaskRef& task, const pb::BarrierRequest& req, Done done) {
+  service_.Barrier(task, req.barrier_id(), Millis(req.timeout_ms()),
                    {req.tasks().begin(), req.tasks().end()}, std::move(done));
 }
 
@@ -56,11 +60,15 @@ void RpcHandler::KvGet(const pb::KeyValueGetRequest& req, pb::KeyValueGetRespons
                        Done done) {
   std::optional<TaskRef> waiter;
   if (req.has_task()) waiter = FromProto(req.task());
-  service_.KvGet(req.key(), waiter, Millis(req.timeout_ms()),
-                 [resp, done = std::move(done)](absl::StatusOr<std::string> value) mutable {
-                   if (value.ok()) resp->set_value(*std::move(value));
-                   std::move(done)(value.status());
-                 });
+  KvGet(waiter, req, [resp, done = std::move(done)](absl::StatusOr<std::string> value) mutable {
+    if (value.ok()) resp->set_value(*std::move(value));
+    std::move(done)(value.status());
+  });
+}
+
+void RpcHandler::KvGet(std::optional<TaskRef> waiter, const pb::KeyValueGetRequest& req,
+                       ValueCallback done) {
+  service_.KvGet(req.key(), waiter, Millis(req.timeout_ms()), std::move(done));
 }
 
 absl::Status RpcHandler::KvTryGet(const pb::KeyValueTryGetRequest& req,
@@ -143,6 +151,63 @@ void RpcHandler::ReportSyncStep(const pb::ReportSyncStepRequest& req,
 void RpcHandler::Shutdown(const pb::ShutdownRequest& req, Done done) {
   if (!req.has_task()) return Fail(std::move(done), MissingTask());
   service_.Shutdown(FromProto(req.task()), Millis(req.timeout_ms()), std::move(done));
+}
+
+// ---- Session stream ----------------------------------------------------------------------------
+
+absl::StatusOr<RpcHandler::Session> RpcHandler::OpenSession(
+    const pb::TaskRef& task, std::shared_ptr<SessionOutbox> outbox) {
+  const TaskRef ref = FromProto(task);
+  absl::StatusOr<uint64_t> id = service_.OpenSession(ref, std::move(outbox));
+  if (!id.ok()) return id.status();
+  return Session{*id, ref};
+}
+
+void RpcHandler::Heartbeat(const Session& session, const pb::SessionRequest& message) {
+  service_.Heartbeat(session.id,
+                     message.has_heartbeat() ? message.heartbeat().sent_unix_micros() : 0);
+}
+
+void RpcHandler::CloseSession(const Session& session, const absl::Status& why) {
+  service_.CloseSession(session.id, why);
+}
+
+void RpcHandler::SessionCall(const Session& session, const pb::SessionCall& call,
+                             CallDone done) {
+  const uint64_t id = call.call_id();
+  switch (call.call_case()) {
+    case pb::SessionCall::kBarrier:
+      return Barrier(session.task, call.barrier(),
+                     [id, done = std::move(done)](absl::Status status) mutable {
+                       std::move(done)(CallResult{id, std::move(status), {}});
+                     });
+    case pb::SessionCall::kKvInsert:
+      return std::move(done)(CallResult{id, KvInsert(call.kv_insert()), {}});
+    case pb::SessionCall::kKvGet:
+      return KvGet(session.task, call.kv_get(),
+                   [id, done = std::move(done)](absl::StatusOr<std::string> value) mutable {
+                     if (value.ok()) {
+                       std::move(done)(CallResult{id, absl::OkStatus(), *std::move(value)});
+                     } else {
+                       std::move(done)(CallResult{id, value.status(), {}});
+                     }
+                   });
+    default:
+      return std::move(done)(CallResult{id, absl::UnimplementedError("unknown session call"), {}});
+  }
+}
+
+const char* RpcHandler::SessionCallName(const pb::SessionCall& call) {
+  switch (call.call_case()) {
+    case pb::SessionCall::kBarrier:
+      return "Session.Barrier";
+    case pb::SessionCall::kKvInsert:
+      return "Session.KeyValueInsert";
+    case pb::SessionCall::kKvGet:
+      return "Session.KeyValueGet";
+    default:
+      return "Session.Unknown";
+  }
 }
 
 }  // namespace phalanx::coord

@@ -1,11 +1,17 @@
-// RpcHandler: translates coordination protos to CoordinationService calls and back. Knows
-// nothing of gRPC (grpc_server.h does transport, auth and metrics). Validates the parts of a
-// request the service cannot see (missing task, absurd numbers). Thread-safe (stateless).
+// RpcHandler: translates coordination protos to CoordinationService calls and back: the one
+// place that does, for unary RPCs (grpc_server.cc) and for the calls and heartbeats carried on
+// a Session stream (session_reactor.cc) alike, so both transports convert the same way. Knows
+// nothing of gRPC (those two do transport, auth and metrics). Validates the parts of a request
+// the service cannot see (missing task, absurd numbers). Thread-safe (stateless).
 #pragma once
+
+#include <memory>
+#include <optional>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "runtime/coordination/service.h"
+#include "runtime/coordination/session_outbox.h"
 #include "runtime/proto/coordination.pb.h"
 
 namespace phalanx::coord {
@@ -40,7 +46,35 @@ class RpcHandler {
                       Done done);
   void Shutdown(const pb::ShutdownRequest& req, Done done);
 
+  // ---- The Session stream's messages (SessionReactor is their transport) ----
+  // A session speaks for the task that opened it: its calls act for that task, whatever task
+  // their requests name (a session is already tied to one incarnation, so a mismatch cannot
+  // be honoured anyway), and every message on it counts as a heartbeat.
+  struct Session {
+    uint64_t id = 0;
+    TaskRef task;
+  };
+  // Errors: as CoordinationService::OpenSession.
+  absl::StatusOr<Session> OpenSession(const pb::TaskRef& task,
+                                      std::shared_ptr<SessionOutbox> outbox);
+  // Any message but `open` and a call; only a heartbeat carries the time its ack echoes.
+  void Heartbeat(const Session& session, const pb::SessionRequest& message);
+  // The stream ended (`why`); see CoordinationService::CloseSession.
+  void CloseSession(const Session& session, const absl::Status& why);
+  // Runs a call carried on the stream. `done` gets its result exactly once, with the call's id;
+  // errors are those of the unary method of the same name, Unimplemented for an unknown call.
+  using CallDone = absl::AnyInvocable<void(CallResult) &&>;
+  void SessionCall(const Session& session, const pb::SessionCall& call, CallDone done);
+  // The name per-method metrics count a session call under ("Session.Barrier"). Beside
+  // SessionCall so that the calls a session can carry are listed in one file.
+  static const char* SessionCallName(const pb::SessionCall& call);
+
  private:
+  // The conversions both transports share; `task` is the caller (or the waiter, for KvGet).
+  void Barrier(const TaskRef& task, const pb::BarrierRequest& req, Done done);
+  void KvGet(std::optional<TaskRef> waiter, const pb::KeyValueGetRequest& req,
+             ValueCallback done);
+
   CoordinationService& service_;
 };
 

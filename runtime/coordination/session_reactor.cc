@@ -5,9 +5,9 @@
 
 namespace phalanx::coord {
 
-SessionReactor::SessionReactor(CoordinationService& service, CoordinatorMetrics& metrics,
+SessionReactor::SessionReactor(RpcHandler& handler, CoordinatorMetrics& metrics,
                                base::Clock& clock, absl::Status auth)
-    : service_(service), metrics_(metrics), clock_(clock) {
+    : handler_(handler), metrics_(metrics), clock_(clock) {
   if (!auth.ok()) {
     absl::MutexLock lock(&mu_);
     FinishLocked(auth);
@@ -20,8 +20,8 @@ SessionReactor::SessionReactor(CoordinationService& service, CoordinatorMetrics&
 void SessionReactor::OnReadDone(bool ok) {
   if (!ok) {
     // The task closed its side or the connection broke: either way the session is over.
-    if (session_id_ != 0) {
-      service_.CloseSession(session_id_, absl::UnavailableError("stream closed by the task"));
+    if (session_.has_value()) {
+      handler_.CloseSession(*session_, absl::UnavailableError("stream closed by the task"));
     }
     absl::MutexLock lock(&mu_);
     if (writing_) {
@@ -31,85 +31,44 @@ void SessionReactor::OnReadDone(bool ok) {
     }
     return;
   }
-  if (session_id_ == 0) {
+  if (!session_.has_value()) {
     if (request_.kind_case() != v1::SessionRequest::kOpen) {
       absl::MutexLock lock(&mu_);
       FinishLocked(absl::InvalidArgumentError("the first session message must be 'open'"));
       return;
     }
     HandleOpen(request_.open());
-    if (session_id_ == 0) return;  // refused: the stream is finishing, read no more
+    if (!session_.has_value()) return;  // refused: the stream is finishing, read no more
   } else if (request_.kind_case() == v1::SessionRequest::kCall) {
     HandleCall(request_.call());
-  } else if (request_.kind_case() == v1::SessionRequest::kHeartbeat) {
-    service_.Heartbeat(session_id_, request_.heartbeat().sent_unix_micros());
   } else {
-    // A second 'open' or an unknown message still proves the task is alive.
-    service_.Heartbeat(session_id_, 0);
+    // A heartbeat; a second 'open' or an unknown message still proves the task is alive.
+    handler_.Heartbeat(*session_, request_);
   }
   StartRead(&request_);
 }
 
 void SessionReactor::HandleOpen(const v1::TaskRef& task) {
-  absl::StatusOr<uint64_t> id = service_.OpenSession(FromProto(task), outbox_);
-  if (!id.ok()) {
+  absl::StatusOr<RpcHandler::Session> session = handler_.OpenSession(task, outbox_);
+  if (!session.ok()) {
     absl::MutexLock lock(&mu_);
-    FinishLocked(id.status());
+    FinishLocked(session.status());
     return;
   }
-  session_id_ = *id;
-  task_ = FromProto(task);
+  session_ = *session;
 }
 
 void SessionReactor::HandleCall(const v1::SessionCall& call) {
-  // Completions may run on any thread and after this reactor is gone: they hold only the
-  // outbox (shared) and plain values.
-  struct Reply {
-    std::shared_ptr<SessionOutbox> outbox;
-    CoordinatorMetrics* metrics;
-    base::Clock* clock;
-    const char* method;
-    uint64_t call_id;
-    absl::Time start;
-    void operator()(absl::Status status, std::string value = "") const {
-      metrics->Rpc(method, status.code(), clock->Now() - start);
-      outbox->Push(CallResult{call_id, std::move(status), std::move(value)});
-      outbox->Notify();
-    }
-  };
-  Reply reply{outbox_, &metrics_, &clock_, "", call.call_id(), clock_.Now()};
-  switch (call.call_case()) {
-    case v1::SessionCall::kBarrier: {
-      reply.method = "Session.Barrier";
-      const v1::BarrierRequest& req = call.barrier();
-      service_.Barrier(task_, req.barrier_id(), absl::Milliseconds(req.timeout_ms()),
-                       {req.tasks().begin(), req.tasks().end()},
-                       [reply](absl::Status s) { reply(std::move(s)); });
-      return;
-    }
-    case v1::SessionCall::kKvInsert: {
-      reply.method = "Session.KeyValueInsert";
-      const v1::KeyValueInsertRequest& req = call.kv_insert();
-      reply(service_.KvInsert(req.key(), req.value(), req.allow_overwrite()));
-      return;
-    }
-    case v1::SessionCall::kKvGet: {
-      reply.method = "Session.KeyValueGet";
-      const v1::KeyValueGetRequest& req = call.kv_get();
-      service_.KvGet(req.key(), task_, absl::Milliseconds(req.timeout_ms()),
-                     [reply](absl::StatusOr<std::string> value) {
-                       if (value.ok()) {
-                         reply(absl::OkStatus(), *std::move(value));
-                       } else {
-                         reply(value.status());
-                       }
-                     });
-      return;
-    }
-    default:
-      reply.method = "Session.Unknown";
-      reply(absl::UnimplementedError("unknown session call"));
-  }
+  // The result may come on any thread and after this reactor is gone: the completion holds
+  // only the outbox (shared) and plain values.
+  handler_.SessionCall(
+      *session_, call,
+      [outbox = outbox_, metrics = &metrics_, clock = &clock_,
+       method = RpcHandler::SessionCallName(call), start = clock_.Now()](CallResult result) {
+        metrics->Rpc(method, result.status.code(), clock->Now() - start);
+        outbox->Push(std::move(result));
+        outbox->Notify();
+      });
 }
 
 void SessionReactor::OnOutboxReady() {
@@ -152,8 +111,8 @@ void SessionReactor::FinishLocked(const absl::Status& status) {
 
 void SessionReactor::OnDone() {
   outbox_->Detach();
-  if (session_id_ != 0) {
-    service_.CloseSession(session_id_, absl::UnavailableError("session stream ended"));
+  if (session_.has_value()) {
+    handler_.CloseSession(*session_, absl::UnavailableError("session stream ended"));
   }
   delete this;
 }

@@ -1,9 +1,11 @@
 // SessionReactor: the server side of one task's Session stream (gRPC callback API).
 //
-// Reads `open` then heartbeats and forwards them to the service; writes the events the service
-// queues in the session's outbox, one write in flight at a time, in order. When the client's
-// stream breaks (killed process, reset connection) the service hears of it at once through
-// CloseSession: that is the sub-100 ms crash signal. Deletes itself in OnDone.
+// Reads `open` then heartbeats and calls, and hands each to the RpcHandler, which converts it
+// to a service call (the reactor itself never touches the service: one conversion layer);
+// writes the events the service queues in the session's outbox, one write in flight at a time,
+// in order. When the client's stream breaks (killed process, reset connection) the service
+// hears of it at once through CloseSession: that is the sub-100 ms crash signal. Records
+// per-call metrics for calls carried on the stream. Deletes itself in OnDone.
 // Thread-safety: gRPC calls the On* methods from its threads; mu_ serialises the write side.
 #pragma once
 
@@ -16,7 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "runtime/coordination/metrics.h"
-#include "runtime/coordination/service.h"
+#include "runtime/coordination/rpc_handler.h"
 #include "runtime/coordination/session_outbox.h"
 #include "runtime/proto/coordination.pb.h"
 
@@ -27,7 +29,7 @@ class SessionReactor final
       public SessionOutbox::Listener {
  public:
   // `auth` is the result of the token check; a failed check ends the stream at once.
-  SessionReactor(CoordinationService& service, CoordinatorMetrics& metrics, base::Clock& clock,
+  SessionReactor(RpcHandler& handler, CoordinatorMetrics& metrics, base::Clock& clock,
                  absl::Status auth);
 
   void OnReadDone(bool ok) override;
@@ -43,13 +45,13 @@ class SessionReactor final
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  CoordinationService& service_;
+  RpcHandler& handler_;
   CoordinatorMetrics& metrics_;
   base::Clock& clock_;
   std::shared_ptr<SessionOutbox> outbox_ = std::make_shared<SessionOutbox>();
   v1::SessionRequest request_;  // only touched by the read side (one read at a time)
-  uint64_t session_id_ = 0;     // read side only
-  TaskRef task_;                // read side only: the task this session speaks for
+  // Read side only (and OnDone, after the last read): set once `open` was accepted.
+  std::optional<RpcHandler::Session> session_;
 
   absl::Mutex mu_;
   v1::SessionEvent write_buffer_ ABSL_GUARDED_BY(mu_);
