@@ -11,7 +11,7 @@ namespace {
 const kube::Resource kNodes{"", "v1", "nodes", false};
 constexpr int kConflictRetries = 5;
 
-using Json = kube::Json;
+using kube::Json;
 
 // Gets the node, lets `change` edit it (false: nothing to write), writes it with `write`;
 // retried on 409.

@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "common/kube/json.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/kube/watch_decoder.h"
 
 namespace phalanx::kube {
 
-using Json = web::json::value;
 
 // A resource type: `resource` is the plural ("pods"); `group` is "" for the core group.
 struct Resource {

@@ -5,6 +5,7 @@
 // preemption notices), so both agree on one list. Pure; never throws; thread-safe.
 #pragma once
 
+#include "common/kube/json.h"
 #include <cpprest/json.h>
 
 #include <optional>
@@ -12,7 +13,6 @@
 
 namespace phalanx::kube {
 
-using Json = web::json::value;
 
 // True for the taint keys that announce a node's departure:
 //   cloud.google.com/impending-node-termination            (GKE spot/preemptible VMs)

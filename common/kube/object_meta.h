@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "common/kube/json.h"
 #include "absl/time/time.h"
 
 namespace phalanx::kube {
 
-using Json = web::json::value;
 
 struct OwnerReference {
   std::string api_version;

@@ -14,7 +14,7 @@
 namespace phalanx::agent {
 namespace {
 
-using Json = web::json::value;
+using kube::Json;
 
 constexpr char kTokenPath[] = "/latest/api/token";
 constexpr char kInstanceActionPath[] = "/latest/meta-data/spot/instance-action";

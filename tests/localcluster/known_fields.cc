@@ -1,11 +1,12 @@
 #include "tests/localcluster/known_fields.h"
 
+#include "common/kube/json.h"
 #include "absl/strings/str_cat.h"
 
 namespace phalanx::localcluster {
 namespace {
 
-using Json = web::json::value;
+using kube::Json;
 
 const Json& Data() {
   static const Json* data = [] {

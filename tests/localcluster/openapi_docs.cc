@@ -2,12 +2,13 @@
 
 #include <set>
 
+#include "common/kube/json.h"
 #include "absl/strings/str_cat.h"
 
 namespace phalanx::localcluster {
 namespace {
 
-using Json = web::json::value;
+using kube::Json;
 
 std::string GvPath(const ResourceType& t) {
   return t.group.empty() ? "api/" + t.version : "apis/" + t.group + "/" + t.version;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 
+#include "common/kube/json.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -10,7 +11,7 @@
 namespace phalanx::localcluster {
 namespace {
 
-using Json = web::json::value;
+using kube::Json;
 
 enum class Kind { kString, kBytes, kInt64, kBool, kTime, kMessage, kStrings, kMessages, kMapString,
                   kMapBytes };

@@ -24,9 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "common/kube/json.h"
+
 namespace phalanx::localcluster {
 
-using Json = web::json::value;
+using kube::Json;
 
 // One problem, shaped like a Kubernetes StatusCause.
 struct FieldError {

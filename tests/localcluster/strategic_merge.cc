@@ -2,12 +2,13 @@
 
 #include <string>
 
+#include "common/kube/json.h"
 #include "absl/strings/match.h"
 
 namespace phalanx::localcluster {
 namespace {
 
-using Json = web::json::value;
+using kube::Json;
 
 bool IsDirective(const std::string& key) {
   return key == "$retainKeys" || absl::StartsWith(key, "$setElementOrder/") ||

@@ -18,11 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "common/kube/json.h"
 #include "absl/time/time.h"
 
 namespace phalanx::localcluster {
 
-using Json = web::json::value;
+using kube::Json;
 
 // A CRD's additionalPrinterColumns entry.
 struct PrinterColumn {

@@ -29,6 +29,7 @@
 
 #include <cpprest/json.h>
 
+#include "common/kube/json.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -37,7 +38,7 @@
 
 namespace phalanx::kube::fake {
 
-using Json = web::json::value;  // the same type as kube::Json (client.h)
+using kube::Json;
 
 struct WatchEvent {
   std::string type;  // ADDED, MODIFIED, DELETED

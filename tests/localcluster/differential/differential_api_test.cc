@@ -22,6 +22,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/kube/json.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -38,7 +39,7 @@
 namespace phalanx::localcluster::differential {
 namespace {
 
-using Json = web::json::value;
+using kube::Json;
 using ::phalanx::testing::Eventually;
 
 const std::string kBuild = PHALANX_BUILD_DIR;
