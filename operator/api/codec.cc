@@ -249,7 +249,7 @@ Json EncodeTask(const TaskStatus& t) {
   PutString(out, "pod", t.pod);
   PutString(out, "node", t.node);
   out["incarnation"] = Json::number(t.incarnation);
-  PutString(out, "state", t.state);
+  PutString(out, "state", TaskStateName(t.state));
   out["restarts"] = Json::number(t.restarts);
   PutString(out, "lastFailureReason", t.last_failure_reason);
   if (t.last_exit_code.has_value()) out["lastExitCode"] = Json::number(*t.last_exit_code);
@@ -262,8 +262,8 @@ TaskStatus DecodeTask(const Json& j) {
   t.index = IntOr(j, "index");
   t.pod = StringOr(j, "pod");
   t.node = StringOr(j, "node");
-  t.incarnation = IntOr(j, "incarnation");
-  t.state = StringOr(j, "state");
+  t.incarnation = Int64Or(j, "incarnation");
+  t.state = ParseTaskState(StringOr(j, "state"));
   t.restarts = IntOr(j, "restarts");
   t.last_failure_reason = StringOr(j, "lastFailureReason");
   t.last_exit_code = OptInt(j, "lastExitCode");
@@ -335,7 +335,28 @@ bool IsDns1035Label(const std::string& s) {
   });
 }
 
+constexpr std::pair<TaskState, const char*> kTaskStateNames[] = {
+    {TaskState::kPending, "Pending"},       {TaskState::kRunning, "Running"},
+    {TaskState::kSucceeded, "Succeeded"},   {TaskState::kRestarting, "Restarting"},
+    {TaskState::kBackingOff, "BackingOff"}, {TaskState::kPreempting, "Preempting"},
+    {TaskState::kTerminating, "Terminating"}, {TaskState::kSuspended, "Suspended"},
+};
+
 }  // namespace
+
+std::string TaskStateName(TaskState state) {
+  for (const auto& [s, name] : kTaskStateNames) {
+    if (s == state) return name;
+  }
+  return "";
+}
+
+TaskState ParseTaskState(const std::string& name) {
+  for (const auto& [s, n] : kTaskStateNames) {
+    if (n == name) return s;
+  }
+  return TaskState::kUnknown;
+}
 
 absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job) {
   if (!job.is_object()) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,15 @@ absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job);
 // Pod API refuses a pod otherwise; the CRD's generated schema says the same).
 // Returns one "<json path>: <what is wrong>" message per problem; empty means valid.
 std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec);
+
+// The CRD's spelling of a task state ("Running", "BackingOff", ...; "" for kUnknown), and back
+// (an unknown string reads as kUnknown). The only place these strings are written.
+std::string TaskStateName(TaskState state);
+TaskState ParseTaskState(const std::string& name);
+// For test failure messages.
+inline void PrintTo(TaskState state, std::ostream* os) {
+  *os << (state == TaskState::kUnknown ? "<unknown>" : TaskStateName(state));
+}
 
 // The `status` object of a TrainingJob (not the whole job). Optional fields that are unset
 // (times, lastExitCode) and empty strings are left out. Times are RFC 3339 in UTC, with a

@@ -424,12 +424,12 @@ TrainingJobStatus FullStatus() {
   t0.pod = "j-task-0";
   t0.node = "node-1";
   t0.incarnation = 1;
-  t0.state = "Running";
+  t0.state = TaskState::kRunning;
   TaskStatus t2;
   t2.index = 2;
   t2.pod = "j-task-2";
   t2.incarnation = 4;
-  t2.state = "Restarting";
+  t2.state = TaskState::kRestarting;
   t2.restarts = 3;
   t2.last_failure_reason = "Error";
   t2.last_exit_code = 137;
@@ -457,6 +457,29 @@ TEST(Status, RoundTripThroughSerializedJson_IsExact) {
     job["status"] = Json::parse(EncodeStatus(status).serialize());
     EXPECT_EQ(DecodeStatus(job), status) << EncodeStatus(status).serialize();
   }
+}
+
+TEST(Status, TaskStates_RoundTripThroughTheirCrdNames) {
+  const struct {
+    TaskState state;
+    std::string name;
+  } cases[] = {
+      {TaskState::kUnknown, ""},          {TaskState::kPending, "Pending"},
+      {TaskState::kRunning, "Running"},   {TaskState::kSucceeded, "Succeeded"},
+      {TaskState::kRestarting, "Restarting"}, {TaskState::kBackingOff, "BackingOff"},
+      {TaskState::kPreempting, "Preempting"}, {TaskState::kTerminating, "Terminating"},
+      {TaskState::kSuspended, "Suspended"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(TaskStateName(c.state), c.name);
+    EXPECT_EQ(ParseTaskState(c.name), c.state);
+  }
+  EXPECT_EQ(ParseTaskState("Sleeping"), TaskState::kUnknown);
+  // kUnknown is written as no `state` field at all.
+  TrainingJobStatus status;
+  status.tasks.emplace_back();
+  EXPECT_FALSE(EncodeStatus(status).at("tasks").at(0).has_field("state"));
 }
 
 TEST(Status, Encoding_HasTheCrdFieldNames) {

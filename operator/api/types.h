@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/base/incarnation.h"
 
 namespace phalanx::op {
 
@@ -104,13 +105,28 @@ inline constexpr char kPhaseSucceeded[] = "Succeeded";
 inline constexpr char kPhaseFailed[] = "Failed";
 inline constexpr char kPhaseSuspended[] = "Suspended";
 
+// What one task is doing, as status.tasks[].state says it (codec.h's TaskStateName is the one
+// place that spells these as the CRD's strings).
+enum class TaskState {
+  kUnknown,      // not yet observed (written as no `state` at all)
+  kPending,      // its pod is to be created or not running yet
+  kRunning,      // its pod runs
+  kSucceeded,    // its pod succeeded
+  kRestarting,   // replaced by a new incarnation this pass
+  kBackingOff,   // failed; waiting out the restart back-off
+  kPreempting,   // its node or pod is being preempted; checkpointing before it moves
+  kTerminating,  // its pod is being deleted (an eviction, or someone deleted it)
+  kSuspended,    // the job is suspended
+};
+
+using base::Incarnation;
+
 struct TaskStatus {
   int index = 0;
   std::string pod;
   std::string node;
-  int incarnation = 0;
-  std::string state;  // Pending, Running, Succeeded, Restarting, BackingOff, Preempting,
-                     // Terminating, Suspended
+  Incarnation incarnation = 0;
+  TaskState state = TaskState::kUnknown;
   int restarts = 0;
   std::string last_failure_reason;
   std::optional<int> last_exit_code;

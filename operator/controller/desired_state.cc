@@ -73,7 +73,7 @@ std::string TasksServiceName(const std::string& job) { return job + "-tasks"; }
 std::string TaskHostname(const std::string& job, int index) {
   return absl::StrCat(job, "-task-", index);
 }
-std::string TaskPodName(const std::string& job, int index, int incarnation) {
+std::string TaskPodName(const std::string& job, int index, Incarnation incarnation) {
   return absl::StrCat(job, "-task-", index, "-", incarnation);
 }
 
@@ -203,7 +203,7 @@ std::string CoordinatorAddress(const Json& job, const CoordinatorPlacement& plac
                       ".svc:", placement.port);
 }
 
-Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index, int incarnation,
+Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index, Incarnation incarnation,
                     const std::string& coordinator_address) {
   const std::string name = MetaString(job, "name");
   const std::string ns = MetaString(job, "namespace");

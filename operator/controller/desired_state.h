@@ -29,7 +29,7 @@ std::string SecretName(const std::string& job);
 std::string CoordinatorName(const std::string& job);  // the pod and its Service
 std::string TasksServiceName(const std::string& job);
 std::string TaskHostname(const std::string& job, int index);
-std::string TaskPodName(const std::string& job, int index, int incarnation);
+std::string TaskPodName(const std::string& job, int index, Incarnation incarnation);
 
 // Where and how the coordinator runs.
 struct CoordinatorPlacement {
@@ -58,7 +58,7 @@ std::string CoordinatorAddress(const Json& job, const CoordinatorPlacement& plac
 // operator, not the kubelet, restarts tasks so that every restart is a new incarnation), stable
 // hostname/subdomain, scheduler and priority pass-through, and the environment of DESIGN.md in
 // every container: PHALANX_*, MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK, JAX_* .
-Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index, int incarnation,
+Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index, Incarnation incarnation,
                     const std::string& coordinator_address);
 
 }  // namespace phalanx::op

@@ -1,16 +1,18 @@
 #include "operator/controller/observe.h"
 
 #include "absl/strings/numbers.h"
+#include "common/base/node_notice.h"
 #include "common/kube/object_meta.h"
 #include "operator/controller/desired_state.h"
 
 namespace phalanx::op {
 namespace {
 
-int LabelInt(const std::map<std::string, std::string>& labels, const char* key) {
+template <typename T>
+T LabelNumber(const std::map<std::string, std::string>& labels, const char* key, T none) {
   auto it = labels.find(key);
-  int v = -1;
-  if (it == labels.end() || !absl::SimpleAtoi(it->second, &v)) return -1;
+  T v = none;
+  if (it == labels.end() || !absl::SimpleAtoi(it->second, &v)) return none;
   return v;
 }
 
@@ -23,14 +25,22 @@ bool ConditionTrue(const Json& pod, const std::string& type) {
 
 }  // namespace
 
+PodPhase ParsePodPhase(const std::string& phase) {
+  if (phase == "Pending") return PodPhase::kPending;
+  if (phase == "Running") return PodPhase::kRunning;
+  if (phase == "Succeeded") return PodPhase::kSucceeded;
+  if (phase == "Failed") return PodPhase::kFailed;
+  return PodPhase::kUnknown;
+}
+
 PodView ViewOfPod(const Json& pod) {
   PodView v;
   v.name = kube::MetaString(pod, "name");
   v.uid = kube::MetaString(pod, "uid");
   const std::map<std::string, std::string> labels = kube::LabelsOf(pod);
-  v.index = LabelInt(labels, kTaskLabel);
-  v.incarnation = LabelInt(labels, kIncarnationLabel);
-  v.phase = kube::StringAt(pod, "status.phase");
+  v.index = LabelNumber(labels, kTaskLabel, -1);
+  v.incarnation = LabelNumber(labels, kIncarnationLabel, base::kNoIncarnation);
+  v.phase = ParsePodPhase(kube::StringAt(pod, "status.phase"));
   v.node = kube::StringAt(pod, "spec.nodeName");
   v.ip = kube::StringAt(pod, "status.podIP");
   v.being_deleted = kube::IsBeingDeleted(pod);
@@ -46,6 +56,14 @@ PodView ViewOfPod(const Json& pod) {
   }
   if (v.reason.empty()) v.reason = kube::StringAt(pod, "status.reason");  // e.g. Evicted
   return v;
+}
+
+absl::Time NodePreemptionDeadline(const Json& node) {
+  const Json& value = kube::FieldOrNull(kube::FieldOrNull(kube::FieldOrNull(node, "metadata"),
+                                                          "annotations"),
+                                        base::kPreemptionDeadlineAnnotation);
+  if (!value.is_string()) return absl::InfiniteFuture();
+  return kube::ParseKubeTime(value.as_string()).value_or(absl::InfiniteFuture());
 }
 
 }  // namespace phalanx::op

@@ -1,28 +1,36 @@
-// What the reconciler sees of a job's world, reduced to the facts the policy needs: each task
+// What the reconciler sees of a job's world, reduced to the facts the policy needs (each task
 // pod's index, incarnation, phase, exit code and disruption marks; the coordinator pod; failures
-// the coordinator reported. Built from informer-cache objects; pure.
+// the coordinator reported; nodes about to go away and when), and the pipeline's first stage,
+// ObserveTasks, which sorts those pods into one record per task. Built from informer-cache
+// objects; pure; thread-safe.
 #pragma once
 
 #include <cpprest/json.h>
 
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
+#include "common/base/incarnation.h"
 #include "common/kube/node_preemption.h"
 
 namespace phalanx::op {
 
 using Json = web::json::value;
+using base::Incarnation;
+
+// status.phase of a Pod.
+enum class PodPhase { kUnknown, kPending, kRunning, kSucceeded, kFailed };
+PodPhase ParsePodPhase(const std::string& phase);  // "" or anything else: kUnknown
 
 struct PodView {
   std::string name;
   std::string uid;
-  int index = -1;        // task pods: phalanx.dev/task
-  int incarnation = -1;  // task pods: phalanx.dev/incarnation
-  std::string phase;     // Pending, Running, Succeeded, Failed ("" when unknown)
+  int index = -1;                                // task pods: phalanx.dev/task
+  Incarnation incarnation = base::kNoIncarnation;  // task pods: phalanx.dev/incarnation
+  PodPhase phase = PodPhase::kUnknown;
   std::string node;
   std::string ip;
   bool being_deleted = false;
@@ -31,9 +39,18 @@ struct PodView {
   std::optional<int> exit_code;     // first container's terminated state
   std::string reason;               // its reason (Error, Completed, OOMKilled, ...)
   std::string message;              // more about it, for Events (the coordinator's words)
+
+  bool ended() const { return phase == PodPhase::kSucceeded || phase == PodPhase::kFailed; }
 };
 
 PodView ViewOfPod(const Json& pod);
+
+// A task the coordinator declared failed (crash, hang or reported error) while its pod may still
+// look Running.
+struct CoordinatorFailure {
+  Incarnation incarnation = 0;  // the incarnation it declared failed
+  std::string reason;           // its words: "heartbeat timeout", "session broken: ..."
+};
 
 struct JobObservation {
   std::vector<PodView> task_pods;
@@ -41,17 +58,19 @@ struct JobObservation {
   bool has_secret = false;
   bool has_coordinator_service = false;
   bool has_tasks_service = false;
-  // task index → incarnation the coordinator reports failed (crash, hang or error) while its pod
-  // may still look Running.
-  std::map<int, int> coordinator_failed;
-  // task index → the coordinator's reason ("heartbeat timeout", "session broken: ...").
-  std::map<int, std::string> coordinator_failure_reasons;
-  // Nodes about to go away: termination/maintenance taints, or cordoned.
-  std::set<std::string> preempting_nodes;
+  // task index → what the coordinator reported about it.
+  std::map<int, CoordinatorFailure> coordinator_failed;
+  // Nodes about to go away (termination/maintenance taints, or cordoned) → when, as the node
+  // agent announced it (base/node_notice.h); absl::InfiniteFuture() when nobody said.
+  std::map<std::string, absl::Time> preempting_nodes;
 };
 
 // True when a node carries a termination or maintenance taint or is cordoned (one list, shared
 // with the node agent).
 using kube::NodeIsBeingPreempted;
+
+// The deadline the node agent wrote on a Node (annotation phalanx.dev/preemption-deadline);
+// absl::InfiniteFuture() when there is none or it is not RFC 3339.
+absl::Time NodePreemptionDeadline(const Json& node);
 
 }  // namespace phalanx::op

@@ -1,8 +1,10 @@
 // PlanReconcile: one reconcile pass as a pure function. Given the job, its decoded spec, the
 // status written last time and what the cluster shows now, it returns what to create and delete,
-// the status to write, the Events to record and when to look again. The reconciler executes the
-// plan; every policy decision (restart scope, maxRestarts, back-off, fatal vs retryable exit
-// codes, preemption, success policy, suspend, goodput) lives here and is table-tested.
+// the status to write, the Events to record, the preemption notices to deliver and when to look
+// again. The reconciler executes the plan; every policy decision (restart scope, maxRestarts,
+// back-off, fatal vs retryable exit codes, preemption, success policy, suspend, goodput) is made
+// by the named stages PlanReconcile runs in order (pass.h lists them), one policy per file, each
+// table-tested on its own. Pure; thread-safe.
 #pragma once
 
 #include <string>
@@ -19,6 +21,8 @@ struct EventNote {
   bool warning = false;
   std::string reason;
   std::string message;
+
+  friend bool operator==(const EventNote&, const EventNote&) = default;
 };
 
 // A task pod created in place of one that failed or was preempted (not a first creation).
@@ -26,6 +30,20 @@ struct Replacement {
   int task = 0;
   bool preemption = false;
   std::string reason;  // bounded: a pod reason, "Preempted" reasons below, "JobRestart", ...
+
+  friend bool operator==(const Replacement&, const Replacement&) = default;
+};
+
+// A task whose node or pod is being preempted: its coordinator must open (or join) a checkpoint
+// round that ends by `deadline`. `since` (when the operator first saw the preemption) tells one
+// notice from the next: the reconciler delivers each (task, since) until the coordinator
+// acknowledges it.
+struct PreemptionNotice {
+  int task = 0;
+  absl::Time since;
+  absl::Time deadline;
+
+  friend bool operator==(const PreemptionNotice&, const PreemptionNotice&) = default;
 };
 
 struct ReconcilePlan {
@@ -34,6 +52,7 @@ struct ReconcilePlan {
   std::vector<Replacement> replacements;  // for metrics: restarts and preemptions by reason
   TrainingJobStatus status;
   std::vector<EventNote> events;
+  std::vector<PreemptionNotice> notices;  // for the coordinator, every pass while they last
   absl::Duration requeue_after = absl::ZeroDuration();  // zero: only on the next change
 };
 
@@ -48,12 +67,5 @@ struct PlanInputs {
 };
 
 ReconcilePlan PlanReconcile(const PlanInputs& in);
-
-// The wait before restart number `restarts_so_far + 1`: none for the first, then base·2^(k-1)
-// capped at max.
-absl::Duration RestartBackoff(const BackoffSpec& backoff, int restarts_so_far);
-
-enum class FailureClass { kRetryable, kFatal };
-FailureClass ClassifyFailure(const FailurePolicy& policy, const PodView& pod);
 
 }  // namespace phalanx::op

@@ -10,6 +10,7 @@
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
 #include "operator/controller/blocked.h"
+#include "operator/controller/failure_policy.h"
 
 namespace phalanx::op {
 namespace {
@@ -32,7 +33,7 @@ TrainingJobSpec Spec(int replicas = 2) {
   return spec;
 }
 
-PodView TaskPod(int index, int incarnation, const std::string& phase, bool ready = true) {
+PodView TaskPod(int index, int incarnation, PodPhase phase, bool ready = true) {
   PodView p;
   p.index = index;
   p.incarnation = incarnation;
@@ -48,10 +49,10 @@ JobObservation Healthy(int replicas = 2) {
   w.has_secret = w.has_coordinator_service = w.has_tasks_service = true;
   PodView coordinator;
   coordinator.name = "j-coordinator";
-  coordinator.phase = "Running";
+  coordinator.phase = PodPhase::kRunning;
   coordinator.ip = "10.0.0.9";
   w.coordinator = coordinator;
-  for (int i = 0; i < replicas; ++i) w.task_pods.push_back(TaskPod(i, 0, "Running"));
+  for (int i = 0; i < replicas; ++i) w.task_pods.push_back(TaskPod(i, 0, PodPhase::kRunning));
   return w;
 }
 
@@ -98,7 +99,7 @@ TEST(PlanTest, ANewJobGetsItsSecretServicesCoordinatorAndTaskPods) {
 TEST(PlanTest, ByPodIpTasksWaitForTheCoordinatorsAddress) {
   JobObservation world = Healthy();
   world.task_pods.clear();
-  world.coordinator->phase = "Pending";
+  world.coordinator->phase = PodPhase::kPending;
   world.coordinator->ip.clear();
   CoordinatorPlacement placement;
   placement.address_by_pod_ip = true;
@@ -107,7 +108,7 @@ TEST(PlanTest, ByPodIpTasksWaitForTheCoordinatorsAddress) {
   ReconcilePlan plan = PlanReconcile({job, spec, {}, world, placement, "tok", kNow});
   EXPECT_TRUE(plan.create.empty());
   EXPECT_GT(plan.requeue_after, absl::ZeroDuration());
-  world.coordinator->phase = "Running";
+  world.coordinator->phase = PodPhase::kRunning;
   world.coordinator->ip = "127.0.0.1";
   plan = PlanReconcile({job, spec, {}, world, placement, "tok", kNow});
   ASSERT_EQ(plan.create.size(), 2u);
@@ -127,7 +128,7 @@ TEST(PlanTest, AllRunningIsRunningAndIdempotent) {
 
 TEST(PlanTest, TaskScopeRestartsOnlyTheFailedTaskWithTheNextIncarnation) {
   JobObservation world = Healthy();
-  world.task_pods[1].phase = "Failed";
+  world.task_pods[1].phase = PodPhase::kFailed;
   world.task_pods[1].exit_code = 1;
   world.task_pods[1].reason = "Error";
   ReconcilePlan plan = Plan(Spec(), {}, world);
@@ -149,7 +150,7 @@ TEST(PlanTest, JobScopeRestartsEveryTask) {
   TrainingJobSpec spec = Spec();
   spec.failure_policy.restart_scope = RestartScope::kJob;
   JobObservation world = Healthy();
-  world.task_pods[0].phase = "Failed";
+  world.task_pods[0].phase = PodPhase::kFailed;
   ReconcilePlan plan = Plan(spec, {}, world);
   EXPECT_THAT(plan.delete_pods, ::testing::UnorderedElementsAre("j-task-0-0", "j-task-1-0"));
   EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-0-1", "j-task-1-1"));
@@ -158,8 +159,7 @@ TEST(PlanTest, JobScopeRestartsEveryTask) {
 
 TEST(PlanTest, CoordinatorReportedFailureRestartsAPodThatLooksRunning) {
   JobObservation world = Healthy();
-  world.coordinator_failed[0] = 0;
-  world.coordinator_failure_reasons[0] = "heartbeat timeout";
+  world.coordinator_failed[0] = {0, "heartbeat timeout"};
   ReconcilePlan plan = Plan(Spec(), {}, world);
   EXPECT_THAT(plan.delete_pods, ::testing::ElementsAre("j-task-0-0"));
   EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-0-1"));
@@ -167,7 +167,7 @@ TEST(PlanTest, CoordinatorReportedFailureRestartsAPodThatLooksRunning) {
   ASSERT_FALSE(plan.events.empty());
   EXPECT_THAT(plan.events[0].message, ::testing::HasSubstr("heartbeat timeout"));
   // A report about an older incarnation is ignored.
-  world.coordinator_failed[0] = -5;
+  world.coordinator_failed[0] = {-5, "old"};
   EXPECT_TRUE(Plan(Spec(), {}, world).delete_pods.empty());
 }
 
@@ -179,11 +179,11 @@ TEST(PlanTest, BackoffThenMaxRestartsFailsTheJob) {
   previous.restarts = 1;
   previous.last_restart_time = kNow - absl::Seconds(4);
   JobObservation world = Healthy();
-  world.task_pods[0].phase = "Failed";
+  world.task_pods[0].phase = PodPhase::kFailed;
   ReconcilePlan plan = Plan(spec, previous, world);
   EXPECT_TRUE(plan.create.empty());  // still backing off
   EXPECT_EQ(plan.requeue_after, absl::Seconds(6));
-  EXPECT_EQ(plan.status.tasks[0].state, "BackingOff");
+  EXPECT_EQ(plan.status.tasks[0].state, TaskState::kBackingOff);
   plan = Plan(spec, previous, world, kNow + absl::Seconds(6));
   EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-0-1"));
   EXPECT_EQ(plan.status.restarts, 2);
@@ -238,7 +238,7 @@ TEST(PlanTest, FatalExitCodesAndReasonsFailTheJobAtOnce) {
   TrainingJobSpec spec = Spec();
   spec.failure_policy.fatal_exit_codes = {42};
   JobObservation world = Healthy();
-  world.task_pods[1].phase = "Failed";
+  world.task_pods[1].phase = PodPhase::kFailed;
   world.task_pods[1].exit_code = 42;
   ReconcilePlan plan = Plan(spec, {}, world);
   EXPECT_EQ(plan.status.phase, kPhaseFailed);
@@ -250,7 +250,7 @@ TEST(PlanTest, PreemptionOpensACheckpointRoundThenMovesTheTaskWithoutSpendingRes
   spec.preemption.checkpoint_grace = absl::Seconds(30);
   spec.failure_policy.max_restarts = 0;
   JobObservation world = Healthy();
-  world.preempting_nodes.insert("node-0");
+  world.preempting_nodes["node-0"] = absl::InfiniteFuture();
   world.task_pods[1].node = "node-1";
   ReconcilePlan plan = Plan(spec, {}, world);
   // Task 0's preemption starts now (what the reconciler notifies the coordinator of), once.
@@ -261,7 +261,7 @@ TEST(PlanTest, PreemptionOpensACheckpointRoundThenMovesTheTaskWithoutSpendingRes
   EXPECT_THAT(plan.events[0].message, ::testing::HasSubstr("task 0 on node node-0"));
   EXPECT_TRUE(plan.delete_pods.empty());
   EXPECT_EQ(plan.requeue_after, absl::Seconds(30));
-  EXPECT_EQ(plan.status.tasks[0].state, "Preempting");
+  EXPECT_EQ(plan.status.tasks[0].state, TaskState::kPreempting);
   // Later passes do not notify again; after the grace the task moves.
   ReconcilePlan later = Plan(spec, plan.status, world, kNow + absl::Seconds(10));
   EXPECT_EQ(later.status.tasks[0].preempting_since, kNow);
@@ -280,12 +280,12 @@ TEST(PlanTest, ATaskThatExitsAfterItsPreemptionCheckpointIsMovedAtOnceAsAPreempt
   spec.preemption.checkpoint_grace = absl::Seconds(30);
   spec.failure_policy.max_restarts = 0;
   JobObservation world = Healthy();
-  world.preempting_nodes.insert("node-0");
+  world.preempting_nodes["node-0"] = absl::InfiniteFuture();
   world.task_pods[1].node = "node-1";
   ReconcilePlan noticed = Plan(spec, {}, world);
   ASSERT_EQ(noticed.status.tasks[0].preempting_since, kNow);
   // Task 0 checkpointed at the sync step and exited non-zero well before the grace ran out.
-  world.task_pods[0].phase = "Failed";
+  world.task_pods[0].phase = PodPhase::kFailed;
   world.task_pods[0].exit_code = 4;
   ReconcilePlan moved = Plan(spec, noticed.status, world, kNow + absl::Seconds(2));
   EXPECT_THAT(Names(moved.create), ::testing::ElementsAre("j-task-0-1"));
@@ -306,10 +306,10 @@ TEST(PlanTest, JobScopePreemptionLabelsThePreemptedTaskAndCountsItAsAPreemption)
   TrainingJobSpec spec = Spec();
   spec.failure_policy.restart_scope = RestartScope::kJob;
   JobObservation world = Healthy();
-  world.preempting_nodes.insert("node-0");
+  world.preempting_nodes["node-0"] = absl::InfiniteFuture();
   world.task_pods[1].node = "node-1";
   ReconcilePlan noticed = Plan(spec, {}, world);
-  world.task_pods[0].phase = "Failed";  // left after its checkpoint
+  world.task_pods[0].phase = PodPhase::kFailed;  // left after its checkpoint
   ReconcilePlan moved = Plan(spec, noticed.status, world, kNow + absl::Seconds(1));
   EXPECT_THAT(Names(moved.create), ::testing::ElementsAre("j-task-0-1", "j-task-1-1"));
   EXPECT_EQ(moved.status.tasks[0].last_failure_reason, "Preempted");
@@ -326,10 +326,10 @@ TEST(PlanTest, PreemptionsThatCountTowardMaxRestartsCanExhaustIt) {
   spec.failure_policy.max_restarts = 0;
   spec.failure_policy.preemptions_count_toward_max_restarts = true;
   JobObservation world = Healthy();
-  world.preempting_nodes.insert("node-0");
+  world.preempting_nodes["node-0"] = absl::InfiniteFuture();
   world.task_pods[1].node = "node-1";
   ReconcilePlan noticed = Plan(spec, {}, world);
-  world.task_pods[0].phase = "Failed";
+  world.task_pods[0].phase = PodPhase::kFailed;
   ReconcilePlan done = Plan(spec, noticed.status, world, kNow + absl::Seconds(1));
   EXPECT_EQ(done.status.phase, kPhaseFailed);
   EXPECT_TRUE(done.create.empty());
@@ -342,7 +342,7 @@ TEST(PlanTest, AnEvictedPodIsReplacedOnceGoneAsAPreemption) {
   world.task_pods[1].disruption_target = true;
   ReconcilePlan terminating = Plan(Spec(), running.status, world);
   EXPECT_TRUE(terminating.create.empty());
-  EXPECT_EQ(terminating.status.tasks[1].state, "Terminating");
+  EXPECT_EQ(terminating.status.tasks[1].state, TaskState::kTerminating);
   world.task_pods.pop_back();  // the eviction finished
   ReconcilePlan moved = Plan(Spec(), terminating.status, world);
   EXPECT_THAT(Names(moved.create), ::testing::ElementsAre("j-task-1-1"));
@@ -369,14 +369,14 @@ TEST(PlanTest, ARunningPodThatVanishesIsANewIncarnationNotAReuse) {
 
 TEST(PlanTest, SuccessPolicies) {
   JobObservation world = Healthy();
-  world.task_pods[0].phase = "Succeeded";
+  world.task_pods[0].phase = PodPhase::kSucceeded;
   EXPECT_NE(Plan(Spec(), {}, world).status.phase, kPhaseSucceeded);
   TrainingJobSpec task_zero = Spec();
   task_zero.success_policy = SuccessPolicy::kTaskZero;
   ReconcilePlan plan = Plan(task_zero, {}, world);
   EXPECT_EQ(plan.status.phase, kPhaseSucceeded);
   EXPECT_THAT(plan.delete_pods, ::testing::Contains("j-task-1-0"));
-  world.task_pods[1].phase = "Succeeded";
+  world.task_pods[1].phase = PodPhase::kSucceeded;
   EXPECT_EQ(Plan(Spec(), {}, world).status.phase, kPhaseSucceeded);
 }
 

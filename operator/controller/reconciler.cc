@@ -76,7 +76,8 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   const std::string uid = kube::MetaString(job, "uid");
   if (kube::IsBeingDeleted(job)) return kube::Controller::Result{};
 
-  TrainingJobStatus previous = DecodeStatus(job);
+  const TrainingJobStatus stored = DecodeStatus(job);  // the only decode of it this pass
+  TrainingJobStatus previous = stored;
   absl::StatusOr<TrainingJobSpec> spec = DecodeSpec(job);
   std::vector<std::string> problems = ValidateName(name);
   if (!spec.ok()) {
@@ -89,7 +90,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     // generation.
     StageResult invalid = InvalidSpecStatus(previous, kube::ObjectMeta::Decode(job).generation,
                                             problems, clock_.Now());
-    absl::StatusOr<Json> written = WriteStatus(job, EncodeStatus(invalid.status));
+    absl::StatusOr<Json> written = WriteStatus(job, stored, invalid.status);
     RecordEvents(job, invalid.events);
     if (metrics_ != nullptr) metrics_->Reconciled(written.ok(), clock_.Now() - started);
     if (!written.ok()) return written.status();
@@ -113,7 +114,9 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
       world.task_pods.push_back(view);
       if (!view.node.empty()) {
         std::optional<Json> node = informers_.nodes.Get("", view.node);
-        if (node.has_value() && NodeIsBeingPreempted(*node)) world.preempting_nodes.insert(view.node);
+        if (node.has_value() && NodeIsBeingPreempted(*node)) {
+          world.preempting_nodes[view.node] = NodePreemptionDeadline(*node);
+        }
       }
     }
   }
@@ -127,14 +130,13 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   if (link_ != nullptr && !active) link_->Forget(key);
   if (!active) ForgetNotices(key);
   if (link_ != nullptr && active && world.coordinator.has_value() &&
-      world.coordinator->phase == "Running") {
+      world.coordinator->phase == PodPhase::kRunning) {
     const std::string token = TokenOf(ns, name);
     const std::string address = CoordinatorAddress(job, placement, world.coordinator->ip);
     if (!token.empty() && !address.empty()) {
       link_->Ensure(key, address, token, world.coordinator->uid);
       for (const auto& [task, failure] : link_->FailedTasks(key)) {
-        world.coordinator_failed[task] = failure.incarnation;
-        world.coordinator_failure_reasons[task] = failure.reason;
+        world.coordinator_failed[task] = {failure.incarnation, failure.reason};
       }
     }
   }
@@ -143,7 +145,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   // Status first: it records the new incarnations and counters, so a pass that loses the race
   // with another writer (409) or dies half-way is redone from the record, never double-counted
   // and never lost. Acting on a stale view is impossible: a stale job fails this write.
-  absl::StatusOr<Json> written = WriteStatus(job, EncodeStatus(plan.status));
+  absl::StatusOr<Json> written = WriteStatus(job, stored, plan.status);
   if (!written.ok()) {
     if (metrics_ != nullptr) metrics_->Reconciled(false, clock_.Now() - started);
     return written.status();
@@ -161,20 +163,12 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   StageResult outcome = RecordChildOutcome(plan.status, failures, acted, clock_.Now());
   absl::Status executed =
       failures.empty() ? absl::OkStatus() : failures.front().status;  // requeue with back-off
-  if (absl::StatusOr<Json> again = WriteStatus(*written, EncodeStatus(outcome.status));
+  if (absl::StatusOr<Json> again = WriteStatus(*written, plan.status, outcome.status);
       !again.ok() && executed.ok()) {
     executed = again.status();
   }
   absl::Duration requeue_after = plan.requeue_after;
-  std::vector<std::pair<int, absl::Time>> preempting;
-  for (const TaskStatus& task : plan.status.tasks) {
-    if (task.preempting_since.has_value() &&
-        (task.state == "Preempting" || task.state == "Terminating")) {
-      preempting.emplace_back(task.index, *task.preempting_since);
-    }
-  }
-  if (link_ != nullptr && active &&
-      !DeliverPreemptionNotices(key, preempting, spec->preemption.checkpoint_grace)) {
+  if (link_ != nullptr && active && !DeliverPreemptionNotices(key, plan.notices)) {
     constexpr absl::Duration kNoticeRetry = absl::Seconds(1);
     requeue_after = requeue_after == absl::ZeroDuration() ? kNoticeRetry
                                                           : std::min(requeue_after, kNoticeRetry);
@@ -205,8 +199,9 @@ void Reconciler::ForgetNotices(const std::string& key) {
 }
 
 bool Reconciler::DeliverPreemptionNotices(const std::string& key,
-                                          const std::vector<std::pair<int, absl::Time>>& due,
-                                          absl::Duration grace) {
+                                          const std::vector<PreemptionNotice>& notices) {
+  std::set<std::pair<int, absl::Time>> due;
+  for (const PreemptionNotice& n : notices) due.insert({n.task, n.since});
   std::vector<int> tasks;
   absl::Time deadline = absl::InfiniteFuture();
   {
@@ -214,12 +209,12 @@ bool Reconciler::DeliverPreemptionNotices(const std::string& key,
     std::set<std::pair<int, absl::Time>>& acked = notified_[key];
     // Forget tasks no longer being preempted (bounded memory; a later preemption is new).
     for (auto it = acked.begin(); it != acked.end();) {
-      it = std::find(due.begin(), due.end(), *it) == due.end() ? acked.erase(it) : std::next(it);
+      it = due.contains(*it) ? std::next(it) : acked.erase(it);
     }
-    for (const auto& [task, since] : due) {
-      if (acked.contains({task, since})) continue;
-      tasks.push_back(task);
-      deadline = std::min(deadline, since + grace);
+    for (const PreemptionNotice& n : notices) {
+      if (acked.contains({n.task, n.since})) continue;
+      tasks.push_back(n.task);
+      deadline = std::min(deadline, n.deadline);
     }
   }
   if (tasks.empty()) return true;
@@ -276,11 +271,14 @@ void Reconciler::RecordEvents(const Json& job, const std::vector<EventNote>& eve
   }
 }
 
-absl::StatusOr<Json> Reconciler::WriteStatus(const Json& job, const Json& status) {
+absl::StatusOr<Json> Reconciler::WriteStatus(const Json& job, const TrainingJobStatus& stored,
+                                             const TrainingJobStatus& status) {
+  // Compared as typed values: the server's JSON may spell a number differently (0 vs 0.0), and
+  // DecodeStatus(EncodeStatus(s)) == s (codec_test), so equal means the write would change
+  // nothing.
+  if (stored == status) return job;  // no write when unchanged
   Json updated = job;
-  updated["status"] = status;
-  // Compared as decoded values: the server's JSON may spell a number differently (0 vs 0.0).
-  if (DecodeStatus(job) == DecodeStatus(updated)) return job;  // no write when unchanged
+  updated["status"] = EncodeStatus(status);
   return client_.UpdateStatus(kTrainingJobs, kube::MetaString(job, "namespace"), updated);
 }
 

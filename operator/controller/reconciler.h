@@ -1,5 +1,6 @@
 // Reconciler: the one class of the operator that talks to the API server. Reconcile(key) reads
-// the job and its children from the informer caches, asks PlanReconcile what to do, does it
+// the job and its children from the informer caches (decoding the job's status once), asks
+// PlanReconcile (the pipeline of policy stages, pass.h) what to do, does it
 // (deletes, then creates; AlreadyExists and NotFound are fine), writes status through /status
 // (a 409 requeues quietly), records the plan's Events, and returns the plan's requeue. Invalid
 // specs that slipped past the CRD, and children the API server refuses, show on the job
@@ -24,6 +25,7 @@
 #include "operator/controller/coordinator_link.h"
 #include "operator/controller/desired_state.h"
 #include "operator/controller/metrics.h"
+#include "operator/controller/plan.h"
 
 namespace phalanx::op {
 
@@ -64,20 +66,22 @@ class Reconciler {
   // Deletes, then creates; returns what the API server refused (NotFound on delete and
   // AlreadyExists on create are fine).
   std::vector<ChildFailure> Execute(const Json& job, const ReconcilePlan& plan);
-  // Writes `status` through /status unless it equals the job's; returns the job as now stored
-  // (`job` itself when nothing was written), whose resourceVersion a second write needs.
-  absl::StatusOr<Json> WriteStatus(const Json& job, const Json& status);
+  // Writes `status` through /status unless it equals `stored` (the job's status, decoded once
+  // per pass); returns the job as now stored (`job` itself when nothing was written), whose
+  // resourceVersion a second write needs.
+  absl::StatusOr<Json> WriteStatus(const Json& job, const TrainingJobStatus& stored,
+                                   const TrainingJobStatus& status);
   void RecordEvents(const Json& job, const std::vector<EventNote>& events);
   CoordinatorPlacement PlacementFor(const Json& job) const;
   std::string TokenOf(const std::string& ns, const std::string& job) const;
 
-  // Notifies the coordinator of every task being preempted (`due`: task, preempting since) whose
-  // notice it has not acknowledged yet; false if one must be retried. Level-triggered: after a
-  // failed delivery or on a new operator leader the notice goes out again (the coordinator
-  // folds a repeat into its open round).
+  // Delivers to the coordinator every notice of the plan (preemption_policy.h
+  // PreemptionNotices) it has not acknowledged yet, as one round ending at the earliest of their
+  // deadlines; false if one must be retried. Level-triggered: after a failed delivery or on a
+  // new operator leader the notice goes out again (the coordinator folds a repeat into its open
+  // round).
   bool DeliverPreemptionNotices(const std::string& key,
-                                const std::vector<std::pair<int, absl::Time>>& due,
-                                absl::Duration grace);
+                                const std::vector<PreemptionNotice>& notices);
   void ForgetNotices(const std::string& key);
 
   kube::Client& client_;

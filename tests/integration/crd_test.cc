@@ -190,7 +190,8 @@ TEST_F(TrainingJobCrdTest, SchemaIsStructuralWithCelRulesAndARealStatusSchema) {
       absl::Now();
   full.conditions.push_back({"Running", "True", "R", "m", absl::Now(), 1});
   TaskStatus task;
-  task.pod = task.node = task.state = task.last_failure_reason = "x";
+  task.pod = task.node = task.last_failure_reason = "x";
+  task.state = TaskState::kRunning;  // every field set, so every one is encoded
   task.last_exit_code = 1;
   task.preempting_since = absl::Now();
   full.tasks.push_back(task);
@@ -282,7 +283,7 @@ TEST_F(TrainingJobCrdTest, FullStatus_SurvivesTheStatusSubresource) {
   t0.pod = "status-round-trip-task-0";
   t0.node = "node-0";
   t0.incarnation = 2;
-  t0.state = "Running";
+  t0.state = TaskState::kRunning;
   t0.restarts = 1;
   t0.last_failure_reason = "Error";
   t0.last_exit_code = 1;

@@ -1,0 +1,89 @@
+#include "operator/controller/failure_policy.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace phalanx::op {
+namespace {
+
+template <typename T>
+bool Contains(const std::vector<T>& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+}  // namespace
+
+absl::Duration RestartBackoff(const BackoffSpec& backoff, int restarts_so_far) {
+  if (restarts_so_far <= 0) return absl::ZeroDuration();
+  absl::Duration d = backoff.base;
+  for (int i = 1; i < restarts_so_far && d < backoff.max; ++i) d *= 2;
+  return std::min(d, backoff.max);
+}
+
+FailureClass ClassifyFailure(const FailurePolicy& policy, const PodView& pod) {
+  if (!pod.reason.empty() && Contains(policy.fatal_reasons, pod.reason)) return FailureClass::kFatal;
+  if (pod.exit_code.has_value()) {
+    if (Contains(policy.fatal_exit_codes, *pod.exit_code)) return FailureClass::kFatal;
+    if (!policy.retryable_exit_codes.empty() &&
+        !Contains(policy.retryable_exit_codes, *pod.exit_code)) {
+      return FailureClass::kFatal;
+    }
+  }
+  return FailureClass::kRetryable;
+}
+
+Next FailOnFatal(const PlanInputs& in, JobPass& pass) {
+  const std::vector<int> fatal = TasksWith(pass, TaskEvent::kFatal);
+  if (fatal.empty()) return Next::kContinue;
+  const int i = fatal.front();
+  FailJob(in, pass, "FatalFailure",
+          absl::StrCat("task ", i, " ", Describe(pass.tasks[static_cast<size_t>(i)].failure),
+                       ", which the failure policy treats as fatal"));
+  return Next::kDone;
+}
+
+Next RestartFailedTasks(const PlanInputs& in, JobPass& pass) {
+  const std::vector<int> failed = TasksWith(pass, TaskEvent::kFailed);
+  if (failed.empty() || !pass.moved.empty()) return Next::kContinue;
+  TrainingJobStatus& st = pass.out.status;
+  const FailurePolicy& policy = in.spec.failure_policy;
+  auto failure = [&](int i) -> const PodView& { return pass.tasks[static_cast<size_t>(i)].failure; };
+  const bool job_scope = policy.restart_scope == RestartScope::kJob;
+  const int needed = job_scope ? 1 : static_cast<int>(failed.size());
+  if (st.restarts + needed > policy.max_restarts) {
+    FailJob(in, pass, "MaxRestartsExceeded",
+            absl::StrCat("task ", failed.front(), " ", Describe(failure(failed.front())),
+                         "; maxRestarts (", policy.max_restarts, ") is exhausted"));
+    return Next::kDone;
+  }
+  const absl::Duration backoff = RestartBackoff(policy.backoff, st.restarts);
+  const absl::Time not_before =
+      st.last_restart_time.has_value() ? *st.last_restart_time + backoff : in.now;
+  if (in.now < not_before) {
+    for (int i : failed) pass.tasks[static_cast<size_t>(i)].status.state = TaskState::kBackingOff;
+    st.phase = kPhaseRestarting;
+    pass.out.requeue_after = not_before - in.now;
+    return Next::kDone;
+  }
+  st.restarts += needed;
+  st.last_restart_time = in.now;
+  for (int i : failed) {
+    pass.out.events.push_back(
+        {true, "TaskRestarted",
+         absl::StrCat("task ", i, " ", Describe(failure(i)), "; restarting ",
+                      job_scope ? "every task" : "it", " as incarnation ",
+                      pass.tasks[static_cast<size_t>(i)].status.incarnation + 1)});
+  }
+  if (job_scope) {
+    RestartAll(in, pass, "Failed", failed);
+  } else {
+    for (int i : failed) {
+      const PodView& pod = failure(i);
+      RestartTask(in, pass, i, pod.reason.empty() ? "Failed" : pod.reason, pod.exit_code);
+    }
+  }
+  return Next::kContinue;
+}
+
+}  // namespace phalanx::op

@@ -1,0 +1,27 @@
+// Stages "fatal" and "failures" (pass.h): spec.failurePolicy.
+//   - A failure the policy treats as fatal (a fatal exit code or reason, or an exit code outside
+//     a non-empty retryable list) fails the job at once (FatalFailure).
+//   - Other failures restart: restartScope Task replaces only the failed tasks, Job every task,
+//     each as its next incarnation. Each restart spends one of maxRestarts (a Job-scope restart
+//     one in all); past it the job fails (MaxRestartsExceeded). Restart k+1 waits
+//     RestartBackoff(k) after the last one (tasks BackingOff, phase Restarting meanwhile).
+//   - A pass that moved preempted tasks restarts no failures: they are acted on next pass.
+// Pure.
+#pragma once
+
+#include "absl/time/time.h"
+#include "operator/controller/pass.h"
+
+namespace phalanx::op {
+
+// The wait before restart number `restarts_so_far + 1`: none for the first, then base·2^(k-1)
+// capped at max.
+absl::Duration RestartBackoff(const BackoffSpec& backoff, int restarts_so_far);
+
+enum class FailureClass { kRetryable, kFatal };
+FailureClass ClassifyFailure(const FailurePolicy& policy, const PodView& pod);
+
+Next FailOnFatal(const PlanInputs& in, JobPass& pass);
+Next RestartFailedTasks(const PlanInputs& in, JobPass& pass);
+
+}  // namespace phalanx::op

@@ -1,0 +1,45 @@
+#include "operator/controller/observe_tasks.h"
+
+#include <algorithm>
+
+#include "common/kube/object_meta.h"
+
+namespace phalanx::op {
+
+JobPass ObserveTasks(const PlanInputs& in) {
+  JobPass pass;
+  TrainingJobStatus& st = pass.out.status;
+  st = in.previous;
+  st.observed_generation = kube::ObjectMeta::Decode(in.job).generation;
+  const int n = in.spec.replicas;
+  std::vector<TaskStatus> previous = std::move(st.tasks);
+  st.tasks.clear();
+  previous.resize(static_cast<size_t>(n));
+  pass.tasks.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    TaskRecord& record = pass.tasks[static_cast<size_t>(i)];
+    record.status = std::move(previous[static_cast<size_t>(i)]);
+    record.status.index = i;
+  }
+  for (const PodView& pod : in.world.task_pods) {
+    if (pod.index < 0) continue;
+    if (pod.index >= n) {
+      if (!pod.being_deleted) pass.out.delete_pods.push_back(pod.name);
+      continue;
+    }
+    Incarnation& incarnation = pass.tasks[static_cast<size_t>(pod.index)].status.incarnation;
+    incarnation = std::max(incarnation, pod.incarnation);
+  }
+  for (const PodView& pod : in.world.task_pods) {
+    if (pod.index < 0 || pod.index >= n) continue;
+    TaskRecord& record = pass.tasks[static_cast<size_t>(pod.index)];
+    if (pod.incarnation == record.status.incarnation) {
+      record.pod = pod;
+    } else {
+      record.stale.push_back(pod);
+    }
+  }
+  return pass;
+}
+
+}  // namespace phalanx::op

@@ -1,0 +1,141 @@
+// Table test of the observe stage (observe_tasks.h): one record per task, its incarnation the
+// highest seen, its current pod and older ones, pods of indexes the job no longer has deleted.
+#include "operator/controller/observe_tasks.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "operator/controller/plan_testing.h"
+
+namespace phalanx::op {
+namespace {
+
+using namespace builders;  // NOLINT
+using ::testing::ElementsAreArray;
+
+TEST(ObserveTasks, Table) {
+  struct Case {
+    std::string name;
+    std::vector<Incarnation> previous;  // status.tasks[i].incarnation
+    std::vector<PodView> pods;
+    std::vector<Incarnation> want_incarnations;
+    std::vector<std::string> want_current;  // "" for none
+    std::vector<std::string> want_stale;    // all tasks'
+    std::vector<std::string> want_deleted;
+  };
+  const Case cases[] = {
+      {"aNewJobHasARecordPerTaskAndNoPods", {}, {}, {0, 0}, {"", ""}, {}, {}},
+      {"podsAtTheStatusIncarnationAreCurrent",
+       {1, 0},
+       {PodBuilder("j", 0, 1).Build(), PodBuilder("j", 1, 0).Build()},
+       {1, 0},
+       {"j-task-0-1", "j-task-1-0"},
+       {},
+       {}},
+      {"aNewerPodRaisesTheIncarnationAndTheOlderOneIsStale",
+       {0, 0},
+       {PodBuilder("j", 0, 0).Build(), PodBuilder("j", 0, 2).Build()},
+       {2, 0},
+       {"j-task-0-2", ""},
+       {"j-task-0-0"},
+       {}},
+      {"aStatusAheadOfEveryPodLeavesThemStale",
+       {3, 0},
+       {PodBuilder("j", 0, 2).Build()},
+       {3, 0},
+       {"", ""},
+       {"j-task-0-2"},
+       {}},
+      {"podsOfIndexesBeyondReplicasAreDeleted",
+       {},
+       {PodBuilder("j", 2, 0).Build(), PodBuilder("j", 3, 0).Deleting().Build()},
+       {0, 0},
+       {"", ""},
+       {},
+       {"j-task-2-0"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TestPass t(TrainingJobBuilder("j").Tasks(2).Generation(7));
+    for (size_t i = 0; i < c.previous.size(); ++i) {
+      t.previous.tasks.emplace_back();
+      t.previous.tasks.back().incarnation = c.previous[i];
+    }
+    t.world.task_pods = c.pods;
+    JobPass pass = ObserveTasks(t.Inputs());
+    EXPECT_EQ(pass.out.status.observed_generation, 7);
+    EXPECT_TRUE(pass.out.status.tasks.empty());  // they live in the records during the pass
+    ASSERT_EQ(pass.tasks.size(), 2u);
+    std::vector<Incarnation> incarnations;
+    std::vector<std::string> current, stale;
+    for (size_t i = 0; i < pass.tasks.size(); ++i) {
+      const TaskRecord& r = pass.tasks[i];
+      EXPECT_EQ(r.status.index, static_cast<int>(i));
+      incarnations.push_back(r.status.incarnation);
+      current.push_back(r.pod.has_value() ? r.pod->name : "");
+      for (const PodView& p : r.stale) stale.push_back(p.name);
+    }
+    EXPECT_THAT(incarnations, ElementsAreArray(c.want_incarnations));
+    EXPECT_THAT(current, ElementsAreArray(c.want_current));
+    EXPECT_THAT(stale, ElementsAreArray(c.want_stale));
+    EXPECT_THAT(pass.out.delete_pods, ElementsAreArray(c.want_deleted));
+  }
+}
+
+TEST(ObserveTasks, ShrunkReplicasDropTheExtraTaskStatuses) {
+  TestPass t(TrainingJobBuilder("j").Tasks(1));
+  t.previous.tasks.resize(3);
+  t.previous.tasks[0].restarts = 2;
+  JobPass pass = ObserveTasks(t.Inputs());
+  ASSERT_EQ(pass.tasks.size(), 1u);
+  EXPECT_EQ(pass.tasks[0].status.restarts, 2);
+}
+
+TEST(ViewOfPod, ReadsTheLabelsPhaseAndTermination) {
+  const Json pod = Json::parse(R"({"metadata":{"name":"j-task-1-4","uid":"p1",
+      "labels":{"phalanx.dev/task":"1","phalanx.dev/incarnation":"4"}},
+      "spec":{"nodeName":"n2"},
+      "status":{"phase":"Failed","podIP":"10.1.1.1",
+        "conditions":[{"type":"DisruptionTarget","status":"True"},{"type":"Ready","status":"False"}],
+        "containerStatuses":[{"state":{"terminated":{"exitCode":137,"reason":"OOMKilled"}}}]}})");
+  const PodView v = ViewOfPod(pod);
+  EXPECT_EQ(v.index, 1);
+  EXPECT_EQ(v.incarnation, 4);
+  EXPECT_EQ(v.phase, PodPhase::kFailed);
+  EXPECT_TRUE(v.ended());
+  EXPECT_EQ(v.node, "n2");
+  EXPECT_TRUE(v.disruption_target);
+  EXPECT_FALSE(v.ready);
+  EXPECT_EQ(v.exit_code, 137);
+  EXPECT_EQ(v.reason, "OOMKilled");
+  const PodView bare = ViewOfPod(Json::parse(R"({"metadata":{"name":"x",
+      "labels":{"phalanx.dev/incarnation":"garbage"}},"status":{"phase":"Weird","reason":"Evicted"}})"));
+  EXPECT_EQ(bare.index, -1);
+  EXPECT_EQ(bare.incarnation, base::kNoIncarnation);
+  EXPECT_EQ(bare.phase, PodPhase::kUnknown);
+  EXPECT_EQ(bare.reason, "Evicted");
+}
+
+TEST(NodePreemptionDeadline, ReadsTheAgentsAnnotation) {
+  const struct {
+    std::string name;
+    std::string node;
+    absl::Time want;
+  } cases[] = {
+      {"annotated",
+       R"({"metadata":{"annotations":{"phalanx.dev/preemption-deadline":"2027-01-15T08:00:30Z"}}})",
+       absl::FromUnixSeconds(1800000030)},
+      {"noAnnotation", R"({"metadata":{"name":"n"}})", absl::InfiniteFuture()},
+      {"garbage", R"({"metadata":{"annotations":{"phalanx.dev/preemption-deadline":"soon"}}})",
+       absl::InfiniteFuture()},
+      {"notAString", R"({"metadata":{"annotations":{"phalanx.dev/preemption-deadline":5}}})",
+       absl::InfiniteFuture()},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(NodePreemptionDeadline(Json::parse(c.node)), c.want);
+  }
+}
+
+}  // namespace
+}  // namespace phalanx::op

@@ -1,0 +1,100 @@
+#include "operator/controller/pass.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/kube/object_meta.h"
+#include "operator/api/codec.h"
+
+namespace phalanx::op {
+
+std::string JobName(const PlanInputs& in) { return kube::MetaString(in.job, "name"); }
+
+bool IsTerminal(const std::string& phase) {
+  return phase == kPhaseSucceeded || phase == kPhaseFailed;
+}
+
+void Mark(JobPass& pass, const std::string& type, bool value, const std::string& reason,
+          const std::string& message, absl::Time now) {
+  TrainingJobStatus& st = pass.out.status;
+  SetCondition(st.conditions,
+               {type, value ? "True" : "False", reason, message, now, st.observed_generation},
+               now);
+}
+
+std::string Describe(const PodView& pod) {
+  std::string what = absl::StrCat("pod ", pod.name);
+  if (pod.exit_code.has_value()) absl::StrAppend(&what, " exited with code ", *pod.exit_code);
+  if (!pod.reason.empty()) absl::StrAppend(&what, " (", pod.reason, ")");
+  if (!pod.message.empty()) absl::StrAppend(&what, ": ", pod.message);
+  return what;
+}
+
+void RequeueWithin(JobPass& pass, absl::Duration d) {
+  absl::Duration& requeue = pass.out.requeue_after;
+  requeue = requeue == absl::ZeroDuration() ? d : std::min(requeue, d);
+}
+
+void DeleteActivePods(const PlanInputs& in, JobPass& pass) {
+  for (const PodView& pod : in.world.task_pods) {
+    if (!pod.being_deleted && !pod.ended()) pass.out.delete_pods.push_back(pod.name);
+  }
+  if (in.world.coordinator.has_value() && !in.world.coordinator->being_deleted) {
+    pass.out.delete_pods.push_back(in.world.coordinator->name);
+  }
+}
+
+void FailJob(const PlanInputs& in, JobPass& pass, const std::string& reason,
+             const std::string& message) {
+  pass.out.status.phase = kPhaseFailed;
+  pass.out.status.completion_time = in.now;
+  Mark(pass, "Failed", true, reason, message, in.now);
+  Mark(pass, "Running", false, reason, message, in.now);
+  pass.out.events.push_back({true, reason, message});
+  DeleteActivePods(in, pass);
+  pass.out.create.clear();
+  pass.out.requeue_after = absl::ZeroDuration();
+}
+
+void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& reason,
+                 std::optional<int> exit_code) {
+  TaskRecord& record = pass.tasks[static_cast<size_t>(i)];
+  TaskStatus& task = record.status;
+  if (record.pod.has_value() && !record.pod->being_deleted) {
+    pass.out.delete_pods.push_back(record.pod->name);
+  }
+  ++task.incarnation;
+  ++task.restarts;
+  task.last_failure_reason = reason;
+  task.last_exit_code = exit_code;
+  task.preempting_since.reset();
+  task.state = TaskState::kRestarting;
+  const bool preemption = reason == "Preempted" && !record.preemption_reason.empty();
+  pass.out.replacements.push_back({i, preemption, preemption ? record.preemption_reason : reason});
+  if (!pass.coordinator_address.empty()) {
+    pass.out.create.push_back(
+        DesiredTaskPod(in.job, in.spec, i, task.incarnation, pass.coordinator_address));
+    task.pod = TaskPodName(JobName(in), i, task.incarnation);
+  }
+}
+
+void RestartAll(const PlanInputs& in, JobPass& pass, const std::string& reason,
+                const std::vector<int>& cause) {
+  for (int i = 0; i < static_cast<int>(pass.tasks.size()); ++i) {
+    const TaskRecord& record = pass.tasks[static_cast<size_t>(i)];
+    const bool here = std::find(cause.begin(), cause.end(), i) != cause.end();
+    const bool failed = record.event == TaskEvent::kFailed || record.event == TaskEvent::kFatal;
+    RestartTask(in, pass, i, here ? reason : "JobRestart",
+                here && failed ? record.failure.exit_code : std::nullopt);
+  }
+}
+
+std::vector<int> TasksWith(const JobPass& pass, TaskEvent event) {
+  std::vector<int> out;
+  for (const TaskRecord& record : pass.tasks) {
+    if (record.event == event) out.push_back(record.status.index);
+  }
+  return out;
+}
+
+}  // namespace phalanx::op

@@ -1,0 +1,15 @@
+// Stage "suspend" (pass.h), as batch/v1 Job does it (so queueing systems such as Kueue can admit
+// a job): while spec.suspend is set the job has no pods, only its status. Suspending records a
+// Suspended Event and gives every task its next incarnation (a resumed task is a new process,
+// neither a failure nor a restart to count); resuming records a Resumed Event and starts over
+// from Pending. A finished job (Succeeded or Failed) only has its leftover pods deleted. Sets
+// the Suspended condition every pass. Pure.
+#pragma once
+
+#include "operator/controller/pass.h"
+
+namespace phalanx::op {
+
+Next ApplySuspend(const PlanInputs& in, JobPass& pass);
+
+}  // namespace phalanx::op
