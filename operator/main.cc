@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
   kube::Controller::Options controller_options;
   controller_options.workers = absl::GetFlag(FLAGS_workers);
   kube::Controller controller("trainingjob", clock, controller_options);
-  op::CoordinatorLink link([&controller](const std::string& key) { controller.Enqueue(key); });
+  op::CoordinatorLink link(clock,
+                           [&controller](const std::string& key) { controller.Enqueue(key); });
   op::Reconciler reconciler(**client, {*jobs, *pods, *services, *secrets, *nodes}, events, clock,
                             &metrics, options, &link);
   controller.Watch(*jobs, kube::KeysForSelf());

@@ -2,11 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <thread>
+#include <algorithm>
 
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "common/base/log.h"
+#include "runtime/coordination/token_auth.h"
 #include "runtime/proto/coordination.grpc.pb.h"
 
 namespace phalanx::op {
@@ -15,12 +15,15 @@ namespace {
 namespace pb = ::phalanx::coord::v1;
 
 constexpr absl::Duration kPollTimeout = absl::Seconds(30);  // returns at once on a change
-// After a failed poll the watcher waits, doubling from the first delay to the last; a call on a
+// How much longer than the poll the call may take before gRPC gives up on it.
+constexpr absl::Duration kPollMargin = absl::Seconds(5);
+constexpr absl::Duration kNotifyTimeout = absl::Seconds(5);
+// After a failed poll the watch waits, doubling from the first delay to the last; a call on a
 // channel that cannot connect fails at once (no wait-for-ready). The channel's own reconnects
 // start at 1 s and grow (x1.6) to gRPC's default cap of 2 minutes, so hundreds of jobs whose
 // coordinators are unreachable cost the operator little, while a coordinator that starts
 // listening a few seconds after its pod runs is found within seconds. A recreated coordinator
-// pod gets a new watcher and channel (Ensure), so the long cap never delays that case.
+// pod gets a new watch and channel (Ensure), so the long cap never delays that case.
 constexpr absl::Duration kFirstRetryDelay = absl::Seconds(1);
 constexpr absl::Duration kMaxRetryDelay = absl::Seconds(60);
 constexpr int kMaxReconnectBackoffMs = 120000;
@@ -29,156 +32,288 @@ std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  // Its own connections: from the global pool, a channel to the same address would share the
+  // old channel's connection and its reconnect back-off, so it would not be fresh.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// A call's deadline as a span from when gRPC starts it: it bounds a transport wait and decides
+// nothing, so no clock is read for it (and a FakeClock's time would mean nothing to gRPC).
+gpr_timespec Within(absl::Duration d) {
+  return gpr_time_from_millis(absl::ToInt64Milliseconds(d), GPR_TIMESPAN);
+}
+
+void Authorize(grpc::ClientContext& context, const std::string& token) {
+  context.AddMetadata(coord::kAuthorizationHeader, "Bearer " + token);
 }
 
 }  // namespace
 
-struct CoordinatorLink::Watcher {
-  std::string address;
-  std::string token;
-  std::string coordinator;  // the coordinator pod's UID
-  std::thread thread;
-  absl::Notification stop;
-  absl::Mutex mu;
-  grpc::ClientContext* in_flight ABSL_GUARDED_BY(mu) = nullptr;  // cancelled by Forget
-  std::map<int, FailedTask> failed ABSL_GUARDED_BY(mu);
-  std::shared_ptr<pb::Coordination::Stub> stub;
+// One long poll: its context, request and response live until the next poll replaces it or
+// the watch is deleted, so Retire can cancel it without racing its callback.
+struct CoordinatorLink::Poll {
+  grpc::ClientContext context;
+  pb::WatchJobStateRequest request;
+  pb::WatchJobStateResponse response;
 };
 
-CoordinatorLink::CoordinatorLink(Wake wake) : wake_(std::move(wake)) {}
+// One job's watch. The first block is fixed at creation; the rest is guarded by the link's mu_.
+struct CoordinatorLink::Watch {
+  Watch(std::string k, std::string a, std::string t, std::string c)
+      : key(std::move(k)),
+        address(std::move(a)),
+        token(std::move(t)),
+        coordinator(std::move(c)),
+        channel(ChannelTo(address)),
+        stub(pb::Coordination::NewStub(channel)) {}
+
+  const std::string key;
+  const std::string address;
+  const std::string token;
+  const std::string coordinator;  // the coordinator pod's UID
+  const std::shared_ptr<grpc::Channel> channel;
+  const std::unique_ptr<pb::Coordination::Stub> stub;
+
+  bool retired = false;  // forgotten or replaced: start nothing more
+  // Who may touch this watch outside mu_: the poll in flight (until its callback returns), a
+  // thread starting a poll, Retire cancelling one. Deleted only once this is 0 and retired.
+  int holds = 0;
+  std::unique_ptr<Poll> poll;  // the current or last poll
+  uint64_t known_version = 0;
+  absl::Duration retry_delay = kFirstRetryDelay;
+  absl::Time retry_at = absl::InfiniteFuture();  // while backing off: its key in backing_off_
+  std::map<int, FailedTask> failed;
+};
+
+CoordinatorLink::CoordinatorLink(base::Clock& clock, Wake wake)
+    : clock_(clock), wake_(std::move(wake)), retry_thread_([this] { RetryLoop(); }) {}
 
 CoordinatorLink::~CoordinatorLink() {
-  std::vector<std::string> keys;
+  std::vector<std::unique_ptr<Watch>> watches;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [key, w] : watchers_) keys.push_back(key);
+    stopping_ = true;
+    while (!watches_.empty()) watches.push_back(DetachLocked(watches_.begin()));
   }
-  for (const std::string& key : keys) Forget(key);
+  std::vector<Watch*> retiring;
+  for (const auto& watch : watches) retiring.push_back(watch.get());
+  Retire(retiring);
+  retry_thread_.join();
+}
+
+std::unique_ptr<CoordinatorLink::Watch> CoordinatorLink::DetachLocked(
+    std::map<std::string, std::unique_ptr<Watch>>::iterator it) {
+  std::unique_ptr<Watch> watch = std::move(it->second);
+  watches_.erase(it);
+  watch->retired = true;
+  backing_off_.erase({watch->retry_at, watch.get()});
+  return watch;
 }
 
 void CoordinatorLink::Ensure(const std::string& key, const std::string& address,
                              const std::string& token, const std::string& coordinator) {
+  std::unique_ptr<Watch> old;
   {
     absl::MutexLock lock(&mu_);
-    auto it = watchers_.find(key);
-    if (it != watchers_.end() && it->second->address == address && it->second->token == token &&
-        it->second->coordinator == coordinator) {
-      return;
+    if (stopping_) return;
+    auto it = watches_.find(key);
+    if (it != watches_.end()) {
+      const Watch& current = *it->second;
+      if (current.address == address && current.token == token &&
+          current.coordinator == coordinator) {
+        return;
+      }
+      old = DetachLocked(it);  // a new address (coordinator recreated) or token: start over
     }
   }
-  Forget(key);  // a new address (coordinator recreated) or token: start over
-  auto watcher = std::make_shared<Watcher>();
-  watcher->address = address;
-  watcher->token = token;
-  watcher->coordinator = coordinator;
-  watcher->stub = pb::Coordination::NewStub(ChannelTo(address));
-  watcher->thread = std::thread([this, watcher, key] { Loop(watcher, key); });
-  absl::MutexLock lock(&mu_);
-  watchers_[key] = watcher;
+  if (old != nullptr) Retire({old.get()});
+  auto fresh = std::make_unique<Watch>(key, address, token, coordinator);
+  Watch* watch = fresh.get();
+  {
+    absl::MutexLock lock(&mu_);
+    // The reconciler runs one pass per key at a time, so no other Ensure of `key` races this.
+    if (stopping_ || watches_.contains(key)) return;
+    watch->holds = 1;  // handed to StartPoll
+    watches_[key] = std::move(fresh);
+  }
+  StartPoll(watch);
 }
 
 void CoordinatorLink::Forget(const std::string& key) {
-  std::shared_ptr<Watcher> watcher;
+  std::unique_ptr<Watch> watch;
   {
     absl::MutexLock lock(&mu_);
-    auto it = watchers_.find(key);
-    if (it == watchers_.end()) return;
-    watcher = it->second;
-    watchers_.erase(it);
+    auto it = watches_.find(key);
+    if (it == watches_.end()) return;
+    watch = DetachLocked(it);
   }
-  watcher->stop.Notify();
+  Retire({watch.get()});
+}
+
+void CoordinatorLink::Retire(const std::vector<Watch*>& watches) {
+  // Cancel outside the lock (a cancelled call's callback may run on this thread); a hold keeps
+  // each poll's context alive meanwhile: no new poll replaces it once the watch is retired.
+  std::vector<grpc::ClientContext*> in_flight;
   {
-    absl::MutexLock lock(&watcher->mu);
-    if (watcher->in_flight != nullptr) watcher->in_flight->TryCancel();
+    absl::MutexLock lock(&mu_);
+    for (Watch* watch : watches) {
+      if (watch->poll == nullptr) continue;
+      ++watch->holds;
+      in_flight.push_back(&watch->poll->context);
+    }
   }
-  if (watcher->thread.joinable()) watcher->thread.join();
-}
-
-std::shared_ptr<CoordinatorLink::Watcher> CoordinatorLink::WatcherFor(const std::string& key) {
+  for (grpc::ClientContext* context : in_flight) context->TryCancel();
   absl::MutexLock lock(&mu_);
-  auto it = watchers_.find(key);
-  return it == watchers_.end() ? nullptr : it->second;
-}
-
-std::map<int, CoordinatorLink::FailedTask> CoordinatorLink::FailedTasks(const std::string& key) {
-  std::shared_ptr<Watcher> watcher = WatcherFor(key);
-  if (watcher == nullptr) return {};
-  absl::MutexLock lock(&watcher->mu);
-  return watcher->failed;
-}
-
-absl::Status CoordinatorLink::NotifyPreemption(const std::string& key,
-                                               const std::vector<int>& tasks, absl::Time deadline,
-                                               const std::string& reason) {
-  std::shared_ptr<Watcher> watcher = WatcherFor(key);
-  if (watcher == nullptr) return absl::UnavailableError("no channel to the coordinator yet");
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  ctx.set_wait_for_ready(true);  // a channel between reconnect attempts waits, not fails
-  ctx.AddMetadata("authorization", "Bearer " + watcher->token);
-  pb::NotifyPreemptionRequest request;
-  request.set_reason(reason);
-  request.set_deadline_unix_micros(absl::ToUnixMicros(deadline));
-  for (int t : tasks) request.add_affected_tasks(t);
-  pb::NotifyPreemptionResponse response;
-  const grpc::Status s = watcher->stub->NotifyPreemption(&ctx, request, &response);
-  if (!s.ok()) {
-    return absl::UnavailableError("NotifyPreemption: " + s.error_message());
+  for (Watch* watch : watches) {
+    if (watch->poll != nullptr) --watch->holds;
   }
-  return absl::OkStatus();
+  for (Watch* watch : watches) {
+    auto idle = [watch]() { return watch->holds == 0; };
+    mu_.Await(absl::Condition(&idle));
+  }
 }
 
-void CoordinatorLink::Loop(std::shared_ptr<Watcher> watcher, std::string key) {
-  uint64_t known_version = 0;
-  std::string coordinator_id;
-  absl::Duration retry_delay = kFirstRetryDelay;
-  while (!watcher->stop.HasBeenNotified()) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + kPollTimeout + absl::Seconds(5)));
-    ctx.AddMetadata("authorization", "Bearer " + watcher->token);
-    {
-      absl::MutexLock lock(&watcher->mu);
-      watcher->in_flight = &ctx;
+void CoordinatorLink::StartPoll(Watch* watch) {
+  Poll* poll;
+  {
+    absl::MutexLock lock(&mu_);
+    if (watch->retired) {
+      --watch->holds;
+      return;
     }
-    if (watcher->stop.HasBeenNotified()) ctx.TryCancel();  // Forget raced the registration
-    pb::WatchJobStateRequest request;
-    request.set_known_version(known_version);
-    request.set_timeout_ms(absl::ToInt64Milliseconds(kPollTimeout));
-    pb::WatchJobStateResponse response;
-    const grpc::Status s = watcher->stub->WatchJobState(&ctx, request, &response);
-    {
-      absl::MutexLock lock(&watcher->mu);
-      watcher->in_flight = nullptr;
+    watch->poll = std::make_unique<Poll>();  // the last poll's callback has returned
+    poll = watch->poll.get();
+    Authorize(poll->context, watch->token);
+    poll->context.set_deadline(Within(kPollTimeout + kPollMargin));
+    poll->request.set_known_version(watch->known_version);
+    poll->request.set_timeout_ms(absl::ToInt64Milliseconds(kPollTimeout));
+    ++watch->holds;  // this thread's, while it starts the call
+  }
+  // The caller's hold goes to the call; its callback gives it back (or to the next poll).
+  watch->stub->async()->WatchJobState(
+      &poll->context, &poll->request, &poll->response,
+      [this, watch](grpc::Status status) { OnPollDone(watch, status.ok()); });
+  absl::MutexLock lock(&mu_);
+  --watch->holds;
+}
+
+void CoordinatorLink::OnPollDone(Watch* watch, bool ok) {
+  std::string key;
+  std::map<int, FailedTask> failed;
+  bool changed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (watch->retired) {
+      --watch->holds;
+      return;
     }
-    if (!s.ok()) {
-      // Not up yet, restarting, refusing us, or cancelled: retry after a bounded wait.
-      watcher->stop.WaitForNotificationWithTimeout(retry_delay);
-      retry_delay = std::min(retry_delay * 2, kMaxRetryDelay);
-      continue;
+    if (!ok) {
+      // Not up yet, restarting, or refusing us: retry after the back-off, on the timer thread.
+      // A coordinator that restarted counts versions afresh, so the next poll asks for the state
+      // whatever its version (else one that happened to match would wait out kPollTimeout).
+      watch->known_version = 0;
+      watch->retry_at = clock_.Now() + watch->retry_delay;
+      watch->retry_delay = std::min(watch->retry_delay * 2, kMaxRetryDelay);
+      backing_off_.emplace(watch->retry_at, watch);
+      --watch->holds;
+      return;
     }
-    retry_delay = kFirstRetryDelay;
-    const pb::JobState& state = response.state();
-    if (state.coordinator_id() != coordinator_id) coordinator_id = state.coordinator_id();
-    known_version = state.version();
-    std::map<int, FailedTask> failed;
+    watch->retry_delay = kFirstRetryDelay;
+    const pb::JobState& state = watch->poll->response.state();
+    watch->known_version = state.version();
     for (const pb::TaskInfo& task : state.tasks()) {
       if (task.state() == pb::TASK_STATE_FAILED) {
         failed[task.task_id()] = {static_cast<int>(task.incarnation()), task.reason()};
       }
     }
-    bool changed;
-    {
-      absl::MutexLock lock(&watcher->mu);
-      changed = failed != watcher->failed;
-      watcher->failed = failed;
-    }
-    if (changed && !failed.empty()) {
-      PHX_LOG(INFO) << "job " << key << ": coordinator reports " << failed.size()
-                    << " failed task(s)";
-    }
-    if (changed) wake_(key);
+    changed = failed != watch->failed;
+    watch->failed = failed;
+    key = watch->key;
   }
+  if (changed && !failed.empty()) {
+    PHX_LOG(INFO) << "job " << key << ": coordinator reports " << failed.size()
+                  << " failed task(s)";
+  }
+  if (changed) wake_(key);
+  StartPoll(watch);  // with this callback's hold
+}
+
+void CoordinatorLink::RetryLoop() {
+  mu_.Lock();
+  while (!stopping_) {
+    const absl::Time now = clock_.Now();
+    std::vector<Watch*> due;
+    while (!backing_off_.empty() && backing_off_.begin()->first <= now) {
+      Watch* watch = backing_off_.begin()->second;
+      backing_off_.erase(backing_off_.begin());
+      watch->retry_at = absl::InfiniteFuture();
+      ++watch->holds;  // handed to StartPoll
+      due.push_back(watch);
+    }
+    if (!due.empty()) {
+      mu_.Unlock();
+      for (Watch* watch : due) StartPoll(watch);
+      mu_.Lock();
+      continue;
+    }
+    // Sleep until the earliest back-off ends or changes (one starts or is forgotten), or the
+    // link stops.
+    auto earliest = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return backing_off_.empty() ? absl::InfiniteFuture() : backing_off_.begin()->first;
+    };
+    retry_wait_until_ = earliest();
+    auto wake = [this, &earliest]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || earliest() != retry_wait_until_;
+    };
+    if (backing_off_.empty()) {
+      mu_.Await(absl::Condition(&wake));  // nothing timed to wait for
+    } else {
+      clock_.AwaitWithDeadline(&mu_, absl::Condition(&wake), retry_wait_until_);
+    }
+  }
+  mu_.Unlock();
+}
+
+std::map<int, CoordinatorLink::FailedTask> CoordinatorLink::FailedTasks(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = watches_.find(key);
+  return it == watches_.end() ? std::map<int, FailedTask>{} : it->second->failed;
+}
+
+absl::Status CoordinatorLink::NotifyPreemption(const std::string& key,
+                                               const std::vector<int>& tasks, absl::Time deadline,
+                                               const std::string& reason) {
+  std::shared_ptr<grpc::Channel> channel;
+  std::string token;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = watches_.find(key);
+    if (it == watches_.end()) return absl::UnavailableError("no channel to the coordinator yet");
+    channel = it->second->channel;  // the call does not hold the watch: Forget need not wait
+    token = it->second->token;
+  }
+  std::unique_ptr<pb::Coordination::Stub> stub = pb::Coordination::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(Within(kNotifyTimeout));
+  context.set_wait_for_ready(true);  // a channel between reconnect attempts waits, not fails
+  Authorize(context, token);
+  pb::NotifyPreemptionRequest request;
+  request.set_reason(reason);
+  request.set_deadline_unix_micros(absl::ToUnixMicros(deadline));
+  for (int t : tasks) request.add_affected_tasks(t);
+  pb::NotifyPreemptionResponse response;
+  grpc::Status status;
+  absl::Notification done;
+  stub->async()->NotifyPreemption(&context, &request, &response, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();  // gRPC completes every call by its deadline
+  if (!status.ok()) {
+    return absl::UnavailableError("NotifyPreemption: " + status.error_message());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace phalanx::op

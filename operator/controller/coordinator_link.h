@@ -3,26 +3,47 @@
 // failed — a crash, a hang caught by heartbeats, a reported error — so the reconciler restarts
 // them even while their pods still look Running; and preemption notices open a coordinated
 // checkpoint round on the coordinator. Wake(key) is called (never under a lock) when a job's
-// failed set changes. Thread-safe. One thread per watched job.
+// failed set changes.
+//
+// No thread per job, so the operator can hold thousands: each poll is an asynchronous call on
+// gRPC's callback API, and a poll that fails waits out its back-off on one timer thread shared
+// by every job, which waits on the injected Clock (so tests step the back-off with FakeClock).
+// Per job:
+//
+//   Ensure ──► polling ──answer──► record failed set, Wake if it changed ──► polling (at once)
+//                 │  ▲
+//           fails │  │ back-off passed (1 s, doubling to 60 s; reset by an answer; the
+//                 │  │ next poll asks for the state whatever its version)
+//                 ▼  │
+//               backing off
+//
+//   Forget (or Ensure with a new address/token/coordinator UID): the poll is cancelled and
+//   Forget returns once its callback has run; a new coordinator gets a fresh channel at once.
+//
+// Thread-safe. Forget and the destructor must not be called from Wake.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/clock.h"
 
 namespace phalanx::op {
 
 class CoordinatorLink {
  public:
   using Wake = std::function<void(const std::string& job_key)>;
-  explicit CoordinatorLink(Wake wake);
+  CoordinatorLink(base::Clock& clock, Wake wake);
   ~CoordinatorLink();  // Forget()s every job
   CoordinatorLink(const CoordinatorLink&) = delete;
   CoordinatorLink& operator=(const CoordinatorLink&) = delete;
@@ -32,7 +53,7 @@ class CoordinatorLink {
   // channel at once instead of waiting out the old one's reconnect back-off.
   void Ensure(const std::string& key, const std::string& address, const std::string& token,
               const std::string& coordinator);
-  // Stops watching `key` (bounded: the long poll is cancelled).
+  // Stops watching `key`: cancels its long poll and returns once the poll has ended.
   void Forget(const std::string& key);
   struct FailedTask {
     int incarnation = 0;
@@ -42,17 +63,36 @@ class CoordinatorLink {
   // task index → the incarnation the coordinator declared failed, and why (one snapshot).
   std::map<int, FailedTask> FailedTasks(const std::string& key);
   // Opens (or joins) a preemption round for `tasks` that must checkpoint before `deadline`.
+  // Blocks up to 5 s. Unavailable when `key` is not watched or the coordinator did not answer.
   absl::Status NotifyPreemption(const std::string& key, const std::vector<int>& tasks,
                                 absl::Time deadline, const std::string& reason);
 
  private:
-  struct Watcher;
-  std::shared_ptr<Watcher> WatcherFor(const std::string& key);
-  void Loop(std::shared_ptr<Watcher> watcher, std::string key);
+  struct Watch;
+  struct Poll;
 
+  // Takes `it` out of watches_ (and any back-off) and marks it retired.
+  std::unique_ptr<Watch> DetachLocked(std::map<std::string, std::unique_ptr<Watch>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancels the polls of detached watches and waits until nothing holds them (then the caller
+  // may delete them).
+  void Retire(const std::vector<Watch*>& watches);
+  // Starts `watch`'s next long poll, taking over one of the caller's holds on it.
+  void StartPoll(Watch* watch);
+  void OnPollDone(Watch* watch, bool ok);
+  // The timer thread: restarts each poll whose back-off has passed on the clock.
+  void RetryLoop();
+
+  base::Clock& clock_;
   const Wake wake_;
   absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<Watcher>> watchers_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::unique_ptr<Watch>> watches_ ABSL_GUARDED_BY(mu_);
+  // Polls waiting out a back-off, by when they may retry.
+  std::set<std::pair<absl::Time, Watch*>> backing_off_ ABSL_GUARDED_BY(mu_);
+  // The back-off end RetryLoop is waiting on the clock for; a change of the earliest wakes it.
+  absl::Time retry_wait_until_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  std::thread retry_thread_;
 };
 
 }  // namespace phalanx::op
