@@ -202,7 +202,9 @@ TEST(LeaderElectionRunTest, TwoElectors_HandOverOnStop) {
   (*a)->Run([&] { a_started++; }, [&] { a_stopped++; });
   ASSERT_TRUE(Eventually([&] { return (*a)->IsLeader(); }, absl::Seconds(30)));
   (*b)->Run([&] { b_started++; }, [&] { b_stopped++; });
-  absl::SleepFor(absl::Milliseconds(200));
+  // b has finished a candidate round: it read the lease, saw a holding it unexpired, and
+  // decided (under the lock that records what it saw) not to take it.
+  ASSERT_TRUE(Eventually([&] { return (*b)->ObservedHolder() == "a"; }, absl::Seconds(30)));
   EXPECT_FALSE((*b)->IsLeader());
   EXPECT_EQ(b_started.load(), 0);
 
