@@ -1,30 +1,34 @@
 // GrpcCoordinationClient: the CoordinationClient over gRPC, one connection per client (as
-// separate ranks would have). A session thread registers the task, keeps its Session stream
-// alive with heartbeats, dispatches events to the callbacks, and on a break reconnects with
-// backoff and re-registers the same incarnation (a restarted coordinator accepts it; a live
-// one that declared this incarnation failed answers Aborted, which is fatal).
+// separate ranks would have). Composed of three parts, each with its own header:
+//   SessionChannel   (session_channel.h)    the session thread: registration, heartbeats,
+//                                           events, reconnects; carries hot calls
+//   RpcCaller        (rpc_caller.h)         unary calls with the token and a deadline
+//   SyncPointTracker (sync_point_tracker.h) what ReachedSyncPoint answers
+// This class converts between the client's types and the protos (one place, as RpcHandler is
+// on the server) and sends each call on the session when one is open, as an RPC otherwise.
 // Thread-safe.
 #pragma once
 
-#include <deque>
 #include <memory>
 #include <optional>
-#include <thread>
+#include <set>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "runtime/client/client_config.h"
 #include "runtime/client/coordination_client.h"
-#include "runtime/client/session_stream.h"
+#include "runtime/client/rpc_caller.h"
+#include "runtime/client/session_channel.h"
+#include "runtime/client/sync_point_tracker.h"
 #include "runtime/proto/coordination.grpc.pb.h"
 
 namespace phalanx::client {
 
-class GrpcCoordinationClient final : public CoordinationClient, public SessionStream::Sink {
+class GrpcCoordinationClient final : public CoordinationClient,
+                                     private SessionChannel::Listener {
  public:
   // Does not connect yet (see Connect). InvalidArgument for an unusable config.
   static absl::StatusOr<std::unique_ptr<GrpcCoordinationClient>> Create(
@@ -68,85 +72,43 @@ class GrpcCoordinationClient final : public CoordinationClient, public SessionSt
   absl::Status Shutdown(absl::Duration timeout) override;
 
  private:
-  using Stub = coord::v1::Coordination::Stub;
-  template <typename Req, typename Resp>
-  using AsyncMethod = void (Stub::async::*)(grpc::ClientContext*, const Req*, Resp*,
-                                             std::function<void(grpc::Status)>);
-  template <typename Resp>
-  using Reply = absl::AnyInvocable<void(absl::Status, Resp) &&>;
+  using Stub = RpcCaller::Stub;
 
   GrpcCoordinationClient(ClientConfig config, ClientCallbacks callbacks, base::Clock& clock);
 
-  // One unary call with the job token and a deadline `timeout` from now.
-  template <typename Req, typename Resp>
-  void CallAsync(AsyncMethod<Req, Resp> method, Req request, absl::Duration timeout,
-                 Reply<Resp> done, bool wait_for_ready = false);
-  // The blocking form; the wait is bounded by the call's deadline.
-  template <typename Req, typename Resp>
-  absl::StatusOr<Resp> Call(AsyncMethod<Req, Resp> method, Req request, absl::Duration timeout,
-                            bool wait_for_ready = false);
   // The RPC deadline for a call that itself waits `timeout`.
   absl::Duration WaitingDeadline(absl::Duration timeout) const;
+  // Sends `request` on the session when one is open (cheaper than an RPC: no call set-up per
+  // request) and as the unary `method` with `deadline` otherwise. `field` is where the request
+  // goes in a SessionCall; `done` gets the status and the response's value, if it has one.
+  template <typename Req, typename Resp>
+  void CallOnSessionOrRpc(Req* (coord::v1::SessionCall::*field)(),
+                          RpcCaller::Method<Req, Resp> method, Req request,
+                          absl::Duration deadline, SessionChannel::CallDone done);
 
-  using CallDone = absl::AnyInvocable<void(absl::Status, std::string) &&>;
-  // Sends `call` on the open session and returns its id; nullopt (with `done` untouched) when
-  // there is none, and the caller falls back to a unary RPC.
-  std::optional<uint64_t> StartSessionCall(coord::v1::SessionCall call, CallDone& done);
-  // SessionStream::Sink (gRPC threads).
-  void OnSessionEvent(coord::SessionEvent event) override;
-  void OnSessionDone(absl::Status status) override;
-
-  void SessionLoop();
-  // Runs one open stream until it ends; returns its final status.
-  absl::Status RunStream(SessionStream& stream, bool reconnect, bool coordinator_restarted);
-  void Dispatch(coord::SessionEvent event, bool reconnect, bool coordinator_restarted);
-  void SetFatal(const absl::Status& status);
-  // Waits `delay` unless stopping; returns true when stopping.
-  bool SleepUnlessStopping(absl::Duration delay);
+  // SessionChannel::Listener (session thread).
+  void OnCoordinatorRestarted() override;
+  void OnPreemptionRound(const PreemptionRound& round) override;
+  // Sends this task's early report for `round` (async) and feeds the answer to the tracker.
+  void ReportSyncStepAsync(const PreemptionRound& round, int64_t step);
+  coord::v1::ReportSyncStepRequest SyncStepReport(const PreemptionRound& round,
+                                                  int64_t step) const;
 
   const ClientConfig config_;
   const ClientCallbacks callbacks_;
   base::Clock& clock_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stub> stub_;
+  std::unique_ptr<RpcCaller> rpc_;
 
   mutable absl::Mutex mu_;
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool connected_ ABSL_GUARDED_BY(mu_) = false;
-  bool session_opened_ ABSL_GUARDED_BY(mu_) = false;  // the current stream got its `opened`
-  std::optional<absl::Status> fatal_ ABSL_GUARDED_BY(mu_);
-  std::string coordinator_id_ ABSL_GUARDED_BY(mu_);
-  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
-  absl::Duration heartbeat_timeout_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
-  std::deque<coord::SessionEvent> events_ ABSL_GUARDED_BY(mu_);
-  std::optional<absl::Status> stream_done_ ABSL_GUARDED_BY(mu_);
-  SessionStream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // while a session is connected
-  uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<uint64_t, CallDone> pending_calls_ ABSL_GUARDED_BY(mu_);
-  absl::Time last_contact_ ABSL_GUARDED_BY(mu_);
-  // Preemption sync: the open round (from the session) and what this task agreed for it.
-  // The task's step is reported the moment a round arrives, from the session thread, as the
-  // first step it has not checked yet: a report that waited for the training loop's next
-  // ReachedSyncPoint could deadlock against a peer that checked this step before it heard of
-  // the round and now waits for us in the step's collective.
-  std::optional<PreemptionRound> active_round_ ABSL_GUARDED_BY(mu_);
-  uint64_t finished_round_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<std::pair<uint64_t, int64_t>> agreed_ ABSL_GUARDED_BY(mu_);    // round, step
-  std::optional<std::pair<uint64_t, int64_t>> reported_ ABSL_GUARDED_BY(mu_);  // round, step
-  uint64_t report_failed_round_ ABSL_GUARDED_BY(mu_) = 0;  // its async report failed: retry
-  int64_t next_unchecked_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // no new early reports
+  SyncPointTracker sync_ ABSL_GUARDED_BY(mu_);
   // Early reports still in flight: the destructor cancels them and waits for their callbacks.
   std::set<grpc::ClientContext*> reports_in_flight_ ABSL_GUARDED_BY(mu_);
-  // Sends this task's report for `round` (async) and records the agreement when it comes.
-  void ReportSyncStepAsync(const PreemptionRound& round, int64_t step);
-  // How long a report for `round` may wait: until its deadline (10 min if none), at least 1 s.
-  absl::Duration RoundWait(const PreemptionRound& round) const;
-  coord::v1::ReportSyncStepRequest SyncStepReport(const PreemptionRound& round,
-                                                  int64_t step) const;
-  // The round ended without this task (deadline passed, or the coordinator closed it).
-  void FinishRoundLocked(uint64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::thread session_thread_;
+
+  // Last: its thread calls into the members above, so it is stopped (destroyed) first.
+  std::unique_ptr<SessionChannel> session_;
 };
 
 }  // namespace phalanx::client

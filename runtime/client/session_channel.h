@@ -1,0 +1,112 @@
+// SessionChannel: a task's standing connection to its coordinator, the part of
+// GrpcCoordinationClient that lives on its own thread. The session thread registers the task,
+// keeps its Session stream (session_stream.h) alive with heartbeats, dispatches the stream's
+// events to the client's callbacks, and on a break reconnects with backoff and re-registers the
+// same incarnation (a restarted coordinator accepts it; a live one that declared this
+// incarnation failed answers Aborted, which is fatal). While a stream is open it also carries
+// calls (TrySend), which is cheaper than a unary RPC each.
+//
+// Waits: the heartbeat and reconnect-backoff waits are timed condition waits on mu_, not
+// sleeps, so that a new event or Stop() ends them at once. Heartbeat times are read from the
+// injected clock; the waits themselves run in real time (base::Clock has no wait to inject),
+// and each is bounded, so a FakeClock can make them early or late but never hang them.
+//
+// Thread-safe. Callbacks and Listener methods run on the session thread, in order, never under
+// mu_; call results run on gRPC threads.
+#pragma once
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "runtime/client/client_config.h"
+#include "runtime/client/coordination_client.h"
+#include "runtime/client/rpc_caller.h"
+#include "runtime/client/session_stream.h"
+
+namespace phalanx::client {
+
+class SessionChannel final : public SessionStream::Sink {
+ public:
+  // What the owner does with the events the channel does not turn into ClientCallbacks.
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    // Registered with a coordinator other than the last one (it restarted and lost its
+    // state); called before the new session opens.
+    virtual void OnCoordinatorRestarted() = 0;
+    // A preemption round arrived on the session (callbacks.on_preemption is the owner's).
+    virtual void OnPreemptionRound(const PreemptionRound& round) = 0;
+  };
+  // A call's result: its status and, for a key-value get, the value.
+  using CallDone = absl::AnyInvocable<void(absl::Status, std::string) &&>;
+
+  // `config`, `callbacks`, `rpc` and `listener` must outlive the channel.
+  SessionChannel(const ClientConfig& config, const ClientCallbacks& callbacks, base::Clock& clock,
+                 const RpcCaller& rpc, Listener& listener);
+  // Stops the session thread; without a prior Shutdown the service sees the session break.
+  ~SessionChannel() override { Stop(); }
+
+  // Starts the session thread (once; later calls do nothing).
+  void Start();
+  // Waits until the session is open. Errors: the fatal status if there is one,
+  // FailedPrecondition before Start(), DeadlineExceeded naming the coordinator.
+  absl::Status WaitUntilConnected(absl::Duration timeout);
+  bool connected() const;
+
+  // Sends `call` on the open session; its result goes to `done`. False, with `call` and `done`
+  // untouched, when no session is open or the call is too big to ride on it: the caller then
+  // makes it a unary RPC.
+  bool TrySend(coord::v1::SessionCall& call, CallDone& done);
+
+  // Ends the session thread without reconnecting; returns once it has ended. Idempotent.
+  void Stop();
+
+  // SessionStream::Sink (gRPC threads).
+  void OnSessionEvent(coord::SessionEvent event) override;
+  void OnSessionDone(absl::Status status) override;
+
+ private:
+  void SessionLoop();
+  // Registers the task; returns whether the coordinator changed since the last registration.
+  absl::StatusOr<bool> RegisterTask(bool ever_connected);
+  // Runs one open stream until it ends; returns its final status.
+  absl::Status RunStream(SessionStream& stream, bool reconnect, bool coordinator_restarted);
+  void Dispatch(coord::SessionEvent event, bool reconnect, bool coordinator_restarted);
+  void SetFatal(const absl::Status& status);
+  // Waits `delay` before the next attempt unless Stop() ends the wait; true when stopping.
+  bool BackOff(absl::Duration delay);
+
+  const ClientConfig& config_;
+  const ClientCallbacks& callbacks_;
+  base::Clock& clock_;
+  const RpcCaller& rpc_;
+  Listener& listener_;
+
+  mutable absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  bool session_opened_ ABSL_GUARDED_BY(mu_) = false;  // the current stream got its `opened`
+  std::optional<absl::Status> fatal_ ABSL_GUARDED_BY(mu_);
+  std::string coordinator_id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  absl::Duration heartbeat_timeout_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
+  std::deque<coord::SessionEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> stream_done_ ABSL_GUARDED_BY(mu_);
+  SessionStream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // while a session is connected
+  uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, CallDone> pending_calls_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_contact_ ABSL_GUARDED_BY(mu_);
+  std::thread session_thread_;  // started once under mu_; joined by Stop()
+};
+
+}  // namespace phalanx::client
