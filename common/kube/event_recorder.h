@@ -23,10 +23,11 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/kube/client.h"
+#include "common/kube/resources.h"
 
 namespace phalanx::kube {
 
-inline const Resource kEventResource{"", "v1", "events", true};
+inline const Resource& kEventResource = kEvents;
 
 enum class EventType { kNormal, kWarning };
 

@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/kube/forwarding_client_test_util.h"
 #include "common/kube/object_meta.h"
+#include "common/kube/resources.h"
 #include "common/testing/eventually.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
@@ -27,7 +28,6 @@ using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 using ::testing::UnorderedElementsAreArray;
 
-const Resource kPods{"", "v1", "pods", true};
 constexpr absl::Duration kWait = absl::Seconds(30);
 
 Json Pod(const std::string& name, const std::vector<std::string>& owner_uids = {},

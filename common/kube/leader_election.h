@@ -28,10 +28,11 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/kube/client.h"
+#include "common/kube/resources.h"
 
 namespace phalanx::kube {
 
-inline const Resource kLeaseResource{"coordination.k8s.io", "v1", "leases", true};
+inline const Resource& kLeaseResource = kLeases;
 
 // A Lease's spec, as leader election reads and writes it.
 struct LeaderElectionRecord {

@@ -4,11 +4,12 @@
 #include "common/base/status_macros.h"
 #include "common/kube/node_preemption.h"
 #include "common/kube/object_meta.h"
+#include "common/kube/resources.h"
 
 namespace phalanx::agent {
 namespace {
 
-const kube::Resource kNodes{"", "v1", "nodes", /*namespaced=*/false};
+using kube::kNodes;
 
 // Taints that announce a drain or maintenance window rather than the node's termination.
 bool IsMaintenanceTaint(const std::string& key) {

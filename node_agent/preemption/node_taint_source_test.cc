@@ -1,3 +1,4 @@
+#include "common/kube/resources.h"
 #include "node_agent/preemption/node_taint_source.h"
 
 #include <optional>
@@ -18,7 +19,7 @@ using ::phalanx::agent::testing::PollOrFail;
 using ::phalanx::testing::IsOk;
 using ::phalanx::testing::StatusIs;
 
-const kube::Resource kNodes{"", "v1", "nodes", false};
+using kube::kNodes;
 const absl::Time kNow = absl::FromUnixSeconds(1'700'000'000);
 
 kube::Json Node(const std::string& name, const std::string& spec_json) {

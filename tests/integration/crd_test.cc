@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/kube/object_meta.h"
+#include "common/kube/resources.h"
 #include "common/kube/rest_client.h"
 #include "common/testing/status_matchers.h"
 #include "operator/api/codec.h"
@@ -33,7 +34,7 @@ using ::testing::HasSubstr;
 
 namespace fs = std::filesystem;
 
-const kube::Resource kCrds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
+const kube::Resource& kCrds = kube::kCustomResourceDefinitions;
 const kube::Resource kTrainingJobs{kGroup, kVersion, kPlural, true};
 
 std::string ReadFile(const fs::path& path) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/kube/object_meta.h"
+#include "common/kube/resources.h"
 #include "common/kube/rest_client.h"
 #include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
@@ -21,9 +22,9 @@ using ::phalanx::testing::IsOk;
 using ::phalanx::testing::StatusIs;
 using ::testing::HasSubstr;
 
-const kube::Resource kConfigMaps{"", "v1", "configmaps", true};
-const kube::Resource kPods{"", "v1", "pods", true};
-const kube::Resource kCrds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
+using kube::kConfigMaps;
+using kube::kPods;
+const kube::Resource& kCrds = kube::kCustomResourceDefinitions;
 const kube::Resource kWidgets{"example.dev", "v1", "widgets", true};
 
 Json ConfigMap(const std::string& name, const std::string& labels_json = "{}") {

@@ -13,6 +13,7 @@
 #include "common/kube/informer.h"
 #include "common/kube/leader_election.h"
 #include "common/kube/object_meta.h"
+#include "common/kube/resources.h"
 #include "common/kube/rest_client.h"
 #include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
@@ -24,7 +25,7 @@ namespace {
 using ::phalanx::testing::Eventually;
 using ::phalanx::testing::IsOk;
 
-const kube::Resource kConfigMaps{"", "v1", "configmaps", true};
+using kube::kConfigMaps;
 
 Json ConfigMap(const std::string& name) {
   return Json::parse(absl::StrCat(R"({"metadata":{"name":")", name, R"("},"data":{"k":"v"}})"));

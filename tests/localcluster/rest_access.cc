@@ -3,19 +3,19 @@
 #include "absl/strings/str_cat.h"
 #include "common/kube/leader_election.h"
 #include "common/kube/object_meta.h"
+#include "common/kube/resources.h"
 
 namespace phalanx::localcluster {
 namespace {
 
-const kube::Resource kPodResource{"", "v1", "pods", true};
-const kube::Resource kNodeResource{"", "v1", "nodes", false};
-const kube::Resource kSecretResource{"", "v1", "secrets", true};
+const kube::Resource& kPodResource = kube::kPods;
+const kube::Resource& kNodeResource = kube::kNodes;
 
 absl::StatusOr<kube::Resource> ResourceFor(const std::string& resource) {
   if (resource == "pods") return kPodResource;
   if (resource == "nodes") return kNodeResource;
-  if (resource == "secrets") return kSecretResource;
-  if (resource == "leases") return kube::kLeaseResource;
+  if (resource == "secrets") return kube::kSecrets;
+  if (resource == "leases") return kube::kLeases;
   return absl::InvalidArgumentError(absl::StrCat("the node side does not use ", resource));
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "common/kube/resources.h"
 #include "common/kube/rest_client.h"
 #include "common/testing/status_matchers.h"
 #include "tests/localcluster/https_server.h"
@@ -19,7 +20,7 @@ namespace {
 using ::phalanx::testing::StatusIs;
 using ::testing::HasSubstr;
 
-const kube::Resource kPods{"", "v1", "pods", true};
+using kube::kPods;
 
 class GarbageServerTest : public ::testing::Test {
  protected:

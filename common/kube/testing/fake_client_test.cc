@@ -1,3 +1,4 @@
+#include "common/kube/resources.h"
 #include "common/kube/testing/fake_client.h"
 
 #include <thread>
@@ -12,7 +13,7 @@ namespace {
 using ::phalanx::testing::IsOk;
 using ::phalanx::testing::StatusIs;
 
-const kube::Resource kPods{"", "v1", "pods", true};
+using kube::kPods;
 
 Json Pod(const std::string& name, const std::string& job) {
   return Json::parse(R"({"metadata":{"name":")" + name + R"(","labels":{"job":")" + job +
