@@ -52,6 +52,9 @@ ABSL_FLAG(int, runs, 3, "runs of the notice measurement (median)");
 ABSL_FLAG(absl::Duration, poll_interval, absl::Seconds(1), "the agents' --poll_interval");
 ABSL_FLAG(int, reforms, 20, "clique re-forms measured (median)");
 ABSL_FLAG(std::string, only, "", "comma-separated subset: notice,reform,rss");
+ABSL_FLAG(std::string, backend, "builtin",
+          "the local cluster's back end: builtin (the figures in docs/benchmarks.md), real (etcd + "
+          "kube-apiserver sharing the machine's cores) or auto");
 
 namespace phalanx::bench {
 namespace {
@@ -95,7 +98,7 @@ double NoticeOnce(int run) {
   [&] {
     cluster = StartUntilReady({bin + "/tests/localcluster/phalanx-localcluster", "--kubeconfig-out",
                             kubeconfig, "--work-dir", (dir / "cluster").string(), "--nodes", "3",
-                            "--gpus-per-node", "2"},
+                            "--gpus-per-node", "2", "--backend", absl::GetFlag(FLAGS_backend)},
                            (dir / "cluster.log").string());
     if (cluster == nullptr) return;
     absl::StatusOr<kube::ClusterConfig> config = kube::LoadKubeconfig(kubeconfig);

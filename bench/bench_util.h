@@ -25,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "common/kube/client.h"
 #include "common/process/subprocess.h"
+#include "common/kube/object_meta.h"
 #include "operator/api/yaml_json.h"
 
 namespace phalanx::bench {
@@ -122,7 +123,24 @@ inline bool ApplyTrainingJobCrd(kube::Client& client, const std::string& source_
                          "--source_dir)\n");
     return false;
   }
-  return true;
+  // A real API server serves the resource once the CRD is Established (the built-in one at once).
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<kube::Json> got = client.Get(
+        {"apiextensions.k8s.io", "v1", "customresourcedefinitions", false}, "",
+        "trainingjobs.phalanx.dev");
+    if (got.ok()) {
+      for (const kube::Json& c :
+           kube::ArrayOrEmpty(kube::FieldOrNull(*got, "status"), "conditions").as_array()) {
+        if (kube::StringAt(c, "type") == "Established" && kube::StringAt(c, "status") == "True") {
+          return true;
+        }
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  std::fprintf(stderr, "bench: the TrainingJob CRD was not Established within 60 s\n");
+  return false;
 }
 
 }  // namespace phalanx::bench

@@ -50,6 +50,9 @@ ABSL_FLAG(absl::Duration, idle, absl::Seconds(30), "scale: idle window for the C
 ABSL_FLAG(absl::Duration, settle, absl::Seconds(30), "scale: wait before the idle window");
 ABSL_FLAG(int, kills, 5, "replace: tasks killed, one at a time");
 ABSL_FLAG(std::string, only, "", "comma-separated subset: scale,replace");
+ABSL_FLAG(std::string, backend, "builtin",
+          "the local cluster's back end: builtin (the figures in docs/benchmarks.md), real (etcd + "
+          "kube-apiserver sharing the machine's cores) or auto");
 
 namespace phalanx::bench {
 namespace {
@@ -96,7 +99,8 @@ class Stack {
     const std::string kubeconfig = (s->dir_ / "kubeconfig").string();
     std::vector<std::string> argv = {bin + "/tests/localcluster/phalanx-localcluster",
                                      "--kubeconfig-out", kubeconfig, "--work-dir",
-                                     (s->dir_ / "cluster").string()};
+                                     (s->dir_ / "cluster").string(), "--backend",
+                                     absl::GetFlag(FLAGS_backend)};
     argv.insert(argv.end(), cluster_args.begin(), cluster_args.end());
     s->cluster_ = s->Run(argv, "cluster");
     if (s->cluster_ == nullptr) return nullptr;
