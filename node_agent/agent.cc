@@ -3,6 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/log.h"
+#include "common/base/node_notice.h"
+#include "common/kube/object_meta.h"
 
 namespace phalanx::agent {
 namespace {
@@ -62,7 +64,13 @@ void Agent::PollSources(absl::Time now) {
     }
   }
   if (notice_.has_value() && !marked_ && marker_ != nullptr) {
-    absl::Status tainted = marker_->Taint(kPreemptingTaint, notice_->source);
+    // The deadline goes with the taint: the operator gives the job's checkpoint the earlier of
+    // it and its own grace (a GCE VM has 30 s whatever checkpointGraceSeconds says).
+    std::map<std::string, std::string> annotations;
+    if (notice_->deadline != absl::InfiniteFuture()) {
+      annotations[base::kPreemptionDeadlineAnnotation] = kube::FormatKubeTime(notice_->deadline);
+    }
+    absl::Status tainted = marker_->Taint(kPreemptingTaint, notice_->source, annotations);
     if (tainted.ok()) {
       marked_ = true;
     } else {

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/base/node_notice.h"
 #include "common/kube/object_meta.h"
 #include "common/testing/fake_clock.h"
 #include "node_agent/gpu/fake_nvml.h"
@@ -111,6 +112,53 @@ TEST_F(AgentTest, ANoticeTaintsTheNodeOnceAndIsRecorded) {
   ASSERT_EQ(events_.size(), 1u);
   EXPECT_THAT(events_[0], HasSubstr("PreemptionNotice: preemption notice from scripted"));
   EXPECT_THAT(Metrics(), HasSubstr(R"(phalanx_agent_notices_total{kind="preemption",source="scripted"} 1)"));
+}
+
+// The notice's deadline goes onto the Node with the taint (base/node_notice.h), so the operator
+// can give the job's checkpoint the earlier of it and its own grace.
+TEST_F(AgentTest, ANoticeWithADeadlineAnnotatesTheNodeInTheTaintsWrite) {
+  const struct {
+    std::string name;
+    absl::Time deadline;
+    std::string want;  // the annotation; "" for none
+  } cases[] = {
+      {"gceThirtySeconds", absl::FromUnixSeconds(1'700'000'030) + absl::Milliseconds(900),
+       "2023-11-14T22:13:50Z"},  // rounded down: never later than the source said
+      {"unknownDeadline", absl::InfiniteFuture(), ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_TRUE(marker_.Untaint(kPreemptingTaint).ok());
+    kube::Json node = Node();
+    node["metadata"]["annotations"] = kube::Json::object();
+    ASSERT_TRUE(client_.Update(kNodes, "", node).ok());
+    auto agent = MakeAgent(nullptr);
+    source_->next = std::optional<NodeNotice>(
+        NodeNotice{"scripted", kPreemptionNotice, "preempted=TRUE", c.deadline});
+    agent->Tick(clock_.Now());
+    ASSERT_TRUE(agent->node_marked());
+    const kube::Json marked = Node();  // owned here: the references below point into it
+    const kube::Json& annotation = kube::FieldOrNull(
+        kube::FieldOrNull(kube::FieldOrNull(marked, "metadata"), "annotations"),
+        base::kPreemptionDeadlineAnnotation);
+    EXPECT_EQ(annotation.is_string() ? annotation.as_string() : "", c.want);
+    EXPECT_THAT(TaintKeys(), ::testing::Contains(kPreemptingTaint));
+  }
+}
+
+TEST_F(AgentTest, TaintingAgainUpdatesOnlyAChangedAnnotation) {
+  ASSERT_TRUE(marker_.Taint(kPreemptingTaint, "a", {{"phalanx.dev/x", "1"}}).ok());
+  const std::string version = kube::MetaString(Node(), "resourceVersion");
+  ASSERT_TRUE(marker_.Taint(kPreemptingTaint, "a", {{"phalanx.dev/x", "1"}}).ok());
+  EXPECT_EQ(kube::MetaString(Node(), "resourceVersion"), version);  // nothing to write
+  ASSERT_TRUE(marker_.Taint(kPreemptingTaint, "a", {{"phalanx.dev/x", "2"}}).ok());
+  EXPECT_NE(kube::MetaString(Node(), "resourceVersion"), version);
+  const kube::Json node = Node();
+  EXPECT_EQ(kube::FieldOrNull(kube::FieldOrNull(kube::FieldOrNull(node, "metadata"), "annotations"),
+                              "phalanx.dev/x")
+                .as_string(),
+            "2");
+  EXPECT_THAT(TaintKeys(), ::testing::ElementsAre("other", kPreemptingTaint));
 }
 
 TEST_F(AgentTest, AFailingSourceIsCountedAndTheTickGoesOn) {

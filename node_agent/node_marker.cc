@@ -29,22 +29,45 @@ absl::Status ReadModifyWrite(kube::Client& client, const std::string& node,
   return last;
 }
 
+// Sets `annotations` in node.metadata.annotations; whether anything changed.
+bool Annotate(Json& node, const std::map<std::string, std::string>& annotations) {
+  if (annotations.empty()) return false;
+  if (!node.has_field("metadata") || !node.at("metadata").is_object()) {
+    node["metadata"] = Json::object();
+  }
+  Json& meta = node["metadata"];
+  if (!meta.has_field("annotations") || !meta.at("annotations").is_object()) {
+    meta["annotations"] = Json::object();
+  }
+  Json& existing = meta["annotations"];
+  bool changed = false;
+  for (const auto& [k, v] : annotations) {
+    const Json& now = kube::FieldOrNull(existing, k);  // keys hold dots: no StringAt path
+    if (now.is_string() && now.as_string() == v) continue;
+    existing[k] = Json::string(v);
+    changed = true;
+  }
+  return changed;
+}
+
 }  // namespace
 
 NodeMarker::NodeMarker(kube::Client& client, std::string node_name)
     : client_(client), node_name_(std::move(node_name)) {}
 
-absl::Status NodeMarker::Taint(const std::string& key, const std::string& value) {
+absl::Status NodeMarker::Taint(const std::string& key, const std::string& value,
+                               const std::map<std::string, std::string>& annotations) {
   return ReadModifyWrite(
       client_, node_name_,
       [&](Json& node) {
         if (!node.has_field("spec") || !node.at("spec").is_object()) {
           node["spec"] = Json::object();
         }
+        bool changed = Annotate(node, annotations);
         Json& spec = node["spec"];
         Json taints = kube::ArrayOrEmpty(spec, "taints");
         for (const Json& t : taints.as_array()) {
-          if (kube::StringAt(t, "key") == key) return false;
+          if (kube::StringAt(t, "key") == key) return changed;
         }
         Json taint = Json::object();
         taint["key"] = Json::string(key);

@@ -13,6 +13,7 @@
 // that does not exist, PermissionDenied without RBAC). Thread-compatible (the agent's tick).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,11 @@ class NodeMarker {
  public:
   NodeMarker(kube::Client& client, std::string node_name);
 
-  // Adds taint `key`=`value`:NoSchedule unless a taint with that key is there already.
-  absl::Status Taint(const std::string& key, const std::string& value);
+  // Adds taint `key`=`value`:NoSchedule unless a taint with that key is there already, and sets
+  // `annotations` on the Node in the same write (so the operator never sees the taint without
+  // them; base/node_notice.h). No write when the taint and every annotation are there already.
+  absl::Status Taint(const std::string& key, const std::string& value,
+                     const std::map<std::string, std::string>& annotations = {});
   // Removes the taint with `key`, if any.
   absl::Status Untaint(const std::string& key);
   // Sets these conditions (by type) in status.conditions; lastTransitionTime moves only when a
