@@ -8,6 +8,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
 #include "common/kube/object_meta.h"
 #include "common/testing/eventually.h"
 #include "common/testing/fake_clock.h"
@@ -21,6 +25,7 @@ namespace {
 
 using ::phalanx::testing::Eventually;
 using ::phalanx::testing::IsOk;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
@@ -62,6 +67,52 @@ class ReconcilerTest : public ::testing::Test {
                                            kube::MetaString(Stored(), "resourceVersion");
         },
         kWait));
+  }
+
+  // Sets what the kubelet would report for pod `name`: its phase, readiness and, once it ended,
+  // the container's exit code.
+  void SetPod(const std::string& name, const std::string& phase, std::optional<int> exit_code = {}) {
+    absl::StatusOr<Json> pod = store_.Get(kPods.Qualified(), "ns", name);
+    ASSERT_THAT(pod.status(), IsOk());
+    Json status = Json::object();
+    status["phase"] = Json::string(phase);
+    status["podIP"] = Json::string("10.0.0.7");
+    status["conditions"] = Json::parse(absl::StrCat(
+        R"([{"type":"Ready","status":")", phase == "Running" ? "True" : "False", R"("}])"));
+    if (exit_code.has_value()) {
+      status["containerStatuses"] = Json::parse(absl::StrCat(
+          R"([{"name":"w","state":{"terminated":{"exitCode":)", *exit_code,
+          R"(,"reason":")", *exit_code == 0 ? "Completed" : "Error", R"("}}}])"));
+    }
+    (*pod)["status"] = status;
+    ASSERT_THAT(store_.Update(kPods.Qualified(), "ns", *pod, false).status(), IsOk());
+  }
+
+  std::vector<std::string> PodNames() {
+    std::vector<std::string> names;
+    auto pods = store_.List(kPods.Qualified(), "ns", {}, 0, "");
+    if (pods.ok()) {
+      for (const Json& p : pods->items) names.push_back(kube::MetaString(p, "name"));
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  // One pass that must succeed, then the caches catch up with what it wrote.
+  void Pass() {
+    ASSERT_THAT(reconciler_.Reconcile("ns/j").status(), IsOk());
+    CatchUp();
+  }
+
+  // A pass with nothing new to act on writes nothing: not the job, not a child.
+  void ExpectIdlePassWritesNothing() {
+    const std::string job_version = kube::MetaString(Stored(), "resourceVersion");
+    const std::vector<std::string> pods = PodNames();
+    const size_t events = EventReasons().size();
+    ASSERT_THAT(reconciler_.Reconcile("ns/j").status(), IsOk());
+    EXPECT_EQ(kube::MetaString(Stored(), "resourceVersion"), job_version);
+    EXPECT_EQ(PodNames(), pods);
+    EXPECT_EQ(EventReasons().size(), events);
   }
 
   std::vector<std::string> EventReasons() {
@@ -148,6 +199,94 @@ TEST_F(ReconcilerTest, AnInvalidSpecIsBlockedWithACondition) {
             "spec.template.spec.containers[0].image: required");
   EXPECT_THAT(EventReasons(), ::testing::Contains("InvalidSpec"));
   EXPECT_TRUE(pods_.List().empty());
+}
+
+// A job's life through the Reconciler: created, Running, a task fails and is replaced by its
+// next incarnation alone, Running again, Succeeded. Between the steps an idle pass writes
+// nothing (idempotence).
+TEST_F(ReconcilerTest, AJobRunsLosesATaskToAFailureAndSucceeds) {
+  CatchUp();
+  Pass();
+  EXPECT_THAT(PodNames(), ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-0"));
+  ASSERT_TRUE(secrets_.Get("ns", "j-token").has_value());
+  ASSERT_TRUE(services_.Get("ns", "j-tasks").has_value());
+  ASSERT_TRUE(services_.Get("ns", "j-coordinator").has_value());
+  EXPECT_EQ(DecodeStatus(Stored()).phase, kPhasePending);
+  ExpectIdlePassWritesNothing();
+
+  for (const char* pod : {"j-coordinator", "j-task-0-0", "j-task-1-0"}) SetPod(pod, "Running");
+  CatchUp();
+  clock_.Advance(absl::Seconds(5));
+  Pass();
+  TrainingJobStatus status = DecodeStatus(Stored());
+  EXPECT_EQ(status.phase, kPhaseRunning);
+  EXPECT_EQ(status.ready_tasks, 2);
+  EXPECT_EQ(status.start_time, clock_.Now());
+  ASSERT_EQ(status.tasks.size(), 2u);
+  EXPECT_EQ(status.tasks[1].state, TaskState::kRunning);
+  ExpectIdlePassWritesNothing();
+
+  // Task 1's process exits with code 1: only it is replaced, as incarnation 1.
+  SetPod("j-task-1-0", "Failed", 1);
+  CatchUp();
+  clock_.Advance(absl::Seconds(5));
+  Pass();
+  EXPECT_THAT(PodNames(), ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-1"));
+  status = DecodeStatus(Stored());
+  EXPECT_EQ(status.phase, kPhaseRestarting);
+  EXPECT_EQ(status.restarts, 1);
+  EXPECT_EQ(status.tasks[0].incarnation, 0);
+  EXPECT_EQ(status.tasks[1].incarnation, 1);
+  EXPECT_EQ(status.tasks[1].state, TaskState::kRestarting);
+  EXPECT_EQ(status.tasks[1].last_exit_code, 1);
+  EXPECT_EQ(status.tasks[1].last_failure_reason, "Error");
+  EXPECT_THAT(EventReasons(), ::testing::Contains("TaskRestarted"));
+  const Json replacement = *pods_.Get("ns", "j-task-1-1");
+  EXPECT_EQ(kube::LabelsOf(replacement)[kIncarnationLabel], "1");
+  EXPECT_THAT(replacement.serialize(), HasSubstr(R"({"name":"PHALANX_INCARNATION","value":"1"})"));
+
+  SetPod("j-task-1-1", "Running");
+  CatchUp();
+  clock_.Advance(absl::Seconds(5));
+  Pass();
+  EXPECT_EQ(DecodeStatus(Stored()).phase, kPhaseRunning);
+  ExpectIdlePassWritesNothing();
+
+  // Both tasks finish: the job succeeded and its coordinator goes.
+  SetPod("j-task-0-0", "Succeeded", 0);
+  SetPod("j-task-1-1", "Succeeded", 0);
+  CatchUp();
+  clock_.Advance(absl::Seconds(5));
+  Pass();
+  status = DecodeStatus(Stored());
+  EXPECT_EQ(status.phase, kPhaseSucceeded);
+  EXPECT_EQ(status.completion_time, clock_.Now());
+  EXPECT_EQ(status.restarts, 1);
+  EXPECT_EQ(FindCondition(status.conditions, "Succeeded")->status, "True");
+  EXPECT_THAT(PodNames(), ElementsAre("j-task-0-0", "j-task-1-1"));
+  EXPECT_THAT(EventReasons(), ::testing::Contains("Completed"));
+  ExpectIdlePassWritesNothing();
+}
+
+// Another writer got there first (409 on the status write): the pass ends with Aborted, which
+// the controller requeues quietly (kube::Controller), having acted on nothing; the next pass,
+// on the newer job, does the work once.
+TEST_F(ReconcilerTest, AConflictEndsThePassWithoutActingAndTheNextPassConverges) {
+  CatchUp();
+  client_.FailNext(1, absl::AbortedError(
+                          "Operation cannot be fulfilled on trainingjobs.phalanx.dev \"j\": the "
+                          "object has been modified; please apply your changes to the latest "
+                          "version and try again"));
+  const absl::Status conflicted = reconciler_.Reconcile("ns/j").status();
+  EXPECT_TRUE(absl::IsAborted(conflicted)) << conflicted;
+  EXPECT_TRUE(PodNames().empty());  // status is written first: nothing was created
+  EXPECT_TRUE(EventReasons().empty());
+  EXPECT_EQ(DecodeStatus(Stored()).observed_generation, 0);
+
+  Pass();
+  EXPECT_THAT(PodNames(), ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-0"));
+  EXPECT_EQ(DecodeStatus(Stored()).restarts, 0);
+  ExpectIdlePassWritesNothing();
 }
 
 }  // namespace
