@@ -10,7 +10,6 @@
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
 #include "operator/controller/blocked.h"
-#include "operator/controller/failure_policy.h"
 
 namespace phalanx::op {
 namespace {
@@ -202,39 +201,9 @@ TEST(PlanTest, BackoffThenMaxRestartsFailsTheJob) {
   EXPECT_TRUE(plan.create.empty());
 }
 
-TEST(PlanTest, RestartBackoffDoublesAndCaps) {
-  const BackoffSpec b{absl::Seconds(10), absl::Seconds(35)};
-  EXPECT_EQ(RestartBackoff(b, 0), absl::ZeroDuration());
-  EXPECT_EQ(RestartBackoff(b, 1), absl::Seconds(10));
-  EXPECT_EQ(RestartBackoff(b, 2), absl::Seconds(20));
-  EXPECT_EQ(RestartBackoff(b, 3), absl::Seconds(35));
-  EXPECT_EQ(RestartBackoff(b, 30), absl::Seconds(35));
-}
+// RestartBackoff and ClassifyFailure have their tables in failure_policy_test.cc.
 
 TEST(PlanTest, FatalExitCodesAndReasonsFailTheJobAtOnce) {
-  struct Case {
-    std::vector<int> fatal, retryable;
-    std::vector<std::string> fatal_reasons;
-    int exit_code;
-    std::string reason;
-    FailureClass want;
-  } cases[] = {
-      {{}, {}, {}, 1, "Error", FailureClass::kRetryable},
-      {{42}, {}, {}, 42, "Error", FailureClass::kFatal},
-      {{}, {137, 143}, {}, 1, "Error", FailureClass::kFatal},
-      {{}, {137, 143}, {}, 137, "Error", FailureClass::kRetryable},
-      {{}, {}, {"ContainerCannotRun"}, 128, "ContainerCannotRun", FailureClass::kFatal},
-  };
-  for (const Case& c : cases) {
-    FailurePolicy policy;
-    policy.fatal_exit_codes = c.fatal;
-    policy.retryable_exit_codes = c.retryable;
-    policy.fatal_reasons = c.fatal_reasons;
-    PodView pod;
-    pod.exit_code = c.exit_code;
-    pod.reason = c.reason;
-    EXPECT_EQ(ClassifyFailure(policy, pod), c.want) << c.exit_code << " " << c.reason;
-  }
   TrainingJobSpec spec = Spec();
   spec.failure_policy.fatal_exit_codes = {42};
   JobObservation world = Healthy();
@@ -273,6 +242,26 @@ TEST(PlanTest, PreemptionOpensACheckpointRoundThenMovesTheTaskWithoutSpendingRes
   EXPECT_EQ(later.status.preemptions, 1);
   EXPECT_EQ(later.status.restarts, 0);
   EXPECT_NE(later.status.phase, kPhaseFailed);
+}
+
+TEST(PlanTest, TheNodesAnnouncedDeadlineEndsTheCheckpointBeforeTheGraceWould) {
+  TrainingJobSpec spec = Spec();
+  spec.preemption.checkpoint_grace = absl::Seconds(60);
+  JobObservation world = Healthy();
+  world.preempting_nodes["node-0"] = kNow + absl::Seconds(30);  // a GCE VM's 30 s
+  world.task_pods[1].node = "node-1";
+  ReconcilePlan plan = Plan(spec, {}, world);
+  EXPECT_THAT(plan.notices,
+              ::testing::ElementsAre(PreemptionNotice{0, kNow, kNow + absl::Seconds(30)}));
+  EXPECT_EQ(plan.requeue_after, absl::Seconds(30));
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_THAT(plan.events[0].message, ::testing::HasSubstr("(in 30s)"));
+  // The notice stays in every plan while the task checkpoints; it moves at the node's deadline.
+  ReconcilePlan later = Plan(spec, plan.status, world, kNow + absl::Seconds(10));
+  EXPECT_EQ(later.notices, plan.notices);
+  later = Plan(spec, plan.status, world, kNow + absl::Seconds(30));
+  EXPECT_TRUE(later.notices.empty());
+  EXPECT_THAT(Names(later.create), ::testing::ElementsAre("j-task-0-1"));
 }
 
 TEST(PlanTest, ATaskThatExitsAfterItsPreemptionCheckpointIsMovedAtOnceAsAPreemption) {

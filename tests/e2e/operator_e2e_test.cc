@@ -515,9 +515,10 @@ class OperatorPreemptionE2eTest : public OperatorE2eTest {
   }
 
   // A 2-task job (2 GPUs each), Running, both tasks past their first periodic checkpoint.
-  void StartTrainingJob() {
+  void StartTrainingJob(int checkpoint_grace_seconds = 20) {
     ASSERT_TRUE(CreateJob(JobOptions{.steps = 250,
-                                     .preemption = R"({"checkpointGraceSeconds":20})",
+                                     .preemption = absl::StrCat(R"({"checkpointGraceSeconds":)",
+                                                                checkpoint_grace_seconds, "}"),
                                      .gpus = 2})
                     .ok());
     ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
@@ -629,7 +630,8 @@ TEST_F(AgentPreemptionE2eTest, AGceNoticeOnOneNodeCheckpointsTheJobAtOneStepAndL
     ASSERT_NE(agents.back(), nullptr) << node;
     metadata[node] = *std::move(server);
   }
-  StartTrainingJob();
+  // A grace longer than GCE's 30 s: the node's own deadline must win (issue 12).
+  StartTrainingJob(/*checkpoint_grace_seconds=*/60);
   if (HasFatalFailure()) return;
   std::string victim_pod, node;
   PickVictim(victim_pod, node);
@@ -653,6 +655,37 @@ TEST_F(AgentPreemptionE2eTest, AGceNoticeOnOneNodeCheckpointsTheJobAtOneStepAndL
   bool noticed = false;
   for (const kube::Json& e : events->items) noticed |= kube::StringAt(e, "reason") == "PreemptionNotice";
   EXPECT_TRUE(noticed);
+  // The agent put GCE's deadline on the Node with its taint, and the round the operator opened
+  // ends by it: at most 30 s after the operator saw the notice, not checkpointGraceSeconds (60).
+  const kube::Json& deadline_annotation = kube::FieldOrNull(
+      kube::FieldOrNull(kube::FieldOrNull(*marked, "metadata"), "annotations"),
+      "phalanx.dev/preemption-deadline");
+  ASSERT_TRUE(deadline_annotation.is_string()) << marked->serialize();
+  const std::optional<absl::Time> node_deadline =
+      kube::ParseKubeTime(deadline_annotation.as_string());
+  ASSERT_TRUE(node_deadline.has_value()) << deadline_annotation.serialize();
+  absl::StatusOr<kube::ObjectList> job_events = client_->List(
+      {"", "v1", "events", true}, "default", {.field_selector = "involvedObject.name=train"});
+  ASSERT_TRUE(job_events.ok());
+  std::vector<std::string> notices;
+  for (const kube::Json& e : job_events->items) {
+    if (kube::StringAt(e, "reason") == "PreemptionNotice") notices.push_back(kube::StringAt(e, "message"));
+  }
+  ASSERT_EQ(notices.size(), 1u) << ::testing::PrintToString(notices);
+  // "... coordinated checkpoint started, deadline <RFC 3339> (in <duration>)"
+  const std::string& notice = notices.front();
+  const size_t at = notice.find("deadline ");
+  ASSERT_NE(at, std::string::npos) << notice;
+  const std::string when = notice.substr(at + 9, notice.find(' ', at + 9) - at - 9);
+  EXPECT_EQ(kube::ParseKubeTime(when), node_deadline) << notice;
+  const size_t in = notice.find("(in ");
+  ASSERT_NE(in, std::string::npos) << notice;
+  absl::Duration round;
+  ASSERT_TRUE(absl::ParseDuration(notice.substr(in + 4, notice.find(')', in) - in - 4), &round))
+      << notice;
+  EXPECT_LE(round, absl::Seconds(30)) << notice;
+  EXPECT_GT(round, absl::ZeroDuration()) << notice;
+  RecordProperty("round_deadline", notice);
   for (auto& a : agents) {
     a->Signal(SIGINT);
     a->Wait(absl::Seconds(10));
