@@ -15,7 +15,8 @@ int64_t ToMillis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
 
 // Blocks for the single result of an async call. The wait is bounded: the service answers by
 // the call's own timeout, and a broken session fails every call in flight at once; `backstop`
-// only guards against a coordinator that neither answers nor lets the session break.
+// only guards against a coordinator that neither answers nor lets the session break, so it
+// is real time, like the gRPC deadlines it backs up.
 template <typename T>
 class Await {
  public:
@@ -84,7 +85,7 @@ GrpcCoordinationClient::GrpcCoordinationClient(ClientConfig config, ClientCallba
   channel_ = grpc::CreateCustomChannel(config_.coordinator, grpc::InsecureChannelCredentials(),
                                        args);
   stub_ = pb::Coordination::NewStub(channel_);
-  rpc_ = std::make_unique<RpcCaller>(*stub_, config_.token, clock_);
+  rpc_ = std::make_unique<RpcCaller>(*stub_, config_.token);
   SessionChannel::Listener& listener = *this;  // a private base: convert here, in scope
   session_ = std::make_unique<SessionChannel>(config_, callbacks_, clock_, *rpc_, listener);
 }
@@ -97,7 +98,8 @@ GrpcCoordinationClient::~GrpcCoordinationClient() {
   session_->Stop();
   absl::MutexLock lock(&mu_);
   for (grpc::ClientContext* context : reports_in_flight_) context->TryCancel();
-  // Their callbacks touch this object: wait for them (cancelled calls finish promptly).
+  // Their callbacks touch this object: wait for them (cancelled calls finish promptly). A
+  // backstop on gRPC, which completes calls in real time, so not on the injected clock.
   auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return reports_in_flight_.empty(); };
   mu_.AwaitWithTimeout(absl::Condition(&none), absl::Seconds(30));
 }
@@ -370,7 +372,8 @@ absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {
       // its session thread, so it does not depend on anyone's training loop).
       const uint64_t id = next.round.round;
       auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sync_.Settled(id); };
-      mu_.AwaitWithTimeout(absl::Condition(&settled), sync_.RoundWait(next.round));
+      clock_.AwaitWithDeadline(&mu_, absl::Condition(&settled),
+                               clock_.Now() + sync_.RoundWait(next.round));
       next = sync_.AfterWait(step, id);
     }
     if (next.action == SyncPointTracker::Next::Action::kAnswer) return next.answer;

@@ -1,6 +1,8 @@
 // RpcCaller: unary calls to the coordinator, each with the job token and a deadline. Shared by
 // GrpcCoordinationClient (every call) and SessionChannel (Register), so the token and deadline
-// are set in one place. Thread-safe (holds only immutable state; gRPC's stub is thread-safe).
+// are set in one place. A deadline is a span from when gRPC starts the call: it bounds a
+// transport wait and decides nothing, so no clock is read for it (an injected FakeClock's time
+// would mean nothing to gRPC). Thread-safe (immutable state; gRPC's stub is thread-safe).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -13,7 +15,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "common/base/clock.h"
 #include "runtime/coordination/grpc_status.h"
 #include "runtime/coordination/token_auth.h"
 #include "runtime/proto/coordination.grpc.pb.h"
@@ -29,16 +30,15 @@ class RpcCaller {
   template <typename Resp>
   using Reply = absl::AnyInvocable<void(absl::Status, Resp) &&>;
 
-  RpcCaller(Stub& stub, std::string token, base::Clock& clock)
-      : stub_(stub), token_(std::move(token)), clock_(clock) {}
+  RpcCaller(Stub& stub, std::string token) : stub_(stub), token_(std::move(token)) {}
 
   Stub& stub() const { return stub_; }
 
-  // Sets the token and a deadline `timeout` from now on a context the caller owns (for calls
-  // the caller must be able to cancel).
+  // Sets the token and a deadline `timeout` after the call starts on a context the caller owns
+  // (for calls the caller must be able to cancel).
   void Prepare(grpc::ClientContext& context, absl::Duration timeout) const {
     context.AddMetadata(coord::kAuthorizationHeader, "Bearer " + token_);
-    context.set_deadline(absl::ToChronoTime(clock_.Now() + timeout));
+    context.set_deadline(gpr_time_from_millis(absl::ToInt64Milliseconds(timeout), GPR_TIMESPAN));
   }
 
   // One call; `done` runs once, on a gRPC thread, by the deadline. `wait_for_ready` waits for
@@ -88,7 +88,6 @@ class RpcCaller {
  private:
   Stub& stub_;
   const std::string token_;
-  base::Clock& clock_;
 };
 
 }  // namespace phalanx::client

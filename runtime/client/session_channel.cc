@@ -43,7 +43,7 @@ absl::Status SessionChannel::WaitUntilConnected(absl::Duration timeout) {
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return connected_ || fatal_.has_value() || stopping_;
   };
-  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  clock_.AwaitWithDeadline(&mu_, absl::Condition(&ready), clock_.Now() + timeout);
   if (fatal_.has_value()) return *fatal_;
   if (connected_) return absl::OkStatus();
   if (!started_) return absl::FailedPreconditionError("Connect() was not called");
@@ -111,7 +111,7 @@ void SessionChannel::OnSessionDone(absl::Status status) {
 bool SessionChannel::BackOff(absl::Duration delay) {
   absl::MutexLock lock(&mu_);
   auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-  mu_.AwaitWithTimeout(absl::Condition(&stopping), delay);
+  clock_.AwaitWithDeadline(&mu_, absl::Condition(&stopping), clock_.Now() + delay);
   return stopping_;
 }
 
@@ -216,7 +216,7 @@ absl::Status SessionChannel::RunStream(SessionStream& stream, bool reconnect,
       auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_ || !events_.empty() || stream_done_.has_value();
       };
-      mu_.AwaitWithDeadline(absl::Condition(&wake), next_heartbeat);
+      clock_.AwaitWithDeadline(&mu_, absl::Condition(&wake), next_heartbeat);
       if (stopping_) return absl::CancelledError("client stopping");
       events.swap(events_);
       if (!events.empty()) last_contact_ = clock_.Now();

@@ -6,10 +6,9 @@
 // incarnation failed answers Aborted, which is fatal). While a stream is open it also carries
 // calls (TrySend), which is cheaper than a unary RPC each.
 //
-// Waits: the heartbeat and reconnect-backoff waits are timed condition waits on mu_, not
-// sleeps, so that a new event or Stop() ends them at once. Heartbeat times are read from the
-// injected clock; the waits themselves run in real time (base::Clock has no wait to inject),
-// and each is bounded, so a FakeClock can make them early or late but never hang them.
+// Time: heartbeats, the hang check, the reconnect backoff and WaitUntilConnected read and wait
+// on the injected clock (condition waits, so a new event or Stop() ends them at once; never a
+// sleep). Calls' own deadlines are gRPC's, in real time (rpc_caller.h).
 //
 // Thread-safe. Callbacks and Listener methods run on the session thread, in order, never under
 // mu_; call results run on gRPC threads.
