@@ -63,6 +63,33 @@ CoordinatorPlacement Reconciler::PlacementFor(const Json& job) const {
   return placement;
 }
 
+JobObservation Reconciler::ObserveChildren(const Json& job) const {
+  const std::string ns = kube::MetaString(job, "namespace");
+  const std::string name = kube::MetaString(job, "name");
+  const std::string uid = kube::MetaString(job, "uid");
+  JobObservation world;
+  for (const Json& pod : informers_.pods.ByIndex(kube::Informer::kOwnerIndex, uid)) {
+    if (!IsOwnedBy(pod, uid)) continue;
+    PodView view = ViewOfPod(pod);
+    const std::string role = kube::LabelsOf(pod)[kRoleLabel];
+    if (role == "coordinator") {
+      world.coordinator = view;
+    } else if (role == "task") {
+      world.task_pods.push_back(view);
+      if (!view.node.empty()) {
+        std::optional<Json> node = informers_.nodes.Get("", view.node);
+        if (node.has_value() && NodeIsBeingPreempted(*node)) {
+          world.preempting_nodes[view.node] = NodePreemptionDeadline(*node);
+        }
+      }
+    }
+  }
+  world.has_secret = informers_.secrets.Get(ns, SecretName(name)).has_value();
+  world.has_tasks_service = informers_.services.Get(ns, TasksServiceName(name)).has_value();
+  world.has_coordinator_service = informers_.services.Get(ns, CoordinatorName(name)).has_value();
+  return world;
+}
+
 absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string& key) {
   const absl::Time started = clock_.Now();
   auto [ns, name] = kube::SplitKey(key);
@@ -73,7 +100,6 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     return kube::Controller::Result{};
   }
   const Json& job = *cached;
-  const std::string uid = kube::MetaString(job, "uid");
   if (kube::IsBeingDeleted(job)) return kube::Controller::Result{};
 
   const TrainingJobStatus stored = DecodeStatus(job);  // the only decode of it this pass
@@ -103,27 +129,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
                 kube::ObjectMeta::Decode(job).generation},
                clock_.Now());
 
-  JobObservation world;
-  for (const Json& pod : informers_.pods.ByIndex(kube::Informer::kOwnerIndex, uid)) {
-    if (!IsOwnedBy(pod, uid)) continue;
-    PodView view = ViewOfPod(pod);
-    const std::string role = kube::LabelsOf(pod)[kRoleLabel];
-    if (role == "coordinator") {
-      world.coordinator = view;
-    } else if (role == "task") {
-      world.task_pods.push_back(view);
-      if (!view.node.empty()) {
-        std::optional<Json> node = informers_.nodes.Get("", view.node);
-        if (node.has_value() && NodeIsBeingPreempted(*node)) {
-          world.preempting_nodes[view.node] = NodePreemptionDeadline(*node);
-        }
-      }
-    }
-  }
-  world.has_secret = informers_.secrets.Get(ns, SecretName(name)).has_value();
-  world.has_tasks_service = informers_.services.Get(ns, TasksServiceName(name)).has_value();
-  world.has_coordinator_service = informers_.services.Get(ns, CoordinatorName(name)).has_value();
-
+  JobObservation world = ObserveChildren(job);
   const CoordinatorPlacement placement = PlacementFor(job);
   const bool active = !spec->suspend && previous.phase != kPhaseSucceeded &&
                       previous.phase != kPhaseFailed;

@@ -63,6 +63,8 @@ class Reconciler {
   absl::StatusOr<kube::Controller::Result> Reconcile(const std::string& key);
 
  private:
+  // What the informer caches hold of `job`'s children and their nodes (observe.h).
+  JobObservation ObserveChildren(const Json& job) const;
   // Deletes, then creates; returns what the API server refused (NotFound on delete and
   // AlreadyExists on create are fine).
   std::vector<ChildFailure> Execute(const Json& job, const ReconcilePlan& plan);
