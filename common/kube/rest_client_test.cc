@@ -13,14 +13,12 @@
 #include <atomic>
 #include <thread>
 
-#include "common/testing/eventually.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
 
 namespace phalanx::kube {
 namespace {
 
-using ::phalanx::testing::Eventually;
 using ::phalanx::testing::StatusIs;
 using ::testing::ElementsAre;
 
@@ -93,9 +91,7 @@ TEST(RestClientThrottle, ARequestOverTheBurst_WaitsOnTheInjectedClock) {
   const absl::Time start = clock.Now();
   std::thread second([&] { (void)(*client)->Get(pods, "ns", "p"); });
   // At 1 QPS the second waits for its token on the fake clock, a second; it has not gone out.
-  ASSERT_TRUE(Eventually(
-      [&] { return clock.PendingDeadlines() == std::vector<absl::Time>{start + absl::Seconds(1)}; },
-      absl::Seconds(30)));
+  ASSERT_TRUE(clock.WaitForWaiters({start + absl::Seconds(1)}));
   EXPECT_EQ(sent.load(), 1);
   clock.Advance(absl::Seconds(1));
   second.join();

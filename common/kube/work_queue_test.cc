@@ -3,14 +3,11 @@
 #include <thread>
 
 #include "common/kube/token_bucket.h"
-#include "common/testing/eventually.h"
 #include "common/testing/fake_clock.h"
 #include "gtest/gtest.h"
 
 namespace phalanx::kube {
 namespace {
-
-using ::phalanx::testing::Eventually;
 
 TEST(WorkQueue, DuplicateAdds_Collapse) {
   testing::FakeClock clock;
@@ -78,9 +75,7 @@ TEST(WorkQueue, Get_WaitsOnTheInjectedClock_UntilADelayedKeyIsDue) {
   std::optional<std::string> got;
   std::thread getter([&] { got = queue.Get(absl::Hours(1)); });
   // The getter is blocked on the fake clock until exactly when the key is due.
-  ASSERT_TRUE(Eventually(
-      [&] { return clock.PendingDeadlines() == std::vector<absl::Time>{start + absl::Seconds(10)}; },
-      absl::Seconds(30)));
+  ASSERT_TRUE(clock.WaitForWaiters({start + absl::Seconds(10)}));
   clock.Advance(absl::Seconds(10));
   getter.join();
   EXPECT_EQ(got, "k");
@@ -92,9 +87,7 @@ TEST(WorkQueue, Get_TimesOutOnTheInjectedClock) {
   const absl::Time start = clock.Now();
   std::optional<std::string> got = "unset";
   std::thread getter([&] { got = queue.Get(absl::Seconds(5)); });
-  ASSERT_TRUE(Eventually(
-      [&] { return clock.PendingDeadlines() == std::vector<absl::Time>{start + absl::Seconds(5)}; },
-      absl::Seconds(30)));
+  ASSERT_TRUE(clock.WaitForWaiters({start + absl::Seconds(5)}));
   clock.Advance(absl::Seconds(5));
   getter.join();
   EXPECT_EQ(got, std::nullopt);

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/testing/eventually.h"
 
 namespace phalanx::testing {
 
@@ -71,6 +72,12 @@ class FakeClock final : public base::Clock {
     return deadlines;
   }
   int Waiters() const { return static_cast<int>(PendingDeadlines().size()); }
+  // Waits (Eventually: real time, up to `timeout`) until the waits blocked on this clock are
+  // exactly `deadlines`, i.e. the code under test has got as far as waiting for them.
+  bool WaitForWaiters(std::vector<absl::Time> deadlines,
+                      absl::Duration timeout = absl::Seconds(30)) const {
+    return Eventually([&] { return PendingDeadlines() == deadlines; }, timeout);
+  }
 
  private:
   struct Waiter {

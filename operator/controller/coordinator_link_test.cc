@@ -102,7 +102,7 @@ class CoordinatorLinkTest : public ::testing::Test {
   }
   // Waits until the link's timer thread waits on the clock for exactly `deadlines`.
   bool BacksOffUntil(std::vector<absl::Time> deadlines) {
-    return Eventually([&] { return clock_.PendingDeadlines() == deadlines; }, kWait);
+    return clock_.WaitForWaiters(std::move(deadlines), kWait);
   }
 
   FakeClock coordinator_clock_;
