@@ -15,19 +15,21 @@
 //
 // State machine (r: round id, s: step this task reported, k: agreed sync step):
 //
-//                 OnRound(r), r newer than any finished round:
-//                 report s = the first step not checked yet
-//   IDLE ──────────────────────────────────────────────────────▶ REPORTED(r, s)
-//    ▲                                                             │          │
-//    │                                  early report failed        │          │ early report
-//    │                                  (transient, e.g. the       ▼          │ answered: k
-//    │                                  coordinator restarting)                ▼
-//    │                                          REPORT_FAILED(r, s) ──────▶ AGREED(r, k)
-//    │                                            Check(): the caller       │
-//    │                                            reports itself; answer: k │
-//    │  round closed (FailedPrecondition or DeadlineExceeded), from any     │ Check(step >= k):
-//    │  state; r is remembered as finished and never reopens                │ true at k, false
-//    └──────────────────────────────────────────────────────────────────────┘ past it; ends r
+//                  OnRound(r), r newer than any finished round:
+//                  report s = the first step not checked yet
+//   IDLE ───────────────────────────────────────────▶ REPORTED(r, s)
+//     ▲                                                 │           │
+//     │                 early report failed             │           │ early report
+//     │                 (transient, e.g. the            │           │ answered: k
+//     │                 coordinator restarting)         ▼           ▼
+//     │                                   REPORT_FAILED(r, s) ────▶ AGREED(r, k)
+//     │                                   Check(): the caller       │
+//     │                                   reports itself (k)        │ Check(step >= k): true
+//     │                                                             │ at k, false past it;
+//     │  round closed (FailedPrecondition or                        │ ends r
+//     │  DeadlineExceeded) from any state; r                        │
+//     │  is remembered as finished, never reopens                   │
+//     └─────────────────────────────────────────────────────────────┘
 //
 //   REPORTED: Check(step < s) is false (the sync step, the largest report, is later);
 //             Check(step >= s) asks the caller to wait for the agreement (kWait).
