@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/log.h"
-#include "common/base/node_notice.h"
+#include "common/kube/node_preemption.h"
 #include "common/kube/object_meta.h"
 
 namespace phalanx::agent {
@@ -68,7 +68,7 @@ void Agent::PollSources(absl::Time now) {
     // it and its own grace (a GCE VM has 30 s whatever checkpointGraceSeconds says).
     std::map<std::string, std::string> annotations;
     if (notice_->deadline != absl::InfiniteFuture()) {
-      annotations[base::kPreemptionDeadlineAnnotation] = kube::FormatKubeTime(notice_->deadline);
+      annotations[kube::kPreemptionDeadlineAnnotation] = kube::FormatKubeTime(notice_->deadline);
     }
     absl::Status tainted = marker_->Taint(kPreemptingTaint, notice_->source, annotations);
     if (tainted.ok()) {

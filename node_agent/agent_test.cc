@@ -1,12 +1,13 @@
 // The agent's tick with fakes: a notice taints the node once (retried while the API fails), a
 // fatal XID taints it, flips the GPU condition and asks the tasks on that GPU to abort their
 // cliques; without Kubernetes or NVML the tick still runs and says so in its metrics.
+#include "common/kube/resources.h"
 #include "node_agent/agent.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/base/node_notice.h"
+#include "common/kube/node_preemption.h"
 #include "common/kube/object_meta.h"
 #include "common/testing/fake_clock.h"
 #include "node_agent/gpu/fake_nvml.h"
@@ -19,7 +20,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const kube::Resource kNodes{"", "v1", "nodes", false};
+using kube::kNodes;
 
 // A source whose answer the test sets.
 class ScriptedSource final : public NoticeSource {
@@ -114,7 +115,7 @@ TEST_F(AgentTest, ANoticeTaintsTheNodeOnceAndIsRecorded) {
   EXPECT_THAT(Metrics(), HasSubstr(R"(phalanx_agent_notices_total{kind="preemption",source="scripted"} 1)"));
 }
 
-// The notice's deadline goes onto the Node with the taint (base/node_notice.h), so the operator
+// The notice's deadline goes onto the Node with the taint (kube/node_preemption.h), so the operator
 // can give the job's checkpoint the earlier of it and its own grace.
 TEST_F(AgentTest, ANoticeWithADeadlineAnnotatesTheNodeInTheTaintsWrite) {
   const struct {
@@ -140,7 +141,7 @@ TEST_F(AgentTest, ANoticeWithADeadlineAnnotatesTheNodeInTheTaintsWrite) {
     const kube::Json marked = Node();  // owned here: the references below point into it
     const kube::Json& annotation = kube::FieldOrNull(
         kube::FieldOrNull(kube::FieldOrNull(marked, "metadata"), "annotations"),
-        base::kPreemptionDeadlineAnnotation);
+        kube::kPreemptionDeadlineAnnotation);
     EXPECT_EQ(annotation.is_string() ? annotation.as_string() : "", c.want);
     EXPECT_THAT(TaintKeys(), ::testing::Contains(kPreemptingTaint));
   }

@@ -4,11 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/kube/object_meta.h"
+#include "common/kube/resources.h"
 
 namespace phalanx::agent {
 namespace {
 
-const kube::Resource kNodes{"", "v1", "nodes", false};
+using kube::kNodes;
 constexpr int kConflictRetries = 5;
 
 using kube::Json;

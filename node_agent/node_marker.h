@@ -39,7 +39,7 @@ class NodeMarker {
 
   // Adds taint `key`=`value`:NoSchedule unless a taint with that key is there already, and sets
   // `annotations` on the Node in the same write (so the operator never sees the taint without
-  // them; base/node_notice.h). No write when the taint and every annotation are there already.
+  // them; kube/node_preemption.h). No write when the taint and every annotation are there already.
   absl::Status Taint(const std::string& key, const std::string& value,
                      const std::map<std::string, std::string>& annotations = {});
   // Removes the taint with `key`, if any.

@@ -13,6 +13,16 @@
 
 namespace phalanx::kube {
 
+// The Node annotation through which the node agent tells the operator when its node goes away.
+// The agent's notice sources know a deadline (GCE: 30 s after instance/preempted turns TRUE; AWS:
+// the instance-action time); the agent writes it in the same update as its phalanx.dev/preempting
+// taint, as FormatKubeTime writes times (RFC 3339, UTC, whole seconds rounded down):
+//   metadata.annotations["phalanx.dev/preemption-deadline"] = "2030-01-02T03:04:05Z"
+// and the operator gives the job's coordinated checkpoint the earlier of that deadline and
+// "first seen + spec.preemption.checkpointGraceSeconds". No annotation (or garbage in it) means
+// the deadline is unknown. Written by node_agent/, read by operator/.
+inline constexpr char kPreemptionDeadlineAnnotation[] = "phalanx.dev/preemption-deadline";
+
 
 // True for the taint keys that announce a node's departure:
 //   cloud.google.com/impending-node-termination            (GKE spot/preemptible VMs)

@@ -1,7 +1,7 @@
 #include "operator/controller/observe.h"
 
 #include "absl/strings/numbers.h"
-#include "common/base/node_notice.h"
+#include "common/kube/node_preemption.h"
 #include "common/kube/object_meta.h"
 #include "operator/controller/desired_state.h"
 
@@ -61,7 +61,7 @@ PodView ViewOfPod(const Json& pod) {
 absl::Time NodePreemptionDeadline(const Json& node) {
   const Json& value = kube::FieldOrNull(kube::FieldOrNull(kube::FieldOrNull(node, "metadata"),
                                                           "annotations"),
-                                        base::kPreemptionDeadlineAnnotation);
+                                        kube::kPreemptionDeadlineAnnotation);
   if (!value.is_string()) return absl::InfiniteFuture();
   return kube::ParseKubeTime(value.as_string()).value_or(absl::InfiniteFuture());
 }

@@ -61,7 +61,7 @@ struct JobObservation {
   // task index → what the coordinator reported about it.
   std::map<int, CoordinatorFailure> coordinator_failed;
   // Nodes about to go away (termination/maintenance taints, or cordoned) → when, as the node
-  // agent announced it (base/node_notice.h); absl::InfiniteFuture() when nobody said.
+  // agent announced it (kube/node_preemption.h); absl::InfiniteFuture() when nobody said.
   std::map<std::string, absl::Time> preempting_nodes;
 };
 

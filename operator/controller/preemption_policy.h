@@ -4,7 +4,7 @@
 // and moves — its pod deleted, its next incarnation created — when the deadline passes, when its
 // pod ends (it left after its checkpoint, or was evicted), or at once when the pod is already
 // gone. The deadline is the earlier of preemptingSince + checkpointGraceSeconds and the node's
-// own deadline as the node agent announced it (base/node_notice.h): a GCE VM gets 30 s whatever
+// own deadline as the node agent announced it (kube/node_preemption.h): a GCE VM gets 30 s whatever
 // the grace says. Moves count as preemptions, and toward maxRestarts only when
 // failurePolicy.preemptionsCountTowardMaxRestarts says so (then past it the job fails). With
 // restartScope Job every task restarts. Pure.

@@ -22,6 +22,7 @@
 #include "common/kube/event_recorder.h"
 #include "common/kube/informer.h"
 #include "operator/controller/blocked.h"
+#include "common/kube/resources.h"
 #include "operator/controller/coordinator_link.h"
 #include "operator/controller/desired_state.h"
 #include "operator/controller/metrics.h"
@@ -30,10 +31,10 @@
 namespace phalanx::op {
 
 inline const kube::Resource kTrainingJobs{kGroup, kVersion, kPlural, true};
-inline const kube::Resource kPods{"", "v1", "pods", true};
-inline const kube::Resource kServices{"", "v1", "services", true};
-inline const kube::Resource kSecrets{"", "v1", "secrets", true};
-inline const kube::Resource kNodes{"", "v1", "nodes", false};
+using kube::kNodes;
+using kube::kPods;
+using kube::kSecrets;
+using kube::kServices;
 
 struct ReconcilerOptions {
   CoordinatorPlacement placement;

@@ -58,9 +58,18 @@ class ReconcilerTest : public ::testing::Test {
   void CatchUp() {
     ASSERT_TRUE(Eventually(
         [&] {
+          // Every cache holds exactly the stored objects, each at its stored resourceVersion.
           for (kube::Informer* i : {&jobs_, &pods_, &services_, &secrets_}) {
             auto listed = store_.List(i->resource().Qualified(), "", {}, 0, "");
             if (!listed.ok() || listed->items.size() != i->List().size()) return false;
+            for (const Json& object : listed->items) {
+              std::optional<Json> cached =
+                  i->Get(kube::MetaString(object, "namespace"), kube::MetaString(object, "name"));
+              if (!cached.has_value() || kube::MetaString(*cached, "resourceVersion") !=
+                                             kube::MetaString(object, "resourceVersion")) {
+                return false;
+              }
+            }
           }
           std::optional<Json> cached = jobs_.Get("ns", "j");
           return cached.has_value() && kube::MetaString(*cached, "resourceVersion") ==

@@ -64,8 +64,10 @@ step "local cluster, operator, agents"
 phalanx-localcluster --kubeconfig-out "$KUBECONFIG" --work-dir "$WORK/cluster" --nodes 3 \
   --gpus-per-node 4 >"$WORK/cluster.out" 2>"$WORK/cluster.log" &
 PIDS+=($!)
-wait_for 30 grep -q '^ready ' "$WORK/cluster.out"
+# A real control plane (where its assets are found) takes several seconds to start.
+wait_for 120 grep -q '^ready ' "$WORK/cluster.out"
 kubectl apply -f "$SRC/crds/trainingjobs.phalanx.dev.yaml"
+kubectl wait --for condition=Established --timeout=60s crd/trainingjobs.phalanx.dev
 "$BUILD/operator/phalanx-operator" --kubeconfig "$KUBECONFIG" --coordinator_address pod-ip \
   --coordinator_port_base $(( 20000 + (RANDOM % 4000) * 2 )) --metrics_listen 127.0.0.1:0 \
   >"$WORK/operator.out" 2>"$WORK/operator.log" &

@@ -66,7 +66,7 @@ class LocalClusterE2eTest(unittest.TestCase):
         self.cluster = start([CLUSTER, "--kubeconfig-out", self.kubeconfig, "--work-dir",
                               os.path.join(self.dir, "cluster"), "--nodes", "2"],
                              self.log_file("localcluster.log"))
-        self.assertIsNotNone(harness.read_line(self.cluster, "ready ", 30),
+        self.assertIsNotNone(harness.read_line(self.cluster, "ready ", 120),
                              "phalanx-localcluster did not print ready; see " + self.dir)
         self.kubectl("apply", "-f", CRD)
         port_base = 20000 + random.randrange(10000) * 2  # even, 20000..40000
