@@ -126,16 +126,13 @@ absl::Status LocalCluster::InitBuiltIn(int* port) {
   api_options.log_dir = options_.work_dir + "/logs";
   api_ = std::make_unique<ApiServer>(store_, registry_, clock_, api_options);
 
-  HttpsServer::Options https_options;
-  https_options.port = options_.port;
-  https_options.cert_pem = tls_.server_cert_pem;
-  https_options.key_pem = tls_.server_key_pem;
-  absl::StatusOr<int> bound = https_.Start(
-      https_options, [this](const HttpRequest& req, HttpResponse& resp) { api_->Handle(req, resp); });
-  if (!bound.ok()) return bound.status();
-  *port = *bound;
-  url_ = absl::StrCat("https://127.0.0.1:", *bound);
-  api_->set_address(absl::StrCat("127.0.0.1:", *bound));
+  if (absl::Status s = Serve([this](const HttpRequest& req, HttpResponse& resp) {
+        api_->Handle(req, resp);
+      }, port);
+      !s.ok()) {
+    return s;
+  }
+  api_->set_address(absl::StrCat("127.0.0.1:", *port));
   access_ = std::make_unique<StoreAccess>(store_, clock_);
 
   gc_thread_ = std::thread([this] {
@@ -167,15 +164,12 @@ absl::Status LocalCluster::InitReal(const EnvtestAssets& assets, int* port) {
   proxy_options.admin_token = token_;
   proxy_options.log_dir = options_.work_dir + "/logs";
   proxy_ = std::make_unique<ApiProxy>(proxy_options);
-  HttpsServer::Options https_options;
-  https_options.port = options_.port;
-  https_options.cert_pem = tls_.server_cert_pem;
-  https_options.key_pem = tls_.server_key_pem;
-  absl::StatusOr<int> bound = https_.Start(
-      https_options, [this](const HttpRequest& req, HttpResponse& resp) { proxy_->Handle(req, resp); });
-  if (!bound.ok()) return bound.status();
-  *port = *bound;
-  url_ = absl::StrCat("https://127.0.0.1:", *bound);
+  if (absl::Status s = Serve([this](const HttpRequest& req, HttpResponse& resp) {
+        proxy_->Handle(req, resp);
+      }, port);
+      !s.ok()) {
+    return s;
+  }
 
   // The node side talks to the API server itself, not through the proxy: injected faults are
   // for the clients under test, as a real cluster's kubelets do not share the operator's path.
@@ -193,6 +187,18 @@ absl::Status LocalCluster::InitReal(const EnvtestAssets& assets, int* port) {
   auto rest = std::make_unique<RestAccess>(*node_client_, clock_, options_.history_limit);
   if (absl::Status s = rest->Start(absl::Seconds(30)); !s.ok()) return s;
   access_ = std::move(rest);
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Serve(HttpHandler handler, int* port) {
+  HttpsServer::Options https_options;
+  https_options.port = options_.port;
+  https_options.cert_pem = tls_.server_cert_pem;
+  https_options.key_pem = tls_.server_key_pem;
+  absl::StatusOr<int> bound = https_.Start(https_options, std::move(handler));
+  if (!bound.ok()) return bound.status();
+  *port = *bound;
+  url_ = absl::StrCat("https://127.0.0.1:", *bound);
   return absl::OkStatus();
 }
 

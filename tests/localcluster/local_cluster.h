@@ -95,6 +95,8 @@ class LocalCluster {
   absl::Status Init();
   absl::Status InitBuiltIn(int* port);
   absl::Status InitReal(const EnvtestAssets& assets, int* port);
+  // The HTTPS front door (the built-in API server or the proxy) on options_.port; sets url_.
+  absl::Status Serve(HttpHandler handler, int* port);
   absl::Status StartKubelet(int port);
   absl::Status WriteKubeconfig();
 
