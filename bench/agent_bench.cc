@@ -88,7 +88,8 @@ std::map<std::string, std::vector<int64_t>> EventTimes(const fs::path& logs,
 // checkpoint, or kFailed.
 double NoticeOnce(int run) {
   const std::string bin = absl::GetFlag(FLAGS_bin_dir);
-  const fs::path dir = fs::temp_directory_path() / absl::StrCat("phalanx-agent-bench-", getpid(), "-", run);
+  const fs::path dir =
+      fs::temp_directory_path() / absl::StrCat("phalanx-agent-bench-", getpid(), "-", run);
   fs::create_directories(dir);
   const std::string kubeconfig = (dir / "kubeconfig").string();
   double result = kFailed;
@@ -97,26 +98,27 @@ double NoticeOnce(int run) {
   std::vector<std::unique_ptr<FakeMetadataServer>> metadata;
   [&] {
     cluster = StartUntilReady({bin + "/tests/localcluster/phalanx-localcluster", "--kubeconfig-out",
-                            kubeconfig, "--work-dir", (dir / "cluster").string(), "--nodes", "3",
-                            "--gpus-per-node", "2", "--backend", absl::GetFlag(FLAGS_backend)},
-                           (dir / "cluster.log").string());
+                               kubeconfig, "--work-dir", (dir / "cluster").string(), "--nodes", "3",
+                               "--gpus-per-node", "2", "--backend", absl::GetFlag(FLAGS_backend)},
+                              (dir / "cluster.log").string());
     if (cluster == nullptr) return;
     absl::StatusOr<kube::ClusterConfig> config = kube::LoadKubeconfig(kubeconfig);
     if (!config.ok()) return;
     std::unique_ptr<kube::RestClient> client = *kube::RestClient::Create(*config);
     if (!ApplyTrainingJobCrd(*client, absl::GetFlag(FLAGS_source_dir))) return;
     const int port_base = 20000 + static_cast<int>((getpid() + run * 97) % 4000) * 2;
-    op = StartUntilReady({bin + "/operator/phalanx-operator", "--kubeconfig", kubeconfig,
-                       "--coordinator_command", bin + "/runtime/coordination/phalanx-coordinator",
-                       "--coordinator_address", "pod-ip", "--coordinator_port_base",
-                       absl::StrCat(port_base), "--metrics_listen", "127.0.0.1:0",
-                       "--lease_namespace", "default"},
-                      (dir / "operator.log").string());
+    op = StartUntilReady(
+        {bin + "/operator/phalanx-operator", "--kubeconfig", kubeconfig, "--coordinator_command",
+         bin + "/runtime/coordination/phalanx-coordinator", "--coordinator_address", "pod-ip",
+         "--coordinator_port_base", absl::StrCat(port_base), "--metrics_listen", "127.0.0.1:0",
+         "--lease_namespace", "default"},
+        (dir / "operator.log").string());
     if (op == nullptr) return;
     for (int n = 0; n < 3; ++n) {
       auto server = FakeMetadataServer::Start();
       if (!server.ok()) return;
-      (*server)->Set("GET", "/computeMetadata/v1/instance/preempted", ScriptedResponse::Ok("FALSE"));
+      (*server)->Set("GET", "/computeMetadata/v1/instance/preempted",
+                     ScriptedResponse::Ok("FALSE"));
       (*server)->Set("GET", "/computeMetadata/v1/instance/maintenance-event",
                      ScriptedResponse::Ok("NONE"));
       const std::string node = absl::StrCat("node-", n);
@@ -124,8 +126,7 @@ double NoticeOnce(int run) {
           {bin + "/node_agent/phalanx-agent", "--kubeconfig", kubeconfig, "--node_name", node,
            "--notice_sources", "gce", "--gce_metadata_url", (*server)->base_url(), "--fake_gpus",
            "2", "--poll_interval", absl::FormatDuration(absl::GetFlag(FLAGS_poll_interval)),
-           "--clique_socket", (dir / (node + ".sock")).string(), "--metrics_listen",
-           "127.0.0.1:0"},
+           "--clique_socket", (dir / (node + ".sock")).string(), "--metrics_listen", "127.0.0.1:0"},
           (dir / ("agent-" + node + ".log")).string()));
       if (agents.back() == nullptr) return;
       metadata.push_back(*std::move(server));
@@ -135,7 +136,8 @@ double NoticeOnce(int run) {
         R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"bench"},
             "spec":{"replicas":2,"preemption":{"checkpointGraceSeconds":30},
               "template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[{"name":"w","image":"x","command":[")",
-        worker, R"("],"args":["--steps=100000","--step_time=20ms","--checkpoint_every=50","--checkpoint_dir=)",
+        worker,
+        R"("],"args":["--steps=100000","--step_time=20ms","--checkpoint_every=50","--checkpoint_dir=)",
         (dir / "ckpt").string(), R"("],"resources":{"limits":{"nvidia.com/gpu":2}}}]}}}})"));
     if (!client->Create(op::kTrainingJobs, "default", job).ok()) return;
     const fs::path logs = dir / "cluster" / "logs";
@@ -156,8 +158,8 @@ double NoticeOnce(int run) {
     }
     if (victim_node < 0) return;
     const int64_t flipped = absl::ToUnixMillis(absl::Now());
-    metadata[static_cast<size_t>(victim_node)]->Set(
-        "GET", "/computeMetadata/v1/instance/preempted", ScriptedResponse::Ok("TRUE"));
+    metadata[static_cast<size_t>(victim_node)]->Set("GET", "/computeMetadata/v1/instance/preempted",
+                                                    ScriptedResponse::Ok("TRUE"));
     while (absl::Now() < deadline + absl::Seconds(30)) {
       const auto synced = EventTimes(logs, "sync_checkpoint");
       int64_t last = 0;
@@ -232,9 +234,9 @@ double RunReform() {
       next_key = *clique::CliqueKey::Create("bench", m);
       start = absl::Now();
       managers[3] = std::make_unique<clique::CliqueManager>(nccl, exchange, clock,
-                                                           clique::CliqueManager::Options{});
-      ids[3] = *managers[3]->Acquire(next_key, *next_key.RankOf(3, 0),
-                                     clock.Now() + absl::Seconds(30));
+                                                            clique::CliqueManager::Options{});
+      ids[3] =
+          *managers[3]->Acquire(next_key, *next_key.RankOf(3, 0), clock.Now() + absl::Seconds(30));
       for (int t = 0; t < kTasks; ++t) {
         if (t != 3) managers[static_cast<size_t>(t)]->OnMembershipChange(status);
       }
@@ -261,11 +263,11 @@ double AgentRss() {
   const fs::path dir = fs::temp_directory_path() / absl::StrCat("phalanx-agent-rss-", getpid());
   fs::create_directories(dir);
   const std::string socket_path = (dir / "cliques.sock").string();
-  std::unique_ptr<process::Subprocess> a = StartUntilReady(
-      {bin + "/node_agent/phalanx-agent", "--kube=false", "--notice_sources", "sigterm",
-       "--fake_gpus", "8", "--clique_socket", socket_path, "--metrics_listen", "127.0.0.1:0",
-       "--poll_interval", "1s"},
-      (dir / "agent.log").string());
+  std::unique_ptr<process::Subprocess> a =
+      StartUntilReady({bin + "/node_agent/phalanx-agent", "--kube=false", "--notice_sources",
+                       "sigterm", "--fake_gpus", "8", "--clique_socket", socket_path,
+                       "--metrics_listen", "127.0.0.1:0", "--poll_interval", "1s"},
+                      (dir / "agent.log").string());
   double rss = kFailed;
   if (a != nullptr) {
     for (int task = 0; task < 8; ++task) {
@@ -313,17 +315,18 @@ int main(int argc, char** argv) {
 
   const double poll_ms = absl::ToDoubleMilliseconds(absl::GetFlag(FLAGS_poll_interval));
   const auto num = JsonNumber;
-  const std::string json = absl::StrCat(
-      "{\n  \"poll_interval_ms\": ", num(poll_ms, 0), ",\n  \"notice_to_sync_ms\": ",
-      num(notice_ms, 0), ",\n  \"abort_reform_ms\": ", num(reform_ms, 2),
-      ",\n  \"agent_rss_mib\": ", num(rss, 1), "\n}\n");
+  const std::string json = absl::StrCat("{\n  \"poll_interval_ms\": ", num(poll_ms, 0),
+                                        ",\n  \"notice_to_sync_ms\": ", num(notice_ms, 0),
+                                        ",\n  \"abort_reform_ms\": ", num(reform_ms, 2),
+                                        ",\n  \"agent_rss_mib\": ", num(rss, 1), "\n}\n");
   const std::string out = absl::GetFlag(FLAGS_out);
   std::filesystem::create_directories(std::filesystem::path(out).parent_path());
   std::ofstream(out) << json;
   const auto cell = TableCell;
   std::printf("\n| key | result | target |\n|---|---|---|\n");
   std::printf("| notice_to_sync_ms | %s | < %.0f |\n", cell(notice_ms, 0).c_str(), poll_ms + 200);
-  std::printf("| abort_reform_ms (fake NCCL, 8 ranks) | %s | < 100 |\n", cell(reform_ms, 2).c_str());
+  std::printf("| abort_reform_ms (fake NCCL, 8 ranks) | %s | < 100 |\n",
+              cell(reform_ms, 2).c_str());
   std::printf("| agent_rss_mib (8 GPUs, 8 tasks) | %s | < 64 |\n", cell(rss, 1).c_str());
   std::printf("\nwritten to %s\n", out.c_str());
   return 0;

@@ -4,15 +4,14 @@
 // and applying the TrainingJob CRD. Header-only.
 #pragma once
 
-#include <sys/types.h>
-
 #include <signal.h>
+#include <sys/types.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <optional>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,8 +23,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/kube/client.h"
-#include "common/process/subprocess.h"
 #include "common/kube/object_meta.h"
+#include "common/process/subprocess.h"
 #include "operator/api/yaml_json.h"
 
 namespace phalanx::bench {
@@ -119,16 +118,17 @@ inline bool ApplyTrainingJobCrd(kube::Client& client, const std::string& source_
   if (!crd.ok() ||
       !client.Create({"apiextensions.k8s.io", "v1", "customresourcedefinitions", false}, "", *crd)
            .ok()) {
-    std::fprintf(stderr, "bench: could not apply the CRD (run from the source directory or pass "
-                         "--source_dir)\n");
+    std::fprintf(stderr,
+                 "bench: could not apply the CRD (run from the source directory or pass "
+                 "--source_dir)\n");
     return false;
   }
   // A real API server serves the resource once the CRD is Established (the built-in one at once).
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (absl::Now() < deadline) {
-    absl::StatusOr<kube::Json> got = client.Get(
-        {"apiextensions.k8s.io", "v1", "customresourcedefinitions", false}, "",
-        "trainingjobs.phalanx.dev");
+    absl::StatusOr<kube::Json> got =
+        client.Get({"apiextensions.k8s.io", "v1", "customresourcedefinitions", false}, "",
+                   "trainingjobs.phalanx.dev");
     if (got.ok()) {
       for (const kube::Json& c :
            kube::ArrayOrEmpty(kube::FieldOrNull(*got, "status"), "conditions").as_array()) {

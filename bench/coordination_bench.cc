@@ -22,8 +22,8 @@
 #include "bench/task_host.h"
 #include "common/base/process_init.h"
 #include "common/process/subprocess.h"
-#include "runtime/client/grpc_client.h"
 #include "examples/local_job/local_job.h"
+#include "runtime/client/grpc_client.h"
 
 ABSL_FLAG(std::string, bin_dir, "build", "build directory");
 ABSL_FLAG(std::string, out, "build/bench/coordination.json", "where the JSON goes");
@@ -86,7 +86,8 @@ std::unique_ptr<LocalJob> StartCoordinator(int num_tasks, absl::Duration heartbe
                                            absl::Duration heartbeat_interval) {
   LocalJobOptions options;
   options.bin_dir = absl::GetFlag(FLAGS_bin_dir);
-  options.work_dir = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-bench-", getpid());
+  options.work_dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("phalanx-bench-", getpid());
   options.job = "bench";
   options.num_tasks = num_tasks;
   options.heartbeat_timeout = heartbeat_timeout;
@@ -103,9 +104,13 @@ std::unique_ptr<LocalJob> StartCoordinator(int num_tasks, absl::Duration heartbe
 std::unique_ptr<process::Subprocess> StartHost(const LocalJob& job, int first, int count,
                                                int num_tasks, int barriers) {
   process::SubprocessOptions options;
-  options.argv = {self_path, "--role=tasks", "--address=" + job.address(),
-                  "--token=" + job.options().token, absl::StrCat("--first=", first),
-                  absl::StrCat("--count=", count), absl::StrCat("--num_tasks=", num_tasks),
+  options.argv = {self_path,
+                  "--role=tasks",
+                  "--address=" + job.address(),
+                  "--token=" + job.options().token,
+                  absl::StrCat("--first=", first),
+                  absl::StrCat("--count=", count),
+                  absl::StrCat("--num_tasks=", num_tasks),
                   absl::StrCat("--barriers=", barriers)};
   options.stderr_path = job.options().work_dir + "/host.log";
   auto host = process::Subprocess::Start(options);
@@ -152,13 +157,15 @@ Gang RunGang(int n, int barriers) {
       if (std::any_of(all.begin(), all.end(),
                       [](const std::string& l) { return l.rfind("ERROR", 0) == 0; })) {
         std::fprintf(stderr, "bench: task error: see output of host %d\n", h);
-        for (auto& l : all) if (l.rfind("ERROR", 0) == 0) std::fprintf(stderr, "  %s\n", l.c_str());
+        for (auto& l : all)
+          if (l.rfind("ERROR", 0) == 0) std::fprintf(stderr, "  %s\n", l.c_str());
         gang.ok = false;
         return gang;
       }
       if (!line.has_value()) break;
-      if (seen < expected) gang.hosts[h]->WaitForLine([](const std::string&) { return true; },
-                                                      absl::Milliseconds(50), all.size());
+      if (seen < expected)
+        gang.hosts[h]->WaitForLine([](const std::string&) { return true; }, absl::Milliseconds(50),
+                                   all.size());
     }
     if (seen < expected) gang.ok = false;
     for (Line& l : Parse(gang.hosts[h]->Lines())) gang.lines.push_back(std::move(l));
@@ -208,7 +215,8 @@ void BenchRendezvous(Results& r, int runs) {
         continue;
       }
       int64_t last = 0;
-      for (const Line& l : gang.lines) if (l.kind == "PASS") last = std::max(last, l.Int("t_us"));
+      for (const Line& l : gang.lines)
+        if (l.kind == "PASS") last = std::max(last, l.Int("t_us"));
       times.push_back((last - gang.t0_us) / 1e6);
       if (n == 1024) rss.push_back(RssMib(gang.job->coordinator().pid()));
       StopGang(gang);
@@ -303,9 +311,9 @@ void BenchKv(Results& r, int runs) {
     const absl::Time start = absl::Now();
     for (int c = 0; c < kClients; ++c) {
       for (int w = 0; w < kInFlight; ++w) {
-        chains.push_back(std::make_unique<KvChain>(KvChain{
-            clients[c].get(), absl::StrCat("bench/", c, "/", w, "/"), &value, &stop, &ops,
-            &running}));
+        chains.push_back(std::make_unique<KvChain>(KvChain{clients[c].get(),
+                                                           absl::StrCat("bench/", c, "/", w, "/"),
+                                                           &value, &stop, &ops, &running}));
         chains.back()->Next();
       }
     }
@@ -320,8 +328,9 @@ void BenchKv(Results& r, int runs) {
     rates.push_back(counted / elapsed);
   }
   r.kv_ops_per_s = Median(rates);
-  std::fprintf(stderr, "  kv: %.0f ops/s (%d clients x %d in-flight set-then-get chains, 100-byte values)\n",
-               r.kv_ops_per_s, kClients, kInFlight);
+  std::fprintf(
+      stderr, "  kv: %.0f ops/s (%d clients x %d in-flight set-then-get chains, 100-byte values)\n",
+      r.kv_ops_per_s, kClients, kInFlight);
 }
 
 // Starts 4 single-task hosts, hurts task 3 with `sig`, returns when every survivor was told:
@@ -341,9 +350,8 @@ double DetectOnce(int sig, absl::Duration heartbeat_timeout, absl::Duration hear
   hosts[kTasks - 1]->Signal(sig);
   int64_t worst = 0;
   for (int t = 0; t < kTasks - 1; ++t) {
-    auto told = hosts[t]->WaitForLine(
-        [](const std::string& l) { return l.rfind("TOLD", 0) == 0; },
-        heartbeat_timeout + absl::Seconds(30));
+    auto told = hosts[t]->WaitForLine([](const std::string& l) { return l.rfind("TOLD", 0) == 0; },
+                                      heartbeat_timeout + absl::Seconds(30));
     if (!told) return -1;
     worst = std::max(worst, Parse({*told})[0].Int("t_us") - t_hurt);
   }
@@ -422,7 +430,9 @@ int main(int argc, char** argv) {
   }
   const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
   const std::string only = absl::GetFlag(FLAGS_only);
-  auto want = [&](const char* name) { return only.empty() || only.find(name) != std::string::npos; };
+  auto want = [&](const char* name) {
+    return only.empty() || only.find(name) != std::string::npos;
+  };
   Results r;
   std::fprintf(stderr, "phalanx coordination benchmarks (%d runs each, median)\n", runs);
   if (want("rendezvous")) BenchRendezvous(r, runs);
@@ -439,11 +449,14 @@ int main(int argc, char** argv) {
   std::ofstream(out) << json;
 
   std::printf("\n| key | measured | target |\n|---|---|---|\n");
-  for (const auto& [n, v] : r.rendezvous_s) std::printf("| rendezvous_s.%d | %.3f | %s |\n", n, v, n == 1024 ? "< 0.5" : "");
-  for (const auto& [n, v] : r.barrier_p50_ms) std::printf("| barrier_p50_ms.%d | %.2f | %s |\n", n, v, n == 256 ? "< 4" : "");
+  for (const auto& [n, v] : r.rendezvous_s)
+    std::printf("| rendezvous_s.%d | %.3f | %s |\n", n, v, n == 1024 ? "< 0.5" : "");
+  for (const auto& [n, v] : r.barrier_p50_ms)
+    std::printf("| barrier_p50_ms.%d | %.2f | %s |\n", n, v, n == 256 ? "< 4" : "");
   std::printf("| kv_ops_per_s | %.0f | >= 60000 |\n", r.kv_ops_per_s);
   std::printf("| crash_detect_p50_ms | %.1f | < 100 |\n", r.crash_detect_p50_ms);
-  std::printf("| hang_detect_s (hang_timeout_s %.1f) | %.2f | <= %.1f |\n", r.hang_timeout_s, r.hang_detect_s, r.hang_timeout_s + 0.5);
+  std::printf("| hang_detect_s (hang_timeout_s %.1f) | %.2f | <= %.1f |\n", r.hang_timeout_s,
+              r.hang_detect_s, r.hang_timeout_s + 0.5);
   std::printf("| coordinator_rss_mib_1024 | %.1f | < 128 |\n", r.coordinator_rss_mib_1024);
   std::printf("\nwritten to %s\n", out.c_str());
   return 0;

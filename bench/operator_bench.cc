@@ -33,10 +33,10 @@
 #include "common/kube/object_meta.h"
 #include "common/kube/rest_client.h"
 #include "common/process/subprocess.h"
+#include "common/testing/http_get.h"
 #include "operator/api/yaml_json.h"
 #include "operator/controller/reconciler.h"
 #include "runtime/proto/coordination.grpc.pb.h"
-#include "common/testing/http_get.h"
 
 ABSL_FLAG(std::string, bin_dir, "build", "build directory");
 ABSL_FLAG(std::string, source_dir, ".", "source directory (for the CRD)");
@@ -89,7 +89,8 @@ double SumOfMetric(const std::string& text, const std::string& name) {
 // A local cluster and an operator on it, stopped on destruction.
 class Stack {
  public:
-  static std::unique_ptr<Stack> Start(const std::string& name, std::vector<std::string> cluster_args,
+  static std::unique_ptr<Stack> Start(const std::string& name,
+                                      std::vector<std::string> cluster_args,
                                       std::vector<std::string> operator_args) {
     auto s = std::unique_ptr<Stack>(new Stack());
     s->dir_ = std::filesystem::temp_directory_path() /
@@ -98,8 +99,11 @@ class Stack {
     const std::string bin = absl::GetFlag(FLAGS_bin_dir);
     const std::string kubeconfig = (s->dir_ / "kubeconfig").string();
     std::vector<std::string> argv = {bin + "/tests/localcluster/phalanx-localcluster",
-                                     "--kubeconfig-out", kubeconfig, "--work-dir",
-                                     (s->dir_ / "cluster").string(), "--backend",
+                                     "--kubeconfig-out",
+                                     kubeconfig,
+                                     "--work-dir",
+                                     (s->dir_ / "cluster").string(),
+                                     "--backend",
                                      absl::GetFlag(FLAGS_backend)};
     argv.insert(argv.end(), cluster_args.begin(), cluster_args.end());
     s->cluster_ = s->Run(argv, "cluster");
@@ -114,9 +118,16 @@ class Stack {
     if (!client.ok()) return nullptr;
     s->client_ = *std::move(client);
     if (!ApplyTrainingJobCrd(*s->client_, absl::GetFlag(FLAGS_source_dir))) return nullptr;
-    argv = {bin + "/operator/phalanx-operator", "--kubeconfig", kubeconfig, "--metrics_listen",
-            "127.0.0.1:0", "--lease_namespace", "default", "--qps",
-            absl::StrCat(absl::GetFlag(FLAGS_qps)), "--burst",
+    argv = {bin + "/operator/phalanx-operator",
+            "--kubeconfig",
+            kubeconfig,
+            "--metrics_listen",
+            "127.0.0.1:0",
+            "--lease_namespace",
+            "default",
+            "--qps",
+            absl::StrCat(absl::GetFlag(FLAGS_qps)),
+            "--burst",
             absl::StrCat(absl::GetFlag(FLAGS_burst))};
     argv.insert(argv.end(), operator_args.begin(), operator_args.end());
     s->operator_ = s->Run(argv, "operator");
@@ -185,7 +196,8 @@ void RunScale(Results& r) {
   // do not run here) stay on 127.0.0.1 instead of asking the machine's resolver.
   const int port_base = 20000 + static_cast<int>(getpid() % 4000) * 2;
   std::unique_ptr<Stack> stack = Stack::Start(
-      "scale", {"--nodes", "0", "--simulated-nodes", absl::StrCat(absl::GetFlag(FLAGS_simulated_nodes))},
+      "scale",
+      {"--nodes", "0", "--simulated-nodes", absl::StrCat(absl::GetFlag(FLAGS_simulated_nodes))},
       {"--coordinator_address", "pod-ip", "--coordinator_port_base", absl::StrCat(port_base)});
   if (stack == nullptr) return;
   std::fprintf(stderr, "scale: creating %d jobs x %d tasks on simulated nodes\n", r.jobs, r.tasks);
@@ -327,9 +339,10 @@ void RunReplace(Results& r) {
       R"(/examples/sample_worker/phalanx-sample-worker"],"args":["--steps=1000000","--step_time=50ms","--checkpoint_every=20","--checkpoint_dir=)",
       ckpt, R"("]})");
   if (!stack->client()
-           .Create(op::kTrainingJobs, "default",
-                   JobManifest("bench", r.tasks, worker,
-                               R"({"maxRestarts":1000,"backoff":{"baseSeconds":1,"maxSeconds":1}})"))
+           .Create(
+               op::kTrainingJobs, "default",
+               JobManifest("bench", r.tasks, worker,
+                           R"({"maxRestarts":1000,"backoff":{"baseSeconds":1,"maxSeconds":1}})"))
            .ok()) {
     return;
   }
@@ -369,8 +382,7 @@ void RunReplace(Results& r) {
     }
     double ms = kFailed;
     while (absl::Now() - killed < absl::Seconds(30)) {
-      absl::StatusOr<std::optional<kube::WatchEventData>> event =
-          (*watch)->Next(absl::Seconds(1));
+      absl::StatusOr<std::optional<kube::WatchEventData>> event = (*watch)->Next(absl::Seconds(1));
       if (!event.ok()) break;
       if (event->has_value() && (*event)->type == "ADDED" &&
           kube::MetaString((*event)->object, "name") == new_pod) {
@@ -381,8 +393,10 @@ void RunReplace(Results& r) {
     const bool back =
         probe.WaitAllConnected(r.tasks, victim, incarnation + 1, killed + absl::Seconds(60));
     const double s = back ? absl::ToDoubleSeconds(absl::Now() - killed) : kFailed;
-    std::fprintf(stderr, "  kill %d (task %d): replacement pod after %.1f ms, all %d registered "
-                         "after %.2f s\n", k + 1, victim, ms, r.tasks, s);
+    std::fprintf(stderr,
+                 "  kill %d (task %d): replacement pod after %.1f ms, all %d registered "
+                 "after %.2f s\n",
+                 k + 1, victim, ms, r.tasks, s);
     replace_ms.push_back(ms);
     recover_s.push_back(s);
     if (!back) break;
@@ -398,14 +412,14 @@ void RunReplace(Results& r) {
 
 std::string Json(const Results& r) {
   const auto num = JsonNumber;
-  return absl::StrCat(
-      "{\n", "  \"jobs\": ", r.jobs, ",\n", "  \"tasks_per_job\": ", r.tasks, ",\n",
-      "  \"create_all_pods_s\": ", num(r.create_all_pods_s, 2), ",\n",
-      "  \"api_requests_per_job\": ", num(r.api_requests_per_job, 1), ",\n",
-      "  \"operator_rss_mib\": ", num(r.operator_rss_mib, 1), ",\n",
-      "  \"idle_cpu_pct\": ", num(r.idle_cpu_pct, 2), ",\n",
-      "  \"kills\": ", r.kills, ",\n", "  \"replace_p50_ms\": ", num(r.replace_p50_ms, 1),
-      ",\n", "  \"recover_p50_s\": ", num(r.recover_p50_s, 2), "\n}\n");
+  return absl::StrCat("{\n", "  \"jobs\": ", r.jobs, ",\n", "  \"tasks_per_job\": ", r.tasks, ",\n",
+                      "  \"create_all_pods_s\": ", num(r.create_all_pods_s, 2), ",\n",
+                      "  \"api_requests_per_job\": ", num(r.api_requests_per_job, 1), ",\n",
+                      "  \"operator_rss_mib\": ", num(r.operator_rss_mib, 1), ",\n",
+                      "  \"idle_cpu_pct\": ", num(r.idle_cpu_pct, 2), ",\n",
+                      "  \"kills\": ", r.kills, ",\n",
+                      "  \"replace_p50_ms\": ", num(r.replace_p50_ms, 1), ",\n",
+                      "  \"recover_p50_s\": ", num(r.recover_p50_s, 2), "\n}\n");
 }
 
 }  // namespace

@@ -22,9 +22,9 @@ bool SameConditions(const std::vector<NodeCondition>& a, const std::vector<NodeC
 
 }  // namespace
 
-Agent::Agent(AgentOptions options, AgentMetrics& metrics, NodeMarker* marker,
-             NodeEventSink events, std::vector<std::unique_ptr<NoticeSource>> sources,
-             GpuHealthTracker* gpus, absl::Status nvml_status, CliqueRegistry& cliques)
+Agent::Agent(AgentOptions options, AgentMetrics& metrics, NodeMarker* marker, NodeEventSink events,
+             std::vector<std::unique_ptr<NoticeSource>> sources, GpuHealthTracker* gpus,
+             absl::Status nvml_status, CliqueRegistry& cliques)
     : options_(std::move(options)),
       metrics_(metrics),
       marker_(marker),
@@ -59,8 +59,8 @@ void Agent::PollSources(absl::Time now) {
     PHX_LOG(WARNING) << "node notice: " << notice_->DebugString();
     if (events_) {
       events_(true, "PreemptionNotice",
-              absl::StrCat(notice_->kind, " notice from ", notice_->source, " (",
-                           notice_->detail, "): tasks on this node checkpoint and move"));
+              absl::StrCat(notice_->kind, " notice from ", notice_->source, " (", notice_->detail,
+                           "): tasks on this node checkpoint and move"));
     }
   }
   if (notice_.has_value() && !marked_ && marker_ != nullptr) {
@@ -87,8 +87,8 @@ void Agent::TickGpus(absl::Time now) {
     PHX_LOG(ERROR) << "GPU " << gpu.index << " (" << gpu.uuid << ") failed: " << why;
     failed_gpus_.push_back(gpu);
     gpu_taints_pending_.push_back(absl::StrCat("gpu", gpu.index));
-    const int tasks = cliques_.RequestAbortForDevice(gpu.index, absl::StrCat("gpu ", gpu.index,
-                                                                             " failed: ", why));
+    const int tasks = cliques_.RequestAbortForDevice(
+        gpu.index, absl::StrCat("gpu ", gpu.index, " failed: ", why));
     if (events_) {
       events_(true, "GpuFailed",
               absl::StrCat("GPU ", gpu.index, " (", gpu.uuid, ") failed: ", why, "; ", tasks,
@@ -109,7 +109,8 @@ void Agent::TickGpus(absl::Time now) {
     for (; seen < count; ++seen) metrics_.AddXid(static_cast<int>(code));
   }
   std::map<std::string, int> by_health;
-  for (const auto& [health, n] : counters.gpus_by_health) by_health[std::string(GpuHealthName(health))] = n;
+  for (const auto& [health, n] : counters.gpus_by_health)
+    by_health[std::string(GpuHealthName(health))] = n;
   metrics_.SetGpusByHealth(by_health);
   metrics_.SetGpus(static_cast<int>(gpus_->inventory().gpus.size()));
 }
@@ -129,8 +130,8 @@ std::vector<NodeCondition> Agent::Conditions(const std::vector<CheckResult>& che
   for (const CheckResult& c : checks) {
     if (!c.ok) failing.push_back(absl::StrCat(c.name, ": ", c.message));
   }
-  out.push_back({"PhalanxNodeChecks", failing.empty(), failing.empty() ? "ChecksPassed" : "CheckFailed",
-                 absl::StrJoin(failing, "; ")});
+  out.push_back({"PhalanxNodeChecks", failing.empty(),
+                 failing.empty() ? "ChecksPassed" : "CheckFailed", absl::StrJoin(failing, "; ")});
   out.push_back({"PhalanxPreemptionNotice", notice_.has_value(),
                  notice_.has_value() ? "NoticeReceived" : "NoNotice",
                  notice_.has_value() ? notice_->DebugString() : ""});
@@ -143,7 +144,8 @@ void Agent::Tick(absl::Time now) {
   std::vector<CheckResult> checks;
   checks.push_back(CheckTransparentHugePages(options_.thp_path));
   const GpuInventory inventory = gpus_ != nullptr ? gpus_->inventory() : GpuInventory{};
-  checks.push_back(CheckNvidiaDriver(gpus_ != nullptr ? absl::OkStatus() : nvml_status_, inventory));
+  checks.push_back(
+      CheckNvidiaDriver(gpus_ != nullptr ? absl::OkStatus() : nvml_status_, inventory));
   if (!options_.required_cuda.empty()) {
     checks.push_back(CheckCudaCompatibility(inventory.cuda_driver_version, options_.required_cuda));
   }

@@ -1,7 +1,6 @@
 // The agent's tick with fakes: a notice taints the node once (retried while the API fails), a
 // fatal XID taints it, flips the GPU condition and asks the tasks on that GPU to abort their
 // cliques; without Kubernetes or NVML the tick still runs and says so in its metrics.
-#include "common/kube/resources.h"
 #include "node_agent/agent.h"
 
 #include <gmock/gmock.h>
@@ -9,11 +8,12 @@
 
 #include "common/kube/node_preemption.h"
 #include "common/kube/object_meta.h"
+#include "common/kube/resources.h"
+#include "common/kube/testing/fake_client.h"
+#include "common/kube/testing/object_store.h"
 #include "common/testing/fake_clock.h"
 #include "node_agent/gpu/fake_nvml.h"
 #include "prometheus/text_serializer.h"
-#include "common/kube/testing/fake_client.h"
-#include "common/kube/testing/object_store.h"
 
 namespace phalanx::agent {
 namespace {
@@ -33,8 +33,8 @@ class ScriptedSource final : public NoticeSource {
 class AgentTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(store_.Create("nodes", "",
-                              kube::Json::parse(R"({"apiVersion":"v1","kind":"Node",
+    ASSERT_TRUE(store_
+                    .Create("nodes", "", kube::Json::parse(R"({"apiVersion":"v1","kind":"Node",
                                   "metadata":{"name":"n1"},"spec":{"taints":[{"key":"other","effect":"NoSchedule"}]},
                                   "status":{"conditions":[{"type":"Ready","status":"True"}]}})"))
                     .ok());
@@ -75,9 +75,7 @@ class AgentTest : public ::testing::Test {
     }
     return "";
   }
-  std::string Metrics() {
-    return prometheus::TextSerializer().Serialize(registry_.Collect());
-  }
+  std::string Metrics() { return prometheus::TextSerializer().Serialize(registry_.Collect()); }
 
   testing::FakeClock clock_;
   kube::fake::ObjectStore store_{clock_};
@@ -99,8 +97,8 @@ TEST_F(AgentTest, ANoticeTaintsTheNodeOnceAndIsRecorded) {
   EXPECT_EQ(Condition("PhalanxPreemptionNotice"), "False");
   EXPECT_EQ(Condition("Ready"), "True");  // the kubelet's condition stays
 
-  source_->next = std::optional<NodeNotice>(
-      NodeNotice{"scripted", kPreemptionNotice, "preempted=TRUE", clock_.Now() + absl::Seconds(30)});
+  source_->next = std::optional<NodeNotice>(NodeNotice{
+      "scripted", kPreemptionNotice, "preempted=TRUE", clock_.Now() + absl::Seconds(30)});
   client_.FailNext(1, absl::UnavailableError("API server busy"));  // the first taint write fails
   clock_.Advance(absl::Seconds(1));
   agent->Tick(clock_.Now());
@@ -112,7 +110,8 @@ TEST_F(AgentTest, ANoticeTaintsTheNodeOnceAndIsRecorded) {
   EXPECT_EQ(Condition("PhalanxPreemptionNotice"), "True");
   ASSERT_EQ(events_.size(), 1u);
   EXPECT_THAT(events_[0], HasSubstr("PreemptionNotice: preemption notice from scripted"));
-  EXPECT_THAT(Metrics(), HasSubstr(R"(phalanx_agent_notices_total{kind="preemption",source="scripted"} 1)"));
+  EXPECT_THAT(Metrics(),
+              HasSubstr(R"(phalanx_agent_notices_total{kind="preemption",source="scripted"} 1)"));
 }
 
 // The notice's deadline goes onto the Node with the taint (kube/node_preemption.h), so the operator
@@ -139,9 +138,9 @@ TEST_F(AgentTest, ANoticeWithADeadlineAnnotatesTheNodeInTheTaintsWrite) {
     agent->Tick(clock_.Now());
     ASSERT_TRUE(agent->node_marked());
     const kube::Json marked = Node();  // owned here: the references below point into it
-    const kube::Json& annotation = kube::FieldOrNull(
-        kube::FieldOrNull(kube::FieldOrNull(marked, "metadata"), "annotations"),
-        kube::kPreemptionDeadlineAnnotation);
+    const kube::Json& annotation =
+        kube::FieldOrNull(kube::FieldOrNull(kube::FieldOrNull(marked, "metadata"), "annotations"),
+                          kube::kPreemptionDeadlineAnnotation);
     EXPECT_EQ(annotation.is_string() ? annotation.as_string() : "", c.want);
     EXPECT_THAT(TaintKeys(), ::testing::Contains(kPreemptingTaint));
   }
@@ -167,7 +166,8 @@ TEST_F(AgentTest, AFailingSourceIsCountedAndTheTickGoesOn) {
   source_->next = absl::UnavailableError("metadata server down");
   agent->Tick(clock_.Now());
   agent->Tick(clock_.Now());
-  EXPECT_THAT(Metrics(), HasSubstr(R"(phalanx_agent_notice_source_errors_total{source="scripted"} 2)"));
+  EXPECT_THAT(Metrics(),
+              HasSubstr(R"(phalanx_agent_notice_source_errors_total{source="scripted"} 2)"));
   EXPECT_FALSE(agent->notice().has_value());
 }
 

@@ -40,7 +40,8 @@
 ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig file (empty: in-cluster service account)");
 ABSL_FLAG(bool, kube, true, "talk to the Kubernetes API (false: check, count and log only)");
 ABSL_FLAG(std::string, node_name, "", "this node's name (default: $NODE_NAME)");
-ABSL_FLAG(absl::Duration, poll_interval, absl::Seconds(1), "how often notices and GPUs are checked");
+ABSL_FLAG(absl::Duration, poll_interval, absl::Seconds(1),
+          "how often notices and GPUs are checked");
 ABSL_FLAG(std::string, notice_sources, "node-taint",
           "comma-separated: node-taint, sigterm (graceful node shutdown), gce, aws");
 ABSL_FLAG(std::string, gce_metadata_url, "http://metadata.google.internal", "GCE metadata server");
@@ -65,8 +66,9 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   base::InitProcess("agent", "phalanx-agent");  // before --version is parsed
-  absl::SetProgramUsageMessage("phalanx-agent [--kubeconfig FILE] --node_name NODE [flags]\n"
-                               "phalanx-agent preflight");
+  absl::SetProgramUsageMessage(
+      "phalanx-agent [--kubeconfig FILE] --node_name NODE [flags]\n"
+      "phalanx-agent preflight");
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() == 2 && std::string(rest[1]) == "preflight") {
     return agent::RunPreflight(absl::GetFlag(FLAGS_nvml_path), std::cout);
@@ -98,8 +100,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<kube::RestClient> client;
   if (use_kube) {
     absl::StatusOr<kube::ClusterConfig> config =
-        absl::GetFlag(FLAGS_kubeconfig).empty() ? kube::InClusterConfig()
-                                                : kube::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig));
+        absl::GetFlag(FLAGS_kubeconfig).empty()
+            ? kube::InClusterConfig()
+            : kube::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig));
     if (!config.ok()) return Fail(std::string(config.status().message()));
     kube::RestClientOptions options;
     options.user_agent = "phalanx-agent/0.1";
@@ -127,17 +130,19 @@ int main(int argc, char** argv) {
       agent::GceMetadataOptions o;
       o.base_url = absl::GetFlag(FLAGS_gce_metadata_url);
       auto source = agent::GceMetadataSource::Create(o);
-      if (!source.ok()) return Fail(absl::StrCat("--gce_metadata_url: ", source.status().message()));
+      if (!source.ok())
+        return Fail(absl::StrCat("--gce_metadata_url: ", source.status().message()));
       sources.push_back(*std::move(source));
     } else if (name == "aws") {
       agent::AwsSpotOptions o;
       o.base_url = absl::GetFlag(FLAGS_aws_metadata_url);
       auto source = agent::AwsSpotSource::Create(o);
-      if (!source.ok()) return Fail(absl::StrCat("--aws_metadata_url: ", source.status().message()));
+      if (!source.ok())
+        return Fail(absl::StrCat("--aws_metadata_url: ", source.status().message()));
       sources.push_back(*std::move(source));
     } else {
-      return Fail(absl::StrCat("unknown notice source '", name,
-                               "' (node-taint, sigterm, gce, aws)"));
+      return Fail(
+          absl::StrCat("unknown notice source '", name, "' (node-taint, sigterm, gce, aws)"));
     }
   }
 

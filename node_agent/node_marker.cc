@@ -124,7 +124,8 @@ absl::Status NodeMarker::SetConditions(const std::vector<NodeCondition>& conditi
               c["lastTransitionTime"] = Json::string(stamp);
               changed = true;
             }
-            if (kube::StringAt(c, "status") != status || kube::StringAt(c, "reason") != want.reason ||
+            if (kube::StringAt(c, "status") != status ||
+                kube::StringAt(c, "reason") != want.reason ||
                 kube::StringAt(c, "message") != want.message) {
               c["status"] = Json::string(status);
               c["reason"] = Json::string(want.reason);

@@ -42,8 +42,8 @@ int RunPreflight(const std::string& nvml_path, std::ostream& out) {
     out << "preflight: failed: NCCL all-reduce: " << check.status().message() << "\n";
     return 1;
   }
-  out << "  all-reduce over " << check->devices << " GPU(s): init " << check->init_ms
-      << " ms, " << check->allreduce_ms << " ms per 64 MiB, bus bandwidth " << check->busbw_gbps
+  out << "  all-reduce over " << check->devices << " GPU(s): init " << check->init_ms << " ms, "
+      << check->allreduce_ms << " ms per 64 MiB, bus bandwidth " << check->busbw_gbps
       << " GB/s, result " << (check->correct ? "correct" : "WRONG") << "\n";
   out << (check->correct ? "preflight: ok\n" : "preflight: failed: all-reduce result wrong\n");
   return check->correct ? 0 : 1;

@@ -17,7 +17,6 @@
 #include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/base/periodic_runner.h"
-#include "common/kube/object_meta.h"
 #include "common/base/process_init.h"
 #include "common/http/status_server.h"
 #include "common/kube/cluster_config.h"
@@ -25,6 +24,7 @@
 #include "common/kube/event_recorder.h"
 #include "common/kube/informer.h"
 #include "common/kube/leader_election.h"
+#include "common/kube/object_meta.h"
 #include "common/kube/rest_client.h"
 #include "operator/controller/node_watch.h"
 #include "operator/controller/reconciler.h"
@@ -119,8 +119,8 @@ int main(int argc, char** argv) {
 
   op::ReconcilerOptions options;
   options.placement.image = absl::GetFlag(FLAGS_coordinator_image);
-  options.placement.command = absl::StrSplit(absl::GetFlag(FLAGS_coordinator_command), ' ',
-                                             absl::SkipEmpty());
+  options.placement.command =
+      absl::StrSplit(absl::GetFlag(FLAGS_coordinator_command), ' ', absl::SkipEmpty());
   options.placement.port = absl::GetFlag(FLAGS_coordinator_port);
   options.placement.address_by_pod_ip = address_mode == "pod-ip";
   options.coordinator_port_base = absl::GetFlag(FLAGS_coordinator_port_base);
@@ -160,11 +160,10 @@ int main(int argc, char** argv) {
   auto finish = [&] { std::call_once(finish_once, [&] { failed.Notify(); }); };
   auto start = [&] {
     leading = true;
-    PHX_LOG(INFO) << "leading: starting informers and " << controller_options.workers
-                  << " workers";
+    PHX_LOG(INFO) << "leading: starting informers and " << controller_options.workers << " workers";
     for (auto* i : {jobs.get(), pods.get(), services.get(), secrets.get(), nodes.get()}) i->Start();
-    absl::Status run = controller.Run(
-        [&](const std::string& key) { return reconciler.Reconcile(key); });
+    absl::Status run =
+        controller.Run([&](const std::string& key) { return reconciler.Reconcile(key); });
     if (!run.ok()) {
       PHX_LOG(ERROR) << "controller: " << run;
       finish();

@@ -18,7 +18,8 @@ std::optional<std::string> ProcessGetenv(const std::string& name) {
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
   std::stringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) return absl::NotFoundError(absl::StrCat("cannot read ", path, ": read error"));

@@ -8,10 +8,10 @@
 #define PHALANX_CONCAT_(a, b) PHALANX_CONCAT_INNER_(a, b)
 
 // RETURN_IF_ERROR(expr): returns the status of `expr` from the enclosing function when not OK.
-#define RETURN_IF_ERROR(expr)                             \
-  do {                                                    \
-    ::absl::Status phalanx_status_ = (expr);              \
-    if (!phalanx_status_.ok()) return phalanx_status_;    \
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    ::absl::Status phalanx_status_ = (expr);           \
+    if (!phalanx_status_.ok()) return phalanx_status_; \
   } while (0)
 
 // ASSIGN_OR_RETURN(lhs, expr): `lhs = *expr` when OK, otherwise returns the status.

@@ -66,8 +66,8 @@ absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
   server->ready_handler_ = std::make_unique<HealthHandler>(ready ? std::move(ready) : health);
   server->health_handler_ = std::make_unique<HealthHandler>(std::move(health));
   const std::vector<std::string> options = {
-      "listening_ports", listen_address, "num_threads", "2", "request_timeout_ms", "5000",
-      "enable_keep_alive", "no"};
+      "listening_ports",    listen_address, "num_threads",       "2",
+      "request_timeout_ms", "5000",         "enable_keep_alive", "no"};
   try {
     server->server_ = std::make_unique<CivetServer>(options);
   } catch (const std::exception& e) {

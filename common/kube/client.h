@@ -14,13 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "common/kube/json.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/kube/json.h"
 #include "common/kube/watch_decoder.h"
 
 namespace phalanx::kube {
-
 
 // A resource type: `resource` is the plural ("pods"); `group` is "" for the core group.
 struct Resource {
@@ -58,8 +57,8 @@ enum class PatchType {
 
 struct PatchOptions {
   std::string field_manager = "phalanx";
-  bool force = false;         // apply: take ownership of conflicting fields
-  bool status = false;        // patch the /status subresource
+  bool force = false;   // apply: take ownership of conflicting fields
+  bool status = false;  // patch the /status subresource
 };
 
 struct ObjectList {

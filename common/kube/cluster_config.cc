@@ -39,7 +39,8 @@ absl::StatusOr<std::string> Scalar(const YAML::Node& node, const std::string& ke
 absl::StatusOr<YAML::Node> Named(const YAML::Node& root, const std::string& list,
                                  const std::string& inner, const std::string& name) {
   const YAML::Node entries = root[list];
-  if (!entries || !entries.IsSequence()) return Bad(absl::StrCat("'", list, "' is missing or not a list"));
+  if (!entries || !entries.IsSequence())
+    return Bad(absl::StrCat("'", list, "' is missing or not a list"));
   for (const YAML::Node& entry : entries) {
     if (!entry.IsMap()) return Bad(absl::StrCat("an entry of '", list, "' is not a map"));
     const YAML::Node n = entry["name"];
@@ -106,8 +107,8 @@ absl::StatusOr<ClusterConfig> Parse(const YAML::Node& root, const std::string& b
     return Bad(absl::StrCat(cluster_where, ".server '", *server, "' is not an http(s) URL"));
   }
   config.server = std::string(absl::StripSuffix(*server, "/"));
-  absl::StatusOr<std::string> ca = DataOrFile(*cluster, "certificate-authority", cluster_where,
-                                              base_dir);
+  absl::StatusOr<std::string> ca =
+      DataOrFile(*cluster, "certificate-authority", cluster_where, base_dir);
   if (!ca.ok()) return ca.status();
   config.ca_pem = *ca;
   absl::StatusOr<std::string> insecure =
@@ -158,8 +159,7 @@ absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std:
   absl::StatusOr<std::string> text = ReadFile(path, "kubeconfig");
   if (!text.ok()) return text.status();
   const size_t slash = path.rfind('/');
-  return ParseKubeconfig(*text, slash == std::string::npos ? "." : path.substr(0, slash),
-                         context);
+  return ParseKubeconfig(*text, slash == std::string::npos ? "." : path.substr(0, slash), context);
 }
 
 absl::StatusOr<ClusterConfig> InClusterConfig(const base::GetenvFn& getenv_in,
@@ -181,7 +181,8 @@ absl::StatusOr<ClusterConfig> InClusterConfig(const base::GetenvFn& getenv_in,
   absl::StatusOr<std::string> ca = ReadFile(account_dir + "/ca.crt", "service account CA");
   if (!ca.ok()) return ca.status();
   config.ca_pem = *ca;
-  absl::StatusOr<std::string> ns = ReadFile(account_dir + "/namespace", "service account namespace");
+  absl::StatusOr<std::string> ns =
+      ReadFile(account_dir + "/namespace", "service account namespace");
   config.namespace_ = ns.ok() ? std::string(absl::StripAsciiWhitespace(*ns)) : "default";
   return config;
 }

@@ -13,15 +13,15 @@
 namespace phalanx::kube {
 
 struct ClusterConfig {
-  std::string server;                    // https://host:port (no trailing slash)
-  std::string ca_pem;                    // CA bundle to verify the server; empty: system roots
+  std::string server;  // https://host:port (no trailing slash)
+  std::string ca_pem;  // CA bundle to verify the server; empty: system roots
   bool insecure_skip_tls_verify = false;
-  std::string token;                     // bearer token, if given inline
-  std::string token_file;                // bearer token file, re-read when it rotates
-  std::string client_cert_pem;           // client certificate auth
+  std::string token;            // bearer token, if given inline
+  std::string token_file;       // bearer token file, re-read when it rotates
+  std::string client_cert_pem;  // client certificate auth
   std::string client_key_pem;
-  std::string namespace_;                // the context's namespace ("default" when unset)
-  std::string context;                   // the context used (kubeconfig only)
+  std::string namespace_;  // the context's namespace ("default" when unset)
+  std::string context;     // the context used (kubeconfig only)
 };
 
 // Parses kubeconfig YAML. `base_dir` resolves relative file paths (the file's directory).

@@ -36,11 +36,13 @@ contexts:
 clusters:
 - name: local
   cluster:
-    server: )" + server + "\n" + cluster_extra + R"(
+    server: )" +
+         server + "\n" + cluster_extra + R"(
 users:
 - name: admin
   user:
-)" + user_extra + "\n";
+)" + user_extra +
+         "\n";
 }
 
 TEST(Kubeconfig, ReadsServerCaTokenAndNamespace) {
@@ -66,8 +68,8 @@ TEST(Kubeconfig, ContextOverride_AndDefaultNamespace) {
 }
 
 TEST(Kubeconfig, FilesAreResolvedAgainstTheKubeconfigDirectory) {
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          ("kubeconfig-test-" + std::to_string(::getpid()));
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("kubeconfig-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/ca.pem") << "CA";
   std::ofstream(dir + "/client.crt") << "CERT";
@@ -145,8 +147,8 @@ TEST(Kubeconfig, Garbage_NeverCrashes) {
 }
 
 TEST(InClusterConfig, ReadsServiceAccountFiles) {
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          ("sa-test-" + std::to_string(::getpid()));
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("sa-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/token") << "tok";
   std::ofstream(dir + "/ca.crt") << "CA";

@@ -5,12 +5,12 @@
 #include <vector>
 
 #include "common/kube/object_meta.h"
+#include "common/kube/testing/fake_client.h"
+#include "common/kube/testing/object_store.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/kube/testing/fake_client.h"
-#include "common/kube/testing/object_store.h"
 
 namespace phalanx::kube {
 namespace {

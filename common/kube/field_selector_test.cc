@@ -18,7 +18,8 @@ web::json::value Event() {
 }
 
 TEST(FieldSelectorTest, EqualsAndNotEqualsOnDottedPaths) {
-  EXPECT_TRUE(FieldSelector::Parse("involvedObject.name=p1,involvedObject.uid==u1")->Matches(Event()));
+  EXPECT_TRUE(
+      FieldSelector::Parse("involvedObject.name=p1,involvedObject.uid==u1")->Matches(Event()));
   EXPECT_FALSE(FieldSelector::Parse("involvedObject.name=p2")->Matches(Event()));
   EXPECT_TRUE(FieldSelector::Parse("status.phase!=Failed")->Matches(Event()));
   EXPECT_FALSE(FieldSelector::Parse("status.phase!=Running")->Matches(Event()));

@@ -164,7 +164,8 @@ bool Informer::BackOff(absl::Duration d) {
   while (true) {
     const absl::Duration left = end - absl::Now();
     if (left <= absl::ZeroDuration()) return !Stopping();
-    const bool probe = options_.probe_interval > absl::ZeroDuration() && left > options_.probe_interval;
+    const bool probe =
+        options_.probe_interval > absl::ZeroDuration() && left > options_.probe_interval;
     if (!SleepUnlessStopped(probe ? options_.probe_interval : left)) return false;
     if (!probe) continue;
     // A back-off built up during an outage would otherwise leave the cache stale for up to

@@ -58,8 +58,7 @@ absl::StatusOr<LabelSelector> LabelSelector::Parse(const std::string& text) {
   for (const std::string& raw : terms) {
     const std::string term(absl::StripAsciiWhitespace(raw));
     auto bad = [&](const std::string& why) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("label selector term '", term, "': ", why));
+      return absl::InvalidArgumentError(absl::StrCat("label selector term '", term, "': ", why));
     };
     if (term.empty()) return bad("empty term");
     Requirement req;
@@ -91,8 +90,8 @@ absl::StatusOr<LabelSelector> LabelSelector::Parse(const std::string& text) {
       } else {
         return bad("expected 'in' or 'notin', got '" + op + "'");
       }
-      for (absl::string_view v : absl::StrSplit(
-               term.substr(open + 1, term.size() - open - 2), ',')) {
+      for (absl::string_view v :
+           absl::StrSplit(term.substr(open + 1, term.size() - open - 2), ',')) {
         req.values.insert(std::string(absl::StripAsciiWhitespace(v)));
       }
       if (req.values.empty() || req.values.contains("")) return bad("empty value in the set");

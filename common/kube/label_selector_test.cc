@@ -43,11 +43,11 @@ TEST(LabelSelector, MatchesLikeKubernetes) {
 }
 
 TEST(LabelSelector, MalformedSelectors_AreInvalidArgument) {
-  for (const std::string bad : {"a=b,,c=d", "tier in (a,b", "tier in ()", "tier among (a)",
-                                "a b=c", "key=va lue", "=x", "x in (a,)"}) {
+  for (const std::string bad : {"a=b,,c=d", "tier in (a,b", "tier in ()", "tier among (a)", "a b=c",
+                                "key=va lue", "=x", "x in (a,)"}) {
     SCOPED_TRACE(bad);
-    EXPECT_THAT(LabelSelector::Parse(bad), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                    HasSubstr("label selector")));
+    EXPECT_THAT(LabelSelector::Parse(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("label selector")));
   }
 }
 

@@ -5,11 +5,12 @@
 // preemption notices), so both agree on one list. Pure; never throws; thread-safe.
 #pragma once
 
-#include "common/kube/json.h"
 #include <cpprest/json.h>
 
 #include <optional>
 #include <string>
+
+#include "common/kube/json.h"
 
 namespace phalanx::kube {
 
@@ -22,7 +23,6 @@ namespace phalanx::kube {
 // "first seen + spec.preemption.checkpointGraceSeconds". No annotation (or garbage in it) means
 // the deadline is unknown. Written by node_agent/, read by operator/.
 inline constexpr char kPreemptionDeadlineAnnotation[] = "phalanx.dev/preemption-deadline";
-
 
 // True for the taint keys that announce a node's departure:
 //   cloud.google.com/impending-node-termination            (GKE spot/preemptible VMs)

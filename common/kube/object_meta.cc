@@ -164,26 +164,31 @@ void ObjectMeta::EncodeInto(Json& object) const {
   Put(meta, "namespace", namespace_, empty_string, string_json);
   Put(meta, "uid", uid, empty_string, string_json);
   Put(meta, "resourceVersion", resource_version, empty_string, string_json);
-  Put(meta, "generation", generation, [](int64_t g) { return g == 0; },
+  Put(
+      meta, "generation", generation, [](int64_t g) { return g == 0; },
       [](int64_t g) { return Json::number(g); });
   auto empty_map = [](const std::map<std::string, std::string>& m) { return m.empty(); };
   Put(meta, "labels", labels, empty_map, StringMapJson);
   Put(meta, "annotations", annotations, empty_map, StringMapJson);
-  Put(meta, "ownerReferences", owner_references,
+  Put(
+      meta, "ownerReferences", owner_references,
       [](const std::vector<OwnerReference>& v) { return v.empty(); },
       [](const std::vector<OwnerReference>& v) {
         Json out = Json::array();
         for (size_t i = 0; i < v.size(); ++i) out[i] = v[i].ToJson();
         return out;
       });
-  Put(meta, "finalizers", finalizers, [](const std::vector<std::string>& v) { return v.empty(); },
+  Put(
+      meta, "finalizers", finalizers, [](const std::vector<std::string>& v) { return v.empty(); },
       [](const std::vector<std::string>& v) {
         Json out = Json::array();
         for (size_t i = 0; i < v.size(); ++i) out[i] = Json::string(v[i]);
         return out;
       });
   auto no_time = [](const std::optional<absl::Time>& t) { return !t.has_value(); };
-  auto time_json = [](const std::optional<absl::Time>& t) { return Json::string(FormatKubeTime(*t)); };
+  auto time_json = [](const std::optional<absl::Time>& t) {
+    return Json::string(FormatKubeTime(*t));
+  };
   Put(meta, "creationTimestamp", creation_timestamp, no_time, time_json);
   Put(meta, "deletionTimestamp", deletion_timestamp, no_time, time_json);
 }

@@ -11,11 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "common/kube/json.h"
 #include "absl/time/time.h"
+#include "common/kube/json.h"
 
 namespace phalanx::kube {
-
 
 struct OwnerReference {
   std::string api_version;

@@ -48,8 +48,9 @@ TEST(ObjectMetaTest, RoundTripKeepsUnknownFields) {
 }
 
 TEST(ObjectMetaTest, GarbageReadsAsEmptyWithoutThrowing) {
-  for (const char* text : {"null", "[]", "3", R"({"metadata":7})",
-                           R"({"metadata":{"labels":[1],"ownerReferences":{"a":1},"generation":"x"}})"}) {
+  for (const char* text :
+       {"null", "[]", "3", R"({"metadata":7})",
+        R"({"metadata":{"labels":[1],"ownerReferences":{"a":1},"generation":"x"}})"}) {
     const Json object = Json::parse(text);
     const ObjectMeta m = ObjectMeta::Decode(object);
     EXPECT_TRUE(m.name.empty()) << text;

@@ -1,9 +1,9 @@
 #include "common/kube/rest_client.h"
 
+#include <cpprest/http_client.h>
 #include <sys/stat.h>
 
 #include <boost/asio/ssl.hpp>
-#include <cpprest/http_client.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -40,9 +40,12 @@ std::string WithFieldValidation(std::string path, const std::string& mode) {
 
 std::string PropagationName(PropagationPolicy p) {
   switch (p) {
-    case PropagationPolicy::kForeground: return "Foreground";
-    case PropagationPolicy::kOrphan: return "Orphan";
-    default: return "Background";
+    case PropagationPolicy::kForeground:
+      return "Foreground";
+    case PropagationPolicy::kOrphan:
+      return "Orphan";
+    default:
+      return "Background";
   }
 }
 
@@ -257,9 +260,9 @@ absl::StatusOr<Json> RestClient::JsonCall(const std::string& verb, const std::st
   std::error_code ec;
   Json parsed = Json::parse(*response, ec);
   if (ec || !parsed.is_object()) {
-    return absl::UnavailableError(absl::StrCat(
-        method, " ", path, ": the server's answer is not a JSON object: \"",
-        response->substr(0, 120), "\""));
+    return absl::UnavailableError(absl::StrCat(method, " ", path,
+                                               ": the server's answer is not a JSON object: \"",
+                                               response->substr(0, 120), "\""));
   }
   return parsed;
 }
@@ -386,8 +389,8 @@ absl::StatusOr<std::unique_ptr<WatchStream>> RestClient::Watch(const Resource& r
   pplx::cancellation_token_source cancel;
   try {
     http_response response =
-        impl_->watch_client.request(impl_->Build(methods::GET, path, nullptr, "", false),
-                                    cancel.get_token())
+        impl_->watch_client
+            .request(impl_->Build(methods::GET, path, nullptr, "", false), cancel.get_token())
             .get();
     const int code = response.status_code();
     impl_->Report("WATCH", code);

@@ -44,8 +44,7 @@ struct RestClientOptions {
   std::string field_validation = "Strict";
   // Called with the text of each `Warning` response header (deprecations, PodSecurity "warn"
   // mode, unknown fields under "Warn"), after it is logged. Must be cheap and thread-safe.
-  std::function<void(const std::string& verb, const std::string& path,
-                     const std::string& warning)>
+  std::function<void(const std::string& verb, const std::string& path, const std::string& warning)>
       on_warning;
 };
 

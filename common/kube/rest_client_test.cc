@@ -29,11 +29,14 @@ TEST(ParseWarningHeader, ReadsEachWarningsText) {
     std::vector<std::string> want;
   };
   const std::vector<Case> cases = {
-      {"unknownField", R"(299 - "unknown field \"spec.containers[0].comand\"")",
+      {"unknownField",
+       R"(299 - "unknown field \"spec.containers[0].comand\"")",
        {R"(unknown field "spec.containers[0].comand")"}},
-      {"twoJoined", R"(299 - "first, with a comma", 299 - "second")",
+      {"twoJoined",
+       R"(299 - "first, with a comma", 299 - "second")",
        {"first, with a comma", "second"}},
-      {"withDate", R"(299 - "dated" "Sat, 25 Aug 2012 23:34:45 GMT", 299 - "next")",
+      {"withDate",
+       R"(299 - "dated" "Sat, 25 Aug 2012 23:34:45 GMT", 299 - "next")",
        {"dated", "next"}},
       {"podSecurity",
        R"(299 - "would violate PodSecurity \"restricted:latest\": seccompProfile")",

@@ -67,9 +67,8 @@ void RestWatchStream::ReadLoop() {
 
 absl::StatusOr<std::optional<WatchEventData>> RestWatchStream::Next(absl::Duration max_wait) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !events_.empty() || !end_.ok();
-  };
+  auto ready = [this]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty() || !end_.ok(); };
   mu_.AwaitWithTimeout(absl::Condition(&ready), max_wait);
   if (!events_.empty()) {
     WatchEventData event = std::move(events_.front());

@@ -42,7 +42,8 @@ WatchDecoder::Item WatchDecoder::DecodeLine(std::string_view line) {
   const web::json::value& object = json.at("object");
   if (type == "ERROR") {
     int code = 500;
-    if (object.has_field("code") && object.at("code").is_integer()) code = object.at("code").as_integer();
+    if (object.has_field("code") && object.at("code").is_integer())
+      code = object.at("code").as_integer();
     item.status = StatusFromResponse(code, object.serialize(), "watch");
     return item;
   }

@@ -16,7 +16,7 @@
 namespace phalanx::kube {
 
 struct WatchEventData {
-  std::string type;          // ADDED, MODIFIED, DELETED, BOOKMARK
+  std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK
   web::json::value object;
   std::string resource_version;  // object.metadata.resourceVersion ("" if absent)
 };

@@ -46,8 +46,13 @@ TEST(WatchDecoder, InStreamGone_IsOutOfRange_SoTheClientRelists) {
 
 TEST(WatchDecoder, MalformedLines_AreErrors_AndDecodingGoesOn) {
   WatchDecoder decoder;
-  auto items = decoder.Feed("{not json\n" R"({"type":"ADDED"})" "\n" R"({"type":"NOPE","object":{}})"
-                            "\n" + kAdded + "\n");
+  auto items = decoder.Feed(
+      "{not json\n"
+      R"({"type":"ADDED"})"
+      "\n"
+      R"({"type":"NOPE","object":{}})"
+      "\n" +
+      kAdded + "\n");
   ASSERT_EQ(items.size(), 4u);
   EXPECT_THAT(items[0].status, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(items[1].status, StatusIs(absl::StatusCode::kInvalidArgument));
@@ -68,7 +73,8 @@ TEST(WatchDecoder, RandomGarbage_NeverThrows) {
     std::string chunk(rng() % 128, '\0');
     for (char& c : chunk) c = static_cast<char>(rng() % 256);
     if (i % 3 == 0) chunk += "\n";
-    for (const auto& item : decoder.Feed(chunk)) EXPECT_FALSE(item.status.ok() && item.event.type.empty());
+    for (const auto& item : decoder.Feed(chunk))
+      EXPECT_FALSE(item.status.ok() && item.event.type.empty());
   }
 }
 

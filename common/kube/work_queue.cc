@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-
 namespace phalanx::kube {
 
 WorkQueue::WorkQueue(base::Clock& clock, Options options) : clock_(clock), options_(options) {}
@@ -89,9 +88,8 @@ std::optional<std::string> WorkQueue::Get(absl::Duration max_wait) {
     // Wait until something is added, the next delayed key is due, or the deadline.
     absl::Time wake = deadline;
     if (!delayed_.empty()) wake = std::min(wake, delayed_.begin()->first);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return shut_down_ || !queue_.empty();
-    };
+    auto ready = [this]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shut_down_ || !queue_.empty(); };
     clock_.AwaitWithDeadline(&mu_, absl::Condition(&ready), wake);
   }
   return std::nullopt;

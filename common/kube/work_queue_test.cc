@@ -50,7 +50,7 @@ TEST(WorkQueue, RateLimited_BacksOffExponentiallyPerKey_AndForgetResets) {
   WorkQueue queue(clock, {absl::Milliseconds(100), absl::Seconds(1)});
   const absl::Duration expected[] = {absl::Milliseconds(100), absl::Milliseconds(200),
                                      absl::Milliseconds(400), absl::Milliseconds(800),
-                                     absl::Seconds(1), absl::Seconds(1)};
+                                     absl::Seconds(1),        absl::Seconds(1)};
   for (absl::Duration delay : expected) {
     SCOPED_TRACE(absl::FormatDuration(delay));
     queue.AddRateLimited("k");

@@ -24,10 +24,10 @@
 namespace phalanx::process {
 
 struct SubprocessOptions {
-  std::vector<std::string> argv;                 // argv[0] is the program path
-  std::map<std::string, std::string> env;        // added to (overriding) the parent's environment
-  std::string stderr_path;                       // empty: inherit the parent's stderr
-  bool echo_stdout = false;                      // also copy each stdout line to our stderr
+  std::vector<std::string> argv;           // argv[0] is the program path
+  std::map<std::string, std::string> env;  // added to (overriding) the parent's environment
+  std::string stderr_path;                 // empty: inherit the parent's stderr
+  bool echo_stdout = false;                // also copy each stdout line to our stderr
   std::string echo_prefix;
   // Set: stdout goes to this file (created, appended to) instead of being captured, so there
   // is no reader thread and Lines() stays empty; stderr goes there too unless stderr_path is

@@ -55,11 +55,13 @@ int main(int argc, char** argv) {
   const int tasks = absl::GetFlag(FLAGS_tasks);
   const int victim = absl::GetFlag(FLAGS_kill_task);
   const int steps = absl::GetFlag(FLAGS_steps);
-  if (tasks < 2 || victim < 0 || victim >= tasks) return Fail("need --tasks >= 2 and a valid --kill_task");
+  if (tasks < 2 || victim < 0 || victim >= tasks)
+    return Fail("need --tasks >= 2 and a valid --kill_task");
 
   LocalJobOptions options;
   options.bin_dir = absl::GetFlag(FLAGS_bin_dir);
-  options.work_dir = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-demo-", getpid());
+  options.work_dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("phalanx-demo-", getpid());
   options.job = "demo";
   options.num_tasks = tasks;
   options.worker_args = {absl::StrCat("--steps=", steps), "--step_time=25ms",
@@ -113,8 +115,9 @@ int main(int argc, char** argv) {
   auto registered = job.WaitForEvent(victim, "connected", kTimeout,
                                      [](const WorkerEvent& e) { return e.incarnation == 1; });
   if (!registered) return Fail("the restarted task never registered");
-  timeline.push_back({registered->t_ms, absl::StrCat("task ", victim,
-                                                     " incarnation 1 registered with the coordinator")});
+  timeline.push_back(
+      {registered->t_ms,
+       absl::StrCat("task ", victim, " incarnation 1 registered with the coordinator")});
   auto resumed = job.WaitForEvent(victim, "start", kTimeout,
                                   [](const WorkerEvent& e) { return e.incarnation == 1; });
   if (!resumed) return Fail("the restarted task never resumed");
@@ -124,13 +127,14 @@ int main(int argc, char** argv) {
     auto recovered = job.WaitForEvent(t, "recovered", kTimeout);
     if (!recovered) return Fail(absl::StrCat("task ", t, " never recovered"));
     lost_max = std::max(lost_max, recovered->Int("lost"));
-    timeline.push_back({recovered->t_ms,
-                        absl::StrCat("task ", t, " agreed to resume at step ",
-                                     recovered->Int("resume_step"), " (was at step ",
-                                     recovered->Int("from_step"), ")")});
+    timeline.push_back(
+        {recovered->t_ms,
+         absl::StrCat("task ", t, " agreed to resume at step ", recovered->Int("resume_step"),
+                      " (was at step ", recovered->Int("from_step"), ")")});
   }
-  timeline.push_back({resumed->t_ms, absl::StrCat("task ", victim, " resumed from its checkpoint at step ",
-                                                  resumed->Int("resume_step"))});
+  timeline.push_back(
+      {resumed->t_ms, absl::StrCat("task ", victim, " resumed from its checkpoint at step ",
+                                   resumed->Int("resume_step"))});
 
   // A preemption notice (as the node agent would send): every task checkpoints at one step.
   auto admin = job.AdminClient();
@@ -138,7 +142,8 @@ int main(int argc, char** argv) {
   auto round = admin->NotifyPreemption(
       {"demo: node n1 spot instance-action", absl::Now() + absl::Seconds(30), {tasks - 1}});
   if (!round.ok()) return Fail(std::string(round.status().message()));
-  timeline.push_back({t_notice, "preemption notice for the node of task " + std::to_string(tasks - 1)});
+  timeline.push_back(
+      {t_notice, "preemption notice for the node of task " + std::to_string(tasks - 1)});
   std::set<int64_t> sync_steps;
   int64_t t_synced = 0;
   for (int t = 0; t < tasks; ++t) {
@@ -147,8 +152,8 @@ int main(int argc, char** argv) {
     sync_steps.insert(synced->Int("step"));
     t_synced = std::max(t_synced, synced->t_ms);
   }
-  timeline.push_back({t_synced, absl::StrCat("every task checkpointed at the agreed step ",
-                                             *sync_steps.begin())});
+  timeline.push_back(
+      {t_synced, absl::StrCat("every task checkpointed at the agreed step ", *sync_steps.begin())});
 
   if (!job.WaitAllExited(absl::Seconds(120))) return Fail("not every task finished cleanly");
   std::set<std::string> states;
@@ -159,8 +164,8 @@ int main(int argc, char** argv) {
     states.insert(done->fields["state"]);
     t_done = std::max(t_done, done->t_ms);
   }
-  timeline.push_back({t_done, absl::StrCat("job finished: all ", tasks, " tasks completed ",
-                                           steps, " steps")});
+  timeline.push_back(
+      {t_done, absl::StrCat("job finished: all ", tasks, " tasks completed ", steps, " steps")});
 
   std::stable_sort(timeline.begin(), timeline.end(),
                    [](const Line& a, const Line& b) { return a.t_ms < b.t_ms; });
@@ -178,8 +183,10 @@ int main(int argc, char** argv) {
   std::printf("  steps lost: %lld (rolled back to the newest checkpoint every task had)\n",
               static_cast<long long>(lost_max));
   std::printf("  preemption: %zu agreed checkpoint step%s (%s)\n", sync_steps.size(),
-              sync_steps.size() == 1 ? "" : "s", sync_steps.size() == 1 ? "consistent" : "INCONSISTENT");
-  std::printf("  final model state identical on every task: %s\n", states.size() == 1 ? "yes" : "NO");
+              sync_steps.size() == 1 ? "" : "s",
+              sync_steps.size() == 1 ? "consistent" : "INCONSISTENT");
+  std::printf("  final model state identical on every task: %s\n",
+              states.size() == 1 ? "yes" : "NO");
   std::printf("  logs: %s\n", options.work_dir.c_str());
   return states.size() == 1 && sync_steps.size() == 1 ? 0 : 1;
 }

@@ -14,8 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/process/subprocess.h"
-#include "runtime/client/grpc_client.h"
 #include "examples/local_job/worker_event.h"
+#include "runtime/client/grpc_client.h"
 
 namespace phalanx::harness {
 

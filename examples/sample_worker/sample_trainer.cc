@@ -24,8 +24,8 @@ void SampleTrainer::Event(const client::TaskRef& task, const std::string& kind,
                           const std::string& fields) {
   // One write per line so events from the session thread and the loop never interleave.
   std::string line = absl::StrCat("EVENT t_ms=", absl::ToUnixMillis(absl::Now()),
-                                  " task=", task.task_id, " inc=", task.incarnation,
-                                  " kind=", kind, fields.empty() ? "" : " ", fields, "\n");
+                                  " task=", task.task_id, " inc=", task.incarnation, " kind=", kind,
+                                  fields.empty() ? "" : " ", fields, "\n");
   ssize_t unused = write(STDOUT_FILENO, line.data(), line.size());
   (void)unused;
 }
@@ -133,12 +133,12 @@ absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time de
   }
   std::vector<uint64_t> incarnations;
   for (const TaskInfo& t : job->tasks) incarnations.push_back(t.incarnation);
-  const std::string epoch = absl::StrFormat(
-      "e%016x", std::hash<std::string>{}(absl::StrCat(job->coordinator_id, ":",
-                                                      absl::StrJoin(incarnations, "."))));
+  const std::string epoch =
+      absl::StrFormat("e%016x", std::hash<std::string>{}(absl::StrCat(
+                                    job->coordinator_id, ":", absl::StrJoin(incarnations, "."))));
   const client::TaskRef me = task_;
   if (absl::Status s = client().KvInsert(absl::StrCat("recovery/", epoch, "/", me.task_id),
-                                        absl::StrCat(store_.Latest()), true);
+                                         absl::StrCat(store_.Latest()), true);
       !s.ok()) {
     return s;
   }
@@ -165,8 +165,7 @@ absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::Recover() {
   while (true) {
     absl::StatusOr<Epoch> epoch = TryRecoverOnce(deadline);
     if (epoch.ok() || absl::IsAborted(epoch.status()) || absl::Now() >= deadline) return epoch;
-    Event(task_, "recovery_retry",
-          absl::StrCat("reason=\"", epoch.status().message(), "\""));
+    Event(task_, "recovery_retry", absl::StrCat("reason=\"", epoch.status().message(), "\""));
     if (absl::IsUnavailable(epoch.status())) {
       // The coordinator is unreachable: give the client's reconnect a moment, not a spin.
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -10,8 +10,7 @@ namespace {
 bool KnownState(const std::string& s) {
   static const char* kStates[] = {"FORMING",   "READY",     "ABORTING", "WAITING",
                                   "SHRINKING", "REFORMING", "FAILED"};
-  return std::any_of(std::begin(kStates), std::end(kStates),
-                     [&](const char* k) { return s == k; });
+  return std::any_of(std::begin(kStates), std::end(kStates), [&](const char* k) { return s == k; });
 }
 
 }  // namespace
@@ -27,8 +26,8 @@ absl::Status CliqueRegistry::Report(LocalClique clique) {
   absl::MutexLock lock(&mu_);
   for (auto it = cliques_.begin(); it != cliques_.end();) {
     const LocalClique& c = it->second;
-    const bool older = c.job == clique.job && c.task == clique.task &&
-                       c.incarnation < clique.incarnation;
+    const bool older =
+        c.job == clique.job && c.task == clique.task && c.incarnation < clique.incarnation;
     it = older ? cliques_.erase(it) : std::next(it);
   }
   Key key{clique.job, clique.task, clique.clique};

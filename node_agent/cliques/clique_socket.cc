@@ -37,17 +37,15 @@ absl::StatusOr<std::map<std::string, std::string>> Fields(absl::string_view rest
 }
 
 std::string Describe(const LocalClique& c) {
-  return absl::StrCat("job=", c.job, " task=", c.task, " inc=", c.incarnation,
-                      " clique=", c.clique, " state=", c.state,
-                      " devices=", absl::StrJoin(c.devices, ","));
+  return absl::StrCat("job=", c.job, " task=", c.task, " inc=", c.incarnation, " clique=", c.clique,
+                      " state=", c.state, " devices=", absl::StrJoin(c.devices, ","));
 }
 
 std::string Err(const absl::Status& s) { return absl::StrCat("ERR ", s.message()); }
 
 }  // namespace
 
-std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& line,
-                                absl::Time now) {
+std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& line, absl::Time now) {
   const size_t space = line.find(' ');
   const std::string verb = line.substr(0, space);
   const absl::string_view rest =
@@ -57,8 +55,9 @@ std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& lin
     for (const LocalClique& c : registry.List()) absl::StrAppend(&out, Describe(c), "\n");
     return out + "END";
   }
-  if (verb != "REPORT" && verb != "FORGET") return Err(absl::InvalidArgumentError(
-      absl::StrCat("unknown request '", verb.substr(0, 32), "' (REPORT, FORGET or LIST)")));
+  if (verb != "REPORT" && verb != "FORGET")
+    return Err(absl::InvalidArgumentError(
+        absl::StrCat("unknown request '", verb.substr(0, 32), "' (REPORT, FORGET or LIST)")));
   absl::StatusOr<std::map<std::string, std::string>> f = Fields(rest);
   if (!f.ok()) return Err(f.status());
   LocalClique c;
@@ -114,7 +113,8 @@ absl::StatusOr<std::unique_ptr<CliqueSocketServer>> CliqueSocketServer::Start(
     close(fd);
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
-  auto server = std::unique_ptr<CliqueSocketServer>(new CliqueSocketServer(path, fd, wake, registry, clock));
+  auto server =
+      std::unique_ptr<CliqueSocketServer>(new CliqueSocketServer(path, fd, wake, registry, clock));
   server->thread_ = std::thread([s = server.get()] { s->Loop(); });
   return server;
 }

@@ -24,8 +24,7 @@
 namespace phalanx::agent {
 
 // Parses and answers one request line (the protocol above), without the newline.
-std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& line,
-                                absl::Time now);
+std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& line, absl::Time now);
 
 class CliqueSocketServer {
  public:

@@ -68,13 +68,13 @@ TEST(CliqueRequestTest, ReportsAreListedAndCounted) {
 
 TEST(CliqueRequestTest, AnAbortRequestForADeviceRidesOnTheTasksNextReport) {
   CliqueRegistry registry;
-  ASSERT_EQ(HandleCliqueRequest(
-                registry, "REPORT job=j task=0 inc=0 clique=c state=READY devices=3", kNow),
+  ASSERT_EQ(HandleCliqueRequest(registry,
+                                "REPORT job=j task=0 inc=0 clique=c state=READY devices=3", kNow),
             "OK");
   EXPECT_EQ(registry.RequestAbortForDevice(3, "xid 79 on gpu 3"), 1);
   EXPECT_EQ(registry.RequestAbortForDevice(5, "other gpu"), 0);
-  EXPECT_EQ(HandleCliqueRequest(
-                registry, "REPORT job=j task=0 inc=0 clique=c state=READY devices=3", kNow),
+  EXPECT_EQ(HandleCliqueRequest(registry,
+                                "REPORT job=j task=0 inc=0 clique=c state=READY devices=3", kNow),
             "OK abort=xid_79_on_gpu_3");
   EXPECT_EQ(HandleCliqueRequest(
                 registry, "REPORT job=j task=0 inc=0 clique=c state=ABORTING devices=3", kNow),

@@ -1,16 +1,16 @@
-#include "common/kube/resources.h"
 #include "node_agent/preemption/node_taint_source.h"
 
 #include <optional>
 #include <string>
 
+#include "common/kube/resources.h"
+#include "common/kube/testing/fake_client.h"
+#include "common/kube/testing/object_store.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "node_agent/preemption/notice_source_testing.h"
-#include "common/kube/testing/fake_client.h"
-#include "common/kube/testing/object_store.h"
 
 namespace phalanx::agent {
 namespace {

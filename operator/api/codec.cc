@@ -336,9 +336,9 @@ bool IsDns1035Label(const std::string& s) {
 }
 
 constexpr std::pair<TaskState, const char*> kTaskStateNames[] = {
-    {TaskState::kPending, "Pending"},       {TaskState::kRunning, "Running"},
-    {TaskState::kSucceeded, "Succeeded"},   {TaskState::kRestarting, "Restarting"},
-    {TaskState::kBackingOff, "BackingOff"}, {TaskState::kPreempting, "Preempting"},
+    {TaskState::kPending, "Pending"},         {TaskState::kRunning, "Running"},
+    {TaskState::kSucceeded, "Succeeded"},     {TaskState::kRestarting, "Restarting"},
+    {TaskState::kBackingOff, "BackingOff"},   {TaskState::kPreempting, "Preempting"},
     {TaskState::kTerminating, "Terminating"}, {TaskState::kSuspended, "Suspended"},
 };
 

@@ -392,9 +392,11 @@ TEST(ValidateName, TheLimitComesFromTheLongestChildName) {
        "a.b",
        {"metadata.name: must start with a lowercase letter and contain only lowercase letters, "
         "digits and '-' (it names Services and host names), got \"a.b\""}},
-      {"digitFirst", "7b", {"metadata.name: must start with a lowercase letter and contain only "
-                            "lowercase letters, digits and '-' (it names Services and host "
-                            "names), got \"7b\""}},
+      {"digitFirst",
+       "7b",
+       {"metadata.name: must start with a lowercase letter and contain only "
+        "lowercase letters, digits and '-' (it names Services and host "
+        "names), got \"7b\""}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -464,10 +466,14 @@ TEST(Status, TaskStates_RoundTripThroughTheirCrdNames) {
     TaskState state;
     std::string name;
   } cases[] = {
-      {TaskState::kUnknown, ""},          {TaskState::kPending, "Pending"},
-      {TaskState::kRunning, "Running"},   {TaskState::kSucceeded, "Succeeded"},
-      {TaskState::kRestarting, "Restarting"}, {TaskState::kBackingOff, "BackingOff"},
-      {TaskState::kPreempting, "Preempting"}, {TaskState::kTerminating, "Terminating"},
+      {TaskState::kUnknown, ""},
+      {TaskState::kPending, "Pending"},
+      {TaskState::kRunning, "Running"},
+      {TaskState::kSucceeded, "Succeeded"},
+      {TaskState::kRestarting, "Restarting"},
+      {TaskState::kBackingOff, "BackingOff"},
+      {TaskState::kPreempting, "Preempting"},
+      {TaskState::kTerminating, "Terminating"},
       {TaskState::kSuspended, "Suspended"},
   };
   for (const auto& c : cases) {

@@ -51,8 +51,8 @@ struct FailurePolicy {
 struct PreemptionPolicy {
   // How long tasks get to agree on a step and checkpoint before affected pods are moved.
   absl::Duration checkpoint_grace = absl::Seconds(60);
-  bool on_node_taints = true;           // termination/maintenance taints and cordons
-  bool on_disruption_target = true;     // the pod's DisruptionTarget condition
+  bool on_node_taints = true;        // termination/maintenance taints and cordons
+  bool on_disruption_target = true;  // the pod's DisruptionTarget condition
 
   bool operator==(const PreemptionPolicy&) const = default;
 };

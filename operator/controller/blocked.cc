@@ -38,10 +38,10 @@ StageResult RecordChildOutcome(const TrainingJobStatus& written,
   if (failures.empty()) {
     const std::optional<Condition> ready = FindCondition(st.conditions, kConditionChildrenReady);
     if (acted || (ready.has_value() && ready->status != "True")) {
-      SetCondition(st.conditions,
-                   {kConditionChildrenReady, "True", "ChildrenCreated", "", now,
-                    st.observed_generation},
-                   now);
+      SetCondition(
+          st.conditions,
+          {kConditionChildrenReady, "True", "ChildrenCreated", "", now, st.observed_generation},
+          now);
     }
     return out;
   }
@@ -66,8 +66,7 @@ StageResult InvalidSpecStatus(const TrainingJobStatus& previous, int64_t generat
   st.observed_generation = generation;
   const std::string message = absl::StrJoin(problems, "; ");
   if (SetCondition(st.conditions,
-                   {kConditionInvalidSpec, "True", "InvalidSpec", message, now, generation},
-                   now)) {
+                   {kConditionInvalidSpec, "True", "InvalidSpec", message, now, generation}, now)) {
     out.events.push_back({true, "InvalidSpec", message});
   }
   if (st.phase != kPhaseSucceeded && st.phase != kPhaseFailed) st.phase = kPhaseBlocked;

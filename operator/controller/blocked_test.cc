@@ -19,8 +19,8 @@ const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
 const absl::Status kForbidden = absl::PermissionDeniedError(
     "pods \"j-task-0-0\" is forbidden: violates PodSecurity \"restricted:latest\": "
     "seccompProfile");
-const absl::Status kInvalid =
-    absl::InvalidArgumentError("Pod \"j-task-0-0\" is invalid: spec.containers[0].image: Required value");
+const absl::Status kInvalid = absl::InvalidArgumentError(
+    "Pod \"j-task-0-0\" is invalid: spec.containers[0].image: Required value");
 const absl::Status kDown = absl::UnavailableError("POST /api/v1/namespaces/ns/pods: 503");
 
 TrainingJobStatus Status(const std::string& phase) {
@@ -124,15 +124,13 @@ TEST(RecordChildOutcome, Table) {
 TEST(RecordChildOutcome, TheSameRefusalAgainChangesNothing) {
   const std::vector<ChildFailure> refused = {{false, "Pod", "j-task-0-0", kForbidden}};
   StageResult first = RecordChildOutcome(Status(kPhasePending), refused, true, kNow);
-  StageResult again =
-      RecordChildOutcome(first.status, refused, true, kNow + absl::Seconds(30));
+  StageResult again = RecordChildOutcome(first.status, refused, true, kNow + absl::Seconds(30));
   EXPECT_EQ(again.status, first.status);  // no status write, so no watch event, no hot loop
 }
 
 TEST(InvalidSpecStatus, BlocksWithTheProblemsAndOneEvent) {
-  StageResult r = InvalidSpecStatus(Status(kPhasePending), 5,
-                                    {"spec.template.spec.containers[0].image: required", "b"},
-                                    kNow);
+  StageResult r = InvalidSpecStatus(
+      Status(kPhasePending), 5, {"spec.template.spec.containers[0].image: required", "b"}, kNow);
   EXPECT_EQ(r.status.phase, kPhaseBlocked);
   EXPECT_EQ(r.status.observed_generation, 5);
   std::optional<Condition> c = FindCondition(r.status.conditions, kConditionInvalidSpec);
@@ -142,11 +140,11 @@ TEST(InvalidSpecStatus, BlocksWithTheProblemsAndOneEvent) {
   ASSERT_EQ(r.events.size(), 1u);
   EXPECT_EQ(r.events[0].reason, "InvalidSpec");
   // Unchanged on the next pass: no second Event.
-  EXPECT_THAT(InvalidSpecStatus(r.status, 5, {"spec.template.spec.containers[0].image: required",
-                                              "b"},
-                                kNow + absl::Seconds(10))
-                  .events,
-              IsEmpty());
+  EXPECT_THAT(
+      InvalidSpecStatus(r.status, 5, {"spec.template.spec.containers[0].image: required", "b"},
+                        kNow + absl::Seconds(10))
+          .events,
+      IsEmpty());
   // A job that already ended keeps its phase.
   EXPECT_EQ(InvalidSpecStatus(Status(kPhaseFailed), 5, {"x"}, kNow).status.phase, kPhaseFailed);
 }

@@ -18,9 +18,9 @@ Next EnsureJobChildren(const PlanInputs& in, JobPass& pass) {
   } else if (world.coordinator->ended()) {
     if (!world.coordinator->being_deleted) {
       out.delete_pods.push_back(world.coordinator->name);
-      out.events.push_back({true, "CoordinatorRestarted",
-                            absl::StrCat("coordinator ", Describe(*world.coordinator),
-                                         "; recreating it")});
+      out.events.push_back(
+          {true, "CoordinatorRestarted",
+           absl::StrCat("coordinator ", Describe(*world.coordinator), "; recreating it")});
     }
     out.requeue_after = absl::Seconds(1);
   } else if (world.coordinator->phase == PodPhase::kRunning) {
@@ -40,8 +40,8 @@ Next EnsureTaskPods(const PlanInputs& in, JobPass& pass) {
   for (TaskRecord& record : pass.tasks) {
     if (record.event != TaskEvent::kNoPod) continue;
     TaskStatus& task = record.status;
-    pass.out.create.push_back(DesiredTaskPod(in.job, in.spec, task.index, task.incarnation,
-                                             pass.coordinator_address));
+    pass.out.create.push_back(
+        DesiredTaskPod(in.job, in.spec, task.index, task.incarnation, pass.coordinator_address));
     task.pod = TaskPodName(JobName(in), task.index, task.incarnation);
   }
   return Next::kContinue;

@@ -1,10 +1,10 @@
 // Table tests of the children stages (children.h).
 #include "operator/controller/children.h"
 
-#include <functional>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "operator/controller/plan_testing.h"
 
@@ -26,29 +26,47 @@ TEST(EnsureJobChildren, Table) {
   };
   const std::string by_dns = "j-coordinator.ns.svc:8470";
   const Case cases[] = {
-      {"everythingThereCreatesNothing", [](TestPass&) {}, {}, {}, {}, by_dns,
-       absl::ZeroDuration()},
+      {"everythingThereCreatesNothing", [](TestPass&) {}, {}, {}, {}, by_dns, absl::ZeroDuration()},
       {"aNewJobGetsItsSecretServicesAndCoordinator",
        [](TestPass& t) { t.world = JobObservation{}; },
-       {"j-token", "j-tasks", "j-coordinator", "j-coordinator"}, {}, {}, by_dns,
+       {"j-token", "j-tasks", "j-coordinator", "j-coordinator"},
+       {},
+       {},
+       by_dns,
        absl::ZeroDuration()},
       {"anEndedCoordinatorIsDeletedAndRecreatedOnceGone",
        [](TestPass& t) { t.world.coordinator->phase = PodPhase::kFailed; },
-       {}, {"j-coordinator"}, {"CoordinatorRestarted"}, by_dns, absl::Seconds(1)},
+       {},
+       {"j-coordinator"},
+       {"CoordinatorRestarted"},
+       by_dns,
+       absl::Seconds(1)},
       {"anEndedCoordinatorBeingDeletedIsWaitedFor",
        [](TestPass& t) {
          t.world.coordinator->phase = PodPhase::kSucceeded;
          t.world.coordinator->being_deleted = true;
        },
-       {}, {}, {}, by_dns, absl::Seconds(1)},
+       {},
+       {},
+       {},
+       by_dns,
+       absl::Seconds(1)},
       {"byPodIpThereIsNoAddressUntilTheCoordinatorRuns",
        [](TestPass& t) {
          t.placement.address_by_pod_ip = true;
          t.world.coordinator->phase = PodPhase::kPending;
        },
-       {}, {}, {}, "", absl::ZeroDuration()},
+       {},
+       {},
+       {},
+       "",
+       absl::ZeroDuration()},
       {"byPodIpARunningCoordinatorGivesItsIp",
-       [](TestPass& t) { t.placement.address_by_pod_ip = true; }, {}, {}, {}, "10.0.0.9:8470",
+       [](TestPass& t) { t.placement.address_by_pod_ip = true; },
+       {},
+       {},
+       {},
+       "10.0.0.9:8470",
        absl::ZeroDuration()},
       {"olderIncarnationsAreDeleted",
        [](TestPass& t) {
@@ -56,7 +74,11 @@ TEST(EnsureJobChildren, Table) {
          t.world.task_pods.push_back(PodBuilder("j", 0, 3).Build());
          t.world.task_pods.push_back(PodBuilder("j", 0, 2).Deleting().Build());
        },
-       {}, {"j-task-0-0", "j-task-1-0"}, {}, by_dns, absl::ZeroDuration()},
+       {},
+       {"j-task-0-0", "j-task-1-0"},
+       {},
+       by_dns,
+       absl::ZeroDuration()},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -51,8 +51,8 @@ class Coordinator {
     options.heartbeat_interval = absl::Seconds(1);
     options.heartbeat_timeout = kHeartbeatTimeout;
     service_ = *coord::CoordinationService::Create(options, clock_, metrics_);
-    auto server = coord::CoordinationGrpcServer::Start(
-        {absl::StrCat("127.0.0.1:", port), kToken}, *service_, metrics_, clock_);
+    auto server = coord::CoordinationGrpcServer::Start({absl::StrCat("127.0.0.1:", port), kToken},
+                                                       *service_, metrics_, clock_);
     EXPECT_THAT(server, IsOk());
     server_ = *std::move(server);
   }
@@ -191,9 +191,9 @@ TEST_F(CoordinatorLinkTest, CoordinatorGoneAndBack_IsRePolledWithDoublingBackoff
         return false;
       },
       kWait));
-  EXPECT_THAT(link_.FailedTasks("ns/a"),
-              ElementsAre(std::pair(0, CoordinatorLink::FailedTask{
-                                           2, "no session opened within 3s"})));
+  EXPECT_THAT(
+      link_.FailedTasks("ns/a"),
+      ElementsAre(std::pair(0, CoordinatorLink::FailedTask{2, "no session opened within 3s"})));
 
   // An answer resets the back-off: the next outage starts again at 1 s.
   coordinator.reset();

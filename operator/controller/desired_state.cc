@@ -124,8 +124,8 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
   container["args"] = args_json;
   container["env"] = Json::array({TokenEnv(name, "PHALANX_TOKEN")});
   Json ports = Json::array();
-  for (const auto& [port_name, port] : {std::pair<const char*, int>{"grpc", placement.port},
-                                        {"metrics", placement.port + 1}}) {
+  for (const auto& [port_name, port] :
+       {std::pair<const char*, int>{"grpc", placement.port}, {"metrics", placement.port + 1}}) {
     Json p = Json::object();
     p["name"] = Str(port_name);
     p["containerPort"] = Json::number(port);
@@ -203,8 +203,8 @@ std::string CoordinatorAddress(const Json& job, const CoordinatorPlacement& plac
                       ".svc:", placement.port);
 }
 
-Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index, Incarnation incarnation,
-                    const std::string& coordinator_address) {
+Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
+                    Incarnation incarnation, const std::string& coordinator_address) {
   const std::string name = MetaString(job, "name");
   const std::string ns = MetaString(job, "namespace");
   const Json& tmpl = spec.pod_template;

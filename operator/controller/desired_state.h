@@ -35,7 +35,7 @@ std::string TaskPodName(const std::string& job, int index, Incarnation incarnati
 struct CoordinatorPlacement {
   std::string image = "ghcr.io/phalanx-dev/phalanx-coordinator:0.1";
   std::vector<std::string> command = {"phalanx-coordinator"};
-  int port = 8470;          // gRPC; metrics on port + 1
+  int port = 8470;  // gRPC; metrics on port + 1
   // Tasks reach the coordinator by its pod IP instead of its Service's DNS name (clusters
   // without DNS, such as the local cluster).
   bool address_by_pod_ip = false;
@@ -58,7 +58,7 @@ std::string CoordinatorAddress(const Json& job, const CoordinatorPlacement& plac
 // operator, not the kubelet, restarts tasks so that every restart is a new incarnation), stable
 // hostname/subdomain, scheduler and priority pass-through, and the environment of DESIGN.md in
 // every container: PHALANX_*, MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK, JAX_* .
-Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index, Incarnation incarnation,
-                    const std::string& coordinator_address);
+Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
+                    Incarnation incarnation, const std::string& coordinator_address);
 
 }  // namespace phalanx::op

@@ -27,8 +27,8 @@ Json Job(const std::string& name) {
 TrainingJobSpec Spec() {
   TrainingJobSpec spec;
   spec.replicas = 10000;
-  spec.pod_template = Json::parse(
-      R"({"spec":{"containers":[{"name":"main","image":"x","command":["train"]}]}})");
+  spec.pod_template =
+      Json::parse(R"({"spec":{"containers":[{"name":"main","image":"x","command":["train"]}]}})");
   return spec;
 }
 
@@ -56,14 +56,15 @@ std::vector<std::string> RestrictedViolations(const Json& pod) {
       out.push_back(name + ": privileged");
     }
     const Json& ape = At(sc, "allowPrivilegeEscalation");
-    if (!ape.is_boolean() || ape.as_bool()) out.push_back(name + ": allowPrivilegeEscalation != false");
-    const Json& nonroot = At(sc, "runAsNonRoot").is_boolean() ? At(sc, "runAsNonRoot")
-                                                               : At(psc, "runAsNonRoot");
+    if (!ape.is_boolean() || ape.as_bool())
+      out.push_back(name + ": allowPrivilegeEscalation != false");
+    const Json& nonroot =
+        At(sc, "runAsNonRoot").is_boolean() ? At(sc, "runAsNonRoot") : At(psc, "runAsNonRoot");
     if (!nonroot.is_boolean() || !nonroot.as_bool()) out.push_back(name + ": runAsNonRoot != true");
     const Json& uid = At(sc, "runAsUser").is_null() ? At(psc, "runAsUser") : At(sc, "runAsUser");
     if (uid.is_integer() && uid.as_integer() == 0) out.push_back(name + ": runAsUser=0");
-    const Json& seccomp = At(sc, "seccompProfile").is_null() ? At(psc, "seccompProfile")
-                                                             : At(sc, "seccompProfile");
+    const Json& seccomp =
+        At(sc, "seccompProfile").is_null() ? At(psc, "seccompProfile") : At(sc, "seccompProfile");
     const std::string type = kube::StringAt(seccomp, "type");
     if (type != "RuntimeDefault" && type != "Localhost") out.push_back(name + ": seccompProfile");
     const Json& caps = At(sc, "capabilities");

@@ -22,7 +22,8 @@ absl::Duration RestartBackoff(const BackoffSpec& backoff, int restarts_so_far) {
 }
 
 FailureClass ClassifyFailure(const FailurePolicy& policy, const PodView& pod) {
-  if (!pod.reason.empty() && Contains(policy.fatal_reasons, pod.reason)) return FailureClass::kFatal;
+  if (!pod.reason.empty() && Contains(policy.fatal_reasons, pod.reason))
+    return FailureClass::kFatal;
   if (pod.exit_code.has_value()) {
     if (Contains(policy.fatal_exit_codes, *pod.exit_code)) return FailureClass::kFatal;
     if (!policy.retryable_exit_codes.empty() &&
@@ -48,7 +49,9 @@ Next RestartFailedTasks(const PlanInputs& in, JobPass& pass) {
   if (failed.empty() || !pass.moved.empty()) return Next::kContinue;
   TrainingJobStatus& st = pass.out.status;
   const FailurePolicy& policy = in.spec.failure_policy;
-  auto failure = [&](int i) -> const PodView& { return pass.tasks[static_cast<size_t>(i)].failure; };
+  auto failure = [&](int i) -> const PodView& {
+    return pass.tasks[static_cast<size_t>(i)].failure;
+  };
   const bool job_scope = policy.restart_scope == RestartScope::kJob;
   const int needed = job_scope ? 1 : static_cast<int>(failed.size());
   if (st.restarts + needed > policy.max_restarts) {

@@ -2,10 +2,10 @@
 // maxRestarts, back-off, and the classification of failures.
 #include "operator/controller/failure_policy.h"
 
-#include <functional>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "operator/controller/plan_testing.h"
 
@@ -29,7 +29,12 @@ TEST(ClassifyFailure, Table) {
       {"aFatalExitCode", {42}, {}, {}, 42, "Error", FailureClass::kFatal},
       {"outsideTheRetryableList", {}, {137, 143}, {}, 1, "Error", FailureClass::kFatal},
       {"inTheRetryableList", {}, {137, 143}, {}, 137, "Error", FailureClass::kRetryable},
-      {"aFatalReason", {}, {}, {"ContainerCannotRun"}, 128, "ContainerCannotRun",
+      {"aFatalReason",
+       {},
+       {},
+       {"ContainerCannotRun"},
+       128,
+       "ContainerCannotRun",
        FailureClass::kFatal},
       {"noExitCodeIsRetryable", {}, {137}, {}, std::nullopt, "", FailureClass::kRetryable},
   };
@@ -107,18 +112,32 @@ TEST(RestartFailedTasks, Table) {
     std::vector<TaskState> want_states = {};
   };
   const Case cases[] = {
-      {"taskScopeReplacesOnlyTheFailedTask", [](TestPass&) {}, Next::kContinue, "",
-       {"j-task-1-1"}, {"j-task-1-0"}, 1},
+      {"taskScopeReplacesOnlyTheFailedTask",
+       [](TestPass&) {},
+       Next::kContinue,
+       "",
+       {"j-task-1-1"},
+       {"j-task-1-0"},
+       1},
       {"jobScopeReplacesEveryTaskForOneRestart",
        [](TestPass& t) { t.spec.failure_policy.restart_scope = RestartScope::kJob; },
-       Next::kContinue, "", {"j-task-0-1", "j-task-1-1"}, {"j-task-0-0", "j-task-1-0"}, 1},
+       Next::kContinue,
+       "",
+       {"j-task-0-1", "j-task-1-1"},
+       {"j-task-0-0", "j-task-1-0"},
+       1},
       {"backingOffWaitsAndSaysSo",
        [](TestPass& t) {
          t.spec.failure_policy.backoff = {absl::Seconds(10), absl::Seconds(60)};
          t.previous.restarts = 1;
          t.previous.last_restart_time = kNow - absl::Seconds(4);
        },
-       Next::kDone, kPhaseRestarting, {}, {}, 1, absl::Seconds(6),
+       Next::kDone,
+       kPhaseRestarting,
+       {},
+       {},
+       1,
+       absl::Seconds(6),
        {TaskState::kRunning, TaskState::kBackingOff}},
       {"afterTheBackoffItRestarts",
        [](TestPass& t) {
@@ -126,20 +145,32 @@ TEST(RestartFailedTasks, Table) {
          t.previous.restarts = 1;
          t.previous.last_restart_time = kNow - absl::Seconds(10);
        },
-       Next::kContinue, "", {"j-task-1-1"}, {"j-task-1-0"}, 2},
+       Next::kContinue,
+       "",
+       {"j-task-1-1"},
+       {"j-task-1-0"},
+       2},
       {"maxRestartsExhaustedFailsTheJob",
        [](TestPass& t) {
          t.spec.failure_policy.max_restarts = 2;
          t.previous.restarts = 2;
        },
-       Next::kDone, kPhaseFailed, {}, {"j-task-0-0", "j-coordinator"}, 2},
+       Next::kDone,
+       kPhaseFailed,
+       {},
+       {"j-task-0-0", "j-coordinator"},
+       2},
       {"aPassThatMovedPreemptedTasksLeavesFailuresForTheNext",
        [](TestPass& t) {
          t.world.task_pods[0].disruption_target = true;
          t.previous.tasks.resize(2);
          t.previous.tasks[0].preempting_since = kNow - absl::Hours(1);
        },
-       Next::kContinue, "", {"j-task-0-1"}, {"j-task-0-0"}, 0},
+       Next::kContinue,
+       "",
+       {"j-task-0-1"},
+       {"j-task-0-0"},
+       0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -20,7 +20,7 @@ TEST(NodePreemptionFilterTest, OnlyPreemptionFlipsCount) {
   EXPECT_FALSE(filter.Changed(Node("a", plain)));   // a heartbeat
   EXPECT_TRUE(filter.Changed(Node("a", tainted)));  // the termination notice
   EXPECT_FALSE(filter.Changed(Node("a", tainted)));
-  EXPECT_TRUE(filter.Changed(Node("a", plain)));  // the taint is lifted
+  EXPECT_TRUE(filter.Changed(Node("a", plain)));                        // the taint is lifted
   EXPECT_TRUE(filter.Changed(Node("b", R"({"unschedulable":true})")));  // first seen, cordoned
   EXPECT_FALSE(filter.Changed(Node("a", plain)));
 }

@@ -17,7 +17,8 @@ T LabelNumber(const std::map<std::string, std::string>& labels, const char* key,
 }
 
 bool ConditionTrue(const Json& pod, const std::string& type) {
-  for (const Json& c : kube::ArrayOrEmpty(kube::FieldOrNull(pod, "status"), "conditions").as_array()) {
+  for (const Json& c :
+       kube::ArrayOrEmpty(kube::FieldOrNull(pod, "status"), "conditions").as_array()) {
     if (kube::StringAt(c, "type") == type) return kube::StringAt(c, "status") == "True";
   }
   return false;
@@ -59,9 +60,9 @@ PodView ViewOfPod(const Json& pod) {
 }
 
 absl::Time NodePreemptionDeadline(const Json& node) {
-  const Json& value = kube::FieldOrNull(kube::FieldOrNull(kube::FieldOrNull(node, "metadata"),
-                                                          "annotations"),
-                                        kube::kPreemptionDeadlineAnnotation);
+  const Json& value =
+      kube::FieldOrNull(kube::FieldOrNull(kube::FieldOrNull(node, "metadata"), "annotations"),
+                        kube::kPreemptionDeadlineAnnotation);
   if (!value.is_string()) return absl::InfiniteFuture();
   return kube::ParseKubeTime(value.as_string()).value_or(absl::InfiniteFuture());
 }

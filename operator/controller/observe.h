@@ -28,7 +28,7 @@ PodPhase ParsePodPhase(const std::string& phase);  // "" or anything else: kUnkn
 struct PodView {
   std::string name;
   std::string uid;
-  int index = -1;                                // task pods: phalanx.dev/task
+  int index = -1;                                  // task pods: phalanx.dev/task
   Incarnation incarnation = base::kNoIncarnation;  // task pods: phalanx.dev/incarnation
   PodPhase phase = PodPhase::kUnknown;
   std::string node;
@@ -36,9 +36,9 @@ struct PodView {
   bool being_deleted = false;
   bool ready = false;
   bool disruption_target = false;  // condition DisruptionTarget=True (eviction/preemption)
-  std::optional<int> exit_code;     // first container's terminated state
-  std::string reason;               // its reason (Error, Completed, OOMKilled, ...)
-  std::string message;              // more about it, for Events (the coordinator's words)
+  std::optional<int> exit_code;    // first container's terminated state
+  std::string reason;              // its reason (Error, Completed, OOMKilled, ...)
+  std::string message;             // more about it, for Events (the coordinator's words)
 
   bool ended() const { return phase == PodPhase::kSucceeded || phase == PodPhase::kFailed; }
 };

@@ -18,8 +18,7 @@ void Mark(JobPass& pass, const std::string& type, bool value, const std::string&
           const std::string& message, absl::Time now) {
   TrainingJobStatus& st = pass.out.status;
   SetCondition(st.conditions,
-               {type, value ? "True" : "False", reason, message, now, st.observed_generation},
-               now);
+               {type, value ? "True" : "False", reason, message, now, st.observed_generation}, now);
 }
 
 std::string Describe(const PodView& pod) {

@@ -42,9 +42,9 @@ enum class TaskEvent {
 
 // Everything the planner knows and decides about one task, in one place.
 struct TaskRecord {
-  TaskStatus status;              // what status.tasks[index] says once the pass ends
-  std::optional<PodView> pod;     // its pod at status.incarnation, if any
-  std::vector<PodView> stale;     // pods of older incarnations still around
+  TaskStatus status;           // what status.tasks[index] says once the pass ends
+  std::optional<PodView> pod;  // its pod at status.incarnation, if any
+  std::vector<PodView> stale;  // pods of older incarnations still around
   TaskEvent event = TaskEvent::kNone;
   std::string preemption_reason;  // NodePreempted, DisruptionTarget or Evicted
   PodView failure;                // kFailed/kFatal: the pod as it failed (or a stand-in)
@@ -55,7 +55,7 @@ struct TaskRecord {
 struct JobPass {
   ReconcilePlan out;  // out.status.tasks stays empty during the pass: the tasks are in `tasks`
   std::vector<TaskRecord> tasks;
-  std::string coordinator_address;  // empty while the coordinator's address is not known
+  std::string coordinator_address;            // empty while the coordinator's address is not known
   int running = 0, ready = 0, succeeded = 0;  // task pods as the task-state stage found them
   std::vector<int> moved;  // tasks moved off a preemption this pass (failures wait a pass)
 };

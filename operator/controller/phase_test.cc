@@ -1,13 +1,13 @@
 // Table test of the phase stage (phase.h).
 #include "operator/controller/phase.h"
 
-#include <functional>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "operator/controller/blocked.h"
+#include <functional>
+
 #include "operator/api/codec.h"
+#include "operator/controller/blocked.h"
 #include "operator/controller/plan_testing.h"
 
 namespace phalanx::op {
@@ -32,9 +32,8 @@ TEST(SetPhaseAndConditions, Table) {
   };
   const Case cases[] = {
       {"everyTaskRunning", [](TestPass&) {}, kPhaseRunning, "True/AllTasksRunning", true},
-      {"runningOrDone",
-       [](TestPass& t) { t.world.task_pods[1].phase = PodPhase::kSucceeded; }, kPhaseRunning,
-       "True/AllTasksRunning", true},
+      {"runningOrDone", [](TestPass& t) { t.world.task_pods[1].phase = PodPhase::kSucceeded; },
+       kPhaseRunning, "True/AllTasksRunning", true},
       {"oneRunning", [](TestPass& t) { t.world.task_pods[1].phase = PodPhase::kPending; },
        kPhaseStarting, "False/Starting", false},
       {"noneRunningYet", [](TestPass& t) { t.world.task_pods.clear(); }, kPhasePending,

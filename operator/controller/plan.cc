@@ -15,14 +15,10 @@ namespace phalanx::op {
 namespace {
 
 constexpr Stage kStages[] = {
-    {"suspend", ApplySuspend},
-    {"children", EnsureJobChildren},
-    {"task states", ClassifyTasks},
-    {"task pods", EnsureTaskPods},
-    {"fatal", FailOnFatal},
-    {"preemption", ApplyPreemptions},
-    {"failures", RestartFailedTasks},
-    {"success", ApplySuccessPolicy},
+    {"suspend", ApplySuspend},        {"children", EnsureJobChildren},
+    {"task states", ClassifyTasks},   {"task pods", EnsureTaskPods},
+    {"fatal", FailOnFatal},           {"preemption", ApplyPreemptions},
+    {"failures", RestartFailedTasks}, {"success", ApplySuccessPolicy},
     {"phase", SetPhaseAndConditions},
 };
 

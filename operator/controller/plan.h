@@ -47,8 +47,8 @@ struct PreemptionNotice {
 };
 
 struct ReconcilePlan {
-  std::vector<Json> create;              // in order: Secret, Services, coordinator, task pods
-  std::vector<std::string> delete_pods;  // pod names (tasks or the coordinator)
+  std::vector<Json> create;               // in order: Secret, Services, coordinator, task pods
+  std::vector<std::string> delete_pods;   // pod names (tasks or the coordinator)
   std::vector<Replacement> replacements;  // for metrics: restarts and preemptions by reason
   TrainingJobStatus status;
   std::vector<EventNote> events;

@@ -431,8 +431,7 @@ TEST(PlanTest, ARefusedJobStaysBlockedWhileItsChildrenAreStillToCreate) {
   TrainingJobStatus previous;
   previous.phase = kPhaseBlocked;
   SetCondition(previous.conditions,
-               {kConditionChildrenReady, "False", kReasonFailedCreate, "forbidden", kNow, 3},
-               kNow);
+               {kConditionChildrenReady, "False", kReasonFailedCreate, "forbidden", kNow, 3}, kNow);
   // Nothing exists yet: the pass will try again, and until that works the job stays Blocked
   // (recomputing Pending would make every retry write status twice).
   EXPECT_EQ(Plan(Spec(), previous, JobObservation{}).status.phase, kPhaseBlocked);

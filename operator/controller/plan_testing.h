@@ -24,10 +24,22 @@ class TrainingJobBuilder {
         R"({"metadata":{"labels":{"team":"a"}},"spec":{"containers":[{"name":"main","image":"x",
             "command":["train"],"env":[{"name":"PHALANX_TASK_ID","value":"wrong"},{"name":"KEEP","value":"1"}]}]}})");
   }
-  TrainingJobBuilder& Tasks(int n) { spec_.replicas = n; return *this; }
-  TrainingJobBuilder& Generation(int64_t g) { generation_ = g; return *this; }
-  TrainingJobBuilder& Scope(RestartScope s) { spec_.failure_policy.restart_scope = s; return *this; }
-  TrainingJobBuilder& MaxRestarts(int n) { spec_.failure_policy.max_restarts = n; return *this; }
+  TrainingJobBuilder& Tasks(int n) {
+    spec_.replicas = n;
+    return *this;
+  }
+  TrainingJobBuilder& Generation(int64_t g) {
+    generation_ = g;
+    return *this;
+  }
+  TrainingJobBuilder& Scope(RestartScope s) {
+    spec_.failure_policy.restart_scope = s;
+    return *this;
+  }
+  TrainingJobBuilder& MaxRestarts(int n) {
+    spec_.failure_policy.max_restarts = n;
+    return *this;
+  }
   TrainingJobBuilder& Backoff(absl::Duration base, absl::Duration max) {
     spec_.failure_policy.backoff = {base, max};
     return *this;
@@ -36,25 +48,34 @@ class TrainingJobBuilder {
     spec_.failure_policy.fatal_exit_codes = std::move(codes);
     return *this;
   }
-  TrainingJobBuilder& Grace(absl::Duration d) { spec_.preemption.checkpoint_grace = d; return *this; }
+  TrainingJobBuilder& Grace(absl::Duration d) {
+    spec_.preemption.checkpoint_grace = d;
+    return *this;
+  }
   TrainingJobBuilder& PreemptionsCountTowardMaxRestarts() {
     spec_.failure_policy.preemptions_count_toward_max_restarts = true;
     return *this;
   }
-  TrainingJobBuilder& Suspend(bool suspend = true) { spec_.suspend = suspend; return *this; }
+  TrainingJobBuilder& Suspend(bool suspend = true) {
+    spec_.suspend = suspend;
+    return *this;
+  }
   TrainingJobBuilder& TaskZeroSucceeds() {
     spec_.success_policy = SuccessPolicy::kTaskZero;
     return *this;
   }
-  TrainingJobBuilder& IgnoreNodeTaints() { spec_.preemption.on_node_taints = false; return *this; }
+  TrainingJobBuilder& IgnoreNodeTaints() {
+    spec_.preemption.on_node_taints = false;
+    return *this;
+  }
 
   // The TrainingJob object (namespace "ns", uid "u1"); the planner reads its metadata and takes
   // the spec as Spec().
   Json Build() const {
     return Json::parse(absl::StrCat(
         R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":")", name_,
-        R"(","namespace":"ns","uid":"u1","generation":)", generation_,
-        R"(},"spec":{"replicas":)", spec_.replicas, "}}"));
+        R"(","namespace":"ns","uid":"u1","generation":)", generation_, R"(},"spec":{"replicas":)",
+        spec_.replicas, "}}"));
   }
   const TrainingJobSpec& Spec() const { return spec_; }
   const std::string& name() const { return name_; }
@@ -86,18 +107,36 @@ class PodBuilder {
     b.pod_.ready = false;
     return b;
   }
-  PodBuilder& Phase(PodPhase phase) { pod_.phase = phase; return *this; }
+  PodBuilder& Phase(PodPhase phase) {
+    pod_.phase = phase;
+    return *this;
+  }
   PodBuilder& Failed(std::optional<int> exit_code = std::nullopt, std::string reason = "") {
     pod_.phase = PodPhase::kFailed;
     pod_.exit_code = exit_code;
     pod_.reason = std::move(reason);
     return *this;
   }
-  PodBuilder& NotReady() { pod_.ready = false; return *this; }
-  PodBuilder& On(std::string node) { pod_.node = std::move(node); return *this; }
-  PodBuilder& Deleting() { pod_.being_deleted = true; return *this; }
-  PodBuilder& Disrupted() { pod_.disruption_target = true; return *this; }
-  PodBuilder& Reason(std::string reason) { pod_.reason = std::move(reason); return *this; }
+  PodBuilder& NotReady() {
+    pod_.ready = false;
+    return *this;
+  }
+  PodBuilder& On(std::string node) {
+    pod_.node = std::move(node);
+    return *this;
+  }
+  PodBuilder& Deleting() {
+    pod_.being_deleted = true;
+    return *this;
+  }
+  PodBuilder& Disrupted() {
+    pod_.disruption_target = true;
+    return *this;
+  }
+  PodBuilder& Reason(std::string reason) {
+    pod_.reason = std::move(reason);
+    return *this;
+  }
   PodView Build() const { return pod_; }
 
  private:

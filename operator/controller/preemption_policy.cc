@@ -19,8 +19,7 @@ void Notice(const PlanInputs& in, JobPass& pass, TaskRecord& record) {
        absl::StrCat("task ", task.index, " on node ", record.pod->node,
                     " is being preempted; coordinated checkpoint started, deadline ",
                     kube::FormatKubeTime(deadline), " (in ",
-                    absl::FormatDuration(absl::Trunc(deadline - in.now, absl::Seconds(1))),
-                    ")")});
+                    absl::FormatDuration(absl::Trunc(deadline - in.now, absl::Seconds(1))), ")")});
 }
 
 // Moves `moved` off their preemption; false when that exhausted maxRestarts (the job failed).
@@ -56,8 +55,7 @@ bool Move(const PlanInputs& in, JobPass& pass, const std::vector<int>& moved) {
 }  // namespace
 
 absl::Time CheckpointDeadline(const TaskRecord& record, const PreemptionPolicy& policy) {
-  return std::min(*record.status.preempting_since + policy.checkpoint_grace,
-                  record.node_deadline);
+  return std::min(*record.status.preempting_since + policy.checkpoint_grace, record.node_deadline);
 }
 
 Next ApplyPreemptions(const PlanInputs& in, JobPass& pass) {

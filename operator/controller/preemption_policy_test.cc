@@ -2,10 +2,10 @@
 // clock, its deadline (grace or the node's own, the earlier), moving tasks, counting.
 #include "operator/controller/preemption_policy.h"
 
-#include <functional>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "operator/controller/plan_testing.h"
 
@@ -42,38 +42,79 @@ TEST(ApplyPreemptions, Table) {
   };
   const Case cases[] = {
       {"aNoticeStartsTheCheckpointWithTheGraceAsDeadline",
-       node0_preempted(absl::InfiniteFuture()), Next::kContinue, {"PreemptionNotice"},
+       node0_preempted(absl::InfiniteFuture()),
+       Next::kContinue,
+       {"PreemptionNotice"},
        "task 0 on node node-0 is being preempted; coordinated checkpoint started, deadline "
        "2027-01-15T08:00:30Z (in 30s)",
-       TaskState::kPreempting, {}, absl::Seconds(30)},
-      {"theNodesEarlierDeadlineWins", node0_preempted(kNow + absl::Seconds(12)), Next::kContinue,
-       {"PreemptionNotice"}, "(in 12s)", TaskState::kPreempting, {}, absl::Seconds(12)},
-      {"aLaterNodeDeadlineLeavesTheGrace", node0_preempted(kNow + absl::Minutes(5)),
-       Next::kContinue, {"PreemptionNotice"}, "(in 30s)", TaskState::kPreempting, {},
+       TaskState::kPreempting,
+       {},
+       absl::Seconds(30)},
+      {"theNodesEarlierDeadlineWins",
+       node0_preempted(kNow + absl::Seconds(12)),
+       Next::kContinue,
+       {"PreemptionNotice"},
+       "(in 12s)",
+       TaskState::kPreempting,
+       {},
+       absl::Seconds(12)},
+      {"aLaterNodeDeadlineLeavesTheGrace",
+       node0_preempted(kNow + absl::Minutes(5)),
+       Next::kContinue,
+       {"PreemptionNotice"},
+       "(in 30s)",
+       TaskState::kPreempting,
+       {},
        absl::Seconds(30)},
       {"laterPassesWaitQuietly",
        noticed_at(kNow - absl::Seconds(10), node0_preempted(absl::InfiniteFuture())),
-       Next::kContinue, {}, "", TaskState::kPreempting, {}, absl::Seconds(20)},
+       Next::kContinue,
+       {},
+       "",
+       TaskState::kPreempting,
+       {},
+       absl::Seconds(20)},
       {"pastTheDeadlineTheTaskMoves",
        noticed_at(kNow - absl::Seconds(30), node0_preempted(absl::InfiniteFuture())),
-       Next::kContinue, {"TaskPreempted"}, "task 0 moved off its preempted node as incarnation 1",
-       TaskState::kRestarting, {"j-task-0-1"}, absl::ZeroDuration(), 1},
+       Next::kContinue,
+       {"TaskPreempted"},
+       "task 0 moved off its preempted node as incarnation 1",
+       TaskState::kRestarting,
+       {"j-task-0-1"},
+       absl::ZeroDuration(),
+       1},
       {"pastTheNodesDeadlineTheTaskMoves",
-       noticed_at(kNow - absl::Seconds(5), node0_preempted(kNow)), Next::kContinue,
-       {"TaskPreempted"}, "", TaskState::kRestarting, {"j-task-0-1"}, absl::ZeroDuration(), 1},
+       noticed_at(kNow - absl::Seconds(5), node0_preempted(kNow)),
+       Next::kContinue,
+       {"TaskPreempted"},
+       "",
+       TaskState::kRestarting,
+       {"j-task-0-1"},
+       absl::ZeroDuration(),
+       1},
       {"aTaskThatLeftAfterItsCheckpointMovesAtOnce",
        noticed_at(kNow - absl::Seconds(2),
                   [](TestPass& t) { t.world.task_pods[0].phase = PodPhase::kFailed; }),
-       Next::kContinue, {"TaskPreempted"}, "", TaskState::kRestarting, {"j-task-0-1"},
-       absl::ZeroDuration(), 1},
+       Next::kContinue,
+       {"TaskPreempted"},
+       "",
+       TaskState::kRestarting,
+       {"j-task-0-1"},
+       absl::ZeroDuration(),
+       1},
       {"anEvictedPodThatIsGoneMovesAtOnce",
        noticed_at(kNow - absl::Seconds(2),
                   [](TestPass& t) {
                     t.previous.tasks[0].pod = "j-task-0-0";
                     t.world.task_pods.erase(t.world.task_pods.begin());
                   }),
-       Next::kContinue, {"TaskPreempted"}, "", TaskState::kRestarting, {"j-task-0-1"},
-       absl::ZeroDuration(), 1},
+       Next::kContinue,
+       {"TaskPreempted"},
+       "",
+       TaskState::kRestarting,
+       {"j-task-0-1"},
+       absl::ZeroDuration(),
+       1},
       {"countingTowardMaxRestartsCanFailTheJob",
        noticed_at(kNow - absl::Seconds(30),
                   [](TestPass& t) {
@@ -81,24 +122,40 @@ TEST(ApplyPreemptions, Table) {
                     t.spec.failure_policy.max_restarts = 0;
                     t.spec.failure_policy.preemptions_count_toward_max_restarts = true;
                   }),
-       Next::kDone, {"MaxRestartsExceeded"}, "maxRestarts (0) is exhausted and preemptions count",
-       TaskState::kPreempting, {}, absl::ZeroDuration(), 1},
+       Next::kDone,
+       {"MaxRestartsExceeded"},
+       "maxRestarts (0) is exhausted and preemptions count",
+       TaskState::kPreempting,
+       {},
+       absl::ZeroDuration(),
+       1},
       {"countingTowardMaxRestartsSpendsThem",
        noticed_at(kNow - absl::Seconds(30),
                   [](TestPass& t) {
                     t.world.preempting_nodes["node-0"] = absl::InfiniteFuture();
                     t.spec.failure_policy.preemptions_count_toward_max_restarts = true;
                   }),
-       Next::kContinue, {"TaskPreempted"}, "", TaskState::kRestarting, {"j-task-0-1"},
-       absl::ZeroDuration(), 1, 1},
+       Next::kContinue,
+       {"TaskPreempted"},
+       "",
+       TaskState::kRestarting,
+       {"j-task-0-1"},
+       absl::ZeroDuration(),
+       1,
+       1},
       {"jobScopeRestartsEveryTask",
        noticed_at(kNow - absl::Seconds(30),
                   [](TestPass& t) {
                     t.world.preempting_nodes["node-0"] = absl::InfiniteFuture();
                     t.spec.failure_policy.restart_scope = RestartScope::kJob;
                   }),
-       Next::kContinue, {"TaskPreempted"}, "", TaskState::kRestarting,
-       {"j-task-0-1", "j-task-1-1"}, absl::ZeroDuration(), 1},
+       Next::kContinue,
+       {"TaskPreempted"},
+       "",
+       TaskState::kRestarting,
+       {"j-task-0-1", "j-task-1-1"},
+       absl::ZeroDuration(),
+       1},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -127,9 +184,8 @@ TEST(ApplyPreemptions, AMovedTaskIsAPreemptionForMetricsAndJobRestartsAreNot) {
   t.world.task_pods[0].phase = PodPhase::kFailed;
   JobPass pass = t.Before("preemption");
   ApplyPreemptions(t.Inputs(), pass);
-  EXPECT_THAT(pass.out.replacements,
-              ElementsAreArray({Replacement{0, true, "DisruptionTarget"},
-                                Replacement{1, false, "JobRestart"}}));
+  EXPECT_THAT(pass.out.replacements, ElementsAreArray({Replacement{0, true, "DisruptionTarget"},
+                                                       Replacement{1, false, "JobRestart"}}));
   EXPECT_EQ(pass.tasks[0].status.last_failure_reason, "Preempted");
   EXPECT_EQ(pass.tasks[1].status.last_failure_reason, "JobRestart");
   EXPECT_EQ(pass.moved, std::vector<int>{0});
@@ -146,17 +202,28 @@ TEST(PreemptionNotices, Table) {
     std::vector<PreemptionNotice> want;
   };
   const Case cases[] = {
-      {"checkpointingWithTheGrace", TaskState::kPreempting, since, absl::InfiniteFuture(),
+      {"checkpointingWithTheGrace",
+       TaskState::kPreempting,
+       since,
+       absl::InfiniteFuture(),
        {{1, since, since + absl::Seconds(60)}}},
-      {"checkpointingWithTheNodesEarlierDeadline", TaskState::kPreempting, since,
-       kNow + absl::Seconds(25), {{1, since, kNow + absl::Seconds(25)}}},
-      {"terminatingAfterADisruption", TaskState::kTerminating, since, absl::InfiniteFuture(),
+      {"checkpointingWithTheNodesEarlierDeadline",
+       TaskState::kPreempting,
+       since,
+       kNow + absl::Seconds(25),
+       {{1, since, kNow + absl::Seconds(25)}}},
+      {"terminatingAfterADisruption",
+       TaskState::kTerminating,
+       since,
+       absl::InfiniteFuture(),
        {{1, since, since + absl::Seconds(60)}}},
-      {"movedTasksNeedNoNotice", TaskState::kRestarting, std::nullopt, absl::InfiniteFuture(),
-       {}},
+      {"movedTasksNeedNoNotice", TaskState::kRestarting, std::nullopt, absl::InfiniteFuture(), {}},
       {"aRunningTaskNeedsNone", TaskState::kRunning, std::nullopt, kNow, {}},
-      {"terminatingWithoutADisruptionNeedsNone", TaskState::kTerminating, std::nullopt,
-       absl::InfiniteFuture(), {}},
+      {"terminatingWithoutADisruptionNeedsNone",
+       TaskState::kTerminating,
+       std::nullopt,
+       absl::InfiniteFuture(),
+       {}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -131,8 +131,8 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
 
   JobObservation world = ObserveChildren(job);
   const CoordinatorPlacement placement = PlacementFor(job);
-  const bool active = !spec->suspend && previous.phase != kPhaseSucceeded &&
-                      previous.phase != kPhaseFailed;
+  const bool active =
+      !spec->suspend && previous.phase != kPhaseSucceeded && previous.phase != kPhaseFailed;
   if (link_ != nullptr && !active) link_->Forget(key);
   if (!active) ForgetNotices(key);
   if (link_ != nullptr && active && world.coordinator.has_value() &&
@@ -227,8 +227,8 @@ bool Reconciler::DeliverPreemptionNotices(const std::string& key,
   absl::Status notified =
       link_->NotifyPreemption(key, tasks, deadline, "node preempted or pod disrupted");
   if (!notified.ok()) {
-    PHX_LOG(WARNING) << "job " << key << ": preemption notice not delivered yet (will retry): "
-                     << notified;
+    PHX_LOG(WARNING) << "job " << key
+                     << ": preemption notice not delivered yet (will retry): " << notified;
     return false;
   }
   absl::MutexLock lock(&notices_mu_);

@@ -11,14 +11,13 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-
 #include "common/kube/object_meta.h"
+#include "common/kube/testing/fake_client.h"
+#include "common/kube/testing/object_store.h"
 #include "common/testing/eventually.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
 #include "operator/api/codec.h"
-#include "common/kube/testing/fake_client.h"
-#include "common/kube/testing/object_store.h"
 
 namespace phalanx::op {
 namespace {
@@ -80,7 +79,8 @@ class ReconcilerTest : public ::testing::Test {
 
   // Sets what the kubelet would report for pod `name`: its phase, readiness and, once it ended,
   // the container's exit code.
-  void SetPod(const std::string& name, const std::string& phase, std::optional<int> exit_code = {}) {
+  void SetPod(const std::string& name, const std::string& phase,
+              std::optional<int> exit_code = {}) {
     absl::StatusOr<Json> pod = store_.Get(kPods.Qualified(), "ns", name);
     ASSERT_THAT(pod.status(), IsOk());
     Json status = Json::object();
@@ -89,9 +89,9 @@ class ReconcilerTest : public ::testing::Test {
     status["conditions"] = Json::parse(absl::StrCat(
         R"([{"type":"Ready","status":")", phase == "Running" ? "True" : "False", R"("}])"));
     if (exit_code.has_value()) {
-      status["containerStatuses"] = Json::parse(absl::StrCat(
-          R"([{"name":"w","state":{"terminated":{"exitCode":)", *exit_code,
-          R"(,"reason":")", *exit_code == 0 ? "Completed" : "Error", R"("}}}])"));
+      status["containerStatuses"] = Json::parse(
+          absl::StrCat(R"([{"name":"w","state":{"terminated":{"exitCode":)", *exit_code,
+                       R"(,"reason":")", *exit_code == 0 ? "Completed" : "Error", R"("}}}])"));
     }
     (*pod)["status"] = status;
     ASSERT_THAT(store_.Update(kPods.Qualified(), "ns", *pod, false).status(), IsOk());
@@ -145,8 +145,9 @@ class ReconcilerTest : public ::testing::Test {
   kube::Informer secrets_{reader_, clock_, kSecrets, Fast()};
   kube::Informer nodes_{reader_, clock_, kNodes, Fast()};
   kube::EventRecorder events_{reader_, clock_, "phalanx-operator"};
-  Reconciler reconciler_{client_, {jobs_, pods_, services_, secrets_, nodes_}, events_,
-                         clock_, nullptr, ReconcilerOptions{}};
+  Reconciler reconciler_{client_, {jobs_, pods_, services_, secrets_, nodes_},
+                         events_, clock_,
+                         nullptr, ReconcilerOptions{}};
 };
 
 TEST_F(ReconcilerTest, ARefusedChildShowsOnTheJobAndTheJobRecovers) {
@@ -282,10 +283,10 @@ TEST_F(ReconcilerTest, AJobRunsLosesATaskToAFailureAndSucceeds) {
 // on the newer job, does the work once.
 TEST_F(ReconcilerTest, AConflictEndsThePassWithoutActingAndTheNextPassConverges) {
   CatchUp();
-  client_.FailNext(1, absl::AbortedError(
-                          "Operation cannot be fulfilled on trainingjobs.phalanx.dev \"j\": the "
-                          "object has been modified; please apply your changes to the latest "
-                          "version and try again"));
+  client_.FailNext(
+      1, absl::AbortedError("Operation cannot be fulfilled on trainingjobs.phalanx.dev \"j\": the "
+                            "object has been modified; please apply your changes to the latest "
+                            "version and try again"));
   const absl::Status conflicted = reconciler_.Reconcile("ns/j").status();
   EXPECT_TRUE(absl::IsAborted(conflicted)) << conflicted;
   EXPECT_TRUE(PodNames().empty());  // status is written first: nothing was created

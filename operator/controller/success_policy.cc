@@ -10,8 +10,8 @@ Next ApplySuccessPolicy(const PlanInputs& in, JobPass& pass) {
   TrainingJobStatus& st = pass.out.status;
   st.phase = kPhaseSucceeded;
   st.completion_time = in.now;
-  Mark(pass, "Succeeded", true, "Completed", task_zero ? "task 0 succeeded" : "every task succeeded",
-       in.now);
+  Mark(pass, "Succeeded", true, "Completed",
+       task_zero ? "task 0 succeeded" : "every task succeeded", in.now);
   Mark(pass, "Running", false, "Completed", "", in.now);
   pass.out.events.push_back({false, "Completed", "job succeeded"});
   DeleteActivePods(in, pass);

@@ -25,7 +25,11 @@ TEST(ApplySuccessPolicy, Table) {
       {"allTasksNoneDone", false, {}, Next::kContinue, "none", {}},
       {"allTasksSomeDone", false, {0, 1}, Next::kContinue, "none", {}},
       {"allTasksAllDone", false, {0, 1, 2}, Next::kDone, "True/Completed", {"j-coordinator"}},
-      {"taskZeroDoneEndsTheJob", true, {0}, Next::kDone, "True/Completed",
+      {"taskZeroDoneEndsTheJob",
+       true,
+       {0},
+       Next::kDone,
+       "True/Completed",
        {"j-task-1-0", "j-task-2-0", "j-coordinator"}},
       {"taskZeroNotDone", true, {1, 2}, Next::kContinue, "none", {}},
   };
@@ -35,7 +39,8 @@ TEST(ApplySuccessPolicy, Table) {
     job.Tasks(3);
     if (c.task_zero) job.TaskZeroSucceeds();
     TestPass t(job);
-    for (int i : c.succeeded) t.world.task_pods[static_cast<size_t>(i)].phase = PodPhase::kSucceeded;
+    for (int i : c.succeeded)
+      t.world.task_pods[static_cast<size_t>(i)].phase = PodPhase::kSucceeded;
     JobPass pass = t.Before("success");
     EXPECT_EQ(ApplySuccessPolicy(t.Inputs(), pass), c.want_next);
     EXPECT_EQ(ConditionOf(pass.out.status, "Succeeded"), c.want_condition);

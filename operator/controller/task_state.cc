@@ -76,8 +76,7 @@ void ClassifyTask(const PlanInputs& in, TaskRecord& record) {
 Next ClassifyTasks(const PlanInputs& in, JobPass& pass) {
   for (TaskRecord& record : pass.tasks) {
     ClassifyTask(in, record);
-    if (record.event != TaskEvent::kNone || !record.pod.has_value() ||
-        record.pod->being_deleted) {
+    if (record.event != TaskEvent::kNone || !record.pod.has_value() || record.pod->being_deleted) {
       continue;  // only a pod that is running or done counts
     }
     const TaskState state = record.status.state;

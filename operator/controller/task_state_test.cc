@@ -1,10 +1,10 @@
 // Table test of the task-state stage (task_state.h): each task's state and event from its pod.
 #include "operator/controller/task_state.h"
 
-#include <functional>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "operator/controller/plan_testing.h"
 
@@ -47,7 +47,9 @@ TEST(ClassifyTask, Table) {
        },
        TaskState::kUnknown, TaskEvent::kFatal},
       {"declaredFailedByTheCoordinator",
-       [](TestPass& t) { t.world.coordinator_failed[0] = {0, "heartbeat timeout"}; },
+       [](TestPass& t) {
+         t.world.coordinator_failed[0] = {0, "heartbeat timeout"};
+       },
        TaskState::kUnknown, TaskEvent::kFailed, "", "CoordinatorDeclaredFailed"},
       {"aCoordinatorReportOfAnOlderIncarnationIsIgnored",
        [](TestPass& t) {
@@ -55,8 +57,7 @@ TEST(ClassifyTask, Table) {
          t.world.task_pods[0] = PodBuilder("j", 0, 1).Build();
        },
        TaskState::kRunning, TaskEvent::kNone},
-      {"onAPreemptedNode",
-       [&](TestPass& t) { t.world.preempting_nodes["node-0"] = node_deadline; },
+      {"onAPreemptedNode", [&](TestPass& t) { t.world.preempting_nodes["node-0"] = node_deadline; },
        TaskState::kUnknown, TaskEvent::kPreempted, "NodePreempted", "", node_deadline},
       {"nodeTaintsIgnoredByPolicy",
        [](TestPass& t) {
@@ -94,8 +95,8 @@ TEST(ClassifyTask, Table) {
          ran(t, TaskState::kTerminating);
          t.previous.tasks[0].preempting_since = kNow - absl::Seconds(1);
        },
-       TaskState::kTerminating, TaskEvent::kPreemptedAndGone, "Evicted", "",
-       absl::InfiniteFuture(), kNow - absl::Seconds(1)},
+       TaskState::kTerminating, TaskEvent::kPreemptedAndGone, "Evicted", "", absl::InfiniteFuture(),
+       kNow - absl::Seconds(1)},
       {"aPodCreatedButNotSeenYetIsNotVanished", [&](TestPass& t) { ran(t, TaskState::kPending); },
        TaskState::kPending, TaskEvent::kNoPod},
   };

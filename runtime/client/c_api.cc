@@ -21,9 +21,7 @@ int Report(const absl::Status& status) {
   return static_cast<int>(status.code());
 }
 
-int InvalidArgument(const char* message) {
-  return Report(absl::InvalidArgumentError(message));
-}
+int InvalidArgument(const char* message) { return Report(absl::InvalidArgumentError(message)); }
 
 // Copies bytes into a malloc'ed, NUL-terminated buffer.
 void* CopyOut(const std::string& bytes) {
@@ -142,8 +140,7 @@ void phalanx_set_peer_change_callback(phalanx_client* client, phalanx_peer_chang
   client->peer_user = user;
 }
 
-void phalanx_set_preemption_callback(phalanx_client* client, phalanx_preemption_fn fn,
-                                     void* user) {
+void phalanx_set_preemption_callback(phalanx_client* client, phalanx_preemption_fn fn, void* user) {
   if (client == nullptr) return;
   absl::MutexLock lock(&client->mu);
   client->preemption_fn = fn;
@@ -193,8 +190,8 @@ int phalanx_kv_set(phalanx_client* client, const char* key, const void* value, s
   if (client == nullptr || key == nullptr || (value == nullptr && value_len > 0)) {
     return InvalidArgument("client, key and value are required");
   }
-  return Report(client->impl->KvInsert(
-      key, std::string(static_cast<const char*>(value), value_len), allow_overwrite != 0));
+  return Report(client->impl->KvInsert(key, std::string(static_cast<const char*>(value), value_len),
+                                       allow_overwrite != 0));
 }
 
 static int ReturnValue(absl::StatusOr<std::string> result, void** value, size_t* value_len) {
@@ -228,7 +225,8 @@ int phalanx_kv_dir(phalanx_client* client, const char* directory, phalanx_kv_ent
   auto result = client->impl->KvGetDir(directory);
   if (!result.ok()) return Report(result.status());
   *count = result->size();
-  *entries = static_cast<phalanx_kv_entry*>(std::calloc(result->size() + 1, sizeof(phalanx_kv_entry)));
+  *entries =
+      static_cast<phalanx_kv_entry*>(std::calloc(result->size() + 1, sizeof(phalanx_kv_entry)));
   if (*entries == nullptr) return Report(absl::ResourceExhaustedError("out of memory"));
   for (size_t i = 0; i < result->size(); ++i) {
     (*entries)[i].key = static_cast<char*>(CopyOut((*result)[i].first));
@@ -256,14 +254,16 @@ int phalanx_kv_delete(phalanx_client* client, const char* key, int* deleted) {
 }
 
 int phalanx_report_error(phalanx_client* client, const char* message) {
-  if (client == nullptr || message == nullptr) return InvalidArgument("client and message are required");
+  if (client == nullptr || message == nullptr)
+    return InvalidArgument("client and message are required");
   return Report(client->impl->ReportError(message));
 }
 
 int phalanx_alive_tasks(phalanx_client* client, const int* tasks, size_t num_tasks,
                         int64_t timeout_ms, int* task_ids, uint64_t* incarnations, size_t capacity,
                         size_t* count) {
-  if (client == nullptr || count == nullptr) return InvalidArgument("client and count are required");
+  if (client == nullptr || count == nullptr)
+    return InvalidArgument("client and count are required");
   std::vector<int> subset;
   if (tasks != nullptr) subset.assign(tasks, tasks + num_tasks);
   auto alive = client->impl->GetAliveTasks(subset, Millis(timeout_ms));
@@ -281,8 +281,8 @@ int phalanx_notify_preemption(phalanx_client* client, const char* reason, int64_
   if (client == nullptr) return InvalidArgument("client is NULL");
   phalanx::client::PreemptionNotice notice;
   notice.reason = reason == nullptr ? "" : reason;
-  notice.deadline = deadline_unix_ms <= 0 ? absl::InfiniteFuture()
-                                          : absl::FromUnixMillis(deadline_unix_ms);
+  notice.deadline =
+      deadline_unix_ms <= 0 ? absl::InfiniteFuture() : absl::FromUnixMillis(deadline_unix_ms);
   if (tasks != nullptr) notice.affected_tasks.assign(tasks, tasks + num_tasks);
   auto result = client->impl->NotifyPreemption(notice);
   if (!result.ok()) return Report(result.status());
@@ -291,7 +291,8 @@ int phalanx_notify_preemption(phalanx_client* client, const char* reason, int64_
 }
 
 int phalanx_reached_sync_point(phalanx_client* client, int64_t step, int* reached) {
-  if (client == nullptr || reached == nullptr) return InvalidArgument("client and reached are required");
+  if (client == nullptr || reached == nullptr)
+    return InvalidArgument("client and reached are required");
   absl::StatusOr<bool> result = client->impl->ReachedSyncPoint(step);
   if (!result.ok()) return Report(result.status());
   *reached = *result ? 1 : 0;

@@ -110,8 +110,8 @@ TEST(CApi, BarrierAliveTasksPeerCallbackAndSyncPoint) {
   PeerLog log;
   phalanx_set_peer_change_callback(a, OnPeer, &log);
   phalanx_client_destroy(b);
-  ASSERT_TRUE(phalanx::testing::Eventually([&] { return log.failed_task == 1; },
-                                           absl::Seconds(20)));
+  ASSERT_TRUE(
+      phalanx::testing::Eventually([&] { return log.failed_task == 1; }, absl::Seconds(20)));
   phalanx_set_peer_change_callback(a, nullptr, nullptr);
   phalanx_client_destroy(a);
 }

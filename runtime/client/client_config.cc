@@ -8,7 +8,6 @@
 namespace phalanx::client {
 namespace {
 
-
 absl::StatusOr<std::string> Required(const base::GetenvFn& getenv, const std::string& name) {
   std::optional<std::string> value = getenv(name);
   if (!value.has_value() || value->empty()) {
@@ -21,8 +20,7 @@ template <typename Int>
 absl::StatusOr<Int> ParseInt(const std::string& name, const std::string& text) {
   Int value;
   if (!absl::SimpleAtoi(text, &value)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, "='", text, "' is not a whole number"));
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", text, "' is not a whole number"));
   }
   return value;
 }
@@ -55,9 +53,8 @@ absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const base::GetenvFn& getenv_
   absl::StatusOr<int> task_id = ParseInt<int>("PHALANX_TASK_ID", *value);
   if (!task_id.ok()) return task_id.status();
   if (*task_id < 0 || *task_id >= config.num_tasks) {
-    return absl::InvalidArgumentError(absl::StrCat("PHALANX_TASK_ID=", *task_id,
-                                                   " is outside [0, PHALANX_NUM_TASKS=",
-                                                   config.num_tasks, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PHALANX_TASK_ID=", *task_id, " is outside [0, PHALANX_NUM_TASKS=", config.num_tasks, ")"));
   }
   config.task_id = *task_id;
 
@@ -70,7 +67,8 @@ absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const base::GetenvFn& getenv_
   if (std::optional<std::string> token = getenv("PHALANX_TOKEN"); token && !token->empty()) {
     // Stripped like the coordinator strips its token file, so a trailing newline is harmless.
     config.token = std::string(absl::StripAsciiWhitespace(*token));
-  } else if (std::optional<std::string> file = getenv("PHALANX_TOKEN_FILE"); file && !file->empty()) {
+  } else if (std::optional<std::string> file = getenv("PHALANX_TOKEN_FILE");
+             file && !file->empty()) {
     absl::StatusOr<std::string> text = base::ReadFileToString(*file);
     if (!text.ok()) {
       return absl::InvalidArgumentError(

@@ -24,9 +24,12 @@ absl::StatusOr<ClientConfig> FromMap(const Env& env) {
 }
 
 Env Valid() {
-  return {{"PHALANX_COORDINATOR", "coord.j:8470"}, {"PHALANX_JOB", "j"},
-          {"PHALANX_TASK_ID", "3"},                {"PHALANX_NUM_TASKS", "8"},
-          {"PHALANX_INCARNATION", "2"},            {"PHALANX_TOKEN", "s3cret"}};
+  return {{"PHALANX_COORDINATOR", "coord.j:8470"},
+          {"PHALANX_JOB", "j"},
+          {"PHALANX_TASK_ID", "3"},
+          {"PHALANX_NUM_TASKS", "8"},
+          {"PHALANX_INCARNATION", "2"},
+          {"PHALANX_TOKEN", "s3cret"}};
 }
 
 TEST(ClientConfig, FromEnv_ReadsEveryVariable) {

@@ -81,8 +81,7 @@ class CoordinationClient {
   virtual absl::StatusOr<std::string> KvGet(const std::string& key, absl::Duration timeout) = 0;
   // Non-blocking forms: `done` runs once, on a client thread; keep it short. They let one
   // thread keep many operations in flight.
-  virtual void KvInsertAsync(const std::string& key, const std::string& value,
-                             bool allow_overwrite,
+  virtual void KvInsertAsync(const std::string& key, const std::string& value, bool allow_overwrite,
                              absl::AnyInvocable<void(absl::Status) &&> done) = 0;
   virtual void KvGetAsync(const std::string& key, absl::Duration timeout,
                           absl::AnyInvocable<void(absl::StatusOr<std::string>) &&> done) = 0;

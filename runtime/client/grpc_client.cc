@@ -82,8 +82,8 @@ GrpcCoordinationClient::GrpcCoordinationClient(ClientConfig config, ClientCallba
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(config_.coordinator, grpc::InsecureChannelCredentials(),
-                                       args);
+  channel_ =
+      grpc::CreateCustomChannel(config_.coordinator, grpc::InsecureChannelCredentials(), args);
   stub_ = pb::Coordination::NewStub(channel_);
   rpc_ = std::make_unique<RpcCaller>(*stub_, config_.token);
   SessionChannel::Listener& listener = *this;  // a private base: convert here, in scope
@@ -117,11 +117,10 @@ void GrpcCoordinationClient::CallOnSessionOrRpc(Req* (pb::SessionCall::*field)()
   *(call.*field)() = std::move(request);
   if (session_->TrySend(call, done)) return;
   // No session (or too big for it): `call` and `done` are untouched.
-  rpc_->CallAsync<Req, Resp>(
-      method, std::move(*(call.*field)()), deadline,
-      [done = std::move(done)](absl::Status status, Resp response) mutable {
-        std::move(done)(std::move(status), ValueOf(response));
-      });
+  rpc_->CallAsync<Req, Resp>(method, std::move(*(call.*field)()), deadline,
+                             [done = std::move(done)](absl::Status status, Resp response) mutable {
+                               std::move(done)(std::move(status), ValueOf(response));
+                             });
 }
 
 // ---- Session -----------------------------------------------------------------------------------
@@ -154,8 +153,8 @@ void GrpcCoordinationClient::BarrierAsync(const std::string& id, absl::Duration 
   request.set_barrier_id(id);
   request.set_timeout_ms(ToMillis(timeout));
   for (int t : tasks) request.add_tasks(t);
-  CallOnSessionOrRpc(&pb::SessionCall::mutable_barrier, &Stub::async::Barrier,
-                     std::move(request), WaitingDeadline(timeout),
+  CallOnSessionOrRpc(&pb::SessionCall::mutable_barrier, &Stub::async::Barrier, std::move(request),
+                     WaitingDeadline(timeout),
                      [done = std::move(done)](absl::Status status, std::string) mutable {
                        std::move(done)(std::move(status));
                      });
@@ -299,8 +298,7 @@ absl::StatusOr<PreemptionRound> GrpcCoordinationClient::NotifyPreemption(
   absl::StatusOr<pb::NotifyPreemptionResponse> response =
       rpc_->Call(&Stub::async::NotifyPreemption, request, config_.short_call_timeout);
   if (!response.ok()) return response.status();
-  return PreemptionRound{response->round(), notice.deadline, notice.reason,
-                         notice.affected_tasks};
+  return PreemptionRound{response->round(), notice.deadline, notice.reason, notice.affected_tasks};
 }
 
 // ---- Preemption sync ---------------------------------------------------------------------------
@@ -350,15 +348,15 @@ void GrpcCoordinationClient::ReportSyncStepAsync(const PreemptionRound& round, i
     reports_in_flight_.insert(&call->context);
   }
   const uint64_t id = round.round;
-  stub_->async()->ReportSyncStep(
-      &call->context, &call->request, &call->response, [this, call, id](grpc::Status status) {
-        absl::StatusOr<int64_t> sync_step = call->response.sync_step();
-        if (!status.ok()) sync_step = coord::FromGrpcStatus(status);
-        absl::MutexLock lock(&mu_);
-        reports_in_flight_.erase(&call->context);
-        sync_.OnEarlyReportAnswer(id, sync_step);
-        delete call;
-      });
+  stub_->async()->ReportSyncStep(&call->context, &call->request, &call->response,
+                                 [this, call, id](grpc::Status status) {
+                                   absl::StatusOr<int64_t> sync_step = call->response.sync_step();
+                                   if (!status.ok()) sync_step = coord::FromGrpcStatus(status);
+                                   absl::MutexLock lock(&mu_);
+                                   reports_in_flight_.erase(&call->context);
+                                   sync_.OnEarlyReportAnswer(id, sync_step);
+                                   delete call;
+                                 });
 }
 
 absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {

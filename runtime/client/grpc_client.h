@@ -9,11 +9,11 @@
 // Thread-safe.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <optional>
 #include <set>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -27,8 +27,7 @@
 
 namespace phalanx::client {
 
-class GrpcCoordinationClient final : public CoordinationClient,
-                                     private SessionChannel::Listener {
+class GrpcCoordinationClient final : public CoordinationClient, private SessionChannel::Listener {
  public:
   // Does not connect yet (see Connect). InvalidArgument for an unusable config.
   static absl::StatusOr<std::unique_ptr<GrpcCoordinationClient>> Create(
@@ -83,16 +82,15 @@ class GrpcCoordinationClient final : public CoordinationClient,
   // goes in a SessionCall; `done` gets the status and the response's value, if it has one.
   template <typename Req, typename Resp>
   void CallOnSessionOrRpc(Req* (coord::v1::SessionCall::*field)(),
-                          RpcCaller::Method<Req, Resp> method, Req request,
-                          absl::Duration deadline, SessionChannel::CallDone done);
+                          RpcCaller::Method<Req, Resp> method, Req request, absl::Duration deadline,
+                          SessionChannel::CallDone done);
 
   // SessionChannel::Listener (session thread).
   void OnCoordinatorRestarted() override;
   void OnPreemptionRound(const PreemptionRound& round) override;
   // Sends this task's early report for `round` (async) and feeds the answer to the tracker.
   void ReportSyncStepAsync(const PreemptionRound& round, int64_t step);
-  coord::v1::ReportSyncStepRequest SyncStepReport(const PreemptionRound& round,
-                                                  int64_t step) const;
+  coord::v1::ReportSyncStepRequest SyncStepReport(const PreemptionRound& round, int64_t step) const;
 
   const ClientConfig config_;
   const ClientCallbacks callbacks_;

@@ -1,11 +1,10 @@
 // Real gRPC on 127.0.0.1 (port 0): the client against an in-process coordination server.
 #include "runtime/client/grpc_client.h"
-#include "runtime/client/test_coordinator.h"
+
+#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
 
 #include "common/base/periodic_runner.h"
 #include "common/testing/eventually.h"
@@ -13,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "runtime/client/test_coordinator.h"
 #include "runtime/coordination/service.h"
 #include "runtime/coordination/token_auth.h"
 #include "runtime/proto/coordination.grpc.pb.h"
@@ -254,8 +254,10 @@ TEST(GrpcClient, Preemption_EveryTaskReachesTheSameSyncPoint) {
         absl::StatusOr<bool> reached = clients[i]->ReachedSyncPoint(step);
         if (!reached.ok()) return;
         if (*reached) {
-          if (sync_step[i] != -1) sync_step[i] = -2;  // reached twice: wrong
-          else sync_step[i] = step;
+          if (sync_step[i] != -1)
+            sync_step[i] = -2;  // reached twice: wrong
+          else
+            sync_step[i] = step;
         }
       }
     });

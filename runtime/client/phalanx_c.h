@@ -38,8 +38,12 @@ enum {
 };
 
 /* Task states, as passed to the peer-change callback. */
-enum { PHALANX_TASK_UNREGISTERED = 0, PHALANX_TASK_CONNECTED = 1, PHALANX_TASK_FAILED = 2,
-       PHALANX_TASK_SHUTDOWN = 3 };
+enum {
+  PHALANX_TASK_UNREGISTERED = 0,
+  PHALANX_TASK_CONNECTED = 1,
+  PHALANX_TASK_FAILED = 2,
+  PHALANX_TASK_SHUTDOWN = 3
+};
 
 typedef struct phalanx_client phalanx_client;
 
@@ -74,13 +78,13 @@ PHALANX_API int phalanx_client_create(const char* coordinator, const char* job, 
 PHALANX_API void phalanx_client_destroy(phalanx_client* client);
 
 /* Set callbacks before phalanx_connect. NULL clears. */
-PHALANX_API void phalanx_set_peer_change_callback(phalanx_client* client,
-                                                  phalanx_peer_change_fn fn, void* user);
+PHALANX_API void phalanx_set_peer_change_callback(phalanx_client* client, phalanx_peer_change_fn fn,
+                                                  void* user);
 PHALANX_API void phalanx_set_preemption_callback(phalanx_client* client, phalanx_preemption_fn fn,
                                                  void* user);
 /* Replaces the callback above with one that also gets the affected tasks. */
-PHALANX_API void phalanx_set_preemption_callback2(phalanx_client* client,
-                                                  phalanx_preemption2_fn fn, void* user);
+PHALANX_API void phalanx_set_preemption_callback2(phalanx_client* client, phalanx_preemption2_fn fn,
+                                                  void* user);
 
 PHALANX_API int phalanx_task_id(const phalanx_client* client);
 PHALANX_API int phalanx_num_tasks(const phalanx_client* client);

@@ -5,12 +5,12 @@
 // gRPC threads, never under this object's lock.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <deque>
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -31,8 +31,8 @@ class SessionStream final
     virtual void OnSessionDone(absl::Status status) = 0;
   };
 
-  SessionStream(coord::v1::Coordination::Stub& stub, const std::string& token,
-                coord::TaskRef task, Sink& sink);
+  SessionStream(coord::v1::Coordination::Stub& stub, const std::string& token, coord::TaskRef task,
+                Sink& sink);
 
   // Starts the call with the `open` message.
   void Start();

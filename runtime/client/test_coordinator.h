@@ -30,13 +30,12 @@ class Coordinator {
     options.heartbeat_timeout = absl::Seconds(3);
     service_ = *coord::CoordinationService::Create(options, base::RealClock::Get(), metrics_);
     auto server = coord::CoordinationGrpcServer::Start(
-        {"127.0.0.1:" + std::to_string(port), kToken}, *service_, metrics_,
-        base::RealClock::Get());
+        {"127.0.0.1:" + std::to_string(port), kToken}, *service_, metrics_, base::RealClock::Get());
     EXPECT_THAT(server, IsOk());
     server_ = *std::move(server);
-    ticker_ = std::make_unique<base::PeriodicRunner>(
-        base::RealClock::Get(), absl::Milliseconds(20),
-        [this](absl::Time now) { service_->Tick(now); });
+    ticker_ =
+        std::make_unique<base::PeriodicRunner>(base::RealClock::Get(), absl::Milliseconds(20),
+                                               [this](absl::Time now) { service_->Tick(now); });
   }
   ~Coordinator() {
     ticker_->Stop();
@@ -61,6 +60,5 @@ class Coordinator {
   std::unique_ptr<coord::CoordinationGrpcServer> server_;
   std::unique_ptr<base::PeriodicRunner> ticker_;
 };
-
 
 }  // namespace phalanx::client::testing

@@ -40,8 +40,8 @@ JobCliques::JobCliques(client::CoordinationClient& client, NcclApi& nccl, base::
   if (job.ok()) {
     for (const client::TaskInfo& t : job->tasks) {
       // Down only when failed: a task that has not registered yet is expected, not gone.
-      members_[t.task_id] = MemberStatus{t.task_id, t.incarnation,
-                                         t.state != client::TaskState::kFailed};
+      members_[t.task_id] =
+          MemberStatus{t.task_id, t.incarnation, t.state != client::TaskState::kFailed};
     }
   } else {
     PHX_LOG(WARNING) << "cliques start without the job's membership: " << job.status();
@@ -96,7 +96,8 @@ void JobCliques::OnState(const CliqueInfo& clique, CliqueState from, CliqueState
 absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::string& job,
                                           const client::TaskRef& task, const CliqueInfo& clique) {
   sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) return absl::InvalidArgumentError("socket path too long");
+  if (path.size() >= sizeof(addr.sun_path))
+    return absl::InvalidArgumentError("socket path too long");
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError(std::strerror(errno));
   timeval timeout{1, 0};
@@ -114,11 +115,10 @@ absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::st
     devices = m->device_ids;
   }
   // The clique id names the key compactly (its KV prefix's fingerprint), spaces never appear.
-  const std::string line =
-      absl::StrCat("REPORT job=", job, " task=", task.task_id, " inc=", task.incarnation,
-                   " clique=", clique.key.KvPrefix().substr(clique.key.KvPrefix().rfind('/') + 1),
-                   " state=", CliqueStateName(clique.state), " devices=",
-                   absl::StrJoin(devices, ","), "\n");
+  const std::string line = absl::StrCat(
+      "REPORT job=", job, " task=", task.task_id, " inc=", task.incarnation,
+      " clique=", clique.key.KvPrefix().substr(clique.key.KvPrefix().rfind('/') + 1),
+      " state=", CliqueStateName(clique.state), " devices=", absl::StrJoin(devices, ","), "\n");
   std::string answer;
   if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size())) {
     char c;

@@ -33,7 +33,8 @@ struct Task {
 
 CliqueKey KeyFor(const std::vector<uint64_t>& incarnations) {
   std::vector<CliqueMember> members;
-  for (int t = 0; t < kTasks; ++t) members.push_back({t, incarnations[static_cast<size_t>(t)], {0}});
+  for (int t = 0; t < kTasks; ++t)
+    members.push_back({t, incarnations[static_cast<size_t>(t)], {0}});
   return *CliqueKey::Create("test", members);
 }
 
@@ -65,7 +66,7 @@ class JobCliquesTest : public ::testing::Test {
 
   void Acquire(int t, const CliqueKey& key) {
     auto id = tasks_[static_cast<size_t>(t)]->job_cliques->Acquire(key, 0, absl::Seconds(30),
-                                                                        kCurrentCudaDevice);
+                                                                   kCurrentCudaDevice);
     ASSERT_TRUE(id.ok()) << id.status();
     tasks_[static_cast<size_t>(t)]->id = *id;
   }

@@ -66,20 +66,21 @@ absl::StatusOr<Libs> Load() {
   void* nccl = OpenAny(NcclLoader::DefaultNcclPaths());
   if (nccl == nullptr) return absl::UnavailableError("no NCCL: libnccl cannot be loaded");
   Libs l;
-  const bool ok =
-      Bind(cudart, l.cuda_get_device_count, "cudaGetDeviceCount") &&
-      Bind(cudart, l.cuda_set_device, "cudaSetDevice") && Bind(cudart, l.cuda_malloc, "cudaMalloc") &&
-      Bind(cudart, l.cuda_free, "cudaFree") && Bind(cudart, l.cuda_memcpy, "cudaMemcpy") &&
-      Bind(cudart, l.cuda_stream_create, "cudaStreamCreate") &&
-      Bind(cudart, l.cuda_stream_synchronize, "cudaStreamSynchronize") &&
-      Bind(cudart, l.cuda_stream_destroy, "cudaStreamDestroy") &&
-      Bind(cudart, l.cuda_error_string, "cudaGetErrorString") &&
-      Bind(nccl, l.nccl_comm_init_all, "ncclCommInitAll") &&
-      Bind(nccl, l.nccl_all_reduce, "ncclAllReduce") &&
-      Bind(nccl, l.nccl_group_start, "ncclGroupStart") &&
-      Bind(nccl, l.nccl_group_end, "ncclGroupEnd") &&
-      Bind(nccl, l.nccl_comm_destroy, "ncclCommDestroy") &&
-      Bind(nccl, l.nccl_error_string, "ncclGetErrorString");
+  const bool ok = Bind(cudart, l.cuda_get_device_count, "cudaGetDeviceCount") &&
+                  Bind(cudart, l.cuda_set_device, "cudaSetDevice") &&
+                  Bind(cudart, l.cuda_malloc, "cudaMalloc") &&
+                  Bind(cudart, l.cuda_free, "cudaFree") &&
+                  Bind(cudart, l.cuda_memcpy, "cudaMemcpy") &&
+                  Bind(cudart, l.cuda_stream_create, "cudaStreamCreate") &&
+                  Bind(cudart, l.cuda_stream_synchronize, "cudaStreamSynchronize") &&
+                  Bind(cudart, l.cuda_stream_destroy, "cudaStreamDestroy") &&
+                  Bind(cudart, l.cuda_error_string, "cudaGetErrorString") &&
+                  Bind(nccl, l.nccl_comm_init_all, "ncclCommInitAll") &&
+                  Bind(nccl, l.nccl_all_reduce, "ncclAllReduce") &&
+                  Bind(nccl, l.nccl_group_start, "ncclGroupStart") &&
+                  Bind(nccl, l.nccl_group_end, "ncclGroupEnd") &&
+                  Bind(nccl, l.nccl_comm_destroy, "ncclCommDestroy") &&
+                  Bind(nccl, l.nccl_error_string, "ncclGetErrorString");
   if (!ok) return absl::UnavailableError("libcudart or libnccl lacks an expected symbol");
   return l;
 }
@@ -123,12 +124,13 @@ absl::StatusOr<AllReduceCheck> RunLocalAllReduce(size_t bytes, int iterations) {
   const std::vector<float> ones(count, 1.0f);
   for (int d = 0; d < n && status.ok(); ++d) {
     status = l.Cuda(l.cuda_set_device(d), "cudaSetDevice");
-    if (status.ok()) status = l.Cuda(l.cuda_malloc(&buffers[d], count * sizeof(float)), "cudaMalloc");
+    if (status.ok())
+      status = l.Cuda(l.cuda_malloc(&buffers[d], count * sizeof(float)), "cudaMalloc");
     if (status.ok()) status = l.Cuda(l.cuda_stream_create(&streams[d]), "cudaStreamCreate");
     if (status.ok()) {
-      status = l.Cuda(l.cuda_memcpy(buffers[d], ones.data(), count * sizeof(float),
-                                    kCudaMemcpyHostToDevice),
-                      "cudaMemcpy");
+      status = l.Cuda(
+          l.cuda_memcpy(buffers[d], ones.data(), count * sizeof(float), kCudaMemcpyHostToDevice),
+          "cudaMemcpy");
     }
   }
   // One warm-up all-reduce (sets every element to n), then the timed ones on the result
@@ -160,9 +162,9 @@ absl::StatusOr<AllReduceCheck> RunLocalAllReduce(size_t bytes, int iterations) {
     std::vector<float> host(count);
     for (int d = 0; d < n && status.ok(); ++d) {
       l.cuda_set_device(d);
-      status = l.Cuda(l.cuda_memcpy(host.data(), buffers[d], count * sizeof(float),
-                                    kCudaMemcpyDeviceToHost),
-                      "cudaMemcpy");
+      status = l.Cuda(
+          l.cuda_memcpy(host.data(), buffers[d], count * sizeof(float), kCudaMemcpyDeviceToHost),
+          "cudaMemcpy");
       for (size_t i = 0; i < count && status.ok(); i += std::max<size_t>(1, count / 64)) {
         if (host[i] != static_cast<float>(n)) check.correct = false;
       }
@@ -173,9 +175,9 @@ absl::StatusOr<AllReduceCheck> RunLocalAllReduce(size_t bytes, int iterations) {
     for (int i = 0; i < iterations && status.ok(); ++i) status = all_reduce();
     check.allreduce_ms = MsSince(start) / iterations;
     const double seconds = check.allreduce_ms / 1000.0;
-    check.busbw_gbps = seconds > 0 ? 2.0 * (n - 1) / n * static_cast<double>(count * sizeof(float)) /
-                                         seconds / 1e9
-                                   : 0;
+    check.busbw_gbps =
+        seconds > 0 ? 2.0 * (n - 1) / n * static_cast<double>(count * sizeof(float)) / seconds / 1e9
+                    : 0;
   }
   cleanup();
   if (!status.ok()) return status;

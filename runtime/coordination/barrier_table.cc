@@ -18,7 +18,7 @@ void BarrierTable::Arrive(TaskRef task, const std::string& id, std::vector<int> 
     barrier.participants = std::move(participants);
     barrier.deadline = deadline;
   } else if (barrier.participants != participants) {
-    out.Add([done = std::move(done), id] () mutable {
+    out.Add([done = std::move(done), id]() mutable {
       std::move(done)(absl::InvalidArgumentError(
           absl::StrCat("barrier '", id, "' is already pending with a different set of tasks")));
     });
@@ -74,9 +74,9 @@ void BarrierTable::Expire(absl::Time now, const DescribeTask& describe, Completi
     }
     metrics_.BarrierTimedOut();
     Finish(it->first, barrier,
-           absl::DeadlineExceededError(absl::StrCat("barrier '", it->first,
-                                                    "' timed out; tasks that never arrived: ",
-                                                    absl::StrJoin(missing, ", "))),
+           absl::DeadlineExceededError(absl::StrCat(
+               "barrier '", it->first,
+               "' timed out; tasks that never arrived: ", absl::StrJoin(missing, ", "))),
            now, out);
     it = pending_.erase(it);
   }

@@ -36,16 +36,14 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
                                         pb::ReportErrorResponse*) override {
     return Unary(ctx, "ReportError", [&](Finisher done) { done(handler_.ReportError(*req)); });
   }
-  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx,
-                                    const pb::BarrierRequest* req,
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const pb::BarrierRequest* req,
                                     pb::BarrierResponse*) override {
     return Unary(ctx, "Barrier", [&](Finisher done) { handler_.Barrier(*req, std::move(done)); });
   }
   grpc::ServerUnaryReactor* CancelBarrier(grpc::CallbackServerContext* ctx,
                                           const pb::CancelBarrierRequest* req,
                                           pb::CancelBarrierResponse*) override {
-    return Unary(ctx, "CancelBarrier",
-                 [&](Finisher done) { done(handler_.CancelBarrier(*req)); });
+    return Unary(ctx, "CancelBarrier", [&](Finisher done) { done(handler_.CancelBarrier(*req)); });
   }
   grpc::ServerUnaryReactor* KeyValueInsert(grpc::CallbackServerContext* ctx,
                                            const pb::KeyValueInsertRequest* req,

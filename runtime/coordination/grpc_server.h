@@ -29,9 +29,10 @@ class CoordinationGrpcServer {
   };
 
   // Unavailable when the address cannot be bound; InvalidArgument for an empty token.
-  static absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> Start(
-      Options options, CoordinationService& service, CoordinatorMetrics& metrics,
-      base::Clock& clock);
+  static absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> Start(Options options,
+                                                                       CoordinationService& service,
+                                                                       CoordinatorMetrics& metrics,
+                                                                       base::Clock& clock);
   ~CoordinationGrpcServer();
 
   int port() const { return port_; }

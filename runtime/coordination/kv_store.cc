@@ -18,7 +18,8 @@ absl::Status KvStore::ValidateKey(std::string_view key) {
   }
   if (key.front() == '/' || key.back() == '/' || key.find("//") != std::string_view::npos) {
     return absl::InvalidArgumentError(
-        absl::StrCat("key '", std::string(key), "' has an empty path segment (leading, trailing or double '/')"));
+        absl::StrCat("key '", std::string(key),
+                     "' has an empty path segment (leading, trailing or double '/')"));
   }
   return absl::OkStatus();
 }

@@ -12,8 +12,8 @@
 #include "absl/strings/strip.h"
 #include "common/base/env_and_files.h"
 #include "common/base/log.h"
-#include "common/base/process_init.h"
 #include "common/base/periodic_runner.h"
+#include "common/base/process_init.h"
 #include "common/http/status_server.h"
 #include "prometheus/registry.h"
 #include "runtime/coordination/grpc_server.h"
@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
   auto service = phalanx::coord::CoordinationService::Create(options, clock, metrics);
   if (!service.ok()) return Fail(std::string(service.status().message()));
 
-  auto server = phalanx::coord::CoordinationGrpcServer::Start(
-      {absl::GetFlag(FLAGS_listen), *token}, **service, metrics, clock);
+  auto server = phalanx::coord::CoordinationGrpcServer::Start({absl::GetFlag(FLAGS_listen), *token},
+                                                              **service, metrics, clock);
   if (!server.ok()) return Fail(std::string(server.status().message()));
 
   std::unique_ptr<phalanx::http::StatusHttpServer> http;
@@ -115,15 +115,14 @@ int main(int argc, char** argv) {
   }
 
   const absl::Duration tick = absl::GetFlag(FLAGS_tick);
-  phalanx::base::PeriodicRunner ticker(clock, tick,
-                                       [&](absl::Time now) { (*service)->Tick(now); });
+  phalanx::base::PeriodicRunner ticker(clock, tick, [&](absl::Time now) { (*service)->Tick(now); });
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
   std::printf("ready grpc=%s:%d metrics=%s\n", listen.substr(0, listen.rfind(':')).c_str(),
               (*server)->port(), metrics_address.c_str());
   std::fflush(stdout);
-  PHX_LOG(INFO) << "job " << options.job << ": serving " << options.num_tasks
-                << " tasks on port " << (*server)->port() << ", heartbeat timeout "
+  PHX_LOG(INFO) << "job " << options.job << ": serving " << options.num_tasks << " tasks on port "
+                << (*server)->port() << ", heartbeat timeout "
                 << absl::FormatDuration(options.heartbeat_timeout);
 
   const bool exit_after_shutdown = absl::GetFlag(FLAGS_exit_after_shutdown);

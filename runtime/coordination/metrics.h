@@ -11,7 +11,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-
 #include "absl/time/time.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"

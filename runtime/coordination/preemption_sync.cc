@@ -22,8 +22,8 @@ std::pair<PreemptionRound, bool> PreemptionSync::Notify(const PreemptionNotice& 
     return {info, true};
   }
   round_.emplace();
-  round_->info = PreemptionRound{next_round_++, notice.deadline, notice.reason,
-                                 notice.affected_tasks};
+  round_->info =
+      PreemptionRound{next_round_++, notice.deadline, notice.reason, notice.affected_tasks};
   return {round_->info, false};
 }
 
@@ -41,15 +41,14 @@ void PreemptionSync::Report(TaskRef task, uint64_t round, int64_t step, SyncStep
                             const AliveFn& alive, Completions& out) {
   if (!round_.has_value() || round_->info.round != round) {
     out.Add([done = std::move(done), round]() mutable {
-      std::move(done)(absl::FailedPreconditionError(
-          absl::StrCat("preemption round ", round, " is not open")));
+      std::move(done)(
+          absl::FailedPreconditionError(absl::StrCat("preemption round ", round, " is not open")));
     });
     return;
   }
   if (round_->sync_step.has_value()) {
-    out.Add([done = std::move(done), sync = *round_->sync_step]() mutable {
-      std::move(done)(sync);
-    });
+    out.Add(
+        [done = std::move(done), sync = *round_->sync_step]() mutable { std::move(done)(sync); });
     return;
   }
   auto [it, fresh] = round_->reports.try_emplace(task.task_id);

@@ -7,9 +7,9 @@
 //                        IDLE (waiters: DeadlineExceeded, names missing)    IDLE
 //
 // A notice while a round is collecting joins it (the earlier deadline wins); a notice after
-// agreement opens the next round. A notice without a deadline gets a default window. Each task reports the
-// step it is about to run; the sync step is the largest reported step, which every task can
-// still reach (tasks only move forward), so `ReachedSyncPoint(step)` is true at the same step
+// agreement opens the next round. A notice without a deadline gets a default window. Each task
+// reports the step it is about to run; the sync step is the largest reported step, which every task
+// can still reach (tasks only move forward), so `ReachedSyncPoint(step)` is true at the same step
 // everywhere. A task that reports after agreement (a restarted one) gets the agreed step.
 //
 // Not thread-safe: CoordinationService calls it with its lock held.

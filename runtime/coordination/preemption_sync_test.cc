@@ -42,7 +42,8 @@ class PreemptionTest : public ::testing::Test {
 };
 
 TEST_F(PreemptionTest, Notice_TellsEverySession_AndSyncStepIsTheLargestReported) {
-  auto round = service_->NotifyPreemption({"node n1 preempted", clock_.Now() + absl::Seconds(30), {1}});
+  auto round =
+      service_->NotifyPreemption({"node n1 preempted", clock_.Now() + absl::Seconds(30), {1}});
   ASSERT_THAT(round, IsOk());
   EXPECT_FALSE(round->second);
   for (auto& s : sessions_) {

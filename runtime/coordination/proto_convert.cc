@@ -62,8 +62,9 @@ pb::TaskInfo ToProto(const TaskInfo& info) {
 
 TaskInfo FromProto(const pb::TaskInfo& info) {
   return TaskInfo{info.task_id(), info.incarnation(), FromProto(info.state()), info.reason(),
-                  info.changed_unix_micros() == 0 ? absl::InfinitePast()
-                                                  : absl::FromUnixMicros(info.changed_unix_micros())};
+                  info.changed_unix_micros() == 0
+                      ? absl::InfinitePast()
+                      : absl::FromUnixMicros(info.changed_unix_micros())};
 }
 
 pb::JobState ToProto(const JobSnapshot& snapshot) {
@@ -91,7 +92,8 @@ pb::PreemptionRound ToProto(const PreemptionRound& round) {
 }
 
 PreemptionRound FromProto(const pb::PreemptionRound& round) {
-  return PreemptionRound{round.round(), FromUnixMicrosOrInfinite(round.deadline_unix_micros()),
+  return PreemptionRound{round.round(),
+                         FromUnixMicrosOrInfinite(round.deadline_unix_micros()),
                          round.reason(),
                          {round.affected_tasks().begin(), round.affected_tasks().end()}};
 }

@@ -18,9 +18,8 @@ void Fail(RpcHandler::Done done, absl::Status status) { std::move(done)(std::mov
 absl::Status RpcHandler::Register(const pb::RegisterRequest& req, pb::RegisterResponse* resp) {
   if (!req.has_task()) return MissingTask();
   if (!req.job().empty() && req.job() != service_.options().job) {
-    return absl::InvalidArgumentError(absl::StrCat("this coordinator serves job '",
-                                                   service_.options().job, "', not '",
-                                                   req.job(), "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this coordinator serves job '", service_.options().job, "', not '", req.job(), "'"));
   }
   absl::StatusOr<CoordinationService::Registration> reg = service_.Register(FromProto(req.task()));
   if (!reg.ok()) return reg.status();
@@ -99,8 +98,8 @@ absl::Status RpcHandler::KvDelete(const pb::KeyValueDeleteRequest& req,
   return absl::OkStatus();
 }
 
-void RpcHandler::WatchJobState(const pb::WatchJobStateRequest& req,
-                               pb::WatchJobStateResponse* resp, Done done) {
+void RpcHandler::WatchJobState(const pb::WatchJobStateRequest& req, pb::WatchJobStateResponse* resp,
+                               Done done) {
   service_.WatchJobState(req.known_version(), Millis(req.timeout_ms()),
                          [resp, done = std::move(done)](JobSnapshot snapshot) mutable {
                            *resp->mutable_state() = ToProto(snapshot);
@@ -108,8 +107,8 @@ void RpcHandler::WatchJobState(const pb::WatchJobStateRequest& req,
                          });
 }
 
-void RpcHandler::GetAliveTasks(const pb::GetAliveTasksRequest& req,
-                               pb::GetAliveTasksResponse* resp, Done done) {
+void RpcHandler::GetAliveTasks(const pb::GetAliveTasksRequest& req, pb::GetAliveTasksResponse* resp,
+                               Done done) {
   if (!req.has_task()) return Fail(std::move(done), MissingTask());
   service_.GetAliveTasks(
       FromProto(req.task()), {req.tasks().begin(), req.tasks().end()}, Millis(req.timeout_ms()),
@@ -126,7 +125,8 @@ absl::Status RpcHandler::NotifyPreemption(const pb::NotifyPreemptionRequest& req
   if (req.deadline_unix_micros() < 0) {
     return absl::InvalidArgumentError("preemption deadline must not be negative");
   }
-  PreemptionNotice notice{req.reason(), FromUnixMicrosOrInfinite(req.deadline_unix_micros()),
+  PreemptionNotice notice{req.reason(),
+                          FromUnixMicrosOrInfinite(req.deadline_unix_micros()),
                           {req.affected_tasks().begin(), req.affected_tasks().end()}};
   auto round = service_.NotifyPreemption(std::move(notice));
   if (!round.ok()) return round.status();
@@ -155,8 +155,8 @@ void RpcHandler::Shutdown(const pb::ShutdownRequest& req, Done done) {
 
 // ---- Session stream ----------------------------------------------------------------------------
 
-absl::StatusOr<RpcHandler::Session> RpcHandler::OpenSession(
-    const pb::TaskRef& task, std::shared_ptr<SessionOutbox> outbox) {
+absl::StatusOr<RpcHandler::Session> RpcHandler::OpenSession(const pb::TaskRef& task,
+                                                            std::shared_ptr<SessionOutbox> outbox) {
   const TaskRef ref = FromProto(task);
   absl::StatusOr<uint64_t> id = service_.OpenSession(ref, std::move(outbox));
   if (!id.ok()) return id.status();
@@ -172,8 +172,7 @@ void RpcHandler::CloseSession(const Session& session, const absl::Status& why) {
   service_.CloseSession(session.id, why);
 }
 
-void RpcHandler::SessionCall(const Session& session, const pb::SessionCall& call,
-                             CallDone done) {
+void RpcHandler::SessionCall(const Session& session, const pb::SessionCall& call, CallDone done) {
   const uint64_t id = call.call_id();
   switch (call.call_case()) {
     case pb::SessionCall::kBarrier:

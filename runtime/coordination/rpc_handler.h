@@ -72,8 +72,7 @@ class RpcHandler {
  private:
   // The conversions both transports share; `task` is the caller (or the waiter, for KvGet).
   void Barrier(const TaskRef& task, const pb::BarrierRequest& req, Done done);
-  void KvGet(std::optional<TaskRef> waiter, const pb::KeyValueGetRequest& req,
-             ValueCallback done);
+  void KvGet(std::optional<TaskRef> waiter, const pb::KeyValueGetRequest& req, ValueCallback done);
 
   CoordinationService& service_;
 };

@@ -31,10 +31,10 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create
   }
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.heartbeat_timeout <= options.heartbeat_interval) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "heartbeat interval (", absl::FormatDuration(options.heartbeat_interval),
-        ") must be positive and shorter than the heartbeat timeout (",
-        absl::FormatDuration(options.heartbeat_timeout), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat interval (", absl::FormatDuration(options.heartbeat_interval),
+                     ") must be positive and shorter than the heartbeat timeout (",
+                     absl::FormatDuration(options.heartbeat_timeout), ")"));
   }
   if (options.barrier_default_timeout <= absl::ZeroDuration() ||
       options.shutdown_timeout <= absl::ZeroDuration()) {
@@ -68,8 +68,8 @@ absl::StatusOr<CoordinationService::Registration> CoordinationService::Register(
   absl::MutexLock lock(&mu_);
   if (stopped_) return absl::UnavailableError("coordinator is shutting down");
   if (ref.task_id < 0 || ref.task_id >= options_.num_tasks) {
-    return absl::InvalidArgumentError(absl::StrCat("task id ", ref.task_id, " is out of range [0, ",
-                                                   options_.num_tasks, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("task id ", ref.task_id, " is out of range [0, ", options_.num_tasks, ")"));
   }
   Task& task = tasks_[ref.task_id];
   TaskInfo& info = task.info;
@@ -81,9 +81,9 @@ absl::StatusOr<CoordinationService::Registration> CoordinationService::Register(
   }
   if (known && ref.incarnation == info.incarnation) {
     if (info.state == TaskState::kFailed) {
-      return absl::AbortedError(absl::StrCat("task ", ref.task_id, " incarnation ",
-                                             ref.incarnation, " was declared failed (",
-                                             info.reason, "); restart it with a new incarnation"));
+      return absl::AbortedError(absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation,
+                                             " was declared failed (", info.reason,
+                                             "); restart it with a new incarnation"));
     }
     if (info.state == TaskState::kShutdown) {
       return absl::AbortedError(absl::StrCat("task ", ref.task_id, " has shut down"));
@@ -161,8 +161,8 @@ void CoordinationService::CloseSession(uint64_t session_id, const absl::Status& 
   if (task.info.state == TaskState::kConnected && !stopped_) {
     metrics_.SessionBroken();
     FailTaskLocked(task, FailureKind::kSessionBroken,
-                   absl::StrCat("session broken: ", why.ok() ? "closed by the task"
-                                                             : std::string(why.message())),
+                   absl::StrCat("session broken: ",
+                                why.ok() ? "closed by the task" : std::string(why.message())),
                    out);
   }
 }
@@ -182,7 +182,8 @@ void CoordinationService::Barrier(TaskRef ref, std::string id, absl::Duration ti
   Completions out;
   absl::MutexLock lock(&mu_);
   absl::Status status = CheckCallerLocked(ref);
-  absl::StatusOr<absl::Duration> resolved = ResolveTimeout(timeout, options_.barrier_default_timeout);
+  absl::StatusOr<absl::Duration> resolved =
+      ResolveTimeout(timeout, options_.barrier_default_timeout);
   absl::StatusOr<std::vector<int>> subset = ResolveSubset(std::move(tasks), ref.task_id);
   if (status.ok() && id.empty()) status = absl::InvalidArgumentError("barrier id is empty");
   if (status.ok() && id.front() == ' ') {
@@ -221,7 +222,8 @@ void CoordinationService::KvGet(const std::string& key, std::optional<TaskRef> w
                                 absl::Duration timeout, ValueCallback done) {
   Completions out;
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<absl::Duration> resolved = ResolveTimeout(timeout, options_.barrier_default_timeout);
+  absl::StatusOr<absl::Duration> resolved =
+      ResolveTimeout(timeout, options_.barrier_default_timeout);
   absl::Status status = resolved.status();
   if (status.ok() && stopped_) status = absl::UnavailableError("coordinator is shutting down");
   if (status.ok() && waiter.has_value()) status = CheckCallerLocked(*waiter);
@@ -271,12 +273,13 @@ JobSnapshot CoordinationService::Snapshot() {
   return SnapshotLocked();
 }
 
-void CoordinationService::GetAliveTasks(TaskRef ref, std::vector<int> tasks,
-                                        absl::Duration timeout, AliveTasksCallback done) {
+void CoordinationService::GetAliveTasks(TaskRef ref, std::vector<int> tasks, absl::Duration timeout,
+                                        AliveTasksCallback done) {
   Completions out;
   absl::MutexLock lock(&mu_);
   absl::Status status = CheckCallerLocked(ref);
-  absl::StatusOr<absl::Duration> resolved = ResolveTimeout(timeout, options_.barrier_default_timeout);
+  absl::StatusOr<absl::Duration> resolved =
+      ResolveTimeout(timeout, options_.barrier_default_timeout);
   absl::StatusOr<std::vector<int>> subset = ResolveSubset(std::move(tasks), ref.task_id);
   if (status.ok()) status = resolved.status();
   if (status.ok()) status = subset.status();
@@ -334,12 +337,13 @@ void CoordinationService::Shutdown(TaskRef ref, absl::Duration timeout, StatusCa
   barriers_.ForgetFailure(kShutdownBarrierId);  // a timed-out shutdown may be tried again
   // Mark the tasks shut down before answering, so a task that exits right after its answer
   // never looks like a crash.
-  barriers_.Arrive(ref, kShutdownBarrierId, std::move(all), now + *resolved, now,
-                   [this, done = std::move(done)](absl::Status s) mutable {
-                     if (s.ok()) MarkAllShutDown();
-                     std::move(done)(s);
-                   },
-                   out);
+  barriers_.Arrive(
+      ref, kShutdownBarrierId, std::move(all), now + *resolved, now,
+      [this, done = std::move(done)](absl::Status s) mutable {
+        if (s.ok()) MarkAllShutDown();
+        std::move(done)(s);
+      },
+      out);
 }
 
 bool CoordinationService::AllTasksShutDown() {
@@ -366,21 +370,22 @@ void CoordinationService::Tick(absl::Time now) {
     if (task.info.state != TaskState::kConnected) continue;
     const absl::Duration age = now - task.last_seen;
     if (age > options_.heartbeat_timeout) {
-      FailTaskLocked(task, FailureKind::kHeartbeatTimeout,
-                     task.outbox == nullptr
-                         ? absl::StrCat("no session opened within ",
-                                        absl::FormatDuration(options_.heartbeat_timeout))
-                         : absl::StrCat("heartbeat timeout: none for ",
-                                        absl::FormatDuration(absl::Trunc(age, absl::Milliseconds(1)))),
-                     out);
+      FailTaskLocked(
+          task, FailureKind::kHeartbeatTimeout,
+          task.outbox == nullptr
+              ? absl::StrCat("no session opened within ",
+                             absl::FormatDuration(options_.heartbeat_timeout))
+              : absl::StrCat("heartbeat timeout: none for ",
+                             absl::FormatDuration(absl::Trunc(age, absl::Milliseconds(1)))),
+          out);
     } else {
       oldest = std::max(oldest, age);
     }
   }
   metrics_.SetMaxHeartbeatAge(oldest);
-  barriers_.Expire(now, [this](int task) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return DescribeTaskLocked(task);
-  }, out);
+  barriers_.Expire(
+      now, [this](int task) ABSL_NO_THREAD_SAFETY_ANALYSIS { return DescribeTaskLocked(task); },
+      out);
   kv_.Expire(now, out);
   alive_.Expire(now, out);
   sync_.Expire(now, AliveFnLocked(), out);
@@ -425,8 +430,8 @@ void CoordinationService::Stop() {
 absl::Status CoordinationService::CheckCallerLocked(TaskRef ref) const {
   if (stopped_) return absl::UnavailableError("coordinator is shutting down");
   if (ref.task_id < 0 || ref.task_id >= options_.num_tasks) {
-    return absl::InvalidArgumentError(absl::StrCat("task id ", ref.task_id, " is out of range [0, ",
-                                                   options_.num_tasks, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("task id ", ref.task_id, " is out of range [0, ", options_.num_tasks, ")"));
   }
   const TaskInfo& info = tasks_[ref.task_id].info;
   if (info.state == TaskState::kUnregistered) {
@@ -437,8 +442,8 @@ absl::Status CoordinationService::CheckCallerLocked(TaskRef ref) const {
                                            ref.incarnation, " superseded by ", info.incarnation));
   }
   if (ref.incarnation > info.incarnation) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "task ", ref.task_id, " incarnation ", ref.incarnation, " is not registered"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation, " is not registered"));
   }
   if (info.state == TaskState::kFailed) {
     return absl::AbortedError(absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation,
@@ -490,9 +495,8 @@ std::optional<uint64_t> CoordinationService::AliveIncarnationLocked(int task_id)
 
 AliveTasksAgreement::AliveFn CoordinationService::AliveFnLocked() const {
   // Only ever called (and the function only used) while mu_ is held.
-  return [this](int task_id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return AliveIncarnationLocked(task_id);
-  };
+  return [this](int task_id)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return AliveIncarnationLocked(task_id); };
 }
 
 void CoordinationService::SetStateLocked(Task& task, TaskState state, std::string reason,
@@ -525,11 +529,11 @@ void CoordinationService::FailTaskLocked(Task& task, FailureKind kind, std::stri
                                          Completions& out) {
   if (task.info.state != TaskState::kConnected) return;
   metrics_.TaskFailed(kind);
-  RetireIncarnationLocked(task,
-                          absl::AbortedError(absl::StrCat("task ", task.info.task_id,
-                                                          " incarnation ", task.info.incarnation,
-                                                          " was declared failed: ", reason)),
-                          out);
+  RetireIncarnationLocked(
+      task,
+      absl::AbortedError(absl::StrCat("task ", task.info.task_id, " incarnation ",
+                                      task.info.incarnation, " was declared failed: ", reason)),
+      out);
   SetStateLocked(task, TaskState::kFailed, std::move(reason), out);
 }
 
@@ -579,8 +583,8 @@ void CoordinationService::UpdateGaugesLocked() {
 std::string CoordinationService::DescribeTaskLocked(int task_id) const {
   const TaskInfo& info = tasks_[task_id].info;
   if (info.state == TaskState::kConnected) return absl::StrCat(task_id);
-  return absl::StrCat(task_id, " (", TaskStateName(info.state),
-                      info.reason.empty() ? "" : ": ", info.reason, ")");
+  return absl::StrCat(task_id, " (", TaskStateName(info.state), info.reason.empty() ? "" : ": ",
+                      info.reason, ")");
 }
 
 }  // namespace phalanx::coord

@@ -4,7 +4,6 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
-
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -106,8 +105,7 @@ TEST_F(ServiceTest, Register_SameIncarnationTwice_IsIdempotent) {
 
 TEST_F(ServiceTest, Register_StaleIncarnation_IsAborted) {
   Join(1, 5);
-  EXPECT_THAT(service_->Register({1, 4}),
-              StatusIs(absl::StatusCode::kAborted, HasSubstr("stale")));
+  EXPECT_THAT(service_->Register({1, 4}), StatusIs(absl::StatusCode::kAborted, HasSubstr("stale")));
 }
 
 TEST_F(ServiceTest, Register_NewIncarnation_AbortsOldSessionAndPendingCalls) {
@@ -319,9 +317,9 @@ TEST_F(ServiceTest, Kv_InsertOverwriteDirDelete) {
 }
 
 TEST_F(ServiceTest, Kv_BadKeysAndOversizedValues_AreInvalidArgument) {
-  for (std::string key : {std::string(""), std::string("/a"), std::string("a/"),
-                          std::string("a//b"), std::string("sp ace"), std::string(600, 'k'),
-                          std::string("nul\0x", 5)}) {
+  for (std::string key :
+       {std::string(""), std::string("/a"), std::string("a/"), std::string("a//b"),
+        std::string("sp ace"), std::string(600, 'k'), std::string("nul\0x", 5)}) {
     SCOPED_TRACE(key);
     EXPECT_THAT(service_->KvInsert(key, "v", true), StatusIs(absl::StatusCode::kInvalidArgument));
   }

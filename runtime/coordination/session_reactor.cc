@@ -5,8 +5,8 @@
 
 namespace phalanx::coord {
 
-SessionReactor::SessionReactor(RpcHandler& handler, CoordinatorMetrics& metrics,
-                               base::Clock& clock, absl::Status auth)
+SessionReactor::SessionReactor(RpcHandler& handler, CoordinatorMetrics& metrics, base::Clock& clock,
+                               absl::Status auth)
     : handler_(handler), metrics_(metrics), clock_(clock) {
   if (!auth.ok()) {
     absl::MutexLock lock(&mu_);

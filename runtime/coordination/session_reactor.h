@@ -9,10 +9,10 @@
 // Thread-safety: gRPC calls the On* methods from its threads; mu_ serialises the write side.
 #pragma once
 
+#include <grpcpp/support/server_callback.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/support/server_callback.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -24,9 +24,8 @@
 
 namespace phalanx::coord {
 
-class SessionReactor final
-    : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>,
-      public SessionOutbox::Listener {
+class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>,
+                             public SessionOutbox::Listener {
  public:
   // `auth` is the result of the token check; a failed check ends the stream at once.
   SessionReactor(RpcHandler& handler, CoordinatorMetrics& metrics, base::Clock& clock,

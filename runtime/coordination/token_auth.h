@@ -2,9 +2,9 @@
 // `authorization: Bearer <token>` metadata; anything else is Unauthenticated.
 #pragma once
 
-#include <string>
-
 #include <grpcpp/server_context.h>
+
+#include <string>
 
 #include "absl/status/status.h"
 

@@ -70,8 +70,8 @@ struct CallResult {
 };
 
 // What a task's session stream carries from the service to the task, in order.
-using SessionEvent = std::variant<JobSnapshot, HeartbeatAck, TaskInfo, ErrorReport,
-                                  PreemptionRound, CallResult>;
+using SessionEvent =
+    std::variant<JobSnapshot, HeartbeatAck, TaskInfo, ErrorReport, PreemptionRound, CallResult>;
 
 // Completion callbacks. Each is called exactly once, never under a service lock.
 using StatusCallback = absl::AnyInvocable<void(absl::Status) &&>;

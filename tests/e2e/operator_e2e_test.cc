@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -21,19 +21,19 @@
 #include "common/kube/rest_client.h"
 #include "common/process/subprocess.h"
 #include "common/testing/eventually.h"
-#include "operator/api/yaml_json.h"
-#include "node_agent/preemption/fake_metadata_server.h"
-#include "operator/controller/reconciler.h"
 #include "common/testing/http_get.h"
+#include "node_agent/preemption/fake_metadata_server.h"
+#include "operator/api/yaml_json.h"
+#include "operator/controller/reconciler.h"
 
 namespace phalanx {
 namespace {
 
 // Creates a job and, when the API server refuses it, says why.
-#define ASSERT_OK_JOB(create)                              \
-  do {                                                     \
-    const absl::Status created_job = (create);             \
-    ASSERT_TRUE(created_job.ok()) << created_job;          \
+#define ASSERT_OK_JOB(create)                     \
+  do {                                            \
+    const absl::Status created_job = (create);    \
+    ASSERT_TRUE(created_job.ok()) << created_job; \
   } while (false)
 
 using ::phalanx::testing::Eventually;
@@ -48,10 +48,11 @@ class OperatorE2eTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     const std::string kubeconfig = (dir_ / "kubeconfig").string();
     kubeconfig_ = kubeconfig;
-    cluster_ = Start({kBuild + "/tests/localcluster/phalanx-localcluster", "--kubeconfig-out",
-                      kubeconfig, "--work-dir", (dir_ / "cluster").string(), "--nodes",
-                      absl::StrCat(nodes_), "--gpus-per-node", absl::StrCat(gpus_per_node_)},
-                     "localcluster", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
+    cluster_ =
+        Start({kBuild + "/tests/localcluster/phalanx-localcluster", "--kubeconfig-out", kubeconfig,
+               "--work-dir", (dir_ / "cluster").string(), "--nodes", absl::StrCat(nodes_),
+               "--gpus-per-node", absl::StrCat(gpus_per_node_)},
+              "localcluster", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
     ASSERT_NE(cluster_, nullptr);
     // "ready <url> backend=real|builtin": the test log says which control plane ran.
     for (const std::string& line : cluster_->Lines()) {
@@ -77,10 +78,10 @@ class OperatorE2eTest : public ::testing::Test {
         [&] {
           absl::StatusOr<kube::Json> crd = client_->Get(crds, "", "trainingjobs.phalanx.dev");
           if (!crd.ok()) return false;
-          for (const kube::Json& c : kube::ArrayOrEmpty(kube::FieldOrNull(*crd, "status"),
-                                                       "conditions")
-                                         .as_array()) {
-            if (kube::StringAt(c, "type") == "Established" && kube::StringAt(c, "status") == "True") {
+          for (const kube::Json& c :
+               kube::ArrayOrEmpty(kube::FieldOrNull(*crd, "status"), "conditions").as_array()) {
+            if (kube::StringAt(c, "type") == "Established" &&
+                kube::StringAt(c, "status") == "True") {
               return true;
             }
           }
@@ -139,9 +140,11 @@ class OperatorE2eTest : public ::testing::Test {
                    : "";
     kube::Json job = kube::Json::parse(absl::StrCat(
         R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"train"},
-            "spec":{"replicas":)", o.replicas, R"(,"failurePolicy":{"maxRestarts":3,"restartScope":")",
-        o.restart_scope, R"(","backoff":)", o.backoff, R"(},
-              "coordination":)", o.coordination, R"(,"preemption":)", o.preemption, R"(,
+            "spec":{"replicas":)",
+        o.replicas, R"(,"failurePolicy":{"maxRestarts":3,"restartScope":")", o.restart_scope,
+        R"(","backoff":)", o.backoff, R"(},
+              "coordination":)",
+        o.coordination, R"(,"preemption":)", o.preemption, R"(,
               "template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[{"name":"worker","image":"sample","command":[")",
         worker, R"("],"args":["--steps=)", o.steps,
         R"(","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
@@ -150,7 +153,8 @@ class OperatorE2eTest : public ::testing::Test {
   }
 
   // A 2-task job of sample workers training `steps` steps of 40 ms.
-  absl::Status CreateJob(int steps, const std::string& backoff = R"({"baseSeconds":1,"maxSeconds":2})",
+  absl::Status CreateJob(int steps,
+                         const std::string& backoff = R"({"baseSeconds":1,"maxSeconds":2})",
                          const std::string& coordination = "{}") {
     return CreateJob(JobOptions{.steps = steps, .backoff = backoff, .coordination = coordination});
   }
@@ -181,12 +185,12 @@ class OperatorE2eTest : public ::testing::Test {
   }
 
   std::unique_ptr<process::Subprocess> StartOperator() {
-    return Start({kBuild + "/operator/phalanx-operator", "--kubeconfig", kubeconfig_,
-                  "--coordinator_command", kBuild + "/runtime/coordination/phalanx-coordinator",
-                  "--coordinator_address", "pod-ip", "--coordinator_port_base",
-                  absl::StrCat(port_base_), "--metrics_listen", "127.0.0.1:0",
-                  "--lease_namespace", "default"},
-                 "operator", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
+    return Start(
+        {kBuild + "/operator/phalanx-operator", "--kubeconfig", kubeconfig_,
+         "--coordinator_command", kBuild + "/runtime/coordination/phalanx-coordinator",
+         "--coordinator_address", "pod-ip", "--coordinator_port_base", absl::StrCat(port_base_),
+         "--metrics_listen", "127.0.0.1:0", "--lease_namespace", "default"},
+        "operator", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
   }
 
   int TaskPodCount() {
@@ -215,8 +219,8 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
   // Task 1's process dies (as from an OOM kill or a crash).
   ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-1-0/kill").ok());
 
-  ASSERT_TRUE(Eventually(
-      [&] { return client_->Get(op::kPods, "default", "train-task-1-1").ok(); }, absl::Seconds(60)))
+  ASSERT_TRUE(Eventually([&] { return client_->Get(op::kPods, "default", "train-task-1-1").ok(); },
+                         absl::Seconds(60)))
       << Job().serialize();
   // Task 0 was never touched.
   EXPECT_TRUE(client_->Get(op::kPods, "default", "train-task-0-0").ok());
@@ -335,11 +339,11 @@ TEST_F(OperatorE2eTest, TaskPodsRefusedByPodSecurityBlockTheJobUntilTheNamespace
   }
   const kube::Resource namespaces{"", "v1", "namespaces", false};
   auto enforce = [&](const std::string& level) {
-    return client_->Patch(namespaces, "", "default", kube::PatchType::kMerge,
-                          kube::Json::parse(absl::StrCat(
-                              R"({"metadata":{"labels":{"pod-security.kubernetes.io/enforce":")",
-                              level, R"("}}})")),
-                          {});
+    return client_->Patch(
+        namespaces, "", "default", kube::PatchType::kMerge,
+        kube::Json::parse(absl::StrCat(
+            R"({"metadata":{"labels":{"pod-security.kubernetes.io/enforce":")", level, R"("}}})")),
+        {});
   };
   ASSERT_TRUE(enforce("restricted").ok());
   // The sample worker's template sets no securityContext: restricted refuses its pods.
@@ -397,8 +401,8 @@ TEST_F(OperatorE2eTest, HungTaskDeclaredFailedByTheCoordinatorIsRestartedWhileIt
   // ...SIGSTOP it: the process hangs and its pod stays Running; only the coordinator's
   // heartbeats notice.
   ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-0-0/stop").ok());
-  ASSERT_TRUE(Eventually(
-      [&] { return client_->Get(op::kPods, "default", "train-task-0-1").ok(); }, absl::Seconds(60)))
+  ASSERT_TRUE(Eventually([&] { return client_->Get(op::kPods, "default", "train-task-0-1").ok(); },
+                         absl::Seconds(60)))
       << Job().serialize();
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
                          absl::Seconds(120)))
@@ -416,7 +420,8 @@ TEST_F(OperatorE2eTest, SuspendDeletesThePodsAndResumeFinishesTheJob) {
   auto suspend = [&](bool on) {
     return client_
         ->Patch(op::kTrainingJobs, "default", "train", kube::PatchType::kMerge,
-                kube::Json::parse(on ? R"({"spec":{"suspend":true}})" : R"({"spec":{"suspend":false}})"),
+                kube::Json::parse(on ? R"({"spec":{"suspend":true}})"
+                                     : R"({"spec":{"suspend":false}})"),
                 {})
         .ok();
   };
@@ -448,7 +453,8 @@ TEST_F(OperatorE2eTest, ATaskThatKeepsFailingExhaustsMaxRestartsAndFailsTheJob) 
   bool condition = false;
   for (const kube::Json& c :
        kube::ArrayOrEmpty(kube::FieldOrNull(failed, "status"), "conditions").as_array()) {
-    if (kube::StringAt(c, "type") == "Failed" && kube::StringAt(c, "reason") == "MaxRestartsExceeded") {
+    if (kube::StringAt(c, "type") == "Failed" &&
+        kube::StringAt(c, "reason") == "MaxRestartsExceeded") {
       condition = true;
     }
   }
@@ -524,8 +530,8 @@ class OperatorPreemptionE2eTest : public OperatorE2eTest {
                     .ok());
     ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                            absl::Seconds(90)));
-    ASSERT_TRUE(Eventually([&] { return WorkerEvents("checkpoint").size() == 2; },
-                           absl::Seconds(60)));
+    ASSERT_TRUE(
+        Eventually([&] { return WorkerEvents("checkpoint").size() == 2; }, absl::Seconds(60)));
   }
 
   // A first-incarnation task pod whose node does not also hold the coordinator, and that node.
@@ -581,8 +587,8 @@ TEST_F(OperatorPreemptionE2eTest, NodePreemptionCheckpointsEveryTaskAtOneStepAnd
   PickVictim(victim_pod, node);
   if (HasFatalFailure()) return;
   // The cloud's notice: taint now, evict after 15 s.
-  ASSERT_TRUE(client_->Raw("POST", absl::StrCat("/admin/nodes/", node, "/preempt?graceSeconds=15"))
-                  .ok());
+  ASSERT_TRUE(
+      client_->Raw("POST", absl::StrCat("/admin/nodes/", node, "/preempt?graceSeconds=15")).ok());
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
                          absl::Seconds(150)))
       << Job().serialize();
@@ -607,12 +613,12 @@ class AgentPreemptionE2eTest : public OperatorPreemptionE2eTest {
  protected:
   std::unique_ptr<process::Subprocess> StartAgent(const std::string& node,
                                                   const std::string& metadata_url) {
-    return Start({kBuild + "/node_agent/phalanx-agent", "--kubeconfig", kubeconfig_,
-                  "--node_name", node, "--notice_sources", "gce,node-taint", "--gce_metadata_url",
-                  metadata_url, "--fake_gpus", "2", "--poll_interval", "500ms",
-                  "--clique_socket", (dir_ / (node + ".sock")).string(), "--metrics_listen",
-                  "127.0.0.1:0"},
-                 "agent-" + node, [](const std::string& l) { return absl::StartsWith(l, "ready "); });
+    return Start({kBuild + "/node_agent/phalanx-agent", "--kubeconfig", kubeconfig_, "--node_name",
+                  node, "--notice_sources", "gce,node-taint", "--gce_metadata_url", metadata_url,
+                  "--fake_gpus", "2", "--poll_interval", "500ms", "--clique_socket",
+                  (dir_ / (node + ".sock")).string(), "--metrics_listen", "127.0.0.1:0"},
+                 "agent-" + node,
+                 [](const std::string& l) { return absl::StartsWith(l, "ready "); });
   }
 };
 
@@ -654,13 +660,14 @@ TEST_F(AgentPreemptionE2eTest, AGceNoticeOnOneNodeCheckpointsTheJobAtOneStepAndL
       {"", "v1", "events", true}, "default", {.field_selector = "involvedObject.name=" + node});
   ASSERT_TRUE(events.ok());
   bool noticed = false;
-  for (const kube::Json& e : events->items) noticed |= kube::StringAt(e, "reason") == "PreemptionNotice";
+  for (const kube::Json& e : events->items)
+    noticed |= kube::StringAt(e, "reason") == "PreemptionNotice";
   EXPECT_TRUE(noticed);
   // The agent put GCE's deadline on the Node with its taint, and the round the operator opened
   // ends by it: at most 30 s after the operator saw the notice, not checkpointGraceSeconds (60).
-  const kube::Json& deadline_annotation = kube::FieldOrNull(
-      kube::FieldOrNull(kube::FieldOrNull(*marked, "metadata"), "annotations"),
-      "phalanx.dev/preemption-deadline");
+  const kube::Json& deadline_annotation =
+      kube::FieldOrNull(kube::FieldOrNull(kube::FieldOrNull(*marked, "metadata"), "annotations"),
+                        "phalanx.dev/preemption-deadline");
   ASSERT_TRUE(deadline_annotation.is_string()) << marked->serialize();
   const std::optional<absl::Time> node_deadline =
       kube::ParseKubeTime(deadline_annotation.as_string());
@@ -670,7 +677,8 @@ TEST_F(AgentPreemptionE2eTest, AGceNoticeOnOneNodeCheckpointsTheJobAtOneStepAndL
   ASSERT_TRUE(job_events.ok());
   std::vector<std::string> notices;
   for (const kube::Json& e : job_events->items) {
-    if (kube::StringAt(e, "reason") == "PreemptionNotice") notices.push_back(kube::StringAt(e, "message"));
+    if (kube::StringAt(e, "reason") == "PreemptionNotice")
+      notices.push_back(kube::StringAt(e, "message"));
   }
   ASSERT_EQ(notices.size(), 1u) << ::testing::PrintToString(notices);
   // "... coordinated checkpoint started, deadline <RFC 3339> (in <duration>)"

@@ -1,9 +1,10 @@
 // The TrainingJob CRD (crds/trainingjobs.phalanx.dev.yaml) applied to an in-process local cluster:
 // every manifest in tests/testdata/ (and examples/trainingjob.yaml) is accepted or rejected as its
-// name says (`# needs: cel` ones only by the operator here), the schema's defaults equal types.h's (DecodeSpec of the raw manifest and of the
-// object the server stored agree), and a full status survives the /status subresource (no field of
-// it is pruned by the schema). The local cluster ignores CEL rules (tests/localcluster/README.md),
-// so only schema rules are checked against it; the CEL rules' intent is covered by ValidateSpec.
+// name says (`# needs: cel` ones only by the operator here), the schema's defaults equal types.h's
+// (DecodeSpec of the raw manifest and of the object the server stored agree), and a full status
+// survives the /status subresource (no field of it is pruned by the schema). The local cluster
+// ignores CEL rules (tests/localcluster/README.md), so only schema rules are checked against it;
+// the CEL rules' intent is covered by ValidateSpec.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -172,8 +173,8 @@ TEST_F(TrainingJobCrdTest, SchemaIsStructuralWithCelRulesAndARealStatusSchema) {
   for (const Json& r : schema.at("x-kubernetes-validations").as_array()) {
     root_rules.push_back(r.at("rule").as_string());
   }
-  EXPECT_THAT(root_rules, Contains(absl::StrCat("self.metadata.name.size() <= ",
-                                                kMaxJobNameLength)));
+  EXPECT_THAT(root_rules,
+              Contains(absl::StrCat("self.metadata.name.size() <= ", kMaxJobNameLength)));
   std::vector<std::string> rules;
   for (const Json& r : spec.at("x-kubernetes-validations").as_array()) {
     EXPECT_TRUE(r.has_field("message")) << r.serialize();

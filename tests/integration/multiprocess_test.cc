@@ -7,13 +7,13 @@
 #include <fstream>
 #include <set>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/testing/http_get.h"
 #include "common/testing/status_matchers.h"
+#include "examples/local_job/local_job.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "examples/local_job/local_job.h"
-#include "common/testing/http_get.h"
 
 namespace phalanx::harness {
 namespace {
@@ -140,7 +140,8 @@ TEST_F(MultiProcess, PreemptionNotice_EveryTaskCheckpointsAtTheSameStep) {
   auto job = StartJob(Options(4, 100));
   WaitForCheckpoint(*job, 10);
   auto admin = job->AdminClient();
-  ASSERT_THAT(admin->NotifyPreemption({"node n1: spot instance-action", absl::Now() + absl::Seconds(30), {3}}),
+  ASSERT_THAT(admin->NotifyPreemption(
+                  {"node n1: spot instance-action", absl::Now() + absl::Seconds(30), {3}}),
               IsOk());
   std::set<int64_t> steps;
   for (int task = 0; task < 4; ++task) {
@@ -218,7 +219,8 @@ TEST_F(MultiProcess, Coordinator_BadFlags_ExitNonZeroSayingWhatToFix) {
     std::vector<std::string> args;
     std::string message;
   };
-  const std::string bin = std::string(PHALANX_BUILD_DIR) + "/runtime/coordination/phalanx-coordinator";
+  const std::string bin =
+      std::string(PHALANX_BUILD_DIR) + "/runtime/coordination/phalanx-coordinator";
   for (const Case& c : std::vector<Case>{
            {{bin, "--num_tasks=2", "--token_file=/dev/null"}, "--job is required"},
            {{bin, "--job=j", "--token_file=/dev/null"}, "--num_tasks"},

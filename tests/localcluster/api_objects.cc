@@ -6,13 +6,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/log.h"
 #include "common/kube/merge_patch.h"
 #include "common/kube/object_filter.h"
 #include "common/kube/object_meta.h"
-#include "common/base/log.h"
 #include "tests/localcluster/api_server.h"
 #include "tests/localcluster/known_fields.h"
 #include "tests/localcluster/protobuf_body.h"
@@ -83,11 +83,12 @@ void ValidateLabels(const Json& object, std::vector<FieldError>& errors) {
     }
     const std::string v = value.is_string() ? value.as_string() : value.serialize();
     if (!value.is_string() || !ValidQualifiedPart(v, true)) {
-      errors.push_back({"FieldValueInvalid", "metadata.labels",
-                        absl::StrCat("Invalid value: \"", v,
-                                     "\": a valid label must be an empty string or consist of "
-                                     "alphanumeric characters, '-', '_' or '.', and must start and "
-                                     "end with an alphanumeric character (at most 63 characters)")});
+      errors.push_back(
+          {"FieldValueInvalid", "metadata.labels",
+           absl::StrCat("Invalid value: \"", v,
+                        "\": a valid label must be an empty string or consist of "
+                        "alphanumeric characters, '-', '_' or '.', and must start and "
+                        "end with an alphanumeric character (at most 63 characters)")});
     }
   }
 }
@@ -243,8 +244,8 @@ void ApiServer::List(const HttpRequest& request, HttpResponse& response, const T
   if (!request.Param("limit").empty() && !absl::SimpleAtoi(request.Param("limit"), &limit)) {
     return RespondError(response, absl::InvalidArgumentError("limit must be a number"));
   }
-  absl::StatusOr<ListResult> list = store_.List(target.type.StoreKey(), target.ns, *filter, limit,
-                                                request.Param("continue"));
+  absl::StatusOr<ListResult> list =
+      store_.List(target.type.StoreKey(), target.ns, *filter, limit, request.Param("continue"));
   if (!list.ok()) return RespondError(response, list.status());
   const std::string rv = absl::StrCat(list->resource_version);
   for (Json& item : list->items) item["apiVersion"] = Json::string(target.type.ApiVersion());
@@ -294,10 +295,10 @@ absl::Status ApiServer::Admit(const Target& target, Json& object, bool create,
   if (!unknown.empty() && context.field_validation == "Strict") {
     *responded = true;
     if (context.patch) {
-      Json status = InvalidStatus(
-          type.kind, type.group, name,
-          {{"FieldValueInvalid", "patch",
-            absl::StrCat("Invalid value: \"<patch>\": ", StrictMessage(unknown))}});
+      Json status =
+          InvalidStatus(type.kind, type.group, name,
+                        {{"FieldValueInvalid", "patch",
+                          absl::StrCat("Invalid value: \"<patch>\": ", StrictMessage(unknown))}});
       RespondJson(response, 422, status);
     } else {
       RespondJson(response, 400,
@@ -316,11 +317,12 @@ absl::Status ApiServer::Admit(const Target& target, Json& object, bool create,
   if (type.StoreKey() == "services" || type.StoreKey() == "namespaces") {
     // Services name DNS-1035 labels (a letter first); namespaces are DNS-1123 labels.
     if (!ValidLabelName(name, type.StoreKey() == "services")) {
-      errors.push_back({"FieldValueInvalid", "metadata.name",
-                        absl::StrCat("Invalid value: \"", name, "\": a ",
-                                     type.StoreKey() == "services" ? "DNS-1035" : "lowercase RFC 1123",
-                                     " label must consist of lower case alphanumeric characters or "
-                                     "'-', at most 63 characters")});
+      errors.push_back(
+          {"FieldValueInvalid", "metadata.name",
+           absl::StrCat("Invalid value: \"", name, "\": a ",
+                        type.StoreKey() == "services" ? "DNS-1035" : "lowercase RFC 1123",
+                        " label must consist of lower case alphanumeric characters or "
+                        "'-', at most 63 characters")});
     }
   } else if (!ValidName(name)) {
     errors.push_back({"FieldValueInvalid", "metadata.name",
@@ -369,7 +371,8 @@ absl::Status ApiServer::Admit(const Target& target, Json& object, bool create,
     if (const std::string labels = PodSecurityLabels(object); !labels.empty()) {
       context.warnings.push_back(absl::StrCat(
           "PodSecurity is not enforced by phalanx-localcluster's built-in API server: namespace ",
-          name, " asks for ", labels, " and will admit any pod (a real kube-apiserver enforces "
+          name, " asks for ", labels,
+          " and will admit any pod (a real kube-apiserver enforces "
           "it; use --backend real)"));
     }
   }
@@ -377,10 +380,10 @@ absl::Status ApiServer::Admit(const Target& target, Json& object, bool create,
     absl::StatusOr<Json> ns = store_.Get("namespaces", "", target.ns);
     if (ns.ok()) {
       if (const std::string labels = PodSecurityLabels(*ns); !labels.empty()) {
-        context.warnings.push_back(absl::StrCat(
-            "PodSecurity (", labels, ") of namespace ", target.ns,
-            " is not enforced by phalanx-localcluster's built-in API server: pod ", name,
-            " was admitted unchecked"));
+        context.warnings.push_back(
+            absl::StrCat("PodSecurity (", labels, ") of namespace ", target.ns,
+                         " is not enforced by phalanx-localcluster's built-in API server: pod ",
+                         name, " was admitted unchecked"));
       }
     }
   } else if (type.StoreKey() == "services" && !status_write) {
@@ -407,7 +410,9 @@ absl::Status ApiServer::Admit(const Target& target, Json& object, bool create,
     if (HasCelRules(kube::FieldOrNull(object, "spec"))) {
       context.warnings.push_back(absl::StrCat(
           "x-kubernetes-validations are not evaluated by phalanx-localcluster's built-in API "
-          "server: objects of ", name, " are accepted without their CEL rules (a real "
+          "server: objects of ",
+          name,
+          " are accepted without their CEL rules (a real "
           "kube-apiserver enforces them; use --backend real)"));
     }
   }
@@ -419,7 +424,8 @@ absl::Status ApiServer::Admit(const Target& target, Json& object, bool create,
   errors.insert(errors.end(), schema_errors.begin(), schema_errors.end());
   // A real API server refuses new finalizers on an object that is being deleted.
   if (context.current != nullptr && kube::IsBeingDeleted(*context.current) && !status_write) {
-    const Json& before = kube::FieldOrNull(kube::FieldOrNull(*context.current, "metadata"), "finalizers");
+    const Json& before =
+        kube::FieldOrNull(kube::FieldOrNull(*context.current, "metadata"), "finalizers");
     const Json& after = kube::FieldOrNull(kube::FieldOrNull(object, "metadata"), "finalizers");
     std::vector<std::string> added;
     if (after.is_array()) {
@@ -482,7 +488,8 @@ void ApiServer::AfterWrite(const Target& target, const Json& stored, bool delete
     Json c = Json::object();
     c["type"] = Json::string(type);
     c["status"] = Json::string("True");
-    c["reason"] = Json::string(std::string(type) == "Established" ? "InitialNamesAccepted" : "NoConflicts");
+    c["reason"] =
+        Json::string(std::string(type) == "Established" ? "InitialNamesAccepted" : "NoConflicts");
     c["message"] = Json::string("");
     c["lastTransitionTime"] = Json::string(now);
     conditions[i++] = c;
@@ -514,9 +521,9 @@ void ApiServer::CreateWithWarnings(const HttpRequest& request, HttpResponse& res
   const ResourceType& type = target.type;
   if (object.has_field("kind") && object.at("kind").is_string() &&
       object.at("kind").as_string() != type.kind) {
-    return RespondError(response, absl::InvalidArgumentError(absl::StrCat(
-                                      "kind ", object.at("kind").as_string(),
-                                      " does not match the resource ", type.plural)));
+    return RespondError(response, absl::InvalidArgumentError(
+                                      absl::StrCat("kind ", object.at("kind").as_string(),
+                                                   " does not match the resource ", type.plural)));
   }
   object["kind"] = Json::string(type.kind);
   object["apiVersion"] = Json::string(type.ApiVersion());
@@ -564,7 +571,8 @@ void ApiServer::CreateWithWarnings(const HttpRequest& request, HttpResponse& res
   AfterWrite(write, *stored, false);
   if (type.StoreKey() == "namespaces") {
     // kube-controller-manager gives every namespace a `default` ServiceAccount (pods use it).
-    Json sa = Json::parse(R"({"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}})");
+    Json sa =
+        Json::parse(R"({"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}})");
     sa["metadata"]["namespace"] = Json::string(kube::MetaString(*stored, "name"));
     store_.Create("serviceaccounts", kube::MetaString(*stored, "name"), sa, false).IgnoreError();
   }
@@ -590,8 +598,8 @@ void ApiServer::Update(const HttpRequest& request, HttpResponse& response, const
     return RespondError(response, s);
   }
   if (responded) return;
-  absl::StatusOr<Json> stored = store_.Update(target.type.StoreKey(), target.ns, object,
-                                              target.subresource == "status");
+  absl::StatusOr<Json> stored =
+      store_.Update(target.type.StoreKey(), target.ns, object, target.subresource == "status");
   if (!stored.ok()) return RespondError(response, stored.status());
   AfterWrite(target, *stored, false);
   RespondJson(response, 200, *stored, context.warnings);
@@ -650,8 +658,8 @@ void ApiServer::Patch(const HttpRequest& request, HttpResponse& response, const 
       return RespondError(response, s);
     }
     if (responded) return;
-    absl::StatusOr<Json> stored = store_.Update(target.type.StoreKey(), target.ns, merged,
-                                                target.subresource == "status");
+    absl::StatusOr<Json> stored =
+        store_.Update(target.type.StoreKey(), target.ns, merged, target.subresource == "status");
     if (absl::IsAborted(stored.status()) && !pinned_version) continue;  // raced: re-apply
     if (!stored.ok()) return RespondError(response, stored.status());
     AfterWrite(target, *stored, false);
@@ -671,7 +679,8 @@ void ApiServer::Delete(const HttpRequest& request, HttpResponse& response, const
     propagation = kube::StringAt(*options, "propagationPolicy");
     uid = kube::StringAt(*options, "preconditions.uid");
     resource_version = kube::StringAt(*options, "preconditions.resourceVersion");
-    if (options->has_field("gracePeriodSeconds") && options->at("gracePeriodSeconds").is_integer()) {
+    if (options->has_field("gracePeriodSeconds") &&
+        options->at("gracePeriodSeconds").is_integer()) {
       grace = options->at("gracePeriodSeconds").as_number().to_int64();
     }
   }
@@ -683,12 +692,12 @@ void ApiServer::Delete(const HttpRequest& request, HttpResponse& response, const
     absl::StatusOr<Json> current = store_.Get(key, target.ns, target.name);
     if (!current.ok()) return RespondError(response, current.status());
     if (kube::MetaString(*current, "uid") != uid) {
-      return RespondError(response, absl::AbortedError(absl::StrCat(
-                                        "Operation cannot be fulfilled on ", target.type.kind, " \"",
-                                        target.name, "\": the UID in the precondition (", uid,
-                                        ") does not match the UID in record (",
-                                        kube::MetaString(*current, "uid"),
-                                        "). The object might have been deleted and then recreated")));
+      return RespondError(
+          response, absl::AbortedError(absl::StrCat(
+                        "Operation cannot be fulfilled on ", target.type.kind, " \"", target.name,
+                        "\": the UID in the precondition (", uid,
+                        ") does not match the UID in record (", kube::MetaString(*current, "uid"),
+                        "). The object might have been deleted and then recreated")));
     }
   }
   if (!resource_version.empty()) {
@@ -707,8 +716,7 @@ void ApiServer::Delete(const HttpRequest& request, HttpResponse& response, const
       if (t.namespaced) DeleteEvery(store_, t.StoreKey(), target.name, policy, 0);
     }
   }
-  absl::StatusOr<Json> result =
-      store_.Delete(key, target.ns, target.name, uid, policy, grace);
+  absl::StatusOr<Json> result = store_.Delete(key, target.ns, target.name, uid, policy, grace);
   if (!result.ok()) return RespondError(response, result.status());
   const bool gone = !store_.Get(key, target.ns, target.name).ok();
   AfterWrite(target, *result, gone);
@@ -720,8 +728,8 @@ void ApiServer::Delete(const HttpRequest& request, HttpResponse& response, const
 
 void ApiServer::PodLog(HttpResponse& response, const Target& target) {
   if (!store_.Get("pods", target.ns, target.name).ok()) {
-    return RespondError(response, absl::NotFoundError(
-                                      absl::StrCat("pods \"", target.name, "\" not found")));
+    return RespondError(response,
+                        absl::NotFoundError(absl::StrCat("pods \"", target.name, "\" not found")));
   }
   std::ifstream in(absl::StrCat(options_.log_dir, "/", target.ns, "_", target.name, ".log"));
   std::stringstream text;

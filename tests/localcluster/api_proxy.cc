@@ -32,9 +32,17 @@ SSL_CTX* Ctx(void* ctx) { return static_cast<SSL_CTX*>(ctx); }
 
 // Request headers that describe one hop, not the request.
 bool HopByHop(const std::string& lower_name) {
-  static const char* const kHop[] = {"connection", "keep-alive", "transfer-encoding", "te",
-                                     "upgrade", "host", "content-length", "proxy-connection",
-                                     "proxy-authorization", "accept-encoding", "trailer"};
+  static const char* const kHop[] = {"connection",
+                                     "keep-alive",
+                                     "transfer-encoding",
+                                     "te",
+                                     "upgrade",
+                                     "host",
+                                     "content-length",
+                                     "proxy-connection",
+                                     "proxy-authorization",
+                                     "accept-encoding",
+                                     "trailer"};
   for (const char* h : kHop) {
     if (lower_name == h) return true;
   }
@@ -73,8 +81,8 @@ class ApiProxy::Upstream {
     addr.sin_port = htons(static_cast<uint16_t>(port_));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      return absl::UnavailableError(absl::StrCat("the API server on port ", port_,
-                                                 " refused the connection"));
+      return absl::UnavailableError(
+          absl::StrCat("the API server on port ", port_, " refused the connection"));
     }
     ssl_ = SSL_new(ctx_);
     SSL_set_fd(ssl_, fd_);
@@ -180,8 +188,8 @@ void ApiProxy::Handle(const HttpRequest& request, HttpResponse& response) {
   // Discovery and health go through untouched; the fault share applies to resource requests,
   // as on the built-in back end.
   const std::vector<std::string> parts = absl::StrSplit(request.path, '/', absl::SkipEmpty());
-  const bool resource_request = (parts.size() >= 3 && parts[0] == "api") ||
-                                (parts.size() >= 4 && parts[0] == "apis");
+  const bool resource_request =
+      (parts.size() >= 3 && parts[0] == "api") || (parts.size() >= 4 && parts[0] == "apis");
   if (resource_request && faults_.InjectedError(response)) return;
   // /api/v1/namespaces/NS/pods/NAME/log
   if (request.method == "GET" && parts.size() == 7 && parts[0] == "api" && parts[1] == "v1" &&
@@ -196,9 +204,9 @@ void ApiProxy::Forward(const HttpRequest& request, HttpResponse& response) {
   if (absl::Status s = upstream.Connect(); !s.ok()) {
     return RespondError(response, s);
   }
-  std::string head = absl::StrCat(request.method, " ", request.target, " HTTP/1.1\r\n",
-                                  "Host: 127.0.0.1:", options_.upstream_port, "\r\n",
-                                  "Connection: close\r\n");
+  std::string head =
+      absl::StrCat(request.method, " ", request.target, " HTTP/1.1\r\n",
+                   "Host: 127.0.0.1:", options_.upstream_port, "\r\n", "Connection: close\r\n");
   for (const auto& [name, value] : request.headers) {
     if (!HopByHop(name)) absl::StrAppend(&head, name, ": ", value, "\r\n");
   }
@@ -220,7 +228,8 @@ void ApiProxy::Forward(const HttpRequest& request, HttpResponse& response) {
   if (!upstream.ReadLine(status_line, keep_going, deadline)) {
     return RespondError(response, absl::UnavailableError("no answer from the API server"));
   }
-  const std::vector<std::string> status_parts = absl::StrSplit(status_line, absl::MaxSplits(' ', 2));
+  const std::vector<std::string> status_parts =
+      absl::StrSplit(status_line, absl::MaxSplits(' ', 2));
   int status = 0;
   if (status_parts.size() < 2 || !absl::SimpleAtoi(status_parts[1], &status)) {
     return RespondError(response, absl::InternalError("malformed answer from the API server"));

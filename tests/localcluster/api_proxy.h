@@ -24,10 +24,10 @@ namespace phalanx::localcluster {
 class ApiProxy {
  public:
   struct Options {
-    int upstream_port = 0;     // kube-apiserver on 127.0.0.1
+    int upstream_port = 0;  // kube-apiserver on 127.0.0.1
     std::string upstream_ca_pem;
-    std::string admin_token;   // required for /admin
-    std::string log_dir;       // pod logs: <log_dir>/<namespace>_<pod>.log
+    std::string admin_token;  // required for /admin
+    std::string log_dir;      // pod logs: <log_dir>/<namespace>_<pod>.log
   };
 
   explicit ApiProxy(Options options);

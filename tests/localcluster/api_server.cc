@@ -76,7 +76,8 @@ void ApiServer::Handle(const HttpRequest& request, HttpResponse& response) {
     Dispatch(request, response);
   } catch (const std::exception& e) {
     // cpprestsdk's JSON accessors throw on type mismatches; a request that trips one is bad input.
-    RespondError(response, absl::InvalidArgumentError(absl::StrCat("malformed object: ", e.what())));
+    RespondError(response,
+                 absl::InvalidArgumentError(absl::StrCat("malformed object: ", e.what())));
   }
 }
 

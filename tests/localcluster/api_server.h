@@ -21,17 +21,17 @@
 #include "common/base/clock.h"
 #include "tests/localcluster/fault_injector.h"
 #include "tests/localcluster/https_server.h"
-#include "tests/localcluster/store_types.h"
 #include "tests/localcluster/resource_registry.h"
+#include "tests/localcluster/store_types.h"
 
 namespace phalanx::localcluster {
 
 class ApiServer {
  public:
   struct Options {
-    std::string token;         // required as "Authorization: Bearer <token>"
-    std::string log_dir;       // where pod logs are (for pods/log)
-    std::string address;       // host:port, for discovery documents
+    std::string token;    // required as "Authorization: Bearer <token>"
+    std::string log_dir;  // where pod logs are (for pods/log)
+    std::string address;  // host:port, for discovery documents
     absl::Duration bookmark_interval = absl::Seconds(1);
   };
 

@@ -121,9 +121,10 @@ TEST_F(ApiServerTest, BadInputGetsClearErrors) {
 
 TEST_F(ApiServerTest, ListPaginatesAndFiltersBySelectors) {
   for (int i = 0; i < 7; ++i) {
-    ASSERT_THAT(client_->Create(kConfigMaps, "default",
-                                ConfigMap(absl::StrCat("cm", i),
-                                          i % 2 == 0 ? R"({"parity":"even"})" : R"({"parity":"odd"})"))
+    ASSERT_THAT(client_
+                    ->Create(kConfigMaps, "default",
+                             ConfigMap(absl::StrCat("cm", i),
+                                       i % 2 == 0 ? R"({"parity":"even"})" : R"({"parity":"odd"})"))
                     .status(),
                 IsOk());
   }
@@ -139,16 +140,18 @@ TEST_F(ApiServerTest, ListPaginatesAndFiltersBySelectors) {
   } while (!options.continue_token.empty());
   EXPECT_EQ(pages, 3);
   EXPECT_EQ(names.size(), 7u);
-  EXPECT_EQ(client_->List(kConfigMaps, "default", {.label_selector = "parity=even"})->items.size(), 4u);
-  EXPECT_EQ(client_->List(kConfigMaps, "", {.field_selector = "metadata.name=cm3"})->items.size(), 1u);
+  EXPECT_EQ(client_->List(kConfigMaps, "default", {.label_selector = "parity=even"})->items.size(),
+            4u);
+  EXPECT_EQ(client_->List(kConfigMaps, "", {.field_selector = "metadata.name=cm3"})->items.size(),
+            1u);
 }
 
 TEST_F(ApiServerTest, WatchDeliversEventsAndBookmarksFromAResourceVersion) {
   absl::StatusOr<kube::ObjectList> list = client_->List(kConfigMaps, "default", {});
   ASSERT_THAT(list.status(), IsOk());
-  absl::StatusOr<std::unique_ptr<kube::WatchStream>> watch = client_->Watch(
-      kConfigMaps, "default",
-      {.resource_version = list->resource_version, .label_selector = "app=x"});
+  absl::StatusOr<std::unique_ptr<kube::WatchStream>> watch =
+      client_->Watch(kConfigMaps, "default",
+                     {.resource_version = list->resource_version, .label_selector = "app=x"});
   ASSERT_THAT(watch.status(), IsOk());
   ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("other")).status(), IsOk());
   ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("mine", R"({"app":"x"})")).status(),
@@ -157,11 +160,14 @@ TEST_F(ApiServerTest, WatchDeliversEventsAndBookmarksFromAResourceVersion) {
   bool bookmark = false;
   ASSERT_TRUE(phalanx::testing::Eventually(
       [&] {
-        absl::StatusOr<std::optional<kube::WatchEventData>> e = (*watch)->Next(absl::Milliseconds(100));
+        absl::StatusOr<std::optional<kube::WatchEventData>> e =
+            (*watch)->Next(absl::Milliseconds(100));
         if (!e.ok()) return true;  // fails below
         if (e->has_value()) {
-          if ((*e)->type == "BOOKMARK") bookmark = true;
-          else seen.push_back((*e)->type + " " + kube::MetaString((*e)->object, "name"));
+          if ((*e)->type == "BOOKMARK")
+            bookmark = true;
+          else
+            seen.push_back((*e)->type + " " + kube::MetaString((*e)->object, "name"));
         }
         return bookmark && !seen.empty();
       },
@@ -263,8 +269,9 @@ TEST_F(ApiServerTest, CustomResourcesAreValidatedDefaultedAndHaveAStatusSubresou
   ASSERT_THAT(patched.status(), IsOk());
   EXPECT_EQ(patched->at("metadata").at("generation").as_integer(), 2);
   EXPECT_EQ(patched->at("status").at("phase").as_string(), "Running");  // main write keeps status
-  EXPECT_THAT(client_->Patch(kWidgets, "default", "w", kube::PatchType::kMerge,
-                             Json::parse(R"({"spec":{"size":-1}})"), {})
+  EXPECT_THAT(client_
+                  ->Patch(kWidgets, "default", "w", kube::PatchType::kMerge,
+                          Json::parse(R"({"spec":{"size":-1}})"), {})
                   .status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
 
@@ -287,8 +294,8 @@ TEST_F(ApiServerTest, OwnerReferenceGarbageCollectionOverRest) {
   ASSERT_THAT(owner.status(), IsOk());
   Json dependent = ConfigMap("dependent");
   kube::ObjectMeta meta = kube::ObjectMeta::Decode(dependent);
-  meta.owner_references.push_back({"v1", "ConfigMap", "owner", kube::MetaString(*owner, "uid"),
-                                   true, true});
+  meta.owner_references.push_back(
+      {"v1", "ConfigMap", "owner", kube::MetaString(*owner, "uid"), true, true});
   meta.EncodeInto(dependent);
   ASSERT_THAT(client_->Create(kConfigMaps, "default", dependent).status(), IsOk());
   ASSERT_THAT(client_->Delete(kConfigMaps, "default", "owner", {}), IsOk());
@@ -300,10 +307,9 @@ TEST_F(ApiServerTest, OwnerReferenceGarbageCollectionOverRest) {
 TEST_F(ApiServerTest, SecretsFoldStringDataAndNamespacesDeleteTheirContents) {
   const kube::Resource secrets{"", "v1", "secrets", true};
   const kube::Resource namespaces{"", "v1", "namespaces", false};
-  ASSERT_THAT(client_->Create(namespaces, "",
-                              Json::parse(R"({"metadata":{"name":"team"}})"))
-                  .status(),
-              IsOk());
+  ASSERT_THAT(
+      client_->Create(namespaces, "", Json::parse(R"({"metadata":{"name":"team"}})")).status(),
+      IsOk());
   absl::StatusOr<Json> secret = client_->Create(
       secrets, "team", Json::parse(R"({"metadata":{"name":"s"},"stringData":{"token":"abc"}})"));
   ASSERT_THAT(secret.status(), IsOk());

@@ -23,8 +23,8 @@ Json ExpiredStatus(uint64_t since, uint64_t oldest) {
   status["apiVersion"] = Json::string("v1");
   status["metadata"] = Json::object();
   status["status"] = Json::string("Failure");
-  status["message"] = Json::string(
-      absl::StrCat("too old resource version: ", since, " (", oldest, ")"));
+  status["message"] =
+      Json::string(absl::StrCat("too old resource version: ", since, " (", oldest, ")"));
   status["reason"] = Json::string("Expired");
   status["code"] = Json::number(410);
   return status;

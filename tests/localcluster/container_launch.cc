@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <optional>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -40,8 +40,8 @@ absl::StatusOr<std::string> FieldRef(const Json& pod, const std::string& path) {
       path == "status.hostIPs") {
     return std::string(kLocalIp);
   }
-  for (const char* field : {"metadata.name", "metadata.namespace", "metadata.uid",
-                            "spec.nodeName", "spec.serviceAccountName"}) {
+  for (const char* field : {"metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
+                            "spec.serviceAccountName"}) {
     if (path == field) return StringAt(pod, path);
   }
   for (const char* map : {"labels", "annotations"}) {
@@ -121,8 +121,8 @@ absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
       if (value.has_value()) {
         env[name] = *value;
       } else if (!(optional.is_boolean() && optional.as_bool())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "env ", name, ": secret \"", secret, "\" has no key \"", key, "\""));
+        return absl::InvalidArgumentError(
+            absl::StrCat("env ", name, ": secret \"", secret, "\" has no key \"", key, "\""));
       }
     } else if (!Field(var, "valueFrom").is_null()) {
       continue;  // config maps and resource fields are not modelled
@@ -141,8 +141,8 @@ absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
   for (std::string& arg : argv) arg = ExpandKubeVars(arg, env);
   const char* parent_path = std::getenv("PATH");
   auto path_it = env.find("PATH");
-  const std::optional<std::string> program = LookPath(
-      argv[0], path_it != env.end() ? path_it->second : (parent_path ? parent_path : ""));
+  const std::optional<std::string> program =
+      LookPath(argv[0], path_it != env.end() ? path_it->second : (parent_path ? parent_path : ""));
   if (!program.has_value()) {
     return absl::NotFoundError(
         absl::StrCat("exec: \"", argv[0], "\": executable file not found in $PATH"));

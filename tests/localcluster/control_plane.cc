@@ -92,8 +92,8 @@ absl::Status ControlPlane::Init() {
   absl::StatusOr<std::unique_ptr<kube::RestClient>> client = kube::RestClient::Create(config);
   if (!client.ok()) return client.status();
   auto answers = [&](const std::string& path) { return (*client)->Raw("GET", path).ok(); };
-  if (absl::Status s = WaitUntil("kube-apiserver /readyz", [&] { return answers("/readyz"); },
-                                 deadline);
+  if (absl::Status s = WaitUntil(
+          "kube-apiserver /readyz", [&] { return answers("/readyz"); }, deadline);
       !s.ok()) {
     return s;
   }
@@ -119,7 +119,8 @@ absl::Status ControlPlane::Init() {
 absl::Status ControlPlane::WriteFiles() {
   std::error_code ec;
   std::filesystem::create_directories(Path("etcd"), ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", Path("etcd"), ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot create ", Path("etcd"), ": ", ec.message()));
   absl::StatusOr<int> port = FreeLoopbackPort();
   if (!port.ok()) return port.status();
   port_ = *port;
@@ -155,10 +156,23 @@ absl::Status ControlPlane::StartEtcd() {
   const std::string client_url = absl::StrCat("http://127.0.0.1:", *client_port);
   const std::string peer_url = absl::StrCat("http://127.0.0.1:", *peer_port);
   process::SubprocessOptions o;
-  o.argv = {options_.assets.etcd, "--name", "phalanx", "--data-dir", Path("etcd"),
-            "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
-            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-            "--initial-cluster", "phalanx=" + peer_url, "--log-level", "warn"};
+  o.argv = {options_.assets.etcd,
+            "--name",
+            "phalanx",
+            "--data-dir",
+            Path("etcd"),
+            "--listen-client-urls",
+            client_url,
+            "--advertise-client-urls",
+            client_url,
+            "--listen-peer-urls",
+            peer_url,
+            "--initial-advertise-peer-urls",
+            peer_url,
+            "--initial-cluster",
+            "phalanx=" + peer_url,
+            "--log-level",
+            "warn"};
   o.stdout_path = Path("etcd.log");
   absl::StatusOr<std::unique_ptr<process::Subprocess>> etcd = process::Subprocess::Start(o);
   if (!etcd.ok()) return etcd.status();
@@ -169,28 +183,20 @@ absl::Status ControlPlane::StartEtcd() {
 
 absl::Status ControlPlane::StartApiServer() {
   process::SubprocessOptions o;
-  o.argv = {options_.assets.kube_apiserver,
-            "--etcd-servers=" + etcd_url_,
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            absl::StrCat("--secure-port=", port_),
-            "--tls-cert-file=" + Path("apiserver.crt"),
-            "--tls-private-key-file=" + Path("apiserver.key"),
-            "--client-ca-file=" + Path("ca.crt"),
-            "--token-auth-file=" + Path("tokens.csv"),
-            "--authorization-mode=Node,RBAC",
+  o.argv = {options_.assets.kube_apiserver, "--etcd-servers=" + etcd_url_,
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            absl::StrCat("--secure-port=", port_), "--tls-cert-file=" + Path("apiserver.crt"),
+            "--tls-private-key-file=" + Path("apiserver.key"), "--client-ca-file=" + Path("ca.crt"),
+            "--token-auth-file=" + Path("tokens.csv"), "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-account-key-file=" + Path("service-account.pub"),
             "--service-account-signing-key-file=" + Path("service-account.key"),
             "--service-cluster-ip-range=10.96.0.0/16",
             // A loopback address is not a valid endpoint for the kubernetes Service.
-            "--endpoint-reconciler-type=none",
-            "--allow-privileged=true",
-            "--audit-policy-file=" + Path("audit-policy.yaml"),
-            "--audit-log-path=" + audit_log_,
-            "--audit-log-maxsize=200",
-            "--v=1"};
+            "--endpoint-reconciler-type=none", "--allow-privileged=true",
+            "--audit-policy-file=" + Path("audit-policy.yaml"), "--audit-log-path=" + audit_log_,
+            "--audit-log-maxsize=200", "--v=1"};
   o.stdout_path = Path("kube-apiserver.log");
   absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(o);
   if (!p.ok()) return p.status();
@@ -204,13 +210,9 @@ absl::Status ControlPlane::StartControllerManager() {
             "--kubeconfig=" + Path("controller-manager.kubeconfig"),
             // No cloud, no node IPAM, no Service load balancers or routes on loopback.
             "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service,-route",
-            "--use-service-account-credentials",
-            "--root-ca-file=" + Path("ca.crt"),
+            "--use-service-account-credentials", "--root-ca-file=" + Path("ca.crt"),
             "--service-account-private-key-file=" + Path("service-account.key"),
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            "--secure-port=0",
-            "--v=1"};
+            "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0", "--v=1"};
   o.stdout_path = Path("kube-controller-manager.log");
   absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(o);
   if (!p.ok()) return p.status();
@@ -229,16 +231,15 @@ absl::Status ControlPlane::WaitUntil(const std::string& what, const std::functio
     for (const auto& [process, log] : watched) {
       if (process == nullptr) continue;
       if (std::optional<int> code = process->ExitCode(); code.has_value()) {
-        return absl::UnavailableError(absl::StrCat("control plane: ", log.substr(0, log.find('.')),
-                                                   " exited with ", *code, " while waiting for ",
-                                                   what, "; ", Path(log), " ends:\n", Tail(Path(log))));
+        return absl::UnavailableError(absl::StrCat(
+            "control plane: ", log.substr(0, log.find('.')), " exited with ", *code,
+            " while waiting for ", what, "; ", Path(log), " ends:\n", Tail(Path(log))));
       }
     }
     if (absl::Now() >= deadline) {
-      return absl::UnavailableError(absl::StrCat("control plane: no ", what, " within ",
-                                                 absl::FormatDuration(options_.start_timeout),
-                                                 "; ", Path("kube-apiserver.log"), " ends:\n",
-                                                 Tail(Path("kube-apiserver.log"))));
+      return absl::UnavailableError(absl::StrCat(
+          "control plane: no ", what, " within ", absl::FormatDuration(options_.start_timeout),
+          "; ", Path("kube-apiserver.log"), " ends:\n", Tail(Path("kube-apiserver.log"))));
     }
     // Start-up polling of child processes (test harness; bounded by the deadline above).
     absl::SleepFor(absl::Milliseconds(100));

@@ -76,7 +76,8 @@ TEST_F(ControllerOverRestTest, InformerConvergesThroughDroppedWatchesExpiryAndEr
   // A dropped watch: the informer re-watches from its last version and misses nothing.
   cluster_->api().DropWatches();
   ASSERT_THAT(writer_->Create(kConfigMaps, "default", ConfigMap("b")).status(), IsOk());
-  ASSERT_TRUE(Eventually([&] { return informer.Get("default", "b").has_value(); }, absl::Seconds(30)));
+  ASSERT_TRUE(
+      Eventually([&] { return informer.Get("default", "b").has_value(); }, absl::Seconds(30)));
 
   // Every request fails for a while (500s), and meanwhile the history moves past the informer's
   // version: it must back off, then relist (410) and converge, delivering the delete it missed.
@@ -84,7 +85,9 @@ TEST_F(ControllerOverRestTest, InformerConvergesThroughDroppedWatchesExpiryAndEr
   cluster_->api().DropWatches();
   cluster_->store().Delete("configmaps", "default", "a").IgnoreError();
   for (int i = 0; i < 150; ++i) {
-    cluster_->store().Create("configmaps", "default", ConfigMap(absl::StrCat("bulk", i))).IgnoreError();
+    cluster_->store()
+        .Create("configmaps", "default", ConfigMap(absl::StrCat("bulk", i)))
+        .IgnoreError();
   }
   cluster_->api().InjectErrors(0, 500);
   ASSERT_TRUE(Eventually([&] { return CachedNames(informer) == 151; }, absl::Seconds(60)))
@@ -137,8 +140,8 @@ TEST_F(ControllerOverRestTest, EventsAreRecordedAndAggregated) {
   for (int i = 0; i < 3; ++i) {
     recorder.Record(*owner, kube::EventType::kWarning, "TaskRestarted", "task 1 restarted");
   }
-  absl::StatusOr<kube::ObjectList> events = writer_->List(
-      kube::kEventResource, "default", {.field_selector = "involvedObject.name=job"});
+  absl::StatusOr<kube::ObjectList> events =
+      writer_->List(kube::kEventResource, "default", {.field_selector = "involvedObject.name=job"});
   ASSERT_THAT(events.status(), IsOk());
   ASSERT_EQ(events->items.size(), 1u);
   EXPECT_EQ(events->items[0].at("count").as_integer(), 3);

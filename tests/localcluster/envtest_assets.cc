@@ -15,7 +15,9 @@ namespace {
 #define PHALANX_ENVTEST_DIR ""
 #endif
 
-bool Executable(const std::string& path) { return !path.empty() && access(path.c_str(), X_OK) == 0; }
+bool Executable(const std::string& path) {
+  return !path.empty() && access(path.c_str(), X_OK) == 0;
+}
 
 std::string OnPath(const std::string& program) {
   const char* path = std::getenv("PATH");
@@ -38,8 +40,8 @@ absl::StatusOr<EnvtestAssets> Probe(const std::string& dir, const std::string& s
   }
   assets.etcd = Executable(dir + "/etcd") ? dir + "/etcd" : OnPath("etcd");
   if (assets.etcd.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        dir, " has no etcd and none is on PATH (apt-get install etcd-server)"));
+    return absl::NotFoundError(
+        absl::StrCat(dir, " has no etcd and none is on PATH (apt-get install etcd-server)"));
   }
   if (Executable(dir + "/kube-controller-manager")) {
     assets.kube_controller_manager = dir + "/kube-controller-manager";

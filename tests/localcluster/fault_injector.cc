@@ -20,18 +20,30 @@ struct HttpError {
 
 HttpError ToHttp(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kNotFound: return {404, "NotFound"};
-    case absl::StatusCode::kAlreadyExists: return {409, "AlreadyExists"};
-    case absl::StatusCode::kAborted: return {409, "Conflict"};
-    case absl::StatusCode::kFailedPrecondition: return {409, "Conflict"};
-    case absl::StatusCode::kOutOfRange: return {410, "Expired"};
-    case absl::StatusCode::kInvalidArgument: return {400, "BadRequest"};
-    case absl::StatusCode::kUnauthenticated: return {401, "Unauthorized"};
-    case absl::StatusCode::kPermissionDenied: return {403, "Forbidden"};
-    case absl::StatusCode::kUnimplemented: return {405, "MethodNotAllowed"};
-    case absl::StatusCode::kResourceExhausted: return {429, "TooManyRequests"};
-    case absl::StatusCode::kUnavailable: return {503, "ServiceUnavailable"};
-    default: return {500, "InternalError"};
+    case absl::StatusCode::kNotFound:
+      return {404, "NotFound"};
+    case absl::StatusCode::kAlreadyExists:
+      return {409, "AlreadyExists"};
+    case absl::StatusCode::kAborted:
+      return {409, "Conflict"};
+    case absl::StatusCode::kFailedPrecondition:
+      return {409, "Conflict"};
+    case absl::StatusCode::kOutOfRange:
+      return {410, "Expired"};
+    case absl::StatusCode::kInvalidArgument:
+      return {400, "BadRequest"};
+    case absl::StatusCode::kUnauthenticated:
+      return {401, "Unauthorized"};
+    case absl::StatusCode::kPermissionDenied:
+      return {403, "Forbidden"};
+    case absl::StatusCode::kUnimplemented:
+      return {405, "MethodNotAllowed"};
+    case absl::StatusCode::kResourceExhausted:
+      return {429, "TooManyRequests"};
+    case absl::StatusCode::kUnavailable:
+      return {503, "ServiceUnavailable"};
+    default:
+      return {500, "InternalError"};
   }
 }
 

@@ -46,23 +46,40 @@ std::string PercentDecode(absl::string_view in, bool plus_is_space) {
 
 const char* Reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 202:
+      return "Accepted";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 410:
+      return "Gone";
+    case 413:
+      return "Payload Too Large";
+    case 415:
+      return "Unsupported Media Type";
+    case 422:
+      return "Unprocessable Entity";
+    case 429:
+      return "Too Many Requests";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
   }
 }
 
@@ -138,9 +155,9 @@ class HttpsServer::Connection final : public HttpResponse {
 
   void Respond(int status, absl::string_view content_type, absl::string_view body,
                const std::map<std::string, std::string>& headers) override {
-    std::string out = absl::StrCat("HTTP/1.1 ", status, " ", Reason(status),
-                                   "\r\nContent-Type: ", content_type,
-                                   "\r\nContent-Length: ", body.size(), "\r\n");
+    std::string out =
+        absl::StrCat("HTTP/1.1 ", status, " ", Reason(status), "\r\nContent-Type: ", content_type,
+                     "\r\nContent-Length: ", body.size(), "\r\n");
     for (const auto& [k, v] : headers) absl::StrAppend(&out, k, ": ", v, "\r\n");
     if (!keep_alive_) out += "Connection: close\r\n";
     out += "\r\n";
@@ -249,13 +266,16 @@ absl::StatusOr<int> HttpsServer::Start(Options options, HttpHandler handler) {
   if (ctx == nullptr) return absl::InternalError("SSL_CTX_new failed");
   ssl_ctx_ = ctx;
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-  BIO* cert_bio = BIO_new_mem_buf(options_.cert_pem.data(), static_cast<int>(options_.cert_pem.size()));
+  BIO* cert_bio =
+      BIO_new_mem_buf(options_.cert_pem.data(), static_cast<int>(options_.cert_pem.size()));
   X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
   BIO_free(cert_bio);
-  BIO* key_bio = BIO_new_mem_buf(options_.key_pem.data(), static_cast<int>(options_.key_pem.size()));
+  BIO* key_bio =
+      BIO_new_mem_buf(options_.key_pem.data(), static_cast<int>(options_.key_pem.size()));
   EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
   BIO_free(key_bio);
-  const bool loaded = cert != nullptr && key != nullptr && SSL_CTX_use_certificate(ctx, cert) == 1 &&
+  const bool loaded = cert != nullptr && key != nullptr &&
+                      SSL_CTX_use_certificate(ctx, cert) == 1 &&
                       SSL_CTX_use_PrivateKey(ctx, key) == 1;
   X509_free(cert);
   EVP_PKEY_free(key);
@@ -340,7 +360,8 @@ void HttpsServer::Stop() {
     absl::MutexLock lock(&mu_);
     // Wakes connections blocked in reads; streaming handlers see Stopping() within their wait.
     for (int fd : open_fds_) shutdown(fd, SHUT_RDWR);
-    if (!mu_.AwaitWithTimeout(absl::Condition(+[](int* n) { return *n == 0; }, &active_),
+    if (!mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](int* n) { return *n == 0; }, &active_),
                               absl::Seconds(15))) {
       // Leaking the context beats freeing it under a thread that may still use it.
       PHX_LOG(WARNING) << "https server: " << active_ << " connections did not end within 15s";

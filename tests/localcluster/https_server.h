@@ -12,12 +12,12 @@
 #include <memory>
 #include <set>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 

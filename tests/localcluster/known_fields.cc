@@ -1,7 +1,7 @@
 #include "tests/localcluster/known_fields.h"
 
-#include "common/kube/json.h"
 #include "absl/strings/str_cat.h"
+#include "common/kube/json.h"
 
 namespace phalanx::localcluster {
 namespace {
@@ -28,7 +28,8 @@ void Walk(const Json& types, const std::string& encoding, Json& value, const std
   if (encoding[0] == '[') {
     if (!value.is_array()) return;
     for (size_t i = 0; i < value.size(); ++i) {
-      Walk(types, encoding.substr(1), value[i], absl::StrCat(path, "[", i, "]"), unknown, depth + 1);
+      Walk(types, encoding.substr(1), value[i], absl::StrCat(path, "[", i, "]"), unknown,
+           depth + 1);
     }
     return;
   }

@@ -9,9 +9,9 @@
 #include <regex>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "common/process/subprocess.h"
 #include "common/testing/eventually.h"
 
@@ -21,7 +21,8 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr char kKubectl[] = "/usr/bin/kubectl";
-const std::string kCluster = std::string(PHALANX_BUILD_DIR) + "/tests/localcluster/phalanx-localcluster";
+const std::string kCluster =
+    std::string(PHALANX_BUILD_DIR) + "/tests/localcluster/phalanx-localcluster";
 
 struct Result {
   int exit_code = -1;
@@ -57,20 +58,22 @@ spec:
 class KubectlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kKubectl)) GTEST_SKIP() << "kubectl is not installed at " << kKubectl;
+    if (!std::filesystem::exists(kKubectl))
+      GTEST_SKIP() << "kubectl is not installed at " << kKubectl;
     dir_ = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-kubectl-test-", getpid());
     std::filesystem::create_directories(dir_);
     kubeconfig_ = (dir_ / "kubeconfig").string();
     process::SubprocessOptions options;
-    options.argv = {kCluster, "--kubeconfig-out", kubeconfig_, "--work-dir", (dir_ / "work").string(),
-                    "--nodes", "1", "--gpus-per-node", "2"};
+    options.argv = {kCluster,     "--kubeconfig-out",       kubeconfig_,
+                    "--work-dir", (dir_ / "work").string(), "--nodes",
+                    "1",          "--gpus-per-node",        "2"};
     options.stderr_path = (dir_ / "localcluster.log").string();
     absl::StatusOr<std::unique_ptr<process::Subprocess>> cluster =
         process::Subprocess::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
-    ASSERT_TRUE(cluster_->WaitForLine([](const std::string& l) { return absl::StartsWith(l, "ready "); },
-                                      absl::Seconds(60)))
+    ASSERT_TRUE(cluster_->WaitForLine(
+        [](const std::string& l) { return absl::StartsWith(l, "ready "); }, absl::Seconds(60)))
         << "phalanx-localcluster did not print ready";
   }
 
@@ -90,16 +93,19 @@ class KubectlTest : public ::testing::Test {
 
   process::SubprocessOptions KubectlOptions(std::vector<std::string> args) {
     process::SubprocessOptions options;
-    options.argv = {kKubectl, "--kubeconfig", kubeconfig_, "--cache-dir", (dir_ / "cache").string(),
-                    "--request-timeout", "30s"};
+    options.argv = {kKubectl,
+                    "--kubeconfig",
+                    kubeconfig_,
+                    "--cache-dir",
+                    (dir_ / "cache").string(),
+                    "--request-timeout",
+                    "30s"};
     options.argv.insert(options.argv.end(), args.begin(), args.end());
     options.stderr_path = (dir_ / "kubectl.err").string();
     return options;
   }
 
-  Result Kubectl(std::vector<std::string> args) {
-    return Run(KubectlOptions(std::move(args)));
-  }
+  Result Kubectl(std::vector<std::string> args) { return Run(KubectlOptions(std::move(args))); }
 
   Result Run(process::SubprocessOptions options) {
     const std::string err_path = options.stderr_path;
@@ -128,13 +134,17 @@ class KubectlTest : public ::testing::Test {
 TEST_F(KubectlTest, AppliesACrdAndCustomResourcesWithServerSideValidation) {
   Result r = Kubectl({"apply", "-f", Write("crd.yaml", kCrd)});
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  r = Kubectl({"apply", "-f", Write("w1.yaml", "apiVersion: example.dev/v1\nkind: Widget\n"
-                                               "metadata: {name: w1}\nspec: {size: 3}\n")});
+  r = Kubectl({"apply", "-f",
+               Write("w1.yaml",
+                     "apiVersion: example.dev/v1\nkind: Widget\n"
+                     "metadata: {name: w1}\nspec: {size: 3}\n")});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("widget.example.dev/w1 created"));
 
-  r = Kubectl({"apply", "-f", Write("bad.yaml", "apiVersion: example.dev/v1\nkind: Widget\n"
-                                                "metadata: {name: w2}\nspec: {size: 0}\n")});
+  r = Kubectl({"apply", "-f",
+               Write("bad.yaml",
+                     "apiVersion: example.dev/v1\nkind: Widget\n"
+                     "metadata: {name: w2}\nspec: {size: 0}\n")});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("spec.size"));
 
@@ -144,8 +154,10 @@ TEST_F(KubectlTest, AppliesACrdAndCustomResourcesWithServerSideValidation) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex("w1 +3"));
 
   // Re-applying a change is a patch.
-  r = Kubectl({"apply", "-f", Write("w1.yaml", "apiVersion: example.dev/v1\nkind: Widget\n"
-                                               "metadata: {name: w1}\nspec: {size: 5}\n")});
+  r = Kubectl({"apply", "-f",
+               Write("w1.yaml",
+                     "apiVersion: example.dev/v1\nkind: Widget\n"
+                     "metadata: {name: w1}\nspec: {size: 5}\n")});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   r = Kubectl({"get", "widget", "w1", "-o", "yaml"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -196,8 +208,10 @@ TEST_F(KubectlTest, TrainingJobManifestsAreValidatedByKubectlApply) {
 
 TEST_F(KubectlTest, GetWatchStreamsChanges) {
   ASSERT_EQ(Kubectl({"apply", "-f", Write("crd.yaml", kCrd)}).exit_code, 0);
-  ASSERT_EQ(Kubectl({"apply", "-f", Write("w1.yaml", "apiVersion: example.dev/v1\nkind: Widget\n"
-                                                     "metadata: {name: w1}\nspec: {size: 3}\n")})
+  ASSERT_EQ(Kubectl({"apply", "-f",
+                     Write("w1.yaml",
+                           "apiVersion: example.dev/v1\nkind: Widget\n"
+                           "metadata: {name: w1}\nspec: {size: 3}\n")})
                 .exit_code,
             0);
   absl::StatusOr<std::unique_ptr<process::Subprocess>> watch =
@@ -233,13 +247,13 @@ spec:
 )");
   Result r = Kubectl({"apply", "-f", pod});
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  auto phase = [&] {
-    return Kubectl({"get", "pod", "p1", "-o", "jsonpath={.status.phase}"}).out;
-  };
+  auto phase = [&] { return Kubectl({"get", "pod", "p1", "-o", "jsonpath={.status.phase}"}).out; };
   ASSERT_TRUE(phalanx::testing::Eventually([&] { return absl::StartsWith(phase(), "Running"); },
                                            absl::Seconds(60)));
   EXPECT_TRUE(phalanx::testing::Eventually(
-      [&] { return absl::StrContains(Kubectl({"logs", "p1"}).out, "hello from p1"); },
+      [&] {
+        return absl::StrContains(Kubectl({"logs", "p1"}).out, "hello from p1");
+      },
       absl::Seconds(30)));
   r = Kubectl({"describe", "pod", "p1"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -248,7 +262,8 @@ spec:
   r = Kubectl({"get", "pods"});
   EXPECT_THAT(r.out, ::testing::ContainsRegex("p1 +1/1 +Running"));
 
-  // Fault injection from the shell: the process dies, the kubelet restarts it (restartPolicy Always).
+  // Fault injection from the shell: the process dies, the kubelet restarts it (restartPolicy
+  // Always).
   process::SubprocessOptions admin;
   admin.argv = {kCluster, "admin", "--kubeconfig", kubeconfig_, "kill-pod", "default/p1"};
   admin.stderr_path = (dir_ / "admin.err").string();
@@ -256,7 +271,8 @@ spec:
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_TRUE(phalanx::testing::Eventually(
       [&] {
-        return Kubectl({"get", "pod", "p1", "-o", "jsonpath={.status.containerStatuses[0].restartCount}"})
+        return Kubectl({"get", "pod", "p1", "-o",
+                        "jsonpath={.status.containerStatuses[0].restartCount}"})
                    .out.rfind("1", 0) == 0;
       },
       absl::Seconds(60)));

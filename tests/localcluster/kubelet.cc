@@ -66,10 +66,7 @@ struct Kubelet::PodRuntime {
 };
 
 Kubelet::Kubelet(ClusterAccess& access, base::Clock& clock, Options options)
-    : access_(access),
-      clock_(clock),
-      options_(std::move(options)),
-      node_index_([this] {
+    : access_(access), clock_(clock), options_(std::move(options)), node_index_([this] {
         std::map<std::string, const NodeConfig*> index;
         for (const NodeConfig& node : options_.nodes) index.emplace(node.name, &node);
         return index;
@@ -310,8 +307,7 @@ void Kubelet::SyncPod(const PodKey& key, const Json& pod, absl::Time now) {
     }
   }
   if (action.evict || action.remove) {
-    const std::optional<int64_t> grace =
-        action.remove ? std::optional<int64_t>(0) : std::nullopt;
+    const std::optional<int64_t> grace = action.remove ? std::optional<int64_t>(0) : std::nullopt;
     const absl::Status s = access_.DeletePod(ns, name, uid, grace);
     const bool settled = s.ok() || absl::IsNotFound(s) || absl::IsFailedPrecondition(s);
     absl::MutexLock lock(&mu_);
@@ -360,7 +356,8 @@ Kubelet::Action Kubelet::AdvanceLocked(PodRuntime& rt, const Json& pod, absl::Ti
     case ContainerPhase::kRunning:
       if (rt.simulated && rt.injected_exit.has_value()) {
         const int code = *std::exchange(rt.injected_exit, std::nullopt);
-        ContainerExitedLocked(rt, pod, code, ExitState(code, std::nullopt, rt.started_at, now), now);
+        ContainerExitedLocked(rt, pod, code, ExitState(code, std::nullopt, rt.started_at, now),
+                              now);
       } else if (rt.process != nullptr && rt.process->ExitCode().has_value()) {
         const int wait_status = rt.process->Wait(absl::ZeroDuration()).value_or(0);
         rt.process.reset();
@@ -403,9 +400,9 @@ void Kubelet::StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time n
     }
     return decoded;
   };
-  absl::StatusOr<process::SubprocessOptions> launch = ContainerLaunchOptions(
-      pod, absl::StrCat(options_.log_dir, "/", ns, "_", name, ".log"), options_.extra_env,
-      secret_value);
+  absl::StatusOr<process::SubprocessOptions> launch =
+      ContainerLaunchOptions(pod, absl::StrCat(options_.log_dir, "/", ns, "_", name, ".log"),
+                             options_.extra_env, secret_value);
   absl::StatusOr<std::unique_ptr<process::Subprocess>> child =
       launch.ok() ? process::Subprocess::Start(*std::move(launch)) : launch.status();
   if (!child.ok()) {
@@ -413,7 +410,7 @@ void Kubelet::StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time n
     // As a runtime reports a container it could not start: exit code 128.
     ContainerExitedLocked(rt, pod, 128,
                           TerminatedState(128, std::nullopt, "ContainerCannotRun",
-                                     std::string(child.status().message()), now, now),
+                                          std::string(child.status().message()), now, now),
                           now);
     return;
   }
@@ -423,8 +420,8 @@ void Kubelet::StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time n
                 << rt.process->pid() << ", restart " << rt.restart_count << ")";
 }
 
-void Kubelet::ContainerExitedLocked(PodRuntime& rt, const Json& pod, int exit_code,
-                                    Json terminated, absl::Time now) {
+void Kubelet::ContainerExitedLocked(PodRuntime& rt, const Json& pod, int exit_code, Json terminated,
+                                    absl::Time now) {
   std::string policy = StringAt(pod, "spec.restartPolicy");
   if (policy.empty()) policy = "Always";  // the API server's default
   if (!rt.simulated) {
@@ -453,7 +450,7 @@ void Kubelet::ContainerExitedLocked(PodRuntime& rt, const Json& pod, int exit_co
 
 Json Kubelet::BuildStatusLocked(const PodRuntime& rt, const Json& pod, absl::Time now) const {
   PodReport report;
-  report.phase = !rt.final_phase.empty()                ? rt.final_phase
+  report.phase = !rt.final_phase.empty()                 ? rt.final_phase
                  : rt.state == ContainerPhase::kCreating ? "Pending"
                                                          : "Running";
   report.start_time = rt.start_time;
@@ -464,8 +461,8 @@ Json Kubelet::BuildStatusLocked(const PodRuntime& rt, const Json& pod, absl::Tim
   report.container = rt.state;
   report.restart_count = rt.restart_count;
   report.started_at = rt.started_at;
-  report.container_id = absl::StrCat(rt.simulated ? "simulated://" : "process://", rt.uid, "-",
-                                     rt.restart_count);
+  report.container_id =
+      absl::StrCat(rt.simulated ? "simulated://" : "process://", rt.uid, "-", rt.restart_count);
   report.terminated = rt.terminated;
   report.last_terminated = rt.last_terminated;
   report.waiting_message = rt.waiting_message;

@@ -95,7 +95,8 @@ Json PodStatus(const Json& pod, const PodReport& report, absl::Time now) {
   for (const Json* c : containers) names.push_back(StringAt(*c, "name"));
 
   // Bound by something other than the scheduler (spec.nodeName set at creation).
-  if (!HasCondition(status, "PodScheduled")) SetCondition(status, "PodScheduled", true, "", "", now);
+  if (!HasCondition(status, "PodScheduled"))
+    SetCondition(status, "PodScheduled", true, "", "", now);
   SetCondition(status, "Initialized", true, "", "", now);
   const std::string reason = finished ? "PodCompleted" : "ContainersNotReady";
   const std::string message =
@@ -202,14 +203,14 @@ Json NodeStatus(const Json& old_status, const NodeReport& report, absl::Time now
   for (size_t i = 0; conditions.is_array() && i < conditions.size(); ++i) {
     const Json& c = conditions.at(i);
     const std::optional<absl::Time> last = kube::ParseKubeTime(StringAt(c, "lastHeartbeatTime"));
-    if (StringAt(c, "type") == "Ready" && StringAt(c, "status") == (report.ready ? "True" : "False") &&
-        last.has_value() && now - *last < heartbeat_period) {
+    if (StringAt(c, "type") == "Ready" &&
+        StringAt(c, "status") == (report.ready ? "True" : "False") && last.has_value() &&
+        now - *last < heartbeat_period) {
       heartbeat = StringAt(c, "lastHeartbeatTime");
     }
   }
   SetCondition(status, "Ready", report.ready, report.ready ? "KubeletReady" : "KubeletNotReady",
-               report.ready ? "kubelet is posting ready status" : "node was marked not ready",
-               now);
+               report.ready ? "kubelet is posting ready status" : "node was marked not ready", now);
   for (Json& c : status["conditions"].as_array()) {
     if (StringAt(c, "type") != "Ready") continue;
     c.erase("lastProbeTime");  // nodes carry heartbeats instead

@@ -18,11 +18,11 @@
 namespace phalanx::localcluster {
 namespace {
 
+using kube::StringAt;
 using ::phalanx::testing::Eventually;
 using ::phalanx::testing::IsOk;
 using ::phalanx::testing::StatusIs;
 using ::testing::HasSubstr;
-using kube::StringAt;
 
 constexpr absl::Duration kWait = absl::Seconds(20);
 
@@ -133,9 +133,8 @@ class KubeletTest : public ::testing::Test {
 TEST(ExpandKubeVarsTest, Table) {
   const std::map<std::string, std::string> env = {{"A", "1"}, {"B", "two"}};
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"$(A)", "1"},          {"x-$(B)-y", "x-two-y"}, {"$(C)", "$(C)"},
-      {"$$(A)", "$(A)"},      {"$A", "$A"},            {"cost $", "cost $"},
-      {"$(A", "$(A"},         {"$(A)$(B)", "1two"},
+      {"$(A)", "1"}, {"x-$(B)-y", "x-two-y"}, {"$(C)", "$(C)"}, {"$$(A)", "$(A)"},
+      {"$A", "$A"},  {"cost $", "cost $"},    {"$(A", "$(A"},   {"$(A)$(B)", "1two"},
   };
   for (const auto& [in, want] : cases) {
     SCOPED_TRACE(in);
@@ -167,7 +166,8 @@ TEST(ContainerLaunchOptionsTest, ResolvesPathEnvAndRejectsWhatCannotRun) {
   EXPECT_EQ(options->env.at("HOSTNAME"), "p");
   EXPECT_FALSE(options->env.contains("SECRET"));  // optional, and no secret store given
 
-  auto lookup = [](const std::string& secret, const std::string& key) -> std::optional<std::string> {
+  auto lookup = [](const std::string& secret,
+                   const std::string& key) -> std::optional<std::string> {
     if (secret == "s" && key == "k") return "from-secret";
     return std::nullopt;
   };
@@ -224,8 +224,9 @@ TEST_F(KubeletTest, RegisterNodes_WritesNodeObjects) {
 
 TEST_F(KubeletTest, ProcessPod_RunsWithEnvAndWorkingDir_LogsAndReportsRunning) {
   Make();
-  Json pod = ShellPod("p1", "echo \"hello $GREETING $MY_NAME $MY_NODE $EXPANDED $FROM_KUBELET $PWD\"; "
-                            "exec sleep 1000");
+  Json pod = ShellPod("p1",
+                      "echo \"hello $GREETING $MY_NAME $MY_NODE $EXPANDED $FROM_KUBELET $PWD\"; "
+                      "exec sleep 1000");
   Json env = Json::array();
   env[0]["name"] = Json::string("GREETING");
   env[0]["value"] = Json::string("hi");
@@ -304,9 +305,8 @@ TEST_F(KubeletTest, OnFailure_RestartsAfterBackOff_CountingRestarts) {
                   "n=$(cat " + counter + " 2>/dev/null || echo 0); echo $((n+1)) > " + counter +
                       "; [ \"$n\" -ge 1 ] && exit 0; exit 3",
                   "OnFailure"));
-  ASSERT_TRUE(SyncUntil([&] {
-    return StringAt(Container("flaky"), "state.waiting.reason") == "CrashLoopBackOff";
-  }));
+  ASSERT_TRUE(SyncUntil(
+      [&] { return StringAt(Container("flaky"), "state.waiting.reason") == "CrashLoopBackOff"; }));
   Json waiting = Container("flaky");
   EXPECT_EQ(waiting.at("lastState").at("terminated").at("exitCode").as_integer(), 3);
   EXPECT_EQ(waiting.at("restartCount").as_integer(), 0);
@@ -325,27 +325,27 @@ TEST_F(KubeletTest, OnFailure_RestartsAfterBackOff_CountingRestarts) {
 
 TEST_F(KubeletTest, GracefulDelete_TermTrappingProcessExits_PodDisappears) {
   Make();
-  Create(ShellPod("polite", "trap 'echo got-term; exit 0' TERM; echo ready; "
-                            "while true; do sleep 0.05; done"));
+  Create(ShellPod("polite",
+                  "trap 'echo got-term; exit 0' TERM; echo ready; "
+                  "while true; do sleep 0.05; done"));
   kubelet_->SyncOnce();
   ASSERT_TRUE(Eventually([&] { return Log("polite").find("ready") != std::string::npos; }, kWait));
   const pid_t pid = *kubelet_->PodPid("ns", "polite");
   auto marked = store_.Delete("pods", "ns", "polite");
   ASSERT_THAT(marked, IsOk());
   EXPECT_EQ(marked->at("metadata").at("deletionGracePeriodSeconds").as_integer(), 30);
-  ASSERT_TRUE(SyncUntil([&] { return !Pod("polite").has_value(); }))
-      << "SIGTERM, no clock needed";
+  ASSERT_TRUE(SyncUntil([&] { return !Pod("polite").has_value(); })) << "SIGTERM, no clock needed";
   EXPECT_THAT(Log("polite"), HasSubstr("got-term"));
   EXPECT_TRUE(ProcessGone(pid));
 }
 
 TEST_F(KubeletTest, GracefulDelete_TermIgnoringProcess_KilledWhenGraceEnds) {
   Make();
-  Create(ShellPod("stubborn", "trap '' TERM; echo ready; while true; do sleep 0.05; done",
-                  "Never", 5));
+  Create(ShellPod("stubborn", "trap '' TERM; echo ready; while true; do sleep 0.05; done", "Never",
+                  5));
   kubelet_->SyncOnce();
-  ASSERT_TRUE(Eventually([&] { return Log("stubborn").find("ready") != std::string::npos; },
-                         kWait));
+  ASSERT_TRUE(
+      Eventually([&] { return Log("stubborn").find("ready") != std::string::npos; }, kWait));
   const pid_t pid = *kubelet_->PodPid("ns", "stubborn");
   ASSERT_THAT(store_.Delete("pods", "ns", "stubborn"), IsOk());
   for (int i = 0; i < 20; ++i) {
@@ -370,8 +370,7 @@ TEST_F(KubeletTest, KillPod_SignalsTheProcess_AndErrorsWithoutOne) {
   EXPECT_EQ(terminated.at("exitCode").as_integer(), 137);
   EXPECT_EQ(terminated.at("signal").as_integer(), SIGKILL);
   EXPECT_EQ(StringAt(terminated, "reason"), "Error");
-  EXPECT_THAT(kubelet_->KillPod("ns", "victim"),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(kubelet_->KillPod("ns", "victim"), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST_F(KubeletTest, StopPodAndContinuePod_FreezeAndThawTheProcess) {
@@ -470,7 +469,8 @@ TEST_F(KubeletTest, SimulatedNode_RunningWithoutProcess_FailPodAndDeleteAtOnce) 
 
 TEST_F(KubeletTest, SimulatedNodes_TwoThousandPods_AllReachRunning_ThenAllGo) {
   std::vector<NodeConfig> nodes;
-  for (int i = 0; i < 4; ++i) nodes.push_back(NodeConfig{"sim-" + std::to_string(i), 8, {}, {}, true});
+  for (int i = 0; i < 4; ++i)
+    nodes.push_back(NodeConfig{"sim-" + std::to_string(i), 8, {}, {}, true});
   Kubelet::Options options;
   options.nodes = std::move(nodes);
   kubelet_ = std::make_unique<Kubelet>(access_, clock_, options);
@@ -499,8 +499,8 @@ TEST_F(KubeletTest, Stop_KillsEveryProcessIncludingChildren_AndStartRunsTheLoop)
   ASSERT_THAT(kubelet_->Start(), IsOk());
   EXPECT_THAT(kubelet_->Start(), StatusIs(absl::StatusCode::kFailedPrecondition));
   Create(ShellPod("a", "exec sleep 1000"));
-  Create(ShellPod("deaf", "trap '' TERM; sleep 1000 & echo $! > " + log_dir_ +
-                              "/child; echo ready; wait"));
+  Create(ShellPod("deaf",
+                  "trap '' TERM; sleep 1000 & echo $! > " + log_dir_ + "/child; echo ready; wait"));
   ASSERT_TRUE(Eventually(
       [&] { return Phase("a") == "Running" && Log("deaf").find("ready") != std::string::npos; },
       kWait));

@@ -115,7 +115,8 @@ absl::Status LocalCluster::InitBuiltIn(int* port) {
     if (t.status_subresource) store_.EnableStatusSubresource(t.StoreKey());
   }
   for (const char* ns : {"default", "kube-system", "kube-public", "kube-node-lease"}) {
-    if (absl::StatusOr<Json> created = store_.Create("namespaces", "", NamespaceObject(ns), /*keep_status=*/true);
+    if (absl::StatusOr<Json> created =
+            store_.Create("namespaces", "", NamespaceObject(ns), /*keep_status=*/true);
         !created.ok()) {
       return created.status();
     }
@@ -126,9 +127,8 @@ absl::Status LocalCluster::InitBuiltIn(int* port) {
   api_options.log_dir = options_.work_dir + "/logs";
   api_ = std::make_unique<ApiServer>(store_, registry_, clock_, api_options);
 
-  if (absl::Status s = Serve([this](const HttpRequest& req, HttpResponse& resp) {
-        api_->Handle(req, resp);
-      }, port);
+  if (absl::Status s = Serve(
+          [this](const HttpRequest& req, HttpResponse& resp) { api_->Handle(req, resp); }, port);
       !s.ok()) {
     return s;
   }
@@ -153,10 +153,9 @@ absl::Status LocalCluster::InitReal(const EnvtestAssets& assets, int* port) {
   absl::StatusOr<std::unique_ptr<ControlPlane>> plane = ControlPlane::Start(plane_options);
   if (!plane.ok()) return plane.status();
   control_plane_ = *std::move(plane);
-  backend_description_ = absl::StrCat("kube-apiserver ", control_plane_->version(), " from ",
-                                      assets.source == "KUBEBUILDER_ASSETS"
-                                          ? "KUBEBUILDER_ASSETS=" + assets.dir
-                                          : assets.dir);
+  backend_description_ = absl::StrCat(
+      "kube-apiserver ", control_plane_->version(), " from ",
+      assets.source == "KUBEBUILDER_ASSETS" ? "KUBEBUILDER_ASSETS=" + assets.dir : assets.dir);
 
   ApiProxy::Options proxy_options;
   proxy_options.upstream_port = control_plane_->port();
@@ -164,9 +163,8 @@ absl::Status LocalCluster::InitReal(const EnvtestAssets& assets, int* port) {
   proxy_options.admin_token = token_;
   proxy_options.log_dir = options_.work_dir + "/logs";
   proxy_ = std::make_unique<ApiProxy>(proxy_options);
-  if (absl::Status s = Serve([this](const HttpRequest& req, HttpResponse& resp) {
-        proxy_->Handle(req, resp);
-      }, port);
+  if (absl::Status s = Serve(
+          [this](const HttpRequest& req, HttpResponse& resp) { proxy_->Handle(req, resp); }, port);
       !s.ok()) {
     return s;
   }
@@ -213,8 +211,8 @@ absl::Status LocalCluster::StartKubelet(int port) {
     for (int i = 0; i < options_.nodes + options_.simulated_nodes; ++i) {
       NodeConfig node;
       const bool simulated = i >= options_.nodes;
-      node.name = simulated ? absl::StrCat("sim-node-", i - options_.nodes)
-                            : absl::StrCat("node-", i);
+      node.name =
+          simulated ? absl::StrCat("sim-node-", i - options_.nodes) : absl::StrCat("node-", i);
       node.gpus = options_.gpus_per_node;
       node.labels = options_.node_labels;
       if (simulated) node.labels["phalanx.dev/simulated-node"] = "true";
@@ -260,7 +258,8 @@ std::optional<Backend> ParseBackend(const std::string& text) {
 
 absl::Status LocalCluster::WriteKubeconfig() {
   const std::string text = absl::StrCat(
-      "# Written by phalanx-localcluster: a local test cluster (", backend_description_, ").\n"
+      "# Written by phalanx-localcluster: a local test cluster (", backend_description_,
+      ").\n"
       "apiVersion: v1\nkind: Config\nclusters:\n- name: phalanx-local\n  cluster:\n    server: ",
       url_, "\n    certificate-authority-data: ", absl::Base64Escape(tls_.ca_cert_pem),
       "\nusers:\n- name: phalanx-admin\n  user:\n    token: ", token_,

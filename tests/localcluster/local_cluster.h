@@ -11,8 +11,8 @@
 #pragma once
 
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,11 +24,11 @@
 #include "tests/localcluster/api_proxy.h"
 #include "tests/localcluster/api_server.h"
 #include "tests/localcluster/control_plane.h"
-#include "tests/localcluster/rest_access.h"
 #include "tests/localcluster/https_server.h"
 #include "tests/localcluster/kubelet.h"
-#include "tests/localcluster/store_types.h"
 #include "tests/localcluster/resource_registry.h"
+#include "tests/localcluster/rest_access.h"
+#include "tests/localcluster/store_types.h"
 #include "tests/localcluster/tls_material.h"
 
 namespace phalanx::localcluster {
@@ -40,16 +40,16 @@ std::optional<Backend> ParseBackend(const std::string& text);
 
 struct LocalClusterOptions {
   Backend backend = Backend::kBuiltIn;
-  int nodes = 2;             // process nodes: pods run as local processes
+  int nodes = 2;  // process nodes: pods run as local processes
   int gpus_per_node = 0;
-  int simulated_nodes = 0;   // simulated nodes: pods become Running without a process
+  int simulated_nodes = 0;  // simulated nodes: pods become Running without a process
   std::map<std::string, std::string> node_labels;  // added to every node
   std::vector<Json> node_taints;                   // added to every node
   // Full control instead of the counts above (when non-empty).
   std::vector<NodeConfig> node_configs;
   int port = 0;
-  std::string work_dir;        // pod logs go to work_dir/logs; required
-  std::string kubeconfig_out;  // default: work_dir/kubeconfig
+  std::string work_dir;          // pod logs go to work_dir/logs; required
+  std::string kubeconfig_out;    // default: work_dir/kubeconfig
   size_t history_limit = 50000;  // watch history; older resourceVersions get 410
   absl::Duration gc_interval = absl::Milliseconds(200);
   std::map<std::string, std::string> pod_env;  // added to every pod process's environment
@@ -110,10 +110,10 @@ class LocalCluster {
   ResourceRegistry registry_;
   Backend backend_ = Backend::kBuiltIn;
   std::string backend_description_;
-  std::unique_ptr<ApiServer> api_;                  // built-in
-  std::unique_ptr<ControlPlane> control_plane_;     // real
-  std::unique_ptr<kube::RestClient> node_client_;   // real: the node side's client
-  std::unique_ptr<ApiProxy> proxy_;                 // real
+  std::unique_ptr<ApiServer> api_;                 // built-in
+  std::unique_ptr<ControlPlane> control_plane_;    // real
+  std::unique_ptr<kube::RestClient> node_client_;  // real: the node side's client
+  std::unique_ptr<ApiProxy> proxy_;                // real
   std::unique_ptr<ClusterAccess> access_;
   std::unique_ptr<Kubelet> kubelet_;
   std::unique_ptr<FaultTarget> faults_target_;

@@ -114,10 +114,9 @@ absl::StatusOr<Json> ParseTaint(const std::string& text) {
 }
 
 int Serve(const Args& args) {
-  static const std::vector<std::string> kKnown = {"kubeconfig-out", "backend", "nodes",
-                                                  "gpus-per-node",
-                                                  "simulated-nodes", "port", "work-dir",
-                                                  "node-labels", "node-taints"};
+  static const std::vector<std::string> kKnown = {
+      "kubeconfig-out", "backend",  "nodes",       "gpus-per-node", "simulated-nodes",
+      "port",           "work-dir", "node-labels", "node-taints"};
   for (const auto& [flag, value] : args.flags) {
     if (std::find(kKnown.begin(), kKnown.end(), flag) == kKnown.end()) {
       return Usage(absl::StrCat("unknown flag --", flag));
@@ -137,8 +136,9 @@ int Serve(const Args& args) {
   std::optional<phalanx::localcluster::Backend> parsed =
       phalanx::localcluster::ParseBackend(backend);
   if (!parsed.has_value()) {
-    return Usage("--backend (or PHALANX_LOCALCLUSTER_BACKEND) must be auto, real or builtin, got \"" +
-                 backend + "\"");
+    return Usage(
+        "--backend (or PHALANX_LOCALCLUSTER_BACKEND) must be auto, real or builtin, got \"" +
+        backend + "\"");
   }
   options.backend = *parsed;
   absl::StatusOr<int> nodes = IntFlag(args, "nodes", 2, 0);
@@ -155,7 +155,8 @@ int Serve(const Args& args) {
   if (auto labels = args.flags.find("node-labels"); labels != args.flags.end()) {
     for (absl::string_view kv : absl::StrSplit(labels->second, ',', absl::SkipEmpty())) {
       const size_t eq = kv.find('=');
-      if (eq == absl::string_view::npos) return Usage(absl::StrCat("label \"", kv, "\" is not k=v"));
+      if (eq == absl::string_view::npos)
+        return Usage(absl::StrCat("label \"", kv, "\" is not k=v"));
       options.node_labels[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
     }
   }
@@ -187,9 +188,9 @@ int Serve(const Args& args) {
     std::cerr << "phalanx-localcluster: " << cluster.status().message() << "\n";
     return 1;
   }
-  std::cerr << "phalanx-localcluster: serving " << (*cluster)->url() << " with "
-            << options.nodes << " process node(s), " << options.simulated_nodes
-            << " simulated node(s), " << options.gpus_per_node << " GPU(s) per node\n"
+  std::cerr << "phalanx-localcluster: serving " << (*cluster)->url() << " with " << options.nodes
+            << " process node(s), " << options.simulated_nodes << " simulated node(s), "
+            << options.gpus_per_node << " GPU(s) per node\n"
             << "  control plane: " << (*cluster)->backend_description() << "\n"
             << "  export KUBECONFIG=" << (*cluster)->kubeconfig_path() << "\n"
             << "  pod logs: " << options.work_dir << "/logs\n";
@@ -246,8 +247,8 @@ int Admin(const Args& args) {
     ok = pod_path("fail");
     path_and_query += "?exitCode=" + flag("exit-code", "1");
   } else if (command == "preempt-node" && !target.empty()) {
-    path_and_query =
-        absl::StrCat("/admin/nodes/", target, "/preempt?graceSeconds=", flag("grace-seconds", "30"));
+    path_and_query = absl::StrCat("/admin/nodes/", target,
+                                  "/preempt?graceSeconds=", flag("grace-seconds", "30"));
   } else if (command == "node-ready" && !target.empty()) {
     path_and_query = absl::StrCat("/admin/nodes/", target, "/ready");
   } else if (command == "node-not-ready" && !target.empty()) {

@@ -2,8 +2,8 @@
 
 #include <set>
 
-#include "common/kube/json.h"
 #include "absl/strings/str_cat.h"
+#include "common/kube/json.h"
 
 namespace phalanx::localcluster {
 namespace {

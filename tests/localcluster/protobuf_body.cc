@@ -3,18 +3,28 @@
 #include <cstdint>
 #include <map>
 
-#include "common/kube/json.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/kube/json.h"
 
 namespace phalanx::localcluster {
 namespace {
 
 using kube::Json;
 
-enum class Kind { kString, kBytes, kInt64, kBool, kTime, kMessage, kStrings, kMessages, kMapString,
-                  kMapBytes };
+enum class Kind {
+  kString,
+  kBytes,
+  kInt64,
+  kBool,
+  kTime,
+  kMessage,
+  kStrings,
+  kMessages,
+  kMapString,
+  kMapBytes
+};
 
 struct Message;
 struct Field {
@@ -66,11 +76,10 @@ const Message kObjectReference{{{1, {"kind", Kind::kString}},
                                 {6, {"resourceVersion", Kind::kString}},
                                 {7, {"fieldPath", Kind::kString}}}};
 const Message kLocalObjectReference{{{1, {"name", Kind::kString}}}};
-const Message kServiceAccount{
-    {{1, {"metadata", Kind::kMessage, &kObjectMeta}},
-     {2, {"secrets", Kind::kMessages, &kObjectReference}},
-     {3, {"imagePullSecrets", Kind::kMessages, &kLocalObjectReference}},
-     {4, {"automountServiceAccountToken", Kind::kBool}}}};
+const Message kServiceAccount{{{1, {"metadata", Kind::kMessage, &kObjectMeta}},
+                               {2, {"secrets", Kind::kMessages, &kObjectReference}},
+                               {3, {"imagePullSecrets", Kind::kMessages, &kLocalObjectReference}},
+                               {4, {"automountServiceAccountToken", Kind::kBool}}}};
 
 const Message* MessageFor(const std::string& api_version, const std::string& kind) {
   if (api_version != "v1") return nullptr;
@@ -84,7 +93,7 @@ const Message* MessageFor(const std::string& api_version, const std::string& kin
 // One field of a protobuf message on the wire.
 struct WireField {
   int number = 0;
-  int type = 0;             // 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32
+  int type = 0;  // 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32
   uint64_t varint = 0;
   std::string bytes;
 };
@@ -99,9 +108,12 @@ class Reader {
     f.number = static_cast<int>(key >> 3);
     f.type = static_cast<int>(key & 7);
     switch (f.type) {
-      case 0: return Varint(f.varint);
-      case 1: return Skip(8);
-      case 5: return Skip(4);
+      case 0:
+        return Varint(f.varint);
+      case 1:
+        return Skip(8);
+      case 5:
+        return Skip(4);
       case 2: {
         uint64_t len = 0;
         if (!Varint(len) || len > data_.size() - pos_) return false;
@@ -109,7 +121,8 @@ class Reader {
         pos_ += len;
         return true;
       }
-      default: return false;
+      default:
+        return false;
     }
   }
 
@@ -133,7 +146,8 @@ class Reader {
 };
 
 absl::Status Malformed() {
-  return absl::InvalidArgumentError("malformed protobuf body (application/vnd.kubernetes.protobuf)");
+  return absl::InvalidArgumentError(
+      "malformed protobuf body (application/vnd.kubernetes.protobuf)");
 }
 
 absl::StatusOr<Json> Decode(const Message& m, const std::string& data, int depth);
@@ -188,9 +202,8 @@ absl::StatusOr<Json> Decode(const Message& m, const std::string& data, int depth
         }
         constexpr int64_t kGoZeroTime = -62135596800;  // metav1.Time{} on the wire
         if (seconds != kGoZeroTime && seconds != 0) {
-          out[field.name] = Json::string(
-              absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(seconds),
-                               absl::UTCTimeZone()));
+          out[field.name] = Json::string(absl::FormatTime(
+              "%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(seconds), absl::UTCTimeZone()));
         }
         break;
       }
@@ -256,7 +269,8 @@ absl::StatusOr<Json> DecodeProtobufBody(const std::string& body) {
   if (message == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
         "phalanx-localcluster's built-in API server decodes protobuf bodies only for v1 Namespace, "
-        "ConfigMap, Secret and ServiceAccount, not ", api_version, " ", kind,
+        "ConfigMap, Secret and ServiceAccount, not ",
+        api_version, " ", kind,
         ": send JSON (e.g. kubectl create ... --dry-run=client -o yaml | kubectl apply -f -)"));
   }
   absl::StatusOr<Json> object = Decode(*message, raw, 0);

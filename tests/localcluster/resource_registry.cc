@@ -50,17 +50,17 @@ ResourceRegistry::ResourceRegistry() {
   AddLocked(BuiltIn("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, false,
                     {"sa"}));
   AddLocked(BuiltIn("", "v1", "endpoints", "endpoints", "Endpoints", true, false, {"ep"}));
-  AddLocked(BuiltIn("apps", "v1", "deployments", "deployment", "Deployment", true, true,
-                    {"deploy"}));
+  AddLocked(
+      BuiltIn("apps", "v1", "deployments", "deployment", "Deployment", true, true, {"deploy"}));
   AddLocked(BuiltIn("apps", "v1", "daemonsets", "daemonset", "DaemonSet", true, true, {"ds"}));
   AddLocked(BuiltIn("coordination.k8s.io", "v1", "leases", "lease", "Lease", true, false, {}));
   AddLocked(BuiltIn("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, false, {}));
-  AddLocked(BuiltIn("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding",
-                    "RoleBinding", true, false, {}));
-  AddLocked(BuiltIn("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole",
-                    "ClusterRole", false, false, {}));
-  AddLocked(BuiltIn("rbac.authorization.k8s.io", "v1", "clusterrolebindings",
-                    "clusterrolebinding", "ClusterRoleBinding", false, false, {}));
+  AddLocked(BuiltIn("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding",
+                    true, false, {}));
+  AddLocked(BuiltIn("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole",
+                    false, false, {}));
+  AddLocked(BuiltIn("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding",
+                    "ClusterRoleBinding", false, false, {}));
   AddLocked(BuiltIn("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget",
                     "PodDisruptionBudget", true, true, {"pdb"}));
   AddLocked(BuiltIn("apiextensions.k8s.io", "v1", "customresourcedefinitions",
@@ -128,7 +128,8 @@ std::vector<FieldError> ValidateCrd(const Json& crd) {
   const std::string name = kube::MetaString(crd, "name");
   if (!plural.empty() && !group.empty() && name != plural + "." + group) {
     errors.push_back({"FieldValueInvalid", "metadata.name",
-                      absl::StrCat("Invalid value: \"", name, "\": must be spec.names.plural+\".\"+spec.group")});
+                      absl::StrCat("Invalid value: \"", name,
+                                   "\": must be spec.names.plural+\".\"+spec.group")});
   }
   const Json* versions = FieldOf(*spec, "versions");
   if (versions == nullptr || !versions->is_array() || versions->size() == 0) {
@@ -247,8 +248,7 @@ std::optional<Json> ResourceRegistry::ResourceList(const std::string& group,
   if (gv == types_.end() || gv->second.empty()) return std::nullopt;
   Json resources = Json::array();
   size_t i = 0;
-  const Json verbs = StringArray(
-      {"create", "delete", "get", "list", "patch", "update", "watch"});
+  const Json verbs = StringArray({"create", "delete", "get", "list", "patch", "update", "watch"});
   for (const auto& [plural, t] : gv->second) {
     Json r = Json::object();
     r["name"] = Json::string(plural);

@@ -54,7 +54,7 @@ class ResourceRegistry {
   void UnregisterCrd(const std::string& crd_name);
 
   Json CoreApiVersions(const std::string& server_address) const;  // GET /api
-  Json GroupList() const;                                          // GET /apis
+  Json GroupList() const;                                         // GET /apis
   // GET /api/v1 or /apis/G/V; nullopt when no such group/version is served.
   std::optional<Json> ResourceList(const std::string& group, const std::string& version) const;
 

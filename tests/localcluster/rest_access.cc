@@ -72,7 +72,8 @@ void RestAccess::Record(const std::string& type, const Json& object, bool is_pod
   if (!is_pod) return;
   const std::string uid = kube::MetaString(object, "uid");
   if (type == "DELETED" || !kube::StringAt(object, "spec.nodeName").empty()) assumed_.erase(uid);
-  history_.push_back(WatchEvent{type, "pods", kube::MetaString(object, "namespace"), version, object});
+  history_.push_back(
+      WatchEvent{type, "pods", kube::MetaString(object, "namespace"), version, object});
   while (history_.size() > history_limit_) {
     oldest_retained_ = history_.front().resource_version;
     history_.pop_front();
@@ -163,7 +164,8 @@ absl::Status RestAccess::DeletePod(const std::string& ns, const std::string& nam
   options.grace_period_seconds = grace;
   absl::Status s = client_.Delete(kPodResource, ns, name, options);
   // A failed uid precondition comes back as a 409 Conflict: the pod of that name is another.
-  if (absl::IsAborted(s) || absl::IsAlreadyExists(s)) return absl::FailedPreconditionError(s.message());
+  if (absl::IsAborted(s) || absl::IsAlreadyExists(s))
+    return absl::FailedPreconditionError(s.message());
   return s;
 }
 

@@ -62,8 +62,9 @@ TEST_F(GarbageServerTest, MalformedAndMisshapenBodiesAreClearErrors) {
     } else if (req.path == "/api/v1/namespaces/ns/pods/html") {
       resp.Respond(502, "text/html", "<html><body>Bad Gateway</body></html>");
     } else {
-      resp.Respond(404, "application/json",
-                   R"({"kind":"Status","reason":"NotFound","message":"pods \"x\" not found","code":404})");
+      resp.Respond(
+          404, "application/json",
+          R"({"kind":"Status","reason":"NotFound","message":"pods \"x\" not found","code":404})");
     }
   });
   EXPECT_THAT(client_->List(kPods, "ns", {}).status(),
@@ -82,7 +83,8 @@ TEST_F(GarbageServerTest, JunkLinesAreSkippedAndATruncatedStreamEndsCleanly) {
   Serve([](const HttpRequest&, HttpResponse& resp) {
     resp.StartStream(200, "application/json");
     resp.WriteChunk("this is not json\n");
-    resp.WriteChunk(R"({"type":"WHATEVER","object":{}})" "\n");
+    resp.WriteChunk(R"({"type":"WHATEVER","object":{}})"
+                    "\n");
     resp.WriteChunk(R"({"type":"ADDED","object":{"metadata":{"name":"p","resourceVersion":"7"}}})");
     resp.WriteChunk("\n{\"type\":\"MODIFIED\",\"object\":{\"metad");  // cut mid-event
   });
@@ -91,7 +93,8 @@ TEST_F(GarbageServerTest, JunkLinesAreSkippedAndATruncatedStreamEndsCleanly) {
   std::optional<kube::WatchEventData> event;
   absl::Status end;
   for (int i = 0; i < 200 && end.ok(); ++i) {
-    absl::StatusOr<std::optional<kube::WatchEventData>> next = (*watch)->Next(absl::Milliseconds(100));
+    absl::StatusOr<std::optional<kube::WatchEventData>> next =
+        (*watch)->Next(absl::Milliseconds(100));
     if (!next.ok()) {
       end = next.status();
     } else if (next->has_value()) {
@@ -111,7 +114,8 @@ TEST_F(GarbageServerTest, ASilentWatchNeitherBlocksNextNorItsDestruction) {
   });
   absl::StatusOr<std::unique_ptr<kube::WatchStream>> watch = client_->Watch(kPods, "ns", {});
   ASSERT_TRUE(watch.ok()) << watch.status();
-  absl::StatusOr<std::optional<kube::WatchEventData>> next = (*watch)->Next(absl::Milliseconds(200));
+  absl::StatusOr<std::optional<kube::WatchEventData>> next =
+      (*watch)->Next(absl::Milliseconds(200));
   ASSERT_TRUE(next.ok());
   EXPECT_FALSE(next->has_value());
   watch->reset();  // must return although the server never sends a byte

@@ -118,8 +118,7 @@ std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Js
       ++reasons[misfit];
       continue;
     }
-    const int64_t allocatable =
-        Quantity(Field(Field(Field(node, "status"), "allocatable"), kGpu));
+    const int64_t allocatable = Quantity(Field(Field(Field(node, "status"), "allocatable"), kGpu));
     std::tuple<int64_t, std::string> score{allocatable - used - wanted, name};
     if (!best.has_value() || score < *best) best = std::move(score);
   }
@@ -129,8 +128,8 @@ std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Js
     std::vector<std::string> parts;
     for (const auto& [reason, count] : reasons) parts.push_back(absl::StrCat(count, " ", reason));
     std::sort(parts.begin(), parts.end());
-    *why_not = absl::StrCat("0/", nodes.size(), " nodes are available: ",
-                            absl::StrJoin(parts, ", "), ".");
+    *why_not =
+        absl::StrCat("0/", nodes.size(), " nodes are available: ", absl::StrJoin(parts, ", "), ".");
   }
   return std::nullopt;
 }
@@ -140,11 +139,9 @@ void AddUsage(const Json& pod, std::map<std::string, int64_t>& gpus_used) {
   if (!node.empty() && !IsTerminated(pod)) gpus_used[node] += PodGpuRequest(pod);
 }
 
-
 }  // namespace
 
-bool SetScheduledCondition(Json& pod, bool scheduled, const std::string& message,
-                           absl::Time now) {
+bool SetScheduledCondition(Json& pod, bool scheduled, const std::string& message, absl::Time now) {
   Json& status = pod["status"];
   if (!status.is_object()) status = Json::object();
   const std::string want = scheduled ? "True" : "False";
@@ -208,9 +205,9 @@ int SchedulePending(ClusterAccess& access, base::Clock& clock) {
   std::sort(queue.begin(), queue.end(), [](const Json& a, const Json& b) {
     // Creation order: the timestamp has second precision; the name breaks ties stably.
     return std::tuple(MetaString(a, "creationTimestamp"), MetaString(a, "name"),
-                      MetaString(a, "uid")) <
-           std::tuple(MetaString(b, "creationTimestamp"), MetaString(b, "name"),
-                      MetaString(b, "uid"));
+                      MetaString(a, "uid")) < std::tuple(MetaString(b, "creationTimestamp"),
+                                                         MetaString(b, "name"),
+                                                         MetaString(b, "uid"));
   });
   absl::StatusOr<ListResult> nodes = access.List("nodes", kube::ObjectFilter{});
   absl::StatusOr<ListResult> all = access.List("pods", kube::ObjectFilter{});
@@ -234,8 +231,8 @@ int SchedulePending(ClusterAccess& access, base::Clock& clock) {
     absl::StatusOr<Json> updated = access.Bind(pod, *node);
     if (!updated.ok()) {
       if (!absl::IsNotFound(updated.status()) && !absl::IsAborted(updated.status())) {
-        PHX_LOG(WARNING) << "scheduler: binding " << ns << "/" << MetaString(pod, "name")
-                         << " to " << *node << ": " << updated.status();
+        PHX_LOG(WARNING) << "scheduler: binding " << ns << "/" << MetaString(pod, "name") << " to "
+                         << *node << ": " << updated.status();
       }
       continue;
     }

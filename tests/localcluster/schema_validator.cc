@@ -92,7 +92,6 @@ bool HasType(const Json& v, const std::string& type) {
   return true;  // An unknown type name constrains nothing rather than rejecting everything.
 }
 
-
 // Go's %q, which is how Kubernetes quotes strings in messages.
 std::string GoQuote(const std::string& s) {
   std::string out = "\"";

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "common/kube/json.h"
 #include "absl/strings/match.h"
+#include "common/kube/json.h"
 
 namespace phalanx::localcluster {
 namespace {
@@ -55,7 +55,8 @@ Json MergeLists(const Json& target, const Json& patch, const std::string& key) {
     }
     const std::string directive = PatchDirective(element);
     if (directive == "delete") {
-      if (found < out.size()) out.as_array().erase(out.as_array().begin() + static_cast<long>(found));
+      if (found < out.size())
+        out.as_array().erase(out.as_array().begin() + static_cast<long>(found));
       continue;
     }
     if (found == out.size()) {

@@ -66,7 +66,6 @@ std::vector<const Json*> ArrayField(const Json* object, const char* key) {
 
 // ---- Cells. ----
 
-
 // translateTimestampSince: the age of a timestamp field, "<unknown>" when there is none.
 std::string AgeOf(const std::string& timestamp, absl::Time now) {
   const std::optional<absl::Time> t = kube::ParseKubeTime(timestamp);

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "common/kube/json.h"
 #include "absl/time/time.h"
+#include "common/kube/json.h"
 
 namespace phalanx::localcluster {
 

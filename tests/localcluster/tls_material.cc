@@ -96,11 +96,11 @@ absl::StatusOr<TlsMaterial> GenerateTlsMaterial() {
   Pkey ca_key(EVP_EC_gen("P-256"));
   Pkey server_key(EVP_EC_gen("P-256"));
   if (!ca_key || !server_key) return OpenSslError("EVP_EC_gen");
-  absl::StatusOr<Cert> ca = MakeCert(ca_key.get(), "phalanx-localcluster-ca", nullptr,
-                                     ca_key.get(), /*is_ca=*/true);
+  absl::StatusOr<Cert> ca =
+      MakeCert(ca_key.get(), "phalanx-localcluster-ca", nullptr, ca_key.get(), /*is_ca=*/true);
   if (!ca.ok()) return ca.status();
-  absl::StatusOr<Cert> server = MakeCert(server_key.get(), "phalanx-localcluster", ca->get(),
-                                         ca_key.get(), /*is_ca=*/false);
+  absl::StatusOr<Cert> server =
+      MakeCert(server_key.get(), "phalanx-localcluster", ca->get(), ca_key.get(), /*is_ca=*/false);
   if (!server.ok()) return server.status();
 
   TlsMaterial out;
@@ -119,8 +119,8 @@ absl::StatusOr<TlsMaterial> GenerateTlsMaterial() {
   Pkey sa_key(EVP_EC_gen("P-256"));
   Bio sa_bio(BIO_new(BIO_s_mem()));
   if (!sa_key || !sa_bio ||
-      PEM_write_bio_PrivateKey(sa_bio.get(), sa_key.get(), nullptr, nullptr, 0, nullptr,
-                               nullptr) != 1) {
+      PEM_write_bio_PrivateKey(sa_bio.get(), sa_key.get(), nullptr, nullptr, 0, nullptr, nullptr) !=
+          1) {
     return OpenSslError("service account key");
   }
   out.service_account_key_pem = BioToString(sa_bio.get());

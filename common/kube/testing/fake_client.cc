@@ -20,7 +20,10 @@ class FakeWatch final : public kube::WatchStream {
  public:
   FakeWatch(ObjectStore& store, std::string resource, std::string ns, uint64_t since,
             kube::ObjectFilter filter)
-      : store_(store), resource_(std::move(resource)), ns_(std::move(ns)), since_(since),
+      : store_(store),
+        resource_(std::move(resource)),
+        ns_(std::move(ns)),
+        since_(since),
         filter_(std::move(filter)) {}
 
   absl::StatusOr<std::optional<kube::WatchEventData>> Next(absl::Duration max_wait) override {

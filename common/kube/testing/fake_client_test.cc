@@ -1,8 +1,8 @@
-#include "common/kube/resources.h"
 #include "common/kube/testing/fake_client.h"
 
 #include <thread>
 
+#include "common/kube/resources.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -55,7 +55,8 @@ TEST_F(FakeClientTest, InjectedFailures_HitTheNextCallsOnly) {
 TEST_F(FakeClientTest, Watch_DeliversMatchingEventsFromAVersion) {
   auto list = client_.List(kPods, "ns", {});
   ASSERT_THAT(list, IsOk());
-  auto watch = client_.Watch(kPods, "ns", {.resource_version = list->resource_version, .label_selector = "job=j1"});
+  auto watch = client_.Watch(
+      kPods, "ns", {.resource_version = list->resource_version, .label_selector = "job=j1"});
   ASSERT_THAT(watch, IsOk());
   std::thread writer([&] {
     client_.Create(kPods, "ns", Pod("other", "j2")).IgnoreError();
@@ -75,7 +76,8 @@ TEST_F(FakeClientTest, Watch_DeliversMatchingEventsFromAVersion) {
 TEST_F(FakeClientTest, Watch_FromAnExpiredVersion_IsOutOfRange) {
   ObjectStore small(base::RealClock::Get(), 2);
   FakeClient client(small);
-  for (const char* name : {"a", "b", "c", "d"}) client.Create(kPods, "ns", Pod(name, "j")).IgnoreError();
+  for (const char* name : {"a", "b", "c", "d"})
+    client.Create(kPods, "ns", Pod(name, "j")).IgnoreError();
   auto watch = client.Watch(kPods, "ns", {.resource_version = "1"});
   ASSERT_THAT(watch, IsOk());
   EXPECT_THAT((*watch)->Next(absl::Seconds(1)), StatusIs(absl::StatusCode::kOutOfRange));

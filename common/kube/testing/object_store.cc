@@ -65,7 +65,6 @@ bool InGracePeriod(const Json& object) {
   return IntOr(object.at("metadata"), "deletionGracePeriodSeconds", 0) > 0;
 }
 
-
 }  // namespace
 
 ObjectStore::ObjectStore(base::Clock& clock, size_t history_limit)
@@ -220,9 +219,9 @@ absl::StatusOr<Json> ObjectStore::Delete(const std::string& resource, const std:
   Json& stored = it->second;
   const std::string uid = MetaString(stored, "uid");
   if (!uid_precondition.empty() && uid_precondition != uid) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Precondition failed: UID in precondition: ", uid_precondition,
-        ", UID in object meta: ", uid));
+    return absl::FailedPreconditionError(
+        absl::StrCat("Precondition failed: UID in precondition: ", uid_precondition,
+                     ", UID in object meta: ", uid));
   }
   if (propagation == Propagation::kOrphan) {
     for (auto& [key, object] : objects_) {
@@ -230,7 +229,8 @@ absl::StatusOr<Json> ObjectStore::Delete(const std::string& resource, const std:
       if (std::find(owners.begin(), owners.end(), uid) == owners.end()) continue;
       Json kept = Json::array();
       for (const Json& ref : object.at("metadata").at("ownerReferences").as_array()) {
-        if (!(ref.has_field("uid") && ref.at("uid").is_string() && ref.at("uid").as_string() == uid)) {
+        if (!(ref.has_field("uid") && ref.at("uid").is_string() &&
+              ref.at("uid").as_string() == uid)) {
           kept[kept.size()] = ref;
         }
       }
@@ -355,7 +355,8 @@ int ObjectStore::CollectGarbage() {
         for (auto dep = objects_.begin(); dep != objects_.end();) {
           auto dep_next = std::next(dep);
           const std::vector<std::string> dep_owners = OwnerUids(dep->second);
-          if (dep != it && std::find(dep_owners.begin(), dep_owners.end(), uid) != dep_owners.end() &&
+          if (dep != it &&
+              std::find(dep_owners.begin(), dep_owners.end(), uid) != dep_owners.end() &&
               !dep->second.at("metadata").has_field("deletionTimestamp")) {
             if (!MarkGracefulLocked(dep, std::nullopt)) DeleteLocked(dep);
             ++collected;
@@ -377,8 +378,8 @@ absl::StatusOr<std::vector<WatchEvent>> ObjectStore::EventsSince(const std::stri
                                                                  uint64_t since) const {
   absl::MutexLock lock(&mu_);
   if (since < oldest_retained_) {
-    return absl::OutOfRangeError(absl::StrCat("too old resource version: ", since, " (",
-                                              oldest_retained_, ")"));
+    return absl::OutOfRangeError(
+        absl::StrCat("too old resource version: ", since, " (", oldest_retained_, ")"));
   }
   std::vector<WatchEvent> events;
   for (const WatchEvent& e : history_) {

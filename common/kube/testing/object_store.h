@@ -19,6 +19,8 @@
 // Objects are JSON (cpprestsdk). Thread-safe; WaitForEvents blocks on real time with a bound.
 #pragma once
 
+#include <cpprest/json.h>
+
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -27,13 +29,11 @@
 #include <string>
 #include <vector>
 
-#include <cpprest/json.h>
-
-#include "common/kube/json.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
+#include "common/kube/json.h"
 #include "common/kube/object_filter.h"
 
 namespace phalanx::kube::fake {
@@ -98,8 +98,7 @@ class ObjectStore {
   // Events for `resource` (and `ns`, "" = all) with resourceVersion > since. OutOfRange when
   // `since` is older than the retained history (the client must relist).
   absl::StatusOr<std::vector<WatchEvent>> EventsSince(const std::string& resource,
-                                                      const std::string& ns,
-                                                      uint64_t since) const;
+                                                      const std::string& ns, uint64_t since) const;
   // Blocks until the store's resourceVersion passes `since` or `max_wait` passes.
   void WaitForChange(uint64_t since, absl::Duration max_wait) const;
   uint64_t resource_version() const;

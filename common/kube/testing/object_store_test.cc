@@ -16,11 +16,13 @@ using ::testing::HasSubstr;
 Json Parse(const std::string& text) { return Json::parse(text); }
 
 Json Pod(const std::string& name, const std::string& labels = "{}") {
-  return Parse(R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":")" + name +
-               R"(","labels":)" + labels + R"(},"spec":{"containers":[]},"status":{"phase":"Pending"}})");
+  return Parse(R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":")" + name + R"(","labels":)" +
+               labels + R"(},"spec":{"containers":[]},"status":{"phase":"Pending"}})");
 }
 
-std::string Rv(const Json& object) { return object.at("metadata").at("resourceVersion").as_string(); }
+std::string Rv(const Json& object) {
+  return object.at("metadata").at("resourceVersion").as_string();
+}
 int64_t Generation(const Json& object) {
   return object.at("metadata").at("generation").as_number().to_int64();
 }
@@ -119,7 +121,8 @@ TEST_F(ObjectStoreTest, List_FiltersByNamespaceAndLabels_AndPages) {
   do {
     auto page = store_.List("pods", "ns", j1, 3, token);
     ASSERT_THAT(page, IsOk());
-    for (const Json& item : page->items) names.push_back(item.at("metadata").at("name").as_string());
+    for (const Json& item : page->items)
+      names.push_back(item.at("metadata").at("name").as_string());
     token = page->continue_token;
   } while (!token.empty());
   EXPECT_EQ(names, (std::vector<std::string>{"a", "b", "c", "d"}));
@@ -165,7 +168,8 @@ Json Owned(const std::string& name, const Json& owner) {
 }
 
 TEST_F(ObjectStoreTest, GarbageCollection_Background_DeletesDependentsOfAGoneOwner) {
-  Json job = *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
+  Json job =
+      *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
   store_.Create("pods", "ns", Owned("j-0", job)).IgnoreError();
   store_.Create("pods", "ns", Owned("j-1", job)).IgnoreError();
   store_.Create("pods", "ns", Pod("unowned")).IgnoreError();
@@ -177,7 +181,8 @@ TEST_F(ObjectStoreTest, GarbageCollection_Background_DeletesDependentsOfAGoneOwn
 }
 
 TEST_F(ObjectStoreTest, GarbageCollection_Foreground_OwnerGoesAfterItsDependents) {
-  Json job = *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
+  Json job =
+      *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
   store_.Create("pods", "ns", Owned("j-0", job)).IgnoreError();
   auto marked = store_.Delete("trainingjobs.phalanx.dev", "ns", "j", "",
                               ObjectStore::Propagation::kForeground);
@@ -191,11 +196,12 @@ TEST_F(ObjectStoreTest, GarbageCollection_Foreground_OwnerGoesAfterItsDependents
 }
 
 TEST_F(ObjectStoreTest, GarbageCollection_Orphan_KeepsDependentsWithoutTheReference) {
-  Json job = *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
+  Json job =
+      *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
   store_.Create("pods", "ns", Owned("j-0", job)).IgnoreError();
-  ASSERT_THAT(store_.Delete("trainingjobs.phalanx.dev", "ns", "j", "",
-                            ObjectStore::Propagation::kOrphan),
-              IsOk());
+  ASSERT_THAT(
+      store_.Delete("trainingjobs.phalanx.dev", "ns", "j", "", ObjectStore::Propagation::kOrphan),
+      IsOk());
   EXPECT_EQ(store_.CollectGarbage(), 0);
   auto pod = store_.Get("pods", "ns", "j-0");
   ASSERT_THAT(pod, IsOk());
@@ -275,11 +281,13 @@ TEST_F(ObjectStoreTest, GracefulDelete_UnboundFinishedOrOtherResources_GoAtOnce)
       ASSERT_THAT(store_.Update(c.resource, "ns", created, true), IsOk());
     }
     const std::string name = created.at("metadata").at("name").as_string();
-    ASSERT_THAT(store_.Delete(c.resource, "ns", name, "", ObjectStore::Propagation::kBackground, 10),
-                IsOk());
+    ASSERT_THAT(
+        store_.Delete(c.resource, "ns", name, "", ObjectStore::Propagation::kBackground, 10),
+        IsOk());
     EXPECT_THAT(store_.Get(c.resource, "ns", name), StatusIs(absl::StatusCode::kNotFound));
   }
-  store_.Create("pods", "ns", BoundPod("zero", R"(,"terminationGracePeriodSeconds":0)")).IgnoreError();
+  store_.Create("pods", "ns", BoundPod("zero", R"(,"terminationGracePeriodSeconds":0)"))
+      .IgnoreError();
   ASSERT_THAT(store_.Delete("pods", "ns", "zero"), IsOk());
   EXPECT_THAT(store_.Get("pods", "ns", "zero"), StatusIs(absl::StatusCode::kNotFound));
 }
@@ -299,7 +307,8 @@ TEST_F(ObjectStoreTest, GracefulDelete_WithFinalizers_GraceZeroStillWaitsForThem
 }
 
 TEST_F(ObjectStoreTest, GarbageCollection_RunningPodOfAGoneOwner_IsDeletedGracefully) {
-  Json job = *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
+  Json job =
+      *store_.Create("trainingjobs.phalanx.dev", "ns", Parse(R"({"metadata":{"name":"j"}})"));
   Json pod = Owned("j-0", job);
   pod["spec"]["nodeName"] = Json::string("n1");
   store_.Create("pods", "ns", pod).IgnoreError();

@@ -22,14 +22,14 @@ namespace phalanx::localcluster::differential {
 
 // What a response must look like. Unset members are not checked.
 struct Expect {
-  int code = 0;                                // HTTP status
-  std::string reason;                          // Status.reason of an error
-  std::vector<std::string> cause_fields;       // each must be some details.causes[].field
-  std::string message_has;                     // substring of Status.message
+  int code = 0;                           // HTTP status
+  std::string reason;                     // Status.reason of an error
+  std::vector<std::string> cause_fields;  // each must be some details.causes[].field
+  std::string message_has;                // substring of Status.message
   // (path, JSON text) pairs: the answer's value at path ("spec.size", "items[0].kind") must
   // equal the JSON text; "<absent>" / "<present>" test only presence.
   std::vector<std::pair<std::string, std::string>> fields;
-  std::vector<std::string> warnings_have;      // each must be a substring of some Warning
+  std::vector<std::string> warnings_have;  // each must be a substring of some Warning
   bool no_warnings = false;
   // For a WATCH step: events that must appear in this order, as "TYPE" or "TYPE:name" or
   // "ERROR:<code>:<reason>"; events_absent: "TYPE:name" that must not appear.
@@ -52,7 +52,7 @@ struct Step {
 };
 
 struct Case {
-  std::string name;  // gtest-safe: letters, digits, underscores
+  std::string name;         // gtest-safe: letters, digits, underscores
   std::string builtin_gap;  // empty: the built-in server must match; else why it cannot
   std::vector<Step> steps;
 };
@@ -64,7 +64,7 @@ std::vector<Case> AllCases();
 struct Fixture {
   std::string collection_path;  // POST here
   std::string body;
-  std::string ready_path;       // GET answers 200 once it is usable
+  std::string ready_path;  // GET answers 200 once it is usable
 };
 std::vector<Fixture> Fixtures();
 

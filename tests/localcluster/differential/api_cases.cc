@@ -55,7 +55,9 @@ Step Do(std::string method, std::string path, std::string body, Expect expect) {
   s.expect = std::move(expect);
   return s;
 }
-Step Get(std::string path, Expect expect) { return Do("GET", std::move(path), "", std::move(expect)); }
+Step Get(std::string path, Expect expect) {
+  return Do("GET", std::move(path), "", std::move(expect));
+}
 Step Post(std::string path, std::string body, Expect expect) {
   return Do("POST", std::move(path), std::move(body), std::move(expect));
 }
@@ -107,13 +109,14 @@ const std::string kLong64(64, 'a');
 
 std::vector<Case> CrudCases() {
   return {
-      {"Crud_CreateGetUpdateDelete_WithConflicts", "",
+      {"Crud_CreateGetUpdateDelete_WithConflicts",
+       "",
        {Saving(Post(kCm, Cm("a"), Ok(201, {{"data.k", R"("v")"}})),
                {{"rv", "metadata.resourceVersion"}}),
         Post(kCm, Cm("a"), Fails(409, "AlreadyExists")),
         Get(absl::StrCat(kCm, "/a"), Ok(200, {{"data.k", R"("v")"}, {"kind", R"("ConfigMap")"}})),
-        Put(absl::StrCat(kCm, "/a"),
-            Cm("a", R"(,"resourceVersion":"{rv}")", R"({"k":"w"})"), Ok(200, {{"data.k", R"("w")"}})),
+        Put(absl::StrCat(kCm, "/a"), Cm("a", R"(,"resourceVersion":"{rv}")", R"({"k":"w"})"),
+            Ok(200, {{"data.k", R"("w")"}})),
         Put(absl::StrCat(kCm, "/a"), Cm("a", R"(,"resourceVersion":"{rv}")", R"({"k":"x"})"),
             Fails(409, "Conflict")),
         Put(absl::StrCat(kCm, "/a"), Cm("a", "", R"({"k":"unconditional"})"),
@@ -121,19 +124,24 @@ std::vector<Case> CrudCases() {
         Delete(absl::StrCat(kCm, "/a"), Ok(200)),
         Get(absl::StrCat(kCm, "/a"), Fails(404, "NotFound")),
         Delete(absl::StrCat(kCm, "/a"), Fails(404, "NotFound"))}},
-      {"Crud_CreateInMissingNamespace_IsNotFound", "",
+      {"Crud_CreateInMissingNamespace_IsNotFound",
+       "",
        {Post("/api/v1/namespaces/{ns}-missing/configmaps", Cm("a"), Fails(404, "NotFound"))}},
-      {"Crud_GenerateNameAndDryRun", "",
+      {"Crud_GenerateNameAndDryRun",
+       "",
        {Post(kCm, R"({"apiVersion":"v1","kind":"ConfigMap","metadata":{"generateName":"gen-"}})",
              Ok(201, {{"metadata.name", kPresent}})),
         Post(absl::StrCat(kCm, "?dryRun=All"), Cm("dry"), Ok(201, {{"metadata.name", R"("dry")"}})),
         Get(absl::StrCat(kCm, "/dry"), Fails(404, "NotFound"))}},
-      {"Crud_DeletePreconditionOnUid_IsConflict", "",
+      {"Crud_DeletePreconditionOnUid_IsConflict",
+       "",
        {Post(kCm, Cm("a"), Ok(201)),
-        Delete(absl::StrCat(kCm, "/a"), Fails(409, "Conflict", {}, "precondition"),
-               R"({"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"not-the-uid"}})"),
+        Delete(
+            absl::StrCat(kCm, "/a"), Fails(409, "Conflict", {}, "precondition"),
+            R"({"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"not-the-uid"}})"),
         Get(absl::StrCat(kCm, "/a"), Ok(200))}},
-      {"Crud_ListWithLabelSelectorAndLimit_Pages", "",
+      {"Crud_ListWithLabelSelectorAndLimit_Pages",
+       "",
        {Post(kCm, Cm("l1", R"(,"labels":{"case":"list"})"), Ok(201)),
         Post(kCm, Cm("l2", R"(,"labels":{"case":"list"})"), Ok(201)),
         Post(kCm, Cm("l3", R"(,"labels":{"case":"list"})"), Ok(201)),
@@ -145,7 +153,8 @@ std::vector<Case> CrudCases() {
                      {"metadata.continue", kPresent}})),
         Get(absl::StrCat(kCm, "?labelSelector=case%3Dlist"),
             Ok(200, {{"items[2].metadata.name", R"("l3")"}, {"items[3]", kAbsent}}))}},
-      {"Namespace_GetsDefaultServiceAccount", "",
+      {"Namespace_GetsDefaultServiceAccount",
+       "",
        {Within(30, Get("/api/v1/namespaces/{ns}/serviceaccounts/default",
                        Ok(200, {{"metadata.name", R"("default")"}})))}},
   };
@@ -153,7 +162,8 @@ std::vector<Case> CrudCases() {
 
 std::vector<Case> CustomResourceCases() {
   return {
-      {"Generation_BumpsOnSpecOnly", "",
+      {"Generation_BumpsOnSpecOnly",
+       "",
        {Post(kWidgets, Widget("w", R"({"size":1})"), Ok(201, {{"metadata.generation", "1"}})),
         Patch(absl::StrCat(kWidgets, "/w"), kMerge, R"({"metadata":{"labels":{"a":"b"}}})",
               Ok(200, {{"metadata.generation", "1"}})),
@@ -161,7 +171,8 @@ std::vector<Case> CustomResourceCases() {
               Ok(200, {{"metadata.generation", "2"}})),
         Patch(absl::StrCat(kWidgets, "/w/status"), kMerge, R"({"status":{"ready":1}})",
               Ok(200, {{"metadata.generation", "2"}, {"status.ready", "1"}}))}},
-      {"StatusSubresource_MainWriteKeepsStatus_StatusWriteKeepsSpec", "",
+      {"StatusSubresource_MainWriteKeepsStatus_StatusWriteKeepsSpec",
+       "",
        {Post(kWidgets, Widget("w", R"({"size":1})", R"(,"status":{"ready":5})"),
              Ok(201, {{"status", kAbsent}})),
         Patch(absl::StrCat(kWidgets, "/w/status"), kMerge, R"({"status":{"ready":1}})",
@@ -171,7 +182,8 @@ std::vector<Case> CustomResourceCases() {
         Patch(absl::StrCat(kWidgets, "/w/status"), kMerge,
               R"({"spec":{"size":7},"status":{"ready":2}})",
               Ok(200, {{"spec.size", "3"}, {"status.ready", "2"}}))}},
-      {"Schema_InvalidValues_NameTheField", "",
+      {"Schema_InvalidValues_NameTheField",
+       "",
        {Post(kWidgets, Widget("w0", R"({"size":0})"), Fails(422, "Invalid", {"spec.size"})),
         Post(kWidgets, Widget("w1", R"({"mode":"fast"})"), Fails(422, "Invalid", {"spec.size"})),
         Post(kWidgets, Widget("w2", R"({"size":1,"mode":"slow"})"),
@@ -181,7 +193,8 @@ std::vector<Case> CustomResourceCases() {
         Post(kWidgets, Widget("w4", R"({"size":1,"tags":["a","b","c","d"]})"),
              Fails(422, "Invalid", {"spec.tags"})),
         Post(kWidgets, Widget("w5", R"({"size":"two"})"), Fails(422, "Invalid", {"spec.size"}))}},
-      {"Schema_DefaultsAndPruning", "",
+      {"Schema_DefaultsAndPruning",
+       "",
        {Post(absl::StrCat(kWidgets, "?fieldValidation=Ignore"),
              Widget("w", R"({"size":1,"extra":1,"free":{"any":{"x":1}}})"),
              Expect{.code = 201,
@@ -190,7 +203,8 @@ std::vector<Case> CustomResourceCases() {
                                {"spec.extra", kAbsent},
                                {"spec.free.any.x", "1"}},
                     .no_warnings = true})}},
-      {"FieldValidation_CustomResource_StrictWarnIgnore", "",
+      {"FieldValidation_CustomResource_StrictWarnIgnore",
+       "",
        {Post(absl::StrCat(kWidgets, "?fieldValidation=Strict"),
              Widget("w", R"({"size":1,"foo":1,"settings":{"bar":2}})"),
              Fails(400, "BadRequest", {}, R"(strict decoding error: unknown field "spec.foo")")),
@@ -207,7 +221,8 @@ std::vector<Case> CustomResourceCases() {
         Put(absl::StrCat(kWidgets, "/w?fieldValidation=Strict"),
             Widget("w", R"({"size":2,"foo":1})"),
             Fails(400, "BadRequest", {}, R"(unknown field "spec.foo")"))}},
-      {"FieldValidation_Pod_StrictAndWarn", "",
+      {"FieldValidation_Pod_StrictAndWarn",
+       "",
        {Post(absl::StrCat(kPods, "?fieldValidation=Strict"),
              Pod("p", R"({"name":"c","image":"x","comand":["a"]})", R"(,"foo":1)"),
              Fails(400, "BadRequest", {},
@@ -220,11 +235,13 @@ std::vector<Case> CustomResourceCases() {
              Warns(201, {R"(unknown field "spec.containers[0].comand")"},
                    {{"spec.containers[0].comand", kAbsent}})),
         Post(absl::StrCat(kPods, "?fieldValidation=Strict"),
-             Pod("q", R"({"name":"c","image":"x","command":["a"],"env":[{"name":"A","value":"1"}],)"
-                      R"("resources":{"limits":{"cpu":"1"}}})",
+             Pod("q",
+                 R"({"name":"c","image":"x","command":["a"],"env":[{"name":"A","value":"1"}],)"
+                 R"("resources":{"limits":{"cpu":"1"}}})",
                  R"(,"nodeSelector":{"a":"b"},"tolerations":[{"key":"k","operator":"Exists"}])"),
              Expect{.code = 201, .no_warnings = true})}},
-      {"FieldValidation_BuiltinMetadata_Strict", "",
+      {"FieldValidation_BuiltinMetadata_Strict",
+       "",
        {Post(absl::StrCat(kCm, "?fieldValidation=Strict"), Cm("a", R"(,"foo":1)"),
              Fails(400, "BadRequest", {}, R"(unknown field "metadata.foo")")),
         Post(absl::StrCat(kCm, "?fieldValidation=Strict"),
@@ -235,20 +252,25 @@ std::vector<Case> CustomResourceCases() {
 
 std::vector<Case> ValidationCases() {
   return {
-      {"PodValidation_RequiredFields", "",
+      {"PodValidation_RequiredFields",
+       "",
        {Post(kPods, Pod("p", R"({"name":"c"})"),
              Fails(422, "Invalid", {"spec.containers[0].image"})),
         Post(kPods, R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{}})",
              Fails(422, "Invalid", {"spec.containers"})),
-        Post(kPods, Pod("p", R"({"image":"x"})"), Fails(422, "Invalid", {"spec.containers[0].name"}))}},
-      {"PodDefaults_NeverBoundPodStaysPending", "",
-       {Post(kPods, Pod("p", R"({"name":"c","image":"x"})", R"(,"nodeSelector":{"nowhere":"true"})"),
+        Post(kPods, Pod("p", R"({"image":"x"})"),
+             Fails(422, "Invalid", {"spec.containers[0].name"}))}},
+      {"PodDefaults_NeverBoundPodStaysPending",
+       "",
+       {Post(kPods,
+             Pod("p", R"({"name":"c","image":"x"})", R"(,"nodeSelector":{"nowhere":"true"})"),
              Ok(201, {{"spec.restartPolicy", R"("Always")"},
                       {"spec.terminationGracePeriodSeconds", "30"},
                       {"spec.schedulerName", R"("default-scheduler")"},
                       {"spec.dnsPolicy", R"("ClusterFirst")"},
                       {"status.phase", R"("Pending")"}}))}},
-      {"NameLimits_Dns1123AndDns1035", "",
+      {"NameLimits_Dns1123AndDns1035",
+       "",
        {Post(kCm, Cm("Bad_Name"), Fails(422, "Invalid", {"metadata.name"})),
         Post(kCm, Cm(std::string(254, 'a')), Fails(422, "Invalid", {"metadata.name"})),
         Post(kCm, Cm(std::string(253, 'a')), Ok(201)),
@@ -266,30 +288,37 @@ std::vector<Case> ValidationCases() {
              Fails(422, "Invalid", {"metadata.name"})),
         Post(kPods, Pod("p", R"({"name":"Bad_C","image":"x"})"),
              Fails(422, "Invalid", {"spec.containers[0].name"}))}},
-      {"LabelLimits_ValueAndKey", "",
+      {"LabelLimits_ValueAndKey",
+       "",
        {Post(kCm, Cm("a", absl::StrCat(R"(,"labels":{"k":")", kLong64, "\"}")),
              Fails(422, "Invalid", {"metadata.labels"})),
-        Post(kCm, Cm("b", R"(,"labels":{"bad key":"v"})"), Fails(422, "Invalid", {"metadata.labels"})),
+        Post(kCm, Cm("b", R"(,"labels":{"bad key":"v"})"),
+             Fails(422, "Invalid", {"metadata.labels"})),
         Post(kCm, Cm("c", R"(,"labels":{"k":"-starts-with-dash"})"),
              Fails(422, "Invalid", {"metadata.labels"})),
-        Post(kCm, Cm("d", absl::StrCat(R"(,"labels":{"phalanx.dev/job":")", std::string(63, 'a'), "\"}")),
-             Ok(201))}},
+        Post(
+            kCm,
+            Cm("d", absl::StrCat(R"(,"labels":{"phalanx.dev/job":")", std::string(63, 'a'), "\"}")),
+            Ok(201))}},
   };
 }
 
 std::vector<Case> WatchCases() {
   return {
-      {"Watch_FromResourceVersion_SeesLaterEventsAndBookmarks", "",
+      {"Watch_FromResourceVersion_SeesLaterEventsAndBookmarks",
+       "",
        {Saving(Post(kCm, Cm("before", R"(,"labels":{"case":"watch"})"), Ok(201)),
                {{"rv", "metadata.resourceVersion"}}),
         Post(kCm, Cm("after", R"(,"labels":{"case":"watch"})"), Ok(201)),
         // Bookmarks are best effort on kube-apiserver (its watch cache sends them on a timer,
         // often not at all within a short watch): the runner checks every BOOKMARK that comes
         // carries a resourceVersion and nothing else, but cannot require one.
-        Watch(absl::StrCat(kCm, "?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&"
-                                "labelSelector=case%3Dwatch&timeoutSeconds=4"),
+        Watch(absl::StrCat(kCm,
+                           "?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&"
+                           "labelSelector=case%3Dwatch&timeoutSeconds=4"),
               Expect{.code = 200, .events = {"ADDED:after"}, .events_absent = {"ADDED:before"}})}},
-      {"Watch_WithoutResourceVersion_StartsWithCurrentState", "",
+      {"Watch_WithoutResourceVersion_StartsWithCurrentState",
+       "",
        {Post(kCm, Cm("there", R"(,"labels":{"case":"watch"})"), Ok(201)),
         Watch(absl::StrCat(kCm, "?watch=true&labelSelector=case%3Dwatch&timeoutSeconds=1"),
               Expect{.code = 200, .events = {"ADDED:there"}})}},
@@ -297,7 +326,8 @@ std::vector<Case> WatchCases() {
       // was established at: resourceVersion 1 is older than that on every real server. (Built-in
       // kinds' caches open near 1 on a fresh server and grow to 100k events, so their 410 cannot
       // be provoked deterministically; api_server_test covers the built-in's history limit.)
-      {"Watch_ResourceVersionBeforeTheWatchWindow_IsExpiredErrorEvent", "",
+      {"Watch_ResourceVersionBeforeTheWatchWindow_IsExpiredErrorEvent",
+       "",
        {Watch(absl::StrCat(kWidgets, "?watch=true&resourceVersion=1&timeoutSeconds=2"),
               Expect{.code = 200, .events = {"ERROR:410:Expired"}})}},
   };
@@ -305,7 +335,8 @@ std::vector<Case> WatchCases() {
 
 std::vector<Case> ApplyAndGcCases() {
   return {
-      {"ServerSideApply_CreatesAndUpdatesForOneManager", "",
+      {"ServerSideApply_CreatesAndUpdatesForOneManager",
+       "",
        {Patch(absl::StrCat(kCm, "/applied?fieldManager=alice"), kApply, Cm("applied"),
               Ok(201, {{"data.k", R"("v")"}})),
         Patch(absl::StrCat(kCm, "/applied?fieldManager=alice"), kApply,
@@ -318,26 +349,30 @@ std::vector<Case> ApplyAndGcCases() {
                   Warns(200, {"server-side apply is not field-managed"})),
         Patch(absl::StrCat(kCm, "/applied?fieldManager=bob&force=true"), kApply,
               Cm("applied", "", R"({"k":"b"})"), Ok(200, {{"data.k", R"("b")"}}))}},
-      {"GarbageCollection_Background_DeletesDependents", "",
+      {"GarbageCollection_Background_DeletesDependents",
+       "",
        {Saving(Post(kCm, Cm("owner"), Ok(201)), {{"uid", "metadata.uid"}}),
         Post(kCm, Owned("child", "uid"), Ok(201)),
         Delete(absl::StrCat(kCm, "/owner?propagationPolicy=Background"), Ok(200)),
         Within(60, Get(absl::StrCat(kCm, "/child"), Fails(404, "NotFound")))}},
-      {"GarbageCollection_Foreground_DeletesDependentsThenOwner", "",
+      {"GarbageCollection_Foreground_DeletesDependentsThenOwner",
+       "",
        {Saving(Post(kCm, Cm("owner"), Ok(201)), {{"uid", "metadata.uid"}}),
         Post(kCm, Owned("child", "uid", R"(,"blockOwnerDeletion":true)"), Ok(201)),
         Delete(absl::StrCat(kCm, "/owner"), Ok(200),
                R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground"})"),
         Within(60, Get(absl::StrCat(kCm, "/child"), Fails(404, "NotFound"))),
         Within(60, Get(absl::StrCat(kCm, "/owner"), Fails(404, "NotFound")))}},
-      {"GarbageCollection_Orphan_KeepsDependentsAndDropsTheirOwnerReference", "",
+      {"GarbageCollection_Orphan_KeepsDependentsAndDropsTheirOwnerReference",
+       "",
        {Saving(Post(kCm, Cm("owner"), Ok(201)), {{"uid", "metadata.uid"}}),
         Post(kCm, Owned("child", "uid"), Ok(201)),
         Delete(absl::StrCat(kCm, "/owner?propagationPolicy=Orphan"), Ok(200)),
         Within(60, Get(absl::StrCat(kCm, "/owner"), Fails(404, "NotFound"))),
         Within(60, Get(absl::StrCat(kCm, "/child"),
                        Ok(200, {{"metadata.ownerReferences", kAbsent}})))}},
-      {"Finalizers_HoldDeletionUntilRemoved", "",
+      {"Finalizers_HoldDeletionUntilRemoved",
+       "",
        {Post(kCm, Cm("held", R"(,"finalizers":["diff.phalanx.dev/hold"])"), Ok(201)),
         Delete(absl::StrCat(kCm, "/held"), Ok(200)),
         Get(absl::StrCat(kCm, "/held"), Ok(200, {{"metadata.deletionTimestamp", kPresent}})),
@@ -358,7 +393,8 @@ std::vector<Case> UnsupportedFeatureCases() {
       R"({"type":"object","properties":{"spec":{"type":"object","x-kubernetes-validations":)"
       R"([{"rule":"self.a <= 3"}],"properties":{"a":{"type":"integer"}}}}}}}]}})");
   return {
-      {"Cel_RuleRejectsInvalidObject", "no CEL: x-kubernetes-validations are not evaluated",
+      {"Cel_RuleRejectsInvalidObject",
+       "no CEL: x-kubernetes-validations are not evaluated",
        {OnBuiltin(Post(kGadgets,
                        R"({"apiVersion":"diff.phalanx.dev/v1","kind":"Gadget","metadata":)"
                        R"({"name":"g"},"spec":{"low":5,"high":1}})",
@@ -369,17 +405,19 @@ std::vector<Case> UnsupportedFeatureCases() {
                        R"({"name":"ok"},"spec":{"low":1,"high":5}})",
                        Expect{.code = 201, .no_warnings = true}),
                   Warns(201, {"not evaluated"}))}},
-      {"Cel_CrdWithRules_IsAccepted", "no CEL: a CRD with rules is accepted with a warning",
+      {"Cel_CrdWithRules_IsAccepted",
+       "no CEL: a CRD with rules is accepted with a warning",
        {OnBuiltin(Post(kCrds, cel_crd, Expect{.code = 201, .no_warnings = true}),
                   Warns(201, {"x-kubernetes-validations are not evaluated"})),
         Delete(absl::StrCat(kCrds, "/celprobe{run}s.diff.phalanx.dev"), Ok(200))}},
-      {"PodSecurity_RestrictedNamespace_RefusesNonConformingPod", "no PodSecurity admission",
-       {OnBuiltin(Patch("/api/v1/namespaces/{ns}", kMerge,
-                        R"({"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}})",
-                        Ok(200)),
-                  Warns(200, {"PodSecurity"})),
-        OnBuiltin(Post(kPods,
-                       Pod("plain", R"({"name":"c","image":"x"})"),
+      {"PodSecurity_RestrictedNamespace_RefusesNonConformingPod",
+       "no PodSecurity admission",
+       {OnBuiltin(
+            Patch("/api/v1/namespaces/{ns}", kMerge,
+                  R"({"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}})",
+                  Ok(200)),
+            Warns(200, {"PodSecurity"})),
+        OnBuiltin(Post(kPods, Pod("plain", R"({"name":"c","image":"x"})"),
                        Fails(403, "Forbidden", {}, "violates PodSecurity")),
                   Warns(201, {"PodSecurity", "not enforced"}))}},
   };
@@ -387,12 +425,14 @@ std::vector<Case> UnsupportedFeatureCases() {
 
 std::vector<Case> TrainingJobCases() {
   return {
-      {"TrainingJob_CreateValidate", "",
+      {"TrainingJob_CreateValidate",
+       "",
        {Post(kJobs, Job("train", "2"), Ok(201, {{"spec.replicas", "2"}})),
         Post(kJobs, Job("zero", "0"), Fails(422, "Invalid", {"spec.replicas"})),
         Post(absl::StrCat(kJobs, "?fieldValidation=Strict"), Job("typo", "1", R"(,"replicaz":1)"),
              Fails(400, "BadRequest", {}, R"(unknown field "spec.replicaz")"))}},
-      {"TrainingJob_StatusSubresource", "",
+      {"TrainingJob_StatusSubresource",
+       "",
        {Post(kJobs, Job("train", "1"), Ok(201, {{"metadata.generation", "1"}})),
         Patch(absl::StrCat(kJobs, "/train/status"), kMerge, R"({"status":{"phase":"Running"}})",
               Ok(200, {{"status.phase", R"("Running")"}, {"metadata.generation", "1"}}))}},

@@ -7,11 +7,10 @@
 //
 // PHALANX_DIFF_REAL_KUBECONFIG=FILE points the real half at an already running API server instead
 // of starting one (for developing the table against a hand-started kube-apiserver).
+#include <cpprest/http_client.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
-
-#include <cpprest/http_client.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -22,7 +21,6 @@
 #include <random>
 #include <sstream>
 
-#include "common/kube/json.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -31,6 +29,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/kube/cluster_config.h"
+#include "common/kube/json.h"
 #include "common/process/subprocess.h"
 #include "common/testing/eventually.h"
 #include "operator/api/yaml_json.h"
@@ -186,15 +185,16 @@ std::vector<std::string> Mismatches(const Reply& reply, const Expect& e, bool wa
     bool found = false;
     if (const Json* causes = At(j, "details.causes"); causes && causes->is_array()) {
       for (const Json& c : causes->as_array()) {
-        found |= c.has_field("field") && c.at("field").is_string() &&
-                 c.at("field").as_string() == field;
+        found |=
+            c.has_field("field") && c.at("field").is_string() && c.at("field").as_string() == field;
       }
     }
     if (!found) m.push_back(absl::StrCat("no cause names field ", field));
   }
   if (!e.message_has.empty()) {
     const Json* msg = At(j, "message");
-    if (msg == nullptr || !msg->is_string() || !absl::StrContains(msg->as_string(), e.message_has)) {
+    if (msg == nullptr || !msg->is_string() ||
+        !absl::StrContains(msg->as_string(), e.message_has)) {
       m.push_back(absl::StrCat("message lacks \"", e.message_has, "\""));
     }
   }
@@ -257,7 +257,6 @@ std::vector<std::string> Mismatches(const Reply& reply, const Expect& e, bool wa
   return m;
 }
 
-
 Backend* StartBackend(const std::string& backend, std::string* skip_reason) {
   auto b = std::make_unique<Backend>();
   b->name = backend;
@@ -276,9 +275,15 @@ Backend* StartBackend(const std::string& backend, std::string* skip_reason) {
     std::filesystem::create_directories(b->dir);
     b->kubeconfig = (b->dir / "kubeconfig").string();
     process::SubprocessOptions o;
-    o.argv = {kBuild + "/tests/localcluster/phalanx-localcluster", "--backend", backend,
-              "--kubeconfig-out", b->kubeconfig, "--nodes", "0",
-              "--work-dir", (b->dir / "cluster").string()};
+    o.argv = {kBuild + "/tests/localcluster/phalanx-localcluster",
+              "--backend",
+              backend,
+              "--kubeconfig-out",
+              b->kubeconfig,
+              "--nodes",
+              "0",
+              "--work-dir",
+              (b->dir / "cluster").string()};
     o.stderr_path = (b->dir / "localcluster.log").string();
     auto is_ready = [](const std::string& l) { return absl::StartsWith(l, "ready "); };
     absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(o);
@@ -343,8 +348,10 @@ std::string NamespaceFor(const std::string& case_name) {
   std::string ns = "d-";
   for (char c : case_name) {
     if (ns.size() >= 44) break;
-    if (absl::ascii_isalnum(c)) ns += absl::ascii_tolower(c);
-    else if (ns.back() != '-') ns += '-';
+    if (absl::ascii_isalnum(c))
+      ns += absl::ascii_tolower(c);
+    else if (ns.back() != '-')
+      ns += '-';
   }
   if (ns.back() != '-') ns += '-';
   return ns + RunId();
@@ -369,7 +376,8 @@ void RunCase(Backend& b, const Case& c) {
   // Pods are admitted only once the namespace's default ServiceAccount exists.
   ASSERT_TRUE(Eventually(
       [&] {
-        return b.Call("GET", Expand("/api/v1/namespaces/{ns}/serviceaccounts/default", vars), "", "")
+        return b.Call("GET", Expand("/api/v1/namespaces/{ns}/serviceaccounts/default", vars), "",
+                      "")
                    .code == 200;
       },
       absl::Seconds(30)));
@@ -407,7 +415,8 @@ void RunCase(Backend& b, const Case& c) {
 std::pair<int, std::string> Kubectl(Backend& b, std::vector<std::string> args,
                                     const std::string& stdin_file = "") {
   const std::string out = (std::filesystem::temp_directory_path() /
-                           absl::StrCat("phalanx-diff-kubectl-", getpid(), ".out")).string();
+                           absl::StrCat("phalanx-diff-kubectl-", getpid(), ".out"))
+                              .string();
   std::filesystem::remove(out);
   process::SubprocessOptions o;
   o.argv = {"/usr/bin/kubectl", "--kubeconfig", b.kubeconfig};
@@ -441,7 +450,8 @@ class DifferentialTest : public ::testing::TestWithParam<Case> {
       slot->process->Wait(absl::Seconds(30));
     }
     std::error_code ec;
-    if (!slot->dir.empty() && !::testing::Test::HasFailure()) std::filesystem::remove_all(slot->dir, ec);
+    if (!slot->dir.empty() && !::testing::Test::HasFailure())
+      std::filesystem::remove_all(slot->dir, ec);
     delete slot;
     slot = nullptr;
   }
@@ -469,16 +479,17 @@ void DifferentialTest::KubectlFlows(Backend* b) {
   EXPECT_EQ(code, 0) << out;
   std::tie(code, out) = Kubectl(*b, {"-n", ns, "create", "configmap", "c", "--from-literal=k=v"});
   EXPECT_EQ(code, 0) << out;
-  std::tie(code, out) = Kubectl(*b, {"-n", ns, "create", "secret", "generic", "s",
-                                     "--from-literal=k=v"});
+  std::tie(code, out) =
+      Kubectl(*b, {"-n", ns, "create", "secret", "generic", "s", "--from-literal=k=v"});
   EXPECT_EQ(code, 0) << out;
-  std::tie(code, out) = Kubectl(*b, {"-n", ns, "get", "configmap", "c", "-o",
-                                     "jsonpath={.data.k}"});
+  std::tie(code, out) =
+      Kubectl(*b, {"-n", ns, "get", "configmap", "c", "-o", "jsonpath={.data.k}"});
   EXPECT_EQ(code, 0) << out;
   EXPECT_EQ(out, "v");
   // kubectl apply validates strictly on the server by default: a typo is an error naming it.
   const std::string manifest = (std::filesystem::temp_directory_path() /
-                                absl::StrCat("phalanx-diff-pod-", getpid(), ".json")).string();
+                                absl::StrCat("phalanx-diff-pod-", getpid(), ".json"))
+                                   .string();
   std::ofstream(manifest) << R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"typo"},)"
                           << R"("spec":{"containers":[{"name":"c","image":"x","comand":["a"]}]}})";
   std::tie(code, out) = Kubectl(*b, {"-n", ns, "apply", "-f", manifest});
