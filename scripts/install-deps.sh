@@ -9,7 +9,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libcpprest-dev prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev
-  libgtest-dev libgmock-dev libbenchmark-dev clang python3 python3-yaml unzip
+  libgtest-dev libgmock-dev libbenchmark-dev clang clang-format python3 python3-yaml unzip
   etcd-server                   # the local cluster's real control plane, with ../shared/envtest
   buildah ca-certificates       # make images: daemonless builds, the images' CA bundle
 )
