@@ -91,7 +91,9 @@ class OperatorE2eTest : public ::testing::Test {
 
     // Coordinators share the machine's one network namespace: give each job its own port.
     std::mt19937 rng(static_cast<unsigned>(getpid()));
-    port_base_ = 20000 + static_cast<int>(rng() % 10000) * 2;
+    // Below Linux's ephemeral range (32768-60999): the real control plane's many client
+    // connections take ephemeral ports, and a coordinator port among them may already be bound.
+    port_base_ = 20000 + static_cast<int>(rng() % 5000) * 2;
     operator_ = StartOperator();
     ASSERT_NE(operator_, nullptr);
   }

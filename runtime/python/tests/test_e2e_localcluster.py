@@ -69,7 +69,7 @@ class LocalClusterE2eTest(unittest.TestCase):
         self.assertIsNotNone(harness.read_line(self.cluster, "ready ", 120),
                              "phalanx-localcluster did not print ready; see " + self.dir)
         self.kubectl("apply", "-f", CRD)
-        port_base = 20000 + random.randrange(10000) * 2  # even, 20000..40000
+        port_base = 20000 + random.randrange(5000) * 2  # even, below the ephemeral ports (32768+)
         self.operator = start([OPERATOR, "--kubeconfig", self.kubeconfig,
                                "--coordinator_command", COORDINATOR,
                                "--coordinator_address", "pod-ip",
