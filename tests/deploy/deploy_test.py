@@ -345,6 +345,19 @@ def start_local_cluster(binary_dir, tmp, nodes, backend="auto", env=None, timeou
     return cluster, log
 
 
+def wait_established(kubectl, kubeconfig, crd, timeout=60):
+    """Until the CRD is Established (a real API server serves its resource only then). Polled:
+    `kubectl wait --for condition=...` fails outright while status.conditions is still empty."""
+    deadline = time.monotonic() + timeout
+    jsonpath = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+    while time.monotonic() < deadline:
+        r = run([kubectl, "--kubeconfig", kubeconfig, "get", "crd", crd, "-o", jsonpath])
+        if r.returncode == 0 and r.stdout.strip() == "True":
+            return
+        time.sleep(0.2)
+    raise Failure(f"CRD {crd} not Established within {timeout}s")
+
+
 def stop_local_cluster(cluster, log):
     cluster.send_signal(signal.SIGTERM)
     try:
@@ -386,8 +399,7 @@ def check_apply(src, binary_dir, helm):
                 got = json.loads(kc("get", kind, name, *ns, "-o", "json"))
                 check(got["metadata"]["name"] == name, f"{kind}/{name} not stored")
             # The CRD from the chart serves TrainingJobs (a real API server once it is Established).
-            kc("wait", "--for", "condition=Established", "--timeout=60s",
-               "crd/trainingjobs.phalanx.dev")
+            wait_established(kubectl, kubeconfig, "trainingjobs.phalanx.dev")
             kc("get", "trainingjobs", "-A")
             # Applying again changes nothing and still succeeds.
             out = kc("apply", "-f", manifest)

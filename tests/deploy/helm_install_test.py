@@ -84,7 +84,7 @@ def run_test(src, build, helm, kubectl, tmp):
         status = dt.run([helm, "--kubeconfig", admin, "status", RELEASE, "-n", NAMESPACE, "-o", "json"])
         dt.check(status.returncode == 0 and json.loads(status.stdout)["info"]["status"] == "deployed",
                  f"helm status:\n{status.stdout}{status.stderr}")
-        kc("wait", "--for", "condition=Established", "--timeout=60s", "crd/trainingjobs.phalanx.dev")
+        dt.wait_established(kubectl, admin, "trainingjobs.phalanx.dev")
 
         # The operator as the chart deploys it: its ServiceAccount, its arguments.
         deployment = json.loads(kc("get", "deployment", "-n", NAMESPACE, "-l",

@@ -67,7 +67,13 @@ PIDS+=($!)
 # A real control plane (where its assets are found) takes several seconds to start.
 wait_for 120 grep -q '^ready ' "$WORK/cluster.out"
 kubectl apply -f "$SRC/crds/trainingjobs.phalanx.dev.yaml"
-kubectl wait --for condition=Established --timeout=60s crd/trainingjobs.phalanx.dev
+# Established: a real API server serves the resource only then (polled: `kubectl wait` fails
+# outright while the CRD has no status.conditions yet).
+crd_established() {
+  [[ "$(kubectl get crd trainingjobs.phalanx.dev \
+        -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" == True ]]
+}
+wait_for 60 crd_established
 "$BUILD/operator/phalanx-operator" --kubeconfig "$KUBECONFIG" --coordinator_address pod-ip \
   --coordinator_port_base $(( 20000 + (RANDOM % 4000) * 2 )) --metrics_listen 127.0.0.1:0 \
   >"$WORK/operator.out" 2>"$WORK/operator.log" &

@@ -79,21 +79,20 @@ class KubectlTest : public ::testing::Test {
     backend_ = ready->substr(ready->rfind("backend=") + 8);
   }
 
-  // `kubectl apply -f path` of a CRD, then waits until it is Established: a real API server
-  // serves the new resource (and lists it in discovery) only then.
-  void ApplyCrd(const std::string& path) {
+  // `kubectl apply -f path` of a CRD named `crd`, then polls until it is Established: a real API
+  // server serves the new resource (and lists it in discovery) only then. (`kubectl wait --for
+  // condition=...` fails outright while the CRD has no status.conditions yet.)
+  void ApplyCrd(const std::string& path, const std::string& crd) {
     Result r = Kubectl({"apply", "-f", path});
     ASSERT_EQ(r.exit_code, 0) << r.out;
-    r = Kubectl({"wait", "--for", "condition=Established", "--timeout=60s", "-f", path});
-    ASSERT_EQ(r.exit_code, 0) << r.out;
-  }
-
-  void TearDown() override {
-    if (cluster_) {
-      cluster_->Signal(SIGTERM);
-      EXPECT_TRUE(cluster_->Wait(absl::Seconds(30)).has_value());
-    }
-    if (!HasFailure()) std::filesystem::remove_all(dir_);
+    ASSERT_TRUE(phalanx::testing::Eventually(
+        [&] {
+          r = Kubectl({"get", "crd", crd, "-o",
+                       R"(jsonpath={.status.conditions[?(@.type=="Established")].status})"});
+          return r.exit_code == 0 && absl::StrContains(r.out, "True");
+        },
+        absl::Seconds(60)))
+        << r.out;
   }
 
   std::string Write(const std::string& name, const std::string& text) {
@@ -144,7 +143,7 @@ class KubectlTest : public ::testing::Test {
 };
 
 TEST_F(KubectlTest, AppliesACrdAndCustomResourcesWithServerSideValidation) {
-  ApplyCrd(Write("crd.yaml", kCrd));
+  ApplyCrd(Write("crd.yaml", kCrd), "widgets.example.dev");
   Result r = Kubectl({"apply", "-f",
                       Write("w1.yaml",
                             "apiVersion: example.dev/v1\nkind: Widget\n"
@@ -187,7 +186,7 @@ TEST_F(KubectlTest, AppliesACrdAndCustomResourcesWithServerSideValidation) {
 // created and listed under the short name with its printer columns.
 TEST_F(KubectlTest, TrainingJobManifestsAreValidatedByKubectlApply) {
   const std::string source = PHALANX_SOURCE_DIR;
-  ApplyCrd(source + "/crds/trainingjobs.phalanx.dev.yaml");
+  ApplyCrd(source + "/crds/trainingjobs.phalanx.dev.yaml", "trainingjobs.phalanx.dev");
   Result r;
   int invalid = 0;
   for (const auto& entry : std::filesystem::directory_iterator(source + "/tests/testdata")) {
@@ -222,7 +221,7 @@ TEST_F(KubectlTest, TrainingJobManifestsAreValidatedByKubectlApply) {
 }
 
 TEST_F(KubectlTest, GetWatchStreamsChanges) {
-  ApplyCrd(Write("crd.yaml", kCrd));
+  ApplyCrd(Write("crd.yaml", kCrd), "widgets.example.dev");
   ASSERT_EQ(Kubectl({"apply", "-f",
                      Write("w1.yaml",
                            "apiVersion: example.dev/v1\nkind: Widget\n"

@@ -473,6 +473,8 @@ absl::Status Kubelet::SyncNode(const NodeConfig& config, absl::Time now) {
   absl::StatusOr<Json> node = access_.Get("nodes", "", config.name);
   if (absl::IsNotFound(node.status())) {
     node = access_.Create("nodes", "", NewNodeObject(config.name, config.labels, config.taints));
+    // Created already, and our watched cache has not seen it yet: a conflict to re-read.
+    if (absl::IsAlreadyExists(node.status())) return absl::AbortedError(node.status().message());
   }
   if (!node.ok()) return node.status();
   NodeReport report{config.name, config.gpus, config.simulated, true};
