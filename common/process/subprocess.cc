@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,6 +63,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(SubprocessOptions 
     err_fd = out[1];  // one log for both streams
   }
   const char* working_dir = options.working_dir.empty() ? nullptr : options.working_dir.c_str();
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     close_out();
@@ -72,6 +74,10 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(SubprocessOptions 
     dup2(out[1], STDOUT_FILENO);
     if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
     if (working_dir != nullptr && chdir(working_dir) != 0) _exit(127);
+    if (options.die_with_parent) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);  // the parent is already gone
+    }
     // Own process group, so a signal to the test's group does not hit the children twice.
     setpgid(0, 0);
     sigset_t none;

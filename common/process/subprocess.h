@@ -37,6 +37,10 @@ struct SubprocessOptions {
   // Like a container's end: once the child exits, whatever is left in its process group is
   // SIGKILLed before the child is reaped (while the group id is still reserved by the zombie).
   bool kill_group_on_exit = false;
+  // The child gets SIGKILL when the thread that started it ends (PR_SET_PDEATHSIG), so servers
+  // a harness starts (etcd, kube-apiserver) cannot outlive a harness that was SIGKILLed. Start
+  // such children from a thread that lives as long as they should (e.g. main).
+  bool die_with_parent = false;
 };
 
 class Subprocess {

@@ -174,6 +174,7 @@ absl::Status ControlPlane::StartEtcd() {
             "--log-level",
             "warn"};
   o.stdout_path = Path("etcd.log");
+  o.die_with_parent = true;  // never outlive the local cluster, even a SIGKILLed one
   absl::StatusOr<std::unique_ptr<process::Subprocess>> etcd = process::Subprocess::Start(o);
   if (!etcd.ok()) return etcd.status();
   etcd_ = *std::move(etcd);
@@ -198,6 +199,7 @@ absl::Status ControlPlane::StartApiServer() {
             "--audit-policy-file=" + Path("audit-policy.yaml"), "--audit-log-path=" + audit_log_,
             "--audit-log-maxsize=200", "--v=1"};
   o.stdout_path = Path("kube-apiserver.log");
+  o.die_with_parent = true;  // never outlive the local cluster, even a SIGKILLed one
   absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(o);
   if (!p.ok()) return p.status();
   apiserver_ = *std::move(p);
@@ -214,6 +216,7 @@ absl::Status ControlPlane::StartControllerManager() {
             "--service-account-private-key-file=" + Path("service-account.key"),
             "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0", "--v=1"};
   o.stdout_path = Path("kube-controller-manager.log");
+  o.die_with_parent = true;  // never outlive the local cluster, even a SIGKILLed one
   absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(o);
   if (!p.ok()) return p.status();
   controller_manager_ = *std::move(p);
@@ -253,7 +256,8 @@ void ControlPlane::Stop() {
   for (auto* p : {&controller_manager_, &apiserver_, &etcd_}) {
     if (*p == nullptr) continue;
     (*p)->Signal(SIGTERM);
-    if (!(*p)->Wait(absl::Seconds(10)).has_value()) {
+    // Bounded so that the whole stop fits the 30 s a test harness gives phalanx-localcluster.
+    if (!(*p)->Wait(absl::Seconds(5)).has_value()) {
       (*p)->Signal(SIGKILL);
       (*p)->Wait(absl::Seconds(5));
     }
