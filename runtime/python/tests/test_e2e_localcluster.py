@@ -69,6 +69,14 @@ class LocalClusterE2eTest(unittest.TestCase):
         self.assertIsNotNone(harness.read_line(self.cluster, "ready ", 120),
                              "phalanx-localcluster did not print ready; see " + self.dir)
         self.kubectl("apply", "-f", CRD)
+        # A real API server serves the resource once the CRD is Established (polled: `kubectl
+        # wait --for condition=...` fails outright while status.conditions is still empty).
+        established = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+        deadline = time.monotonic() + 60
+        while self.kubectl("get", "crd", "trainingjobs.phalanx.dev", "-o", established,
+                           check=False).strip() != "True":
+            self.assertLess(time.monotonic(), deadline, "the TrainingJob CRD is not Established")
+            time.sleep(0.2)
         port_base = 20000 + random.randrange(5000) * 2  # even, below the ephemeral ports (32768+)
         self.operator = start([OPERATOR, "--kubeconfig", self.kubeconfig,
                                "--coordinator_command", COORDINATOR,
