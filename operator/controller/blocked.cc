@@ -48,7 +48,10 @@ StageResult RecordChildOutcome(const TrainingJobStatus& written,
   const ChildFailure& first = failures.front();
   std::string message = Describe(first);
   if (failures.size() > 1) absl::StrAppend(&message, " (and ", failures.size() - 1, " more)");
-  const char* reason = first.deleting ? kReasonFailedDelete : kReasonFailedCreate;
+  const char* reason = first.deleting                        ? kReasonFailedDelete
+                       : absl::IsAlreadyExists(first.status) ? kReasonChildConflict
+                                                             : kReasonFailedCreate;
+
   bool permanent = false;
   for (const ChildFailure& f : failures) permanent |= IsPermanentFailure(f.status);
   SetCondition(st.conditions,

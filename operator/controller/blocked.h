@@ -26,6 +26,9 @@ namespace phalanx::op {
 inline constexpr char kConditionChildrenReady[] = "ChildrenReady";
 inline constexpr char kReasonFailedCreate[] = "FailedCreate";
 inline constexpr char kReasonFailedDelete[] = "FailedDelete";
+// A child's name is taken by an object this job does not control (unowned, another job's, or an
+// earlier job's of the same name): never adopted; its status is AlreadyExists.
+inline constexpr char kReasonChildConflict[] = "ChildConflict";
 
 // One create or delete of a child that the API server did not do.
 struct ChildFailure {
@@ -52,7 +55,9 @@ struct StageResult {
 // deleted anything. No failure: ChildrenReady=True (only once something was acted on, or to
 // clear a False). Failures: ChildrenReady=False naming the first failure (and how many more),
 // one Warning Event, and phase Blocked when any failure is permanent and the job is not
-// Succeeded, Failed or Suspended.
+// Succeeded, Failed or Suspended. A conflict (AlreadyExists: the name is someone else's) has
+// reason ChildConflict (a task whose pod name is taken stays Pending: nothing of the squatter
+// counts as the task's).
 StageResult RecordChildOutcome(const TrainingJobStatus& written,
                                const std::vector<ChildFailure>& failures, bool acted,
                                absl::Time now);

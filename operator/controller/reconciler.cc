@@ -30,6 +30,23 @@ bool IsOwnedBy(const Json& object, const std::string& uid) {
   return owner.has_value() && owner->uid == uid;
 }
 
+// Whether the cache holds `name` and this job (`uid`) is its controller. An object of that name
+// controlled by anyone else (nobody, another job, an earlier job of the same name) is not the
+// job's: the planner treats it as missing and the create that follows reports the conflict.
+bool OwnedIn(const kube::Informer& informer, const std::string& ns, const std::string& name,
+             const std::string& uid) {
+  std::optional<Json> object = informer.Get(ns, name);
+  return object.has_value() && IsOwnedBy(*object, uid);
+}
+
+// Who controls `object`, for a conflict's message.
+std::string ControllerName(const Json& object) {
+  std::optional<kube::OwnerReference> owner = kube::ControllerOf(object);
+  if (!owner.has_value()) return "it has no controller";
+  return absl::StrCat("its controller is ", owner->kind, " ", owner->name, " (uid ", owner->uid,
+                      ")");
+}
+
 }  // namespace
 
 Reconciler::Reconciler(kube::Client& client, Informers informers, kube::EventRecorder& events,
@@ -43,9 +60,12 @@ Reconciler::Reconciler(kube::Client& client, Informers informers, kube::EventRec
       options_(std::move(options)),
       link_(link) {}
 
-std::string Reconciler::TokenOf(const std::string& ns, const std::string& job) const {
+std::string Reconciler::TokenOf(const std::string& ns, const std::string& job,
+                                const std::string& uid) const {
   std::optional<Json> secret = informers_.secrets.Get(ns, SecretName(job));
-  if (!secret.has_value()) return "";
+  // Never a token from a Secret this job does not control: a squatter's, or the one of an
+  // earlier job of the same name that is still being garbage-collected.
+  if (!secret.has_value() || !IsOwnedBy(*secret, uid)) return "";
   const Json& encoded = kube::FieldOrNull(kube::FieldOrNull(*secret, "data"), kTokenKey);
   std::string token;
   if (!encoded.is_string() || !absl::Base64Unescape(encoded.as_string(), &token)) return "";
@@ -84,9 +104,9 @@ JobObservation Reconciler::ObserveChildren(const Json& job) const {
       }
     }
   }
-  world.has_secret = informers_.secrets.Get(ns, SecretName(name)).has_value();
-  world.has_tasks_service = informers_.services.Get(ns, TasksServiceName(name)).has_value();
-  world.has_coordinator_service = informers_.services.Get(ns, CoordinatorName(name)).has_value();
+  world.has_secret = OwnedIn(informers_.secrets, ns, SecretName(name), uid);
+  world.has_tasks_service = OwnedIn(informers_.services, ns, TasksServiceName(name), uid);
+  world.has_coordinator_service = OwnedIn(informers_.services, ns, CoordinatorName(name), uid);
   return world;
 }
 
@@ -137,7 +157,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   if (!active) ForgetNotices(key);
   if (link_ != nullptr && active && world.coordinator.has_value() &&
       world.coordinator->phase == PodPhase::kRunning) {
-    const std::string token = TokenOf(ns, name);
+    const std::string token = TokenOf(ns, name, kube::MetaString(job, "uid"));
     const std::string address = CoordinatorAddress(job, placement, world.coordinator->ip);
     if (!token.empty() && !address.empty()) {
       link_->Ensure(key, address, token, world.coordinator->uid);
@@ -258,16 +278,44 @@ std::vector<ChildFailure> Reconciler::Execute(const Json& job, const ReconcilePl
     absl::Status s = client_.Delete(kPods, ns, pod, options);
     if (!s.ok() && !absl::IsNotFound(s) && failed(true, "Pod", pod, s)) return failures;
   }
+  // After a conflict on the Secret, a Service or the coordinator pod no pod is created this
+  // pass: it would read the squatter's token or reach the squatter instead of the coordinator.
+  bool conflicted = false;
   for (const Json& object : plan.create) {
     const std::string kind = kube::StringAt(object, "kind");
+    const std::string name = kube::MetaString(object, "name");
     const kube::Resource& r = kind == "Secret" ? kSecrets : kind == "Service" ? kServices : kPods;
+    if (conflicted && kind == "Pod") continue;
     absl::StatusOr<Json> created = client_.Create(r, ns, object);
-    if (!created.ok() && !absl::IsAlreadyExists(created.status()) &&
-        failed(false, kind, kube::MetaString(object, "name"), created.status())) {
-      return failures;
+    if (created.ok()) continue;
+    if (absl::IsAlreadyExists(created.status())) {
+      absl::Status owned = CheckControlled(r, ns, name, kube::MetaString(job, "uid"));
+      if (owned.ok()) continue;  // ours: an earlier pass created it and the cache lags
+      PHX_LOG(WARNING) << "creating " << kind << " " << name << ": " << owned;
+      failures.push_back({false, kind, name, owned});
+      if (kube::LabelsOf(object)[kRoleLabel] != "task" || kind != "Pod") conflicted = true;
+      continue;
     }
+    if (failed(false, kind, name, created.status())) return failures;
   }
   return failures;
+}
+
+absl::Status Reconciler::CheckControlled(const kube::Resource& r, const std::string& ns,
+                                         const std::string& name, const std::string& uid) {
+  absl::StatusOr<Json> existing = client_.Get(r, ns, name);
+  if (absl::IsNotFound(existing.status())) {
+    return absl::UnavailableError(absl::StrCat(name, " existed and is gone; creating it again"));
+  }
+  if (!existing.ok()) {
+    // Unknown owner: not used either. Retried with back-off like any failed create.
+    return absl::UnavailableError(absl::StrCat(
+        name, " exists and its owner could not be read: ", existing.status().message()));
+  }
+  if (IsOwnedBy(*existing, uid)) return absl::OkStatus();
+  return absl::AlreadyExistsError(absl::StrCat(
+      name, " already exists and this TrainingJob does not control it (", ControllerName(*existing),
+      "); it is not adopted: delete it, or rename the job"));
 }
 
 void Reconciler::RecordEvents(const Json& job, const std::vector<EventNote>& events) {

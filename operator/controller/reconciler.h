@@ -1,7 +1,8 @@
 // Reconciler: the one class of the operator that talks to the API server. Reconcile(key) reads
 // the job and its children from the informer caches (decoding the job's status once), asks
 // PlanReconcile (the pipeline of policy stages, pass.h) what to do, does it
-// (deletes, then creates; AlreadyExists and NotFound are fine), writes status through /status
+// (deletes, then creates; NotFound is fine, AlreadyExists only for a child this job controls:
+// anything else of that name is a conflict, never adopted), writes status through /status
 // (a 409 requeues quietly), records the plan's Events, and returns the plan's requeue. Invalid
 // specs that slipped past the CRD, and children the API server refuses, show on the job
 // (conditions, Events, phase Blocked: blocked.h), never only in the log, and never a crash.
@@ -66,8 +67,8 @@ class Reconciler {
  private:
   // What the informer caches hold of `job`'s children and their nodes (observe.h).
   JobObservation ObserveChildren(const Json& job) const;
-  // Deletes, then creates; returns what the API server refused (NotFound on delete and
-  // AlreadyExists on create are fine).
+  // Deletes, then creates; returns what the API server refused (NotFound on delete is fine;
+  // AlreadyExists on create only for an object this job controls, else it is a conflict).
   std::vector<ChildFailure> Execute(const Json& job, const ReconcilePlan& plan);
   // Writes `status` through /status unless it equals `stored` (the job's status, decoded once
   // per pass); returns the job as now stored (`job` itself when nothing was written), whose
@@ -76,7 +77,13 @@ class Reconciler {
                                    const TrainingJobStatus& status);
   void RecordEvents(const Json& job, const std::vector<EventNote>& events);
   CoordinatorPlacement PlacementFor(const Json& job) const;
-  std::string TokenOf(const std::string& ns, const std::string& job) const;
+  // The token in the job's Secret; "" unless the cache holds it and this job (`uid`) controls it.
+  std::string TokenOf(const std::string& ns, const std::string& job, const std::string& uid) const;
+  // After a create answered AlreadyExists: OK when the object of that name is controlled by the
+  // job `uid` (ours; the cache lagged); AlreadyExists naming its controller when it is anyone
+  // else's (never adopted); Unavailable when it vanished or could not be read (retry).
+  absl::Status CheckControlled(const kube::Resource& r, const std::string& ns,
+                               const std::string& name, const std::string& uid);
 
   // Delivers to the coordinator every notice of the plan (preemption_policy.h
   // PreemptionNotices) it has not acknowledged yet, as one round ending at the earliest of their

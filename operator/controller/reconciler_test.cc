@@ -299,5 +299,85 @@ TEST_F(ReconcilerTest, AConflictEndsThePassWithoutActingAndTheNextPassConverges)
   ExpectIdlePassWritesNothing();
 }
 
+// A pod named like task 1's, which the job does not control (a squatter, here with the job's
+// labels so the caches see it): never adopted. The job shows the conflict (ChildrenReady=False,
+// ChildConflict, a Warning Event), task 1 does not run against it, and once it is gone the
+// job's own pod is created.
+TEST_F(ReconcilerTest, ASquattingTaskPodIsNeverAdopted) {
+  Json squatter = Json::parse(R"({"apiVersion":"v1","kind":"Pod",
+      "metadata":{"name":"j-task-1-0","namespace":"ns",
+                  "labels":{"phalanx.dev/job":"j","phalanx.dev/role":"task",
+                            "phalanx.dev/task":"1","phalanx.dev/incarnation":"0"}},
+      "spec":{"containers":[{"name":"x","image":"attacker.example/x:1"}]}})");
+  ASSERT_THAT(store_.Create(kPods.Qualified(), "ns", squatter).status(), IsOk());
+  CatchUp();
+  const absl::Status conflicted = reconciler_.Reconcile("ns/j").status();
+  EXPECT_TRUE(absl::IsAlreadyExists(conflicted)) << conflicted;  // retried with back-off
+  CatchUp();
+  TrainingJobStatus status = DecodeStatus(Stored());
+  std::optional<Condition> ready = FindCondition(status.conditions, kConditionChildrenReady);
+  ASSERT_TRUE(ready.has_value());
+  EXPECT_EQ(ready->status, "False");
+  EXPECT_EQ(ready->reason, kReasonChildConflict);
+  EXPECT_THAT(ready->message, HasSubstr("j-task-1-0"));
+  EXPECT_THAT(ready->message, HasSubstr("no controller"));
+  EXPECT_THAT(EventReasons(), ::testing::Contains(kReasonChildConflict));
+  EXPECT_FALSE(kube::ControllerOf(*store_.Get(kPods.Qualified(), "ns", "j-task-1-0")).has_value());
+
+  // The squatter "runs": it is not task 1, so the job is not Running.
+  for (const char* pod : {"j-coordinator", "j-task-0-0", "j-task-1-0"}) SetPod(pod, "Running");
+  CatchUp();
+  EXPECT_FALSE(reconciler_.Reconcile("ns/j").ok());
+  CatchUp();
+  status = DecodeStatus(Stored());
+  EXPECT_NE(status.phase, kPhaseRunning);
+  EXPECT_EQ(status.ready_tasks, 1);
+  EXPECT_NE(status.tasks[1].state, TaskState::kRunning);
+
+  ASSERT_THAT(store_.Delete(kPods.Qualified(), "ns", "j-task-1-0").status(), IsOk());
+  CatchUp();
+  Pass();
+  const std::optional<kube::OwnerReference> owner =
+      kube::ControllerOf(*store_.Get(kPods.Qualified(), "ns", "j-task-1-0"));
+  ASSERT_TRUE(owner.has_value());
+  EXPECT_EQ(owner->uid, kube::MetaString(Stored(), "uid"));
+  EXPECT_EQ(FindCondition(DecodeStatus(Stored()).conditions, kConditionChildrenReady)->status,
+            "True");
+}
+
+// A Secret named <job>-token that the job does not control — unowned (chosen by an attacker)
+// or left by an earlier job of the same name — is never the job's token: no pod is created
+// while it is there (each would read it), the conflict shows on the job, and the job's own
+// Secret with a fresh token replaces it once it is gone.
+TEST_F(ReconcilerTest, ASquattingSecretIsNeverUsedAsTheToken) {
+  for (const char* owner : {"", R"(,"ownerReferences":[{"apiVersion":"phalanx.dev/v1alpha1",
+        "kind":"TrainingJob","name":"j","uid":"uid-of-an-earlier-j","controller":true}])"}) {
+    SCOPED_TRACE(owner);
+    Json squatter = Json::parse(absl::StrCat(
+        R"({"apiVersion":"v1","kind":"Secret","metadata":{"name":"j-token","namespace":"ns",
+            "labels":{"phalanx.dev/job":"j"})",
+        owner, R"(},"data":{"token":"YXR0YWNrZXI="}})"));
+    ASSERT_THAT(store_.Create(kSecrets.Qualified(), "ns", squatter).status(), IsOk());
+    CatchUp();
+    const absl::Status conflicted = reconciler_.Reconcile("ns/j").status();
+    EXPECT_TRUE(absl::IsAlreadyExists(conflicted)) << conflicted;
+    CatchUp();
+    EXPECT_TRUE(PodNames().empty());
+    std::optional<Condition> ready =
+        FindCondition(DecodeStatus(Stored()).conditions, kConditionChildrenReady);
+    ASSERT_TRUE(ready.has_value());
+    EXPECT_EQ(ready->reason, kReasonChildConflict);
+    EXPECT_THAT(ready->message, HasSubstr("j-token"));
+    ASSERT_THAT(store_.Delete(kSecrets.Qualified(), "ns", "j-token").status(), IsOk());
+  }
+  EXPECT_THAT(EventReasons(), ::testing::Contains(kReasonChildConflict));
+  CatchUp();
+  Pass();
+  EXPECT_THAT(PodNames(), ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-0"));
+  const Json secret = *store_.Get(kSecrets.Qualified(), "ns", "j-token");
+  EXPECT_EQ(kube::ControllerOf(secret)->uid, kube::MetaString(Stored(), "uid"));
+  EXPECT_THAT(secret.serialize(), ::testing::Not(HasSubstr("YXR0YWNrZXI=")));
+}
+
 }  // namespace
 }  // namespace phalanx::op
