@@ -5,11 +5,31 @@
 
 namespace phalanx::coord {
 
+namespace {
+
+size_t ResultBytes(const std::string& id, const absl::Status& result) {
+  return id.size() + result.message().size();
+}
+
+}  // namespace
+
+absl::Status BarrierTable::ValidateId(const std::string& id) const {
+  if (id.empty()) return absl::InvalidArgumentError("barrier id is empty");
+  if (id.size() > limits_.max_id_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("barrier id is ", id.size(),
+                                                   " bytes; the limit is ", limits_.max_id_bytes,
+                                                   " (--barrier_max_id_bytes)"));
+  }
+  return absl::OkStatus();
+}
+
 void BarrierTable::Arrive(TaskRef task, const std::string& id, std::vector<int> participants,
                           absl::Time deadline, absl::Time now, StatusCallback done,
                           Completions& out) {
   if (auto it = finished_.find(id); it != finished_.end()) {
-    out.Add([done = std::move(done), result = it->second]() mutable { std::move(done)(result); });
+    out.Add([done = std::move(done), result = it->second.result]() mutable {
+      std::move(done)(result);
+    });
     return;
   }
   auto [it, created] = pending_.try_emplace(id);
@@ -93,7 +113,14 @@ void BarrierTable::FailAll(const absl::Status& why, Completions& out) {
 
 void BarrierTable::ForgetFailure(const std::string& id) {
   auto it = finished_.find(id);
-  if (it != finished_.end() && !it->second.ok()) finished_.erase(it);
+  if (it != finished_.end() && !it->second.result.ok()) EraseFinished(id);
+}
+
+void BarrierTable::EraseFinished(const std::string& id) {
+  auto it = finished_.find(id);
+  if (it == finished_.end()) return;
+  finished_bytes_ -= ResultBytes(id, it->second.result);
+  finished_.erase(it);
 }
 
 void BarrierTable::Finish(const std::string& id, Pending& barrier, const absl::Status& result,
@@ -106,10 +133,19 @@ void BarrierTable::Finish(const std::string& id, Pending& barrier, const absl::S
 }
 
 void BarrierTable::Remember(const std::string& id, absl::Status result) {
-  finished_[id] = std::move(result);
-  finished_order_.push_back(id);
-  while (finished_order_.size() > kMaxFinished) {
-    finished_.erase(finished_order_.front());
+  EraseFinished(id);
+  finished_bytes_ += ResultBytes(id, result);
+  const uint64_t seq = next_seq_++;
+  finished_.insert_or_assign(id, Finished{std::move(result), seq});
+  finished_order_.emplace_back(id, seq);
+  // Oldest results go first; stale order entries (forgotten ids) count against the cap too, so
+  // the deque stays bounded as well.
+  while (!finished_order_.empty() && (finished_order_.size() > limits_.max_finished ||
+                                      finished_bytes_ > limits_.max_finished_bytes)) {
+    const auto& [old_id, old_seq] = finished_order_.front();
+    if (auto it = finished_.find(old_id); it != finished_.end() && it->second.seq == old_seq) {
+      EraseFinished(old_id);
+    }
     finished_order_.pop_front();
   }
 }

@@ -10,8 +10,12 @@
 //                               └─ CancelBarrier ──▶ CANCELLED (Cancelled, names who cancelled)
 //
 // Ids are single use: a finished barrier answers every later arrival with its result (so a
-// restarted task re-running a passed step does not block, and retries are idempotent). Results
-// of the most recent kMaxFinished barriers are kept.
+// restarted task re-running a passed step does not block, and retries are idempotent). Only the
+// most recent results are kept, at most `max_finished` of them holding at most
+// `max_finished_bytes` of ids and messages (a timeout's message names every missing task), so
+// the memory is bounded however many barriers a job runs. The consequence: an arrival at a
+// barrier forgotten since (thousands of barriers later) starts it afresh and waits for the
+// others until its timeout, ending DeadlineExceeded, instead of getting the old result.
 // An arrival belongs to one incarnation: when that incarnation dies (DropTask) the arrival is
 // removed and no longer counts; the restarted task must arrive again.
 #pragma once
@@ -33,11 +37,19 @@ namespace phalanx::coord {
 
 class BarrierTable {
  public:
-  static constexpr size_t kMaxFinished = 10000;
+  // Each limit names the coordinator flag that sets it.
+  struct Limits {
+    size_t max_id_bytes = 512;             // --barrier_max_id_bytes
+    size_t max_finished = 10'000;          // --barrier_max_finished
+    size_t max_finished_bytes = 16 << 20;  // --barrier_max_finished_bytes
+  };
   // Says why a task has not arrived, for straggler reports (e.g. "failed: session broken").
   using DescribeTask = std::function<std::string(int task_id)>;
 
-  explicit BarrierTable(CoordinatorMetrics& metrics) : metrics_(metrics) {}
+  BarrierTable(CoordinatorMetrics& metrics, Limits limits) : metrics_(metrics), limits_(limits) {}
+
+  // InvalidArgument for an empty id or one over max_id_bytes.
+  absl::Status ValidateId(const std::string& id) const;
 
   // `participants` is sorted, unique, non-empty and contains `task` (the service checks).
   // Returns InvalidArgument (via `done`) if the barrier exists with other participants.
@@ -54,6 +66,9 @@ class BarrierTable {
   void ForgetFailure(const std::string& id);
 
   size_t pending_count() const { return pending_.size(); }
+  size_t finished_count() const { return finished_.size(); }
+  // Bytes of ids and messages held for finished barriers.
+  size_t finished_bytes() const { return finished_bytes_; }
 
  private:
   struct Arrival {
@@ -70,11 +85,21 @@ class BarrierTable {
   void Finish(const std::string& id, Pending& barrier, const absl::Status& result, absl::Time now,
               Completions& out);
   void Remember(const std::string& id, absl::Status result);
+  void EraseFinished(const std::string& id);
 
   CoordinatorMetrics& metrics_;
+  const Limits limits_;
   std::map<std::string, Pending> pending_;
-  absl::flat_hash_map<std::string, absl::Status> finished_;
-  std::deque<std::string> finished_order_;
+  struct Finished {
+    absl::Status result;
+    uint64_t seq;  // which Remember() stored it, to match finished_order_
+  };
+  absl::flat_hash_map<std::string, Finished> finished_;
+  // Oldest first. May name results erased since (ForgetFailure) or stored again under the same
+  // id; an entry evicts only the result with its sequence number.
+  std::deque<std::pair<std::string, uint64_t>> finished_order_;
+  uint64_t next_seq_ = 0;
+  size_t finished_bytes_ = 0;
 };
 
 }  // namespace phalanx::coord

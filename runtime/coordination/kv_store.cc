@@ -4,11 +4,11 @@
 
 namespace phalanx::coord {
 
-absl::Status KvStore::ValidateKey(std::string_view key) {
+absl::Status KvStore::ValidateKey(std::string_view key) const {
   if (key.empty()) return absl::InvalidArgumentError("key is empty");
-  if (key.size() > kMaxKeyBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key is ", key.size(), " bytes; the limit is ", kMaxKeyBytes));
+  if (key.size() > limits_.max_key_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("key is ", key.size(), " bytes; the limit is ",
+                                                   limits_.max_key_bytes, " (--kv_max_key_bytes)"));
   }
   for (char c : key) {
     if (c < 0x21 || c > 0x7e) {
@@ -24,16 +24,41 @@ absl::Status KvStore::ValidateKey(std::string_view key) {
   return absl::OkStatus();
 }
 
+absl::Status KvStore::CheckRoom(const std::string& key, const std::string& value,
+                                const std::string* existing) const {
+  if (value.size() > limits_.max_value_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("value for '", key, "' is ", value.size(),
+                                                   " bytes; the limit is ", limits_.max_value_bytes,
+                                                   " (--kv_max_value_bytes)"));
+  }
+  if (existing == nullptr && data_.size() >= limits_.max_keys) {
+    return absl::ResourceExhaustedError(absl::StrCat("key-value store is full: ", data_.size(),
+                                                     " of ", limits_.max_keys,
+                                                     " keys (--kv_max_keys); delete keys first"));
+  }
+  // Bytes after the insert: an overwrite gives back the old value's bytes.
+  const size_t freed = existing == nullptr ? 0 : existing->size();
+  const size_t added = (existing == nullptr ? key.size() : 0) + value.size();
+  if (bytes_ - freed + added > limits_.max_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("key-value store is full: ", bytes_, " of ", limits_.max_bytes,
+                     " bytes (--kv_max_bytes) in use, and '", key, "' needs ", added - freed,
+                     " more; delete keys first"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status KvStore::Insert(const std::string& key, std::string value, bool allow_overwrite,
                              Completions& out) {
   if (absl::Status s = ValidateKey(key); !s.ok()) return s;
-  if (value.size() > kMaxValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("value for '", key, "' is ", value.size(),
-                                                   " bytes; the limit is ", kMaxValueBytes));
-  }
   auto it = data_.find(key);
+  if (it != data_.end() && !allow_overwrite) {
+    return absl::AlreadyExistsError(absl::StrCat("key '", key, "' exists"));
+  }
+  if (absl::Status s = CheckRoom(key, value, it == data_.end() ? nullptr : &it->second); !s.ok()) {
+    return s;
+  }
   if (it != data_.end()) {
-    if (!allow_overwrite) return absl::AlreadyExistsError(absl::StrCat("key '", key, "' exists"));
     bytes_ -= it->second.size();
     bytes_ += value.size();
     it->second = std::move(value);
@@ -74,31 +99,56 @@ absl::StatusOr<std::string> KvStore::TryGet(const std::string& key) const {
   return it->second;
 }
 
-std::vector<std::pair<std::string, std::string>> KvStore::GetDir(
-    const std::string& directory) const {
+absl::StatusOr<KvStore::DirPage> KvStore::GetDir(const std::string& directory,
+                                                 const std::string& page_token, bool paged) const {
+  if (absl::Status s = ValidateKey(directory); !s.ok()) return s;
   const std::string prefix = directory + "/";
-  std::vector<std::pair<std::string, std::string>> entries;
-  for (auto it = data_.lower_bound(prefix); it != data_.end() && it->first.starts_with(prefix);
-       ++it) {
-    entries.emplace_back(it->first, it->second);
+  // The token is the last key of the previous page: stateless, so a page survives any number
+  // of inserts and deletes in between (each key still comes at most once, in order).
+  if (!page_token.empty() && !page_token.starts_with(prefix)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page token does not belong to directory '", directory, "'"));
   }
-  return entries;
+  DirPage page;
+  size_t bytes = 0;
+  auto it = page_token.empty() ? data_.lower_bound(prefix) : data_.upper_bound(page_token);
+  for (; it != data_.end() && it->first.starts_with(prefix); ++it) {
+    const size_t size = it->first.size() + it->second.size();
+    const bool full =
+        page.entries.size() >= limits_.max_dir_entries || bytes + size > limits_.max_dir_bytes;
+    if (full && paged && !page.entries.empty()) {
+      page.next_page_token = page.entries.back().first;
+      break;
+    }
+    if (!paged && bytes + size > limits_.max_dir_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "directory '", directory, "' holds more than ", limits_.max_dir_bytes,
+          " bytes (--kv_dir_max_bytes), more than one answer may carry; page through it "
+          "(a client that sets page_size)"));
+    }
+    bytes += size;
+    page.entries.emplace_back(it->first, it->second);
+  }
+  return page;
 }
 
-int KvStore::Delete(const std::string& key) {
+int KvStore::Delete(const std::string& key, size_t* freed_bytes) {
   int deleted = 0;
+  size_t freed = 0;
   if (auto it = data_.find(key); it != data_.end()) {
-    bytes_ -= it->first.size() + it->second.size();
+    freed += it->first.size() + it->second.size();
     data_.erase(it);
     ++deleted;
   }
   const std::string prefix = key + "/";
   auto it = data_.lower_bound(prefix);
   while (it != data_.end() && it->first.starts_with(prefix)) {
-    bytes_ -= it->first.size() + it->second.size();
+    freed += it->first.size() + it->second.size();
     it = data_.erase(it);
     ++deleted;
   }
+  bytes_ -= freed;
+  if (freed_bytes != nullptr) *freed_bytes += freed;
   return deleted;
 }
 

@@ -1,8 +1,14 @@
 // KvStore: the job's key-value store (NCCL unique ids, checkpoint steps, small metadata).
 //
-// Keys are 1..512 printable ASCII characters without spaces, '/'-separated into directories
-// ("nccl/clique-3/id"); no empty segment, no leading or trailing '/'. Values are bytes, at most
-// kMaxValueBytes. A blocking Get waits until the key is inserted or its deadline passes.
+// Keys are 1..limits.max_key_bytes printable ASCII characters without spaces, '/'-separated
+// into directories ("nccl/clique-3/id"); no empty segment, no leading or trailing '/'. Values are
+// bytes, at most limits.max_value_bytes. A blocking Get waits until the key is inserted or its
+// deadline passes.
+//
+// Memory is bounded per job (any token holder can write): at most `max_keys` entries and
+// `max_bytes` of keys plus values, counted exactly (a delete or a smaller overwrite gives the
+// bytes back). A directory answer is a page of at most `max_dir_entries` entries and
+// `max_dir_bytes` bytes (always at least one entry), resumed from a page token.
 //
 // Not thread-safe: CoordinationService calls it with its lock held; callbacks are collected into
 // `Completions` and run after the lock is released.
@@ -25,14 +31,31 @@ namespace phalanx::coord {
 
 class KvStore {
  public:
-  static constexpr size_t kMaxKeyBytes = 512;
-  static constexpr size_t kMaxValueBytes = 1 << 20;
+  // Each limit names the coordinator flag that sets it, so an error can say what to change.
+  struct Limits {
+    size_t max_bytes = 64 << 20;       // --kv_max_bytes: keys + values of the whole job
+    size_t max_keys = 100'000;         // --kv_max_keys
+    size_t max_key_bytes = 512;        // --kv_max_key_bytes
+    size_t max_value_bytes = 1 << 20;  // --kv_max_value_bytes
+    size_t max_dir_entries = 1000;     // --kv_dir_max_entries: entries in one directory page
+    size_t max_dir_bytes = 2 << 20;    // --kv_dir_max_bytes: keys + values in one answer
+  };
+
+  // One page of a directory. `next_page_token` is empty on the last page.
+  struct DirPage {
+    std::vector<std::pair<std::string, std::string>> entries;
+    std::string next_page_token;
+  };
+
+  KvStore() = default;
+  explicit KvStore(Limits limits) : limits_(limits) {}
 
   // InvalidArgument naming the problem, or OK.
-  static absl::Status ValidateKey(std::string_view key);
+  absl::Status ValidateKey(std::string_view key) const;
 
   // AlreadyExists when the key exists and !allow_overwrite; InvalidArgument for a bad key or an
-  // oversized value. Wakes blocked getters of the key.
+  // oversized value; ResourceExhausted ("key-value store is full: ...", naming the quota, its
+  // use and its flag) when the entry would pass max_keys or max_bytes. Wakes blocked getters.
   absl::Status Insert(const std::string& key, std::string value, bool allow_overwrite,
                       Completions& out);
   // Answers at once when the key exists; otherwise waits. `waiter` (if set) is the task whose
@@ -41,10 +64,15 @@ class KvStore {
            ValueCallback done, Completions& out);
   // NotFound when absent.
   absl::StatusOr<std::string> TryGet(const std::string& key) const;
-  // Every entry strictly under `directory` ("a/b" → "a/b/x", "a/b/c/y"), in key order.
-  std::vector<std::pair<std::string, std::string>> GetDir(const std::string& directory) const;
-  // Deletes `key` and everything under it as a directory; returns how many entries went.
-  int Delete(const std::string& key);
+  // Entries strictly under `directory` ("a/b" → "a/b/x", "a/b/c/y"), in key order, starting
+  // after `page_token` (empty: from the start). With `paged` false (a caller that cannot page)
+  // the whole directory comes back, or ResourceExhausted when it exceeds max_dir_bytes.
+  // InvalidArgument for a bad directory or a token from another directory.
+  absl::StatusOr<DirPage> GetDir(const std::string& directory, const std::string& page_token,
+                                 bool paged) const;
+  // Deletes `key` and everything under it as a directory; returns how many entries went and
+  // adds the bytes they held to `*freed_bytes` when set.
+  int Delete(const std::string& key, size_t* freed_bytes = nullptr);
 
   void DropTask(TaskRef gone, const absl::Status& why, Completions& out);
   void Expire(absl::Time now, Completions& out);
@@ -52,6 +80,7 @@ class KvStore {
 
   size_t entries() const { return data_.size(); }
   size_t bytes() const { return bytes_; }
+  const Limits& limits() const { return limits_; }
 
  private:
   struct Waiter {
@@ -60,6 +89,12 @@ class KvStore {
     ValueCallback done;
   };
 
+  // InvalidArgument (value cap) or ResourceExhausted (quota) for storing `value` under `key`,
+  // which holds `existing` (nullptr: a new key).
+  absl::Status CheckRoom(const std::string& key, const std::string& value,
+                         const std::string* existing) const;
+
+  const Limits limits_;
   std::map<std::string, std::string> data_;
   size_t bytes_ = 0;
   std::multimap<std::string, Waiter> waiters_;

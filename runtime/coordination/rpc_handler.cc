@@ -80,13 +80,24 @@ absl::Status RpcHandler::KvTryGet(const pb::KeyValueTryGetRequest& req,
 
 absl::Status RpcHandler::KvGetDir(const pb::KeyValueGetDirRequest& req,
                                   pb::KeyValueGetDirResponse* resp) {
-  auto entries = service_.KvGetDir(req.directory());
-  if (!entries.ok()) return entries.status();
-  for (auto& [key, value] : *entries) {
+  if (req.page_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size must not be negative, got ", req.page_size()));
+  }
+  auto page = service_.KvGetDir(req.directory(), req.page_token(), req.page_size() > 0);
+  if (!page.ok()) return page.status();
+  // The service caps a page at --kv_dir_max_entries; a smaller page_size cuts it further.
+  const size_t wanted = req.page_size() > 0 ? static_cast<size_t>(req.page_size()) : SIZE_MAX;
+  if (page->entries.size() > wanted) {
+    page->entries.resize(wanted);
+    page->next_page_token = page->entries.back().first;
+  }
+  for (auto& [key, value] : page->entries) {
     pb::KeyValueEntry* entry = resp->add_entries();
     entry->set_key(key);
     entry->set_value(std::move(value));
   }
+  resp->set_next_page_token(std::move(page->next_page_token));
   return absl::OkStatus();
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/coordination/service.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <random>
 
@@ -40,6 +42,21 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create
       options.shutdown_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("barrier and shutdown timeouts must be positive");
   }
+  const KvStore::Limits& kv = options.kv_limits;
+  if (kv.max_bytes == 0 || kv.max_keys == 0 || kv.max_key_bytes == 0 || kv.max_value_bytes == 0 ||
+      kv.max_dir_entries == 0 || options.barrier_limits.max_id_bytes == 0 ||
+      options.barrier_limits.max_finished == 0) {
+    return absl::InvalidArgumentError("key-value and barrier limits must be positive");
+  }
+  // The server takes messages up to 4 MiB: a value (and so one directory entry) must fit one.
+  constexpr size_t kMaxMessage = 3 << 20;
+  if (kv.max_value_bytes + kv.max_key_bytes > kMaxMessage ||
+      kv.max_dir_bytes < kv.max_value_bytes + kv.max_key_bytes || kv.max_dir_bytes > kMaxMessage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv_dir_max_bytes (", kv.max_dir_bytes, ") must hold one entry (--kv_max_key_bytes ",
+        kv.max_key_bytes, " + --kv_max_value_bytes ", kv.max_value_bytes, ") and stay within ",
+        kMaxMessage, " bytes (the server takes messages up to 4 MiB)"));
+  }
   if (options.coordinator_id.empty()) options.coordinator_id = RandomId();
   return std::unique_ptr<CoordinationService>(
       new CoordinationService(std::move(options), clock, metrics));
@@ -50,7 +67,8 @@ CoordinationService::CoordinationService(Options options, base::Clock& clock,
     : options_(std::move(options)),
       clock_(clock),
       metrics_(metrics),
-      barriers_(metrics),
+      barriers_(metrics, options_.barrier_limits),
+      kv_(options_.kv_limits),
       sync_(options_.num_tasks) {
   tasks_.resize(options_.num_tasks);
   for (int i = 0; i < options_.num_tasks; ++i) {
@@ -74,6 +92,16 @@ absl::StatusOr<CoordinationService::Registration> CoordinationService::Register(
   Task& task = tasks_[ref.task_id];
   TaskInfo& info = task.info;
   const bool known = info.state != TaskState::kUnregistered;
+  // An incarnation far beyond the newest seen is a forged or corrupt one, never a restart
+  // (each restart adds one): accepting it would leave the task id unusable for every real
+  // incarnation below it (2^64-1 would poison it for good).
+  const uint64_t newest = known ? info.incarnation : 0;
+  if (ref.incarnation > newest + kMaxIncarnationStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation,
+                     " is implausibly far ahead of incarnation ", newest, " (at most ",
+                     kMaxIncarnationStep, " more is accepted)"));
+  }
   if (known && ref.incarnation < info.incarnation) {
     return absl::AbortedError(absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation,
                                            " is stale: incarnation ", info.incarnation,
@@ -171,6 +199,11 @@ absl::Status CoordinationService::ReportError(TaskRef ref, std::string message) 
   Completions out;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckCallerLocked(ref); !s.ok()) return s;
+  if (message.size() > options_.max_error_message_bytes) {
+    // It goes to every session and into every snapshot: keep the start, which says what broke.
+    message.resize(options_.max_error_message_bytes);
+    message += "... (truncated)";
+  }
   BroadcastLocked(ErrorReport{ref, message}, out);
   FailTaskLocked(tasks_[ref.task_id], FailureKind::kReportedError,
                  absl::StrCat("reported error: ", message), out);
@@ -185,7 +218,7 @@ void CoordinationService::Barrier(TaskRef ref, std::string id, absl::Duration ti
   absl::StatusOr<absl::Duration> resolved =
       ResolveTimeout(timeout, options_.barrier_default_timeout);
   absl::StatusOr<std::vector<int>> subset = ResolveSubset(std::move(tasks), ref.task_id);
-  if (status.ok() && id.empty()) status = absl::InvalidArgumentError("barrier id is empty");
+  if (status.ok()) status = barriers_.ValidateId(id);
   if (status.ok() && id.front() == ' ') {
     status = absl::InvalidArgumentError("barrier ids may not start with a space");
   }
@@ -203,7 +236,8 @@ absl::Status CoordinationService::CancelBarrier(TaskRef ref, const std::string& 
   Completions out;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckCallerLocked(ref); !s.ok()) return s;
-  if (!id.empty() && id.front() == ' ') {
+  if (absl::Status s = barriers_.ValidateId(id); !s.ok()) return s;
+  if (id.front() == ' ') {
     return absl::InvalidArgumentError("barrier ids may not start with a space");
   }
   return barriers_.Cancel(ref, id, out);
@@ -239,18 +273,36 @@ absl::StatusOr<std::string> CoordinationService::KvTryGet(const std::string& key
   return kv_.TryGet(key);
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CoordinationService::KvGetDir(
-    const std::string& directory) {
-  if (absl::Status s = KvStore::ValidateKey(directory); !s.ok()) return s;
+absl::StatusOr<KvStore::DirPage> CoordinationService::KvGetDir(const std::string& directory,
+                                                               const std::string& page_token,
+                                                               bool paged) {
   absl::MutexLock lock(&mu_);
-  return kv_.GetDir(directory);
+  return kv_.GetDir(directory, page_token, paged);
 }
 
 absl::StatusOr<int> CoordinationService::KvDelete(const std::string& key) {
-  if (absl::Status s = KvStore::ValidateKey(key); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
-  const int deleted = kv_.Delete(key);
-  metrics_.SetKv(kv_.entries(), kv_.bytes());
+  int deleted = 0;
+  bool release = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = kv_.ValidateKey(key); !s.ok()) return s;
+    deleted = kv_.Delete(key, &freed_since_release_);
+    metrics_.SetKv(kv_.entries(), kv_.bytes());
+    if (freed_since_release_ >= options_.release_memory_after_bytes) {
+      freed_since_release_ = 0;
+      release = true;
+    }
+  }
+  // Freed map nodes and small values stay in the heap's free lists otherwise, and the
+  // coordinator's RSS would keep the high-water mark of the store. Outside the lock: trimming
+  // walks the heap.
+  if (release) {
+    if (options_.release_memory) {
+      options_.release_memory();
+    } else {
+      malloc_trim(0);
+    }
+  }
   return deleted;
 }
 
@@ -346,6 +398,11 @@ void CoordinationService::Shutdown(TaskRef ref, absl::Duration timeout, StatusCa
       out);
 }
 
+std::pair<size_t, size_t> CoordinationService::BarrierMemory() {
+  absl::MutexLock lock(&mu_);
+  return {barriers_.finished_count(), barriers_.finished_bytes()};
+}
+
 bool CoordinationService::AllTasksShutDown() {
   absl::MutexLock lock(&mu_);
   return std::all_of(tasks_.begin(), tasks_.end(),
@@ -365,6 +422,8 @@ void CoordinationService::Tick(absl::Time now) {
   Completions out;
   absl::MutexLock lock(&mu_);
   if (stopped_) return;
+  // Failures found by this tick (a mass heartbeat timeout) go out together at its end.
+  membership_sent_this_tick_ = true;
   absl::Duration oldest = absl::ZeroDuration();
   for (Task& task : tasks_) {
     if (task.info.state != TaskState::kConnected) continue;
@@ -399,6 +458,8 @@ void CoordinationService::Tick(absl::Time now) {
       ++it;
     }
   }
+  FlushMembershipLocked(out);
+  membership_sent_this_tick_ = false;
 }
 
 void CoordinationService::Stop() {
@@ -510,7 +571,8 @@ void CoordinationService::SetStateLocked(Task& task, TaskState state, std::strin
   // or a clean shutdown is not pushed to every session: at 1024 tasks that would be a million
   // events during start-up; watchers (WatchJobState) still see every change.
   if (previous != TaskState::kUnregistered && state != TaskState::kShutdown) {
-    BroadcastLocked(task.info, out);
+    pending_membership_.insert_or_assign(task.info.task_id, task.info);
+    if (!membership_sent_this_tick_) FlushMembershipLocked(out);
   }
   // Membership changed: agreements waiting on this task may now complete.
   alive_.Reevaluate(AliveFnLocked(), out);
@@ -560,7 +622,24 @@ void CoordinationService::PushLocked(Task& task, SessionEvent event, Completions
 }
 
 void CoordinationService::BroadcastLocked(const SessionEvent& event, Completions& out) {
+  // Held membership changes happened first: keep that order on every stream.
+  FlushMembershipLocked(out);
   for (Task& task : tasks_) PushLocked(task, event, out);
+}
+
+void CoordinationService::FlushMembershipLocked(Completions& out) {
+  if (pending_membership_.empty()) return;
+  auto batch = std::make_shared<std::vector<TaskInfo>>();
+  batch->reserve(pending_membership_.size());
+  for (auto& [id, info] : pending_membership_) batch->push_back(std::move(info));
+  pending_membership_.clear();
+  membership_sent_this_tick_ = true;
+  std::shared_ptr<const std::vector<TaskInfo>> shared = std::move(batch);
+  for (Task& task : tasks_) {
+    if (task.outbox == nullptr) continue;
+    task.outbox->PushTaskChanges(shared);
+    out.Add([o = task.outbox] { o->Notify(); });
+  }
 }
 
 JobSnapshot CoordinationService::SnapshotLocked() const {

@@ -23,9 +23,17 @@
 // heartbeat (any session message) at least every `heartbeat_timeout`. Registering again with
 // the same incarnation while connected is idempotent; a failed or shut-down incarnation cannot
 // come back (Aborted): only a new incarnation can.
+//
+// Membership events (a peer failed or restarted) are coalesced per tick: the first change after
+// a tick goes to every session at once; further changes before the next Tick() are held (the
+// latest per task) and go out at that Tick as one batch that every session's outbox shares.
+// So N sessions dropping together cost O(N) memory and O(1) queued entries per survivor instead
+// of N events per survivor, and a single failure is still pushed without delay.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +58,10 @@
 
 namespace phalanx::coord {
 
+// The most an incarnation may be above the task's newest one (or above 0 for a task this
+// coordinator has not seen): far more restarts than any job lives through.
+inline constexpr uint64_t kMaxIncarnationStep = 1'000'000;
+
 class CoordinationService {
  public:
   struct Options {
@@ -63,6 +75,15 @@ class CoordinationService {
     absl::Duration max_wait = absl::Hours(1);
     // Random per start when empty; tells reconnecting clients the coordinator restarted.
     std::string coordinator_id;
+    // Memory bounds: any holder of the job token can write, so every stored thing is capped.
+    KvStore::Limits kv_limits;
+    BarrierTable::Limits barrier_limits;
+    // A reported error message is broadcast to every session: longer ones are truncated.
+    size_t max_error_message_bytes = 4096;
+    // After key-value deletes have freed this many bytes, `release_memory` runs (outside the
+    // lock) to hand freed heap back to the system; nullptr: malloc_trim(0).
+    size_t release_memory_after_bytes = 8 << 20;
+    std::function<void()> release_memory;
   };
 
   struct Registration {
@@ -79,7 +100,8 @@ class CoordinationService {
                                                                      CoordinatorMetrics& metrics);
   ~CoordinationService();
 
-  // Errors: InvalidArgument (task id out of range), Aborted (a newer incarnation exists, or this
+  // Errors: InvalidArgument (task id out of range, incarnation more than kMaxIncarnationStep
+  // above the newest seen), Aborted (a newer incarnation exists, or this
   // incarnation was declared failed or shut down), Unavailable (the service is stopping).
   absl::StatusOr<Registration> Register(TaskRef task);
 
@@ -109,8 +131,10 @@ class CoordinationService {
   void KvGet(const std::string& key, std::optional<TaskRef> waiter, absl::Duration timeout,
              ValueCallback done);
   absl::StatusOr<std::string> KvTryGet(const std::string& key);
-  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KvGetDir(
-      const std::string& directory);
+  // One page of `directory` after `page_token`; with `paged` false the whole directory or
+  // ResourceExhausted (see KvStore::GetDir).
+  absl::StatusOr<KvStore::DirPage> KvGetDir(const std::string& directory,
+                                            const std::string& page_token = "", bool paged = false);
   absl::StatusOr<int> KvDelete(const std::string& key);
 
   // Long poll: answers when the job's version differs from `known_version`, or with the
@@ -140,6 +164,8 @@ class CoordinationService {
   void Stop();
 
   const Options& options() const { return options_; }
+  // Finished-barrier results held and the bytes of their ids and messages (tests, metrics).
+  std::pair<size_t, size_t> BarrierMemory();
 
  private:
   struct Task {
@@ -173,6 +199,8 @@ class CoordinationService {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BroadcastLocked(const SessionEvent& event, Completions& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the held membership changes to every session as one shared batch.
+  void FlushMembershipLocked(Completions& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkAllShutDown();
   JobSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -198,6 +226,12 @@ class CoordinationService {
     SnapshotCallback done;
   };
   std::vector<Watcher> watchers_ ABSL_GUARDED_BY(mu_);
+  // Membership changes not yet pushed (latest per task id), and whether a batch went out since
+  // the last Tick (then new changes wait for the next one).
+  std::map<int, TaskInfo> pending_membership_ ABSL_GUARDED_BY(mu_);
+  bool membership_sent_this_tick_ ABSL_GUARDED_BY(mu_) = false;
+  // Key-value bytes deleted since memory was last handed back.
+  size_t freed_since_release_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace phalanx::coord

@@ -309,8 +309,8 @@ TEST_F(ServiceTest, Kv_InsertOverwriteDirDelete) {
   EXPECT_THAT(service_->KvTryGet("a/z"), StatusIs(absl::StatusCode::kNotFound));
   auto dir = service_->KvGetDir("a");
   ASSERT_THAT(dir, IsOk());
-  EXPECT_THAT(*dir, ElementsAre(std::pair<std::string, std::string>{"a/b/y", "3"},
-                                std::pair<std::string, std::string>{"a/x", "2"}));
+  EXPECT_THAT(dir->entries, ElementsAre(std::pair<std::string, std::string>{"a/b/y", "3"},
+                                        std::pair<std::string, std::string>{"a/x", "2"}));
   EXPECT_EQ(*service_->KvDelete("a"), 2);
   EXPECT_EQ(*service_->KvTryGet("ab"), "4");
   EXPECT_EQ(*service_->KvDelete("missing"), 0);

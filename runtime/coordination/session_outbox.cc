@@ -18,6 +18,13 @@ void SessionOutbox::Push(SessionEvent event) {
   queue_.push_back(std::move(event));
 }
 
+void SessionOutbox::PushTaskChanges(std::shared_ptr<const std::vector<TaskInfo>> changes) {
+  if (changes == nullptr || changes->empty()) return;
+  absl::MutexLock lock(&queue_mu_);
+  if (close_status_.has_value()) return;
+  queue_.push_back(SharedBatch{std::move(changes), 0});
+}
+
 void SessionOutbox::Close(absl::Status status) {
   absl::MutexLock lock(&queue_mu_);
   if (!close_status_.has_value()) close_status_ = std::move(status);
@@ -33,7 +40,12 @@ void SessionOutbox::Notify() {
 std::optional<SessionEvent> SessionOutbox::Pop() {
   absl::MutexLock lock(&queue_mu_);
   if (queue_.empty()) return std::nullopt;
-  SessionEvent event = std::move(queue_.front());
+  if (auto* batch = std::get_if<SharedBatch>(&queue_.front())) {
+    SessionEvent event = (*batch->changes)[batch->next++];
+    if (batch->next == batch->changes->size()) queue_.pop_front();
+    return event;
+  }
+  SessionEvent event = std::move(std::get<SessionEvent>(queue_.front()));
   queue_.pop_front();
   return event;
 }
@@ -41,6 +53,11 @@ std::optional<SessionEvent> SessionOutbox::Pop() {
 bool SessionOutbox::Empty() {
   absl::MutexLock lock(&queue_mu_);
   return queue_.empty();
+}
+
+size_t SessionOutbox::QueuedEntries() {
+  absl::MutexLock lock(&queue_mu_);
+  return queue_.size();
 }
 
 std::optional<absl::Status> SessionOutbox::FinalStatus() {

@@ -6,10 +6,17 @@
 // transport drains with Pop() in order. A transport Detach()es before it is destroyed; after
 // Detach returns no Notify reaches it. Shared (std::shared_ptr) between the service and the
 // transport because either may outlive the other. Thread-safe.
+//
+// A batch of membership changes (PushTaskChanges) is one queued entry holding a pointer to a
+// batch every session shares; Pop() hands its TaskInfos out one by one, so the stream carries
+// the same task_changed events as before while a mass failure is held in memory once.
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <optional>
+#include <variant>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -33,6 +40,8 @@ class SessionOutbox {
 
   // Producer side (the service).
   void Push(SessionEvent event);
+  // Queues every TaskInfo of `changes` (non-empty, never modified after) as one entry.
+  void PushTaskChanges(std::shared_ptr<const std::vector<TaskInfo>> changes);
   // Ends the session once the queued events are drained; `status` is what the stream ends with.
   void Close(absl::Status status);
   void Notify();
@@ -41,6 +50,8 @@ class SessionOutbox {
   std::optional<SessionEvent> Pop();
   // True when nothing is queued (the transport coalesces writes while more are waiting).
   bool Empty();
+  // How many entries are queued (memory accounting and tests).
+  size_t QueuedEntries();
   // Set once Close() was called and every event before it has been popped.
   std::optional<absl::Status> FinalStatus();
 
@@ -49,7 +60,11 @@ class SessionOutbox {
   Listener* listener_ ABSL_GUARDED_BY(attach_mu_) = nullptr;
 
   absl::Mutex queue_mu_ ABSL_ACQUIRED_AFTER(attach_mu_);
-  std::deque<SessionEvent> queue_ ABSL_GUARDED_BY(queue_mu_);
+  struct SharedBatch {
+    std::shared_ptr<const std::vector<TaskInfo>> changes;
+    size_t next = 0;  // the first TaskInfo not yet popped
+  };
+  std::deque<std::variant<SessionEvent, SharedBatch>> queue_ ABSL_GUARDED_BY(queue_mu_);
   std::optional<absl::Status> close_status_ ABSL_GUARDED_BY(queue_mu_);
 };
 
