@@ -103,6 +103,46 @@ std::optional<Json> FloatValue(const std::string& s) {
   return Json::number(d);
 }
 
+// Whether `s` is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
+// U+10FFFF). yaml-cpp passes other bytes through, and a JSON string holding them cannot be read
+// back by any JSON parser.
+bool IsUtf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    int n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      n = 1, cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 2, cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (end - p <= n) return false;
+    for (int i = 1; i <= n; ++i) {
+      if ((p[i] & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    p += n + 1;
+  }
+  return true;
+}
+
+absl::Status NotUtf8(const YAML::Node& node) {
+  return absl::InvalidArgumentError(absl::StrCat("YAML text is not valid UTF-8", Where(node)));
+}
+
 class Converter {
  public:
   absl::StatusOr<Json> Convert(const YAML::Node& node, int depth) {
@@ -136,6 +176,7 @@ class Converter {
                 absl::StrCat("YAML mapping key is not a scalar", Where(key)));
           }
           const std::string name = key.IsScalar() ? key.Scalar() : "null";
+          if (!IsUtf8(name)) return NotUtf8(key);
           if (!seen.insert(name).second) {
             return absl::InvalidArgumentError(
                 absl::StrCat("YAML mapping has the key \"", name, "\" twice", Where(key)));
@@ -154,6 +195,7 @@ class Converter {
   absl::StatusOr<Json> Scalar(const YAML::Node& node) {
     const std::string& text = node.Scalar();
     const std::string& tag = node.Tag();
+    if (!IsUtf8(text)) return NotUtf8(node);
     // "!" marks a quoted or block scalar: always a string. "?" (or empty) is a plain scalar whose
     // type the core schema resolves.
     if (tag == "!") return Json::string(text);

@@ -118,6 +118,27 @@ TEST(YamlToJson, Errors_AreInvalidArgumentSayingWhere) {
   }
 }
 
+// Found by fuzz/yaml_json_fuzz.cc: bytes that are not UTF-8 became JSON strings that no JSON
+// parser (cpprestsdk's included) reads back, so a manifest converted fine and was then refused
+// (or garbled) wherever the JSON went. YAML text is Unicode; such bytes are a syntax error.
+TEST(YamlToJson, InvalidUtf8_IsAnErrorNotJsonThatCannotBeRead) {
+  const std::vector<std::string> cases = {
+      "b: \xff"
+      "9223372036854775808\n",  // a plain scalar (the fuzzer's find)
+      "b: \"caf\xc3\"\n",       // a quoted scalar ending mid-character
+      "\xed\xa0\x80: x\n",      // a key holding an encoded surrogate
+      "b: \xc0\xaf\n",          // an overlong '/'
+  };
+  for (const std::string& yaml : cases) {
+    SCOPED_TRACE(yaml);
+    EXPECT_THAT(YamlToJson(yaml),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid UTF-8")));
+  }
+  absl::StatusOr<Json> ok = YamlToJson("b: \"caf\xc3\xa9 \xf0\x9f\x9a\x80\"\n");
+  ASSERT_THAT(ok.status(), IsOk());
+  EXPECT_EQ(ok->at("b").as_string(), "caf\xc3\xa9 \xf0\x9f\x9a\x80");
+}
+
 TEST(YamlToJson, DeepNesting_IsAnErrorNotACrash) {
   std::string deep(2000, '[');
   deep += std::string(2000, ']');
