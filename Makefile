@@ -3,7 +3,7 @@ BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo demo-coordination bench images asan tsan format clean
+.PHONY: all deps configure build test demo demo-coordination bench images asan tsan fuzz format clean
 
 all: build
 
@@ -47,6 +47,11 @@ asan: deps
 
 tsan: deps
 	@cmake --preset tsan >/dev/null && cmake --build --preset tsan && cd build-tsan && ctest --output-on-failure $(CTEST_ARGS)
+
+# The fuzz targets (fuzz/) under clang + libFuzzer + ASan/UBSan in build-fuzz, FUZZ_SECONDS (60)
+# each, one after another (docs/fuzzing.md). `make test` runs the same targets briefly (label fuzz).
+fuzz: deps
+	@scripts/run_fuzzers.sh build-fuzz
 
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
