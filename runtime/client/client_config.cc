@@ -79,6 +79,14 @@ absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const base::GetenvFn& getenv_
   if (config.token.empty()) {
     return absl::InvalidArgumentError("neither PHALANX_TOKEN nor PHALANX_TOKEN_FILE gives a token");
   }
+  if (std::optional<std::string> ca = getenv("PHALANX_TLS_CA_FILE"); ca && !ca->empty()) {
+    absl::StatusOr<std::string> pem = base::ReadFileToString(*ca);
+    if (!pem.ok() || pem->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PHALANX_TLS_CA_FILE: ", pem.ok() ? "the file is empty" : pem.status().message()));
+    }
+    config.tls_ca_pem = *pem;
+  }
   return config;
 }
 

@@ -5,7 +5,10 @@
 //   PHALANX_TASK_ID      this task's index, 0..N-1 (required)
 //   PHALANX_NUM_TASKS    N (required)
 //   PHALANX_INCARNATION  restart count of this task (default 0)
-//   PHALANX_TOKEN        the job token, or PHALANX_TOKEN_FILE naming a file holding it
+//   PHALANX_TOKEN        the job token or this task's credential, or PHALANX_TOKEN_FILE naming
+//                        a file holding it (the operator mounts one: docs/security.md)
+//   PHALANX_TLS_CA_FILE  PEM CA certificates: when set, the coordinator is reached over TLS
+//                        and its certificate must chain to one of them (default: cleartext)
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,8 @@ struct ClientConfig {
   int num_tasks = 1;
   uint64_t incarnation = 0;
   std::string token;
+  // PEM roots to verify the coordinator's TLS certificate; empty: cleartext gRPC.
+  std::string tls_ca_pem;
   // Added to each blocking call's own timeout to form its RPC deadline, so the service's
   // answer (e.g. a straggler report) arrives before the transport gives up.
   absl::Duration rpc_margin = absl::Seconds(2);

@@ -82,8 +82,13 @@ GrpcCoordinationClient::GrpcCoordinationClient(ClientConfig config, ClientCallba
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ =
-      grpc::CreateCustomChannel(config_.coordinator, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!config_.tls_ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = config_.tls_ca_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  channel_ = grpc::CreateCustomChannel(config_.coordinator, credentials, args);
   stub_ = pb::Coordination::NewStub(channel_);
   rpc_ = std::make_unique<RpcCaller>(*stub_, config_.token);
   SessionChannel::Listener& listener = *this;  // a private base: convert here, in scope

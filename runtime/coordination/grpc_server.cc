@@ -21,87 +21,93 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
 
   grpc::ServerBidiReactor<pb::SessionRequest, pb::SessionEvent>* Session(
       grpc::CallbackServerContext* ctx) override {
-    absl::Status auth = Authorize(*ctx);
-    metrics_.Rpc("Session", auth.code(), absl::ZeroDuration());
+    absl::StatusOr<auth::Principal> auth = Authenticate(*ctx);
+    metrics_.Rpc("Session", auth.status().code(), absl::ZeroDuration());
     return new SessionReactor(handler_, metrics_, clock_, std::move(auth));
   }
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const pb::RegisterRequest* req,
                                      pb::RegisterResponse* resp) override {
-    return Unary(ctx, "Register", [&](Finisher done) { done(handler_.Register(*req, resp)); });
+    return Unary(ctx, "Register", ForTask(req->task().task_id()),
+                 [&](Finisher done) { done(handler_.Register(*req, resp)); });
   }
   grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx,
                                         const pb::ReportErrorRequest* req,
                                         pb::ReportErrorResponse*) override {
-    return Unary(ctx, "ReportError", [&](Finisher done) { done(handler_.ReportError(*req)); });
+    return Unary(ctx, "ReportError", ForTask(req->task().task_id()),
+                 [&](Finisher done) { done(handler_.ReportError(*req)); });
   }
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const pb::BarrierRequest* req,
                                     pb::BarrierResponse*) override {
-    return Unary(ctx, "Barrier", [&](Finisher done) { handler_.Barrier(*req, std::move(done)); });
+    return Unary(ctx, "Barrier", ForTask(req->task().task_id()),
+                 [&](Finisher done) { handler_.Barrier(*req, std::move(done)); });
   }
   grpc::ServerUnaryReactor* CancelBarrier(grpc::CallbackServerContext* ctx,
                                           const pb::CancelBarrierRequest* req,
                                           pb::CancelBarrierResponse*) override {
-    return Unary(ctx, "CancelBarrier", [&](Finisher done) { done(handler_.CancelBarrier(*req)); });
+    return Unary(ctx, "CancelBarrier", ForTask(req->task().task_id()),
+                 [&](Finisher done) { done(handler_.CancelBarrier(*req)); });
   }
   grpc::ServerUnaryReactor* KeyValueInsert(grpc::CallbackServerContext* ctx,
                                            const pb::KeyValueInsertRequest* req,
                                            pb::KeyValueInsertResponse*) override {
-    return Unary(ctx, "KeyValueInsert", [&](Finisher done) { done(handler_.KvInsert(*req)); });
+    return Unary(ctx, "KeyValueInsert", JobWide(),
+                 [&](Finisher done) { done(handler_.KvInsert(*req)); });
   }
   grpc::ServerUnaryReactor* KeyValueGet(grpc::CallbackServerContext* ctx,
                                         const pb::KeyValueGetRequest* req,
                                         pb::KeyValueGetResponse* resp) override {
-    return Unary(ctx, "KeyValueGet",
+    return Unary(ctx, "KeyValueGet", req->has_task() ? ForTask(req->task().task_id()) : JobWide(),
                  [&](Finisher done) { handler_.KvGet(*req, resp, std::move(done)); });
   }
   grpc::ServerUnaryReactor* KeyValueTryGet(grpc::CallbackServerContext* ctx,
                                            const pb::KeyValueTryGetRequest* req,
                                            pb::KeyValueGetResponse* resp) override {
-    return Unary(ctx, "KeyValueTryGet",
+    return Unary(ctx, "KeyValueTryGet", JobWide(),
                  [&](Finisher done) { done(handler_.KvTryGet(*req, resp)); });
   }
   grpc::ServerUnaryReactor* KeyValueGetDir(grpc::CallbackServerContext* ctx,
                                            const pb::KeyValueGetDirRequest* req,
                                            pb::KeyValueGetDirResponse* resp) override {
-    return Unary(ctx, "KeyValueGetDir",
+    return Unary(ctx, "KeyValueGetDir", JobWide(),
                  [&](Finisher done) { done(handler_.KvGetDir(*req, resp)); });
   }
   grpc::ServerUnaryReactor* KeyValueDelete(grpc::CallbackServerContext* ctx,
                                            const pb::KeyValueDeleteRequest* req,
                                            pb::KeyValueDeleteResponse* resp) override {
-    return Unary(ctx, "KeyValueDelete",
+    return Unary(ctx, "KeyValueDelete", JobWide(),
                  [&](Finisher done) { done(handler_.KvDelete(*req, resp)); });
   }
   grpc::ServerUnaryReactor* WatchJobState(grpc::CallbackServerContext* ctx,
                                           const pb::WatchJobStateRequest* req,
                                           pb::WatchJobStateResponse* resp) override {
-    return Unary(ctx, "WatchJobState",
+    return Unary(ctx, "WatchJobState", JobWide(),
                  [&](Finisher done) { handler_.WatchJobState(*req, resp, std::move(done)); });
   }
   grpc::ServerUnaryReactor* GetAliveTasks(grpc::CallbackServerContext* ctx,
                                           const pb::GetAliveTasksRequest* req,
                                           pb::GetAliveTasksResponse* resp) override {
-    return Unary(ctx, "GetAliveTasks",
+    return Unary(ctx, "GetAliveTasks", ForTask(req->task().task_id()),
                  [&](Finisher done) { handler_.GetAliveTasks(*req, resp, std::move(done)); });
   }
   grpc::ServerUnaryReactor* NotifyPreemption(grpc::CallbackServerContext* ctx,
                                              const pb::NotifyPreemptionRequest* req,
                                              pb::NotifyPreemptionResponse* resp) override {
-    return Unary(ctx, "NotifyPreemption",
+    return Unary(ctx, "NotifyPreemption", JobWide(),
                  [&](Finisher done) { done(handler_.NotifyPreemption(*req, resp)); });
   }
   grpc::ServerUnaryReactor* ReportSyncStep(grpc::CallbackServerContext* ctx,
                                            const pb::ReportSyncStepRequest* req,
                                            pb::ReportSyncStepResponse* resp) override {
-    return Unary(ctx, "ReportSyncStep",
+    return Unary(ctx, "ReportSyncStep", ForTask(req->task().task_id()),
                  [&](Finisher done) { handler_.ReportSyncStep(*req, resp, std::move(done)); });
   }
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx,
                                      const pb::ShutdownRequest* req,
                                      pb::ShutdownResponse*) override {
-    return Unary(ctx, "Shutdown", [&](Finisher done) { handler_.Shutdown(*req, std::move(done)); });
+    return Unary(ctx, "Shutdown", ForTask(req->task().task_id()),
+                 [&](Finisher done) { handler_.Shutdown(*req, std::move(done)); });
   }
 
  private:
@@ -124,10 +130,13 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
 
   template <typename Body>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const char* method,
-                                  Body&& body) {
+                                  CallScope scope, Body&& body) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     Finisher done(reactor, method, clock_.Now(), this);
-    if (absl::Status auth = Authorize(*ctx); !auth.ok()) {
+    absl::StatusOr<auth::Principal> principal = Authenticate(*ctx);
+    absl::Status auth = principal.ok() ? Authorize(*principal, scope) : principal.status();
+    if (!auth.ok()) {
+      if (principal.ok()) metrics_.AuthFailure();  // a task acting as another one
       done(auth);
       return reactor;
     }
@@ -135,10 +144,10 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
     return reactor;
   }
 
-  absl::Status Authorize(const grpc::CallbackServerContext& ctx) {
-    absl::Status status = CheckToken(ctx, token_);
-    if (!status.ok()) metrics_.AuthFailure();
-    return status;
+  absl::StatusOr<auth::Principal> Authenticate(const grpc::CallbackServerContext& ctx) {
+    absl::StatusOr<auth::Principal> principal = CheckToken(ctx, token_);
+    if (!principal.ok()) metrics_.AuthFailure();
+    return principal;
   }
 
   const std::string token_;
@@ -153,11 +162,19 @@ absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> CoordinationGrpcServer::
   if (options.token.empty()) {
     return absl::InvalidArgumentError("the coordination service needs a non-empty job token");
   }
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    return absl::InvalidArgumentError("TLS needs both a certificate and its private key");
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls_cert_pem.empty()) {
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
   std::unique_ptr<CoordinationGrpcServer> server(new CoordinationGrpcServer());
   server->impl_ = std::make_unique<Impl>(options.token, service, metrics, clock);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                           &server->port_);
+  builder.AddListeningPort(options.listen_address, credentials, &server->port_);
   builder.RegisterService(server->impl_.get());
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   // Tasks heartbeat on their session; transport keepalive is only a backstop for half-open

@@ -8,8 +8,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/auth/credentials.h"
 #include "common/base/env_and_files.h"
 #include "common/base/log.h"
 #include "common/base/periodic_runner.h"
@@ -27,6 +29,12 @@ ABSL_FLAG(std::string, job, "", "job name (required)");
 ABSL_FLAG(int, num_tasks, 0, "number of tasks in the job (required)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the job token; if unset, the PHALANX_TOKEN environment variable");
+ABSL_FLAG(std::string, token_sha256, "",
+          "if set, the token's SHA-256 (hex) must equal this: the operator passes it so that a "
+          "token Secret it did not write (a squatter of the name) is refused at start");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate chain: with --tls_key_file, serve gRPC over TLS only");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "how often tasks heartbeat");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
           "a task silent this long is declared failed");
@@ -64,7 +72,32 @@ absl::StatusOr<std::string> ReadToken() {
     return absl::InvalidArgumentError(
         "no job token: pass --token_file or set PHALANX_TOKEN (the service refuses to run open)");
   }
+  if (const std::string want = absl::GetFlag(FLAGS_token_sha256);
+      !want.empty() && phalanx::auth::Sha256Hex(token) != absl::AsciiStrToLower(want)) {
+    return absl::PermissionDeniedError(
+        "the job token does not match --token_sha256: the token Secret was not written by the "
+        "operator (an object squatting its name?); delete it and let the operator recreate it");
+  }
   return token;
+}
+
+// Reads the TLS certificate and key named by the flags into `options` (both or neither).
+absl::Status ReadTls(phalanx::coord::CoordinationGrpcServer::Options& options) {
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert_file);
+  const std::string key = absl::GetFlag(FLAGS_tls_key_file);
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert_file and --tls_key_file go together");
+  }
+  if (cert.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> cert_pem = phalanx::base::ReadFileToString(cert);
+  if (!cert_pem.ok())
+    return absl::NotFoundError(absl::StrCat("--tls_cert_file: ", cert_pem.status().message()));
+  absl::StatusOr<std::string> key_pem = phalanx::base::ReadFileToString(key);
+  if (!key_pem.ok())
+    return absl::NotFoundError(absl::StrCat("--tls_key_file: ", key_pem.status().message()));
+  options.tls_cert_pem = *cert_pem;
+  options.tls_key_pem = *key_pem;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -101,8 +134,14 @@ int main(int argc, char** argv) {
   auto service = phalanx::coord::CoordinationService::Create(options, clock, metrics);
   if (!service.ok()) return Fail(std::string(service.status().message()));
 
-  auto server = phalanx::coord::CoordinationGrpcServer::Start({absl::GetFlag(FLAGS_listen), *token},
-                                                              **service, metrics, clock);
+  phalanx::coord::CoordinationGrpcServer::Options server_options;
+  server_options.listen_address = absl::GetFlag(FLAGS_listen);
+  server_options.token = *token;
+  if (absl::Status tls = ReadTls(server_options); !tls.ok()) {
+    return Fail(std::string(tls.message()));
+  }
+  auto server =
+      phalanx::coord::CoordinationGrpcServer::Start(server_options, **service, metrics, clock);
   if (!server.ok()) return Fail(std::string(server.status().message()));
 
   std::unique_ptr<phalanx::http::StatusHttpServer> http;

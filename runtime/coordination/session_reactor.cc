@@ -2,17 +2,19 @@
 
 #include "runtime/coordination/grpc_status.h"
 #include "runtime/coordination/proto_convert.h"
+#include "runtime/coordination/token_auth.h"
 
 namespace phalanx::coord {
 
 SessionReactor::SessionReactor(RpcHandler& handler, CoordinatorMetrics& metrics, base::Clock& clock,
-                               absl::Status auth)
+                               absl::StatusOr<auth::Principal> auth)
     : handler_(handler), metrics_(metrics), clock_(clock) {
   if (!auth.ok()) {
     absl::MutexLock lock(&mu_);
-    FinishLocked(auth);
+    FinishLocked(auth.status());
     return;
   }
+  principal_ = *auth;
   outbox_->Attach(this);
   StartRead(&request_);
 }
@@ -49,6 +51,13 @@ void SessionReactor::OnReadDone(bool ok) {
 }
 
 void SessionReactor::HandleOpen(const v1::TaskRef& task) {
+  // Checked here, not per call: every call on the stream acts for the task that opened it.
+  if (absl::Status allowed = Authorize(principal_, ForTask(task.task_id())); !allowed.ok()) {
+    metrics_.AuthFailure();
+    absl::MutexLock lock(&mu_);
+    FinishLocked(allowed);
+    return;
+  }
   absl::StatusOr<RpcHandler::Session> session = handler_.OpenSession(task, outbox_);
   if (!session.ok()) {
     absl::MutexLock lock(&mu_);

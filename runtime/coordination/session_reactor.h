@@ -16,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/auth/credentials.h"
 #include "common/base/clock.h"
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/rpc_handler.h"
@@ -27,9 +28,10 @@ namespace phalanx::coord {
 class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>,
                              public SessionOutbox::Listener {
  public:
-  // `auth` is the result of the token check; a failed check ends the stream at once.
+  // `auth` is the result of the token check; a failed check ends the stream at once. A task
+  // credential may open a session only for its own task (PermissionDenied otherwise).
   SessionReactor(RpcHandler& handler, CoordinatorMetrics& metrics, base::Clock& clock,
-                 absl::Status auth);
+                 absl::StatusOr<auth::Principal> auth);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -48,6 +50,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
   CoordinatorMetrics& metrics_;
   base::Clock& clock_;
   std::shared_ptr<SessionOutbox> outbox_ = std::make_shared<SessionOutbox>();
+  auth::Principal principal_;   // who the caller's credential speaks for
   v1::SessionRequest request_;  // only touched by the read side (one read at a time)
   // Read side only (and OnDone, after the last read): set once `open` was accepted.
   std::optional<RpcHandler::Session> session_;

@@ -1,22 +1,32 @@
 #include "runtime/coordination/token_auth.h"
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
 namespace phalanx::coord {
 
-absl::Status CheckToken(const grpc::CallbackServerContext& ctx, const std::string& token) {
+absl::StatusOr<auth::Principal> CheckToken(const grpc::CallbackServerContext& ctx,
+                                           const std::string& job_token) {
   const auto& metadata = ctx.client_metadata();
   auto it = metadata.find(kAuthorizationHeader);
   if (it == metadata.end()) {
     return absl::UnauthenticatedError("missing job token (authorization metadata)");
   }
-  const std::string expected = "Bearer " + token;
-  const grpc::string_ref& got = it->second;
-  unsigned char diff = got.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const char c = i < got.size() ? got.data()[i] : 0;
-    diff |= static_cast<unsigned char>(c ^ expected[i]);
+  absl::string_view got(it->second.data(), it->second.size());
+  if (!absl::ConsumePrefix(&got, "Bearer ")) {
+    return absl::UnauthenticatedError("authorization metadata is not 'Bearer <token>'");
   }
-  if (diff != 0) return absl::UnauthenticatedError("wrong job token");
-  return absl::OkStatus();
+  return auth::Authenticate(job_token, got);
+}
+
+absl::Status Authorize(const auth::Principal& principal, CallScope scope) {
+  if (principal.admin() || scope.task_id == CallScope::kJobWide ||
+      scope.task_id == principal.task_id) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat("the credential of task ", principal.task_id,
+                                                  " may not act as task ", scope.task_id));
 }
 
 }  // namespace phalanx::coord

@@ -1,5 +1,7 @@
-// Per-job token check for every coordination call: the client sends
-// `authorization: Bearer <token>` metadata; anything else is Unauthenticated.
+// Credential check for every coordination call. The client sends `authorization: Bearer <cred>`
+// metadata, where <cred> is either the job token (the operator and tools: may do anything) or a
+// task credential (common/auth/credentials.h: may act only as its own task). Used by
+// grpc_server.cc and session_reactor.cc. Thread-safety: pure functions.
 #pragma once
 
 #include <grpcpp/server_context.h>
@@ -7,12 +9,28 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/auth/credentials.h"
 
 namespace phalanx::coord {
 
 inline constexpr char kAuthorizationHeader[] = "authorization";
 
-// Compares in constant time so the token cannot be guessed byte by byte from timings.
-absl::Status CheckToken(const grpc::CallbackServerContext& ctx, const std::string& token);
+// Unauthenticated when the metadata is missing or holds neither the job token nor one of its
+// task credentials. Compares in constant time.
+absl::StatusOr<auth::Principal> CheckToken(const grpc::CallbackServerContext& ctx,
+                                           const std::string& job_token);
+
+// What a call needs of its caller: any member of the job, or to speak for one task.
+struct CallScope {
+  static constexpr int kJobWide = -1;
+  int task_id = kJobWide;
+};
+inline CallScope JobWide() { return CallScope{}; }
+inline CallScope ForTask(int task_id) { return CallScope{task_id < 0 ? -2 : task_id}; }
+
+// PermissionDenied when a task credential is used to act as another task (hijacking its
+// session, reporting errors as it, arriving at barriers for it).
+absl::Status Authorize(const auth::Principal& principal, CallScope scope);
 
 }  // namespace phalanx::coord

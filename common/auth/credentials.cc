@@ -1,0 +1,82 @@
+#include "common/auth/credentials.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <cstdlib>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace phalanx::auth {
+namespace {
+
+constexpr absl::string_view kTaskPrefix = "task.";
+
+std::string Hex(const unsigned char* bytes, size_t n) {
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(bytes), n));
+}
+
+}  // namespace
+
+std::string HmacSha256Hex(absl::string_view key, absl::string_view message) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), out, &len);
+  return Hex(out, len);
+}
+
+std::string Sha256Hex(absl::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
+  return Hex(out, len);
+}
+
+std::string RandomHex(int bytes) {
+  std::string raw(static_cast<size_t>(bytes), '\0');
+  // Without entropy no credential is safe: crash loudly rather than hand out a guessable one.
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), bytes) != 1) std::abort();
+  return absl::BytesToHexString(raw);
+}
+
+std::string JobToken(absl::string_view operator_key, absl::string_view ns, absl::string_view name,
+                     absl::string_view uid) {
+  return HmacSha256Hex(operator_key, absl::StrCat("phalanx/job/v1/", ns, "/", name, "/", uid));
+}
+
+std::string TaskCredential(absl::string_view job_token, int task_id) {
+  return absl::StrCat(kTaskPrefix, task_id, ".",
+                      HmacSha256Hex(job_token, absl::StrCat("phalanx/task/v1/", task_id)));
+}
+
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char c = i < b.size() ? b[i] : 0;
+    diff |= static_cast<unsigned char>(c ^ a[i]);
+  }
+  return diff == 0;
+}
+
+absl::StatusOr<Principal> Authenticate(absl::string_view job_token, absl::string_view presented) {
+  if (job_token.empty()) return absl::UnauthenticatedError("no job token configured");
+  if (ConstantTimeEquals(job_token, presented)) return Principal{};
+  if (absl::ConsumePrefix(&presented, kTaskPrefix)) {
+    const size_t dot = presented.find('.');
+    int task_id = -1;
+    if (dot != absl::string_view::npos && absl::SimpleAtoi(presented.substr(0, dot), &task_id) &&
+        task_id >= 0 &&
+        ConstantTimeEquals(TaskCredential(job_token, task_id),
+                           absl::StrCat(kTaskPrefix, presented))) {
+      return Principal{task_id};
+    }
+  }
+  return absl::UnauthenticatedError("wrong job token or task credential");
+}
+
+}  // namespace phalanx::auth

@@ -1,0 +1,48 @@
+// Job tokens and per-task credentials (docs/security.md, ADR 0003).
+//
+// Who derives what:
+//   operator key  random, in one Secret in the operator's own namespace (never leaves it)
+//   job token     HMAC-SHA256(operator key, "phalanx/job/v1/<ns>/<name>/<uid>"): the operator
+//                 recomputes it on demand, so it never has to read a job's Secret back; the uid
+//                 makes a re-created job of the same name get a new token
+//   task cred     "task.<id>." + HMAC-SHA256(job token, "phalanx/task/v1/<id>"): handed to task
+//                 <id>'s pods only; the coordinator, which holds the job token, recomputes it,
+//                 so it needs no list of credentials
+// The job token is the admin credential (operator, coordinator); a task credential may only
+// act as its own task. Used by the operator (derive) and the coordinator (check).
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace phalanx::auth {
+
+// Lower-case hex of HMAC-SHA256(key, message).
+std::string HmacSha256Hex(absl::string_view key, absl::string_view message);
+// Lower-case hex of SHA-256(data): a fingerprint that can be shown without revealing `data`.
+std::string Sha256Hex(absl::string_view data);
+// `bytes` random bytes from the OS CSPRNG, hex encoded.
+std::string RandomHex(int bytes);
+
+std::string JobToken(absl::string_view operator_key, absl::string_view ns, absl::string_view name,
+                     absl::string_view uid);
+std::string TaskCredential(absl::string_view job_token, int task_id);
+
+// Who a presented bearer credential speaks for.
+struct Principal {
+  static constexpr int kAdmin = -1;
+  int task_id = kAdmin;  // kAdmin: the job token (operator, tools); else the one task it may act as
+  bool admin() const { return task_id == kAdmin; }
+};
+
+// Unauthenticated for anything that is neither the job token nor a valid task credential.
+// Compares in constant time so a credential cannot be guessed byte by byte from timings.
+absl::StatusOr<Principal> Authenticate(absl::string_view job_token, absl::string_view presented);
+
+// True when a and b are equal; time depends only on their lengths.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
+}  // namespace phalanx::auth

@@ -1,0 +1,50 @@
+#include "common/auth/credentials.h"
+
+#include <gtest/gtest.h>
+
+#include "common/testing/status_matchers.h"
+
+namespace phalanx::auth {
+namespace {
+
+using ::phalanx::testing::StatusIs;
+
+TEST(Credentials, HmacSha256_MatchesRfc4231Case2) {
+  EXPECT_EQ(HmacSha256Hex("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+TEST(Credentials, JobToken_DependsOnEveryPartOfTheJobsIdentity) {
+  const std::string t = JobToken("key", "ns", "job", "uid-1");
+  EXPECT_EQ(t, JobToken("key", "ns", "job", "uid-1"));
+  EXPECT_NE(t, JobToken("key2", "ns", "job", "uid-1"));
+  EXPECT_NE(t, JobToken("key", "ns2", "job", "uid-1"));
+  EXPECT_NE(t, JobToken("key", "ns", "job2", "uid-1"));
+  EXPECT_NE(t, JobToken("key", "ns", "job", "uid-2"));  // a re-created job gets a new token
+}
+
+TEST(Credentials, Authenticate_JobTokenIsAdminAndTaskCredentialIsItsTask) {
+  const std::string job = JobToken("key", "ns", "job", "uid");
+  absl::StatusOr<Principal> admin = Authenticate(job, job);
+  ASSERT_TRUE(admin.ok());
+  EXPECT_TRUE(admin->admin());
+  absl::StatusOr<Principal> task3 = Authenticate(job, TaskCredential(job, 3));
+  ASSERT_TRUE(task3.ok());
+  EXPECT_EQ(task3->task_id, 3);
+}
+
+TEST(Credentials, Authenticate_RefusesForgedAndForeignCredentials) {
+  const std::string job = JobToken("key", "ns", "job", "uid");
+  const std::string other_job = JobToken("key", "ns", "job", "uid-other");
+  std::string cred = TaskCredential(job, 3);
+  const std::string relabelled = "task.4" + cred.substr(6);  // task 3's MAC claiming task 4
+  for (const std::string& bad :
+       {std::string(), std::string("task."), std::string("task.3."), relabelled,
+        TaskCredential(other_job, 3), std::string("task.-1.00"), other_job, job + "x"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Authenticate(job, bad).status(), StatusIs(absl::StatusCode::kUnauthenticated));
+  }
+}
+
+}  // namespace
+}  // namespace phalanx::auth
