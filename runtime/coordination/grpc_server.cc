@@ -1,8 +1,10 @@
 #include "runtime/coordination/grpc_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/coordination/connection_listener.h"
 #include "runtime/coordination/grpc_status.h"
 #include "runtime/coordination/rpc_handler.h"
 #include "runtime/coordination/session_reactor.h"
@@ -16,8 +18,12 @@ namespace pb = ::phalanx::coord::v1;
 class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackService {
  public:
   Impl(std::string token, CoordinationService& service, CoordinatorMetrics& metrics,
-       base::Clock& clock)
-      : token_(std::move(token)), handler_(service), metrics_(metrics), clock_(clock) {}
+       base::Clock& clock, ConnectionListener& listener)
+      : token_(std::move(token)),
+        handler_(service),
+        metrics_(metrics),
+        clock_(clock),
+        listener_(listener) {}
 
   grpc::ServerBidiReactor<pb::SessionRequest, pb::SessionEvent>* Session(
       grpc::CallbackServerContext* ctx) override {
@@ -147,6 +153,8 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
   absl::StatusOr<auth::Principal> Authenticate(const grpc::CallbackServerContext& ctx) {
     absl::StatusOr<auth::Principal> principal = CheckToken(ctx, token_);
     if (!principal.ok()) metrics_.AuthFailure();
+    // A connection that carried a valid credential is never closed as unauthenticated.
+    if (principal.ok()) listener_.MarkAuthenticated(ctx.peer());
     return principal;
   }
 
@@ -154,6 +162,7 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
   RpcHandler handler_;
   CoordinatorMetrics& metrics_;
   base::Clock& clock_;
+  ConnectionListener& listener_;
 };
 
 absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> CoordinationGrpcServer::Start(
@@ -172,9 +181,23 @@ absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> CoordinationGrpcServer::
     credentials = grpc::SslServerCredentials(ssl);
   }
   std::unique_ptr<CoordinationGrpcServer> server(new CoordinationGrpcServer());
-  server->impl_ = std::make_unique<Impl>(options.token, service, metrics, clock);
+  // The listener, not gRPC, owns the port: see connection_listener.h for why (gRPC 1.51 stops
+  // accepting for good after one EMFILE, and has no connection limit).
+  auto listener = ConnectionListener::Listen(
+      {options.listen_address, options.max_connections, options.unauthenticated_timeout}, clock,
+      metrics);
+  if (!listener.ok()) return listener.status();
+  server->listener_ = *std::move(listener);
+  server->port_ = server->listener_->port();
+  server->impl_ =
+      std::make_unique<Impl>(options.token, service, metrics, clock, *server->listener_);
+  // grpc.health.v1.Health on the same port, answering SERVING for "" without a token, so a
+  // kubelet gRPC liveness probe (and /healthz's loopback check) reach the real server.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, credentials, &server->port_);
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, credentials);
   builder.RegisterService(server->impl_.get());
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   // Tasks heartbeat on their session; transport keepalive is only a backstop for half-open
@@ -182,10 +205,16 @@ absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> CoordinationGrpcServer::
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.listen_address, " (address in use or invalid)"));
+  if (server->server_ == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot start the gRPC server for ", options.listen_address));
   }
+  server->listener_->Start([acceptor = std::move(acceptor)](int listen_fd, int fd) {
+    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
+    connection.listener_fd = listen_fd;
+    connection.fd = fd;
+    acceptor->HandleNewConnection(&connection);
+  });
   return server;
 }
 
@@ -194,8 +223,13 @@ CoordinationGrpcServer::~CoordinationGrpcServer() { Shutdown(absl::ZeroDuration(
 void CoordinationGrpcServer::Shutdown(absl::Duration grace) {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
+  listener_->Stop();  // no new connections while the calls drain
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
 }
+
+void CoordinationGrpcServer::Tick(absl::Time now) { listener_->Tick(now); }
+
+int CoordinationGrpcServer::open_connections() { return listener_->open_connections(); }
 
 void CoordinationGrpcServer::Wait() {
   if (server_ != nullptr) server_->Wait();

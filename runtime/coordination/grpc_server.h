@@ -1,6 +1,9 @@
 // CoordinationGrpcServer: serves the Coordination gRPC service (callback API) over a
 // CoordinationService. Checks the job token on every call, records per-method metrics, and
-// bounds message sizes. Thread-safe; Shutdown() (or the destructor) stops it.
+// bounds message sizes. Connections arrive through a ConnectionListener (its own accept loop:
+// a connection limit, unauthenticated connections closed, no wedge when descriptors run out);
+// the standard grpc.health.v1 Health service answers on the same port without a token.
+// Thread-safe; Shutdown() (or the destructor) stops it.
 #pragma once
 
 #include <memory>
@@ -18,6 +21,8 @@ class Server;
 
 namespace phalanx::coord {
 
+class ConnectionListener;
+
 class CoordinationGrpcServer {
  public:
   struct Options {
@@ -30,6 +35,9 @@ class CoordinationGrpcServer {
     // Large enough for a 1 MiB value plus framing, so an oversized value gets a clear
     // InvalidArgument from the store rather than a transport error.
     int max_receive_message_bytes = 4 << 20;
+    int max_connections = 1000;  // one more is accepted and closed at once
+    // A connection with no call carrying a valid credential by then is closed.
+    absl::Duration unauthenticated_timeout = absl::Seconds(5);
   };
 
   // Unavailable when the address cannot be bound; InvalidArgument for an empty token or only one
@@ -43,6 +51,9 @@ class CoordinationGrpcServer {
   int port() const { return port_; }
   // Stops accepting calls; in-flight calls get until `grace` to finish. Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(1));
+  // Closes connections unauthenticated past the timeout; driven by a PeriodicRunner.
+  void Tick(absl::Time now);
+  int open_connections();
   // Blocks until Shutdown() was called from another thread.
   void Wait();
 
@@ -50,6 +61,7 @@ class CoordinationGrpcServer {
   class Impl;
   CoordinationGrpcServer() = default;
 
+  std::unique_ptr<ConnectionListener> listener_;
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -18,7 +18,9 @@
 #include "common/base/process_init.h"
 #include "common/http/status_server.h"
 #include "prometheus/registry.h"
+#include "runtime/coordination/fd_limit.h"
 #include "runtime/coordination/grpc_server.h"
+#include "runtime/coordination/health_probe.h"
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/service.h"
 
@@ -42,8 +44,27 @@ ABSL_FLAG(absl::Duration, barrier_timeout, absl::Minutes(5), "default barrier ti
 ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Minutes(1), "shutdown barrier timeout");
 ABSL_FLAG(absl::Duration, tick, absl::Milliseconds(50),
           "how often deadlines and heartbeats are checked");
+ABSL_FLAG(int, max_connections, 0,
+          "most client connections open at once on the gRPC port; one more is accepted and "
+          "closed (0: derived from the descriptor limit, see docs/operations.md)");
+ABSL_FLAG(absl::Duration, unauthenticated_timeout, absl::Seconds(5),
+          "a connection that has carried no call with a valid token by then is closed");
+ABSL_FLAG(absl::Duration, health_rpc_timeout, absl::Seconds(1),
+          "deadline of /healthz's loopback grpc.health.v1 Check through the gRPC port");
 ABSL_FLAG(bool, exit_after_shutdown, false,
           "exit 0 once every task has passed the shutdown barrier");
+// Memory bounds (docs/operations.md, "Limits"): any holder of the job token can write.
+ABSL_FLAG(int64_t, kv_max_bytes, 64 << 20, "key-value store quota: bytes of keys plus values");
+ABSL_FLAG(int64_t, kv_max_keys, 100'000, "key-value store quota: number of keys");
+ABSL_FLAG(int64_t, kv_max_key_bytes, 512, "longest key-value key");
+ABSL_FLAG(int64_t, kv_max_value_bytes, 1 << 20, "largest key-value value");
+ABSL_FLAG(int64_t, kv_dir_max_entries, 1000, "most entries in one directory answer (page)");
+ABSL_FLAG(int64_t, kv_dir_max_bytes, 2 << 20, "most key plus value bytes in one directory answer");
+ABSL_FLAG(int64_t, barrier_max_id_bytes, 512, "longest barrier id");
+ABSL_FLAG(int64_t, barrier_max_finished, 10'000,
+          "finished barriers whose result is remembered for late arrivals");
+ABSL_FLAG(int64_t, barrier_max_finished_bytes, 16 << 20,
+          "bytes of ids and messages remembered for finished barriers");
 
 namespace {
 
@@ -119,6 +140,23 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_tick) <= absl::ZeroDuration()) return Fail("--tick must be positive");
   absl::StatusOr<std::string> token = ReadToken();
   if (!token.ok()) return Fail(std::string(token.status().message()));
+  if (absl::GetFlag(FLAGS_max_connections) < 0) return Fail("--max_connections must be >= 0");
+  if (absl::GetFlag(FLAGS_unauthenticated_timeout) <= absl::ZeroDuration()) {
+    return Fail("--unauthenticated_timeout must be positive");
+  }
+  // Every task holds a connection; the usual soft limit of 1024 is below a large job's needs.
+  absl::StatusOr<uint64_t> fd_limit = phalanx::coord::RaiseFdLimitToHard();
+  if (!fd_limit.ok()) return Fail(std::string(fd_limit.status().message()));
+  const int max_connections = absl::GetFlag(FLAGS_max_connections) > 0
+                                  ? absl::GetFlag(FLAGS_max_connections)
+                                  : phalanx::coord::DefaultMaxConnections(*fd_limit);
+  PHX_LOG(INFO) << "descriptor limit (RLIMIT_NOFILE) " << *fd_limit << ", max connections "
+                << max_connections;
+  if (max_connections < absl::GetFlag(FLAGS_num_tasks) + 8) {
+    PHX_LOG(WARNING) << "max connections " << max_connections << " leaves little room for "
+                     << absl::GetFlag(FLAGS_num_tasks)
+                     << " tasks: raise the hard RLIMIT_NOFILE or --max_connections";
+  }
 
   phalanx::base::Clock& clock = phalanx::base::RealClock::Get();
   prometheus::Registry registry;
@@ -131,12 +169,32 @@ int main(int argc, char** argv) {
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.barrier_default_timeout = absl::GetFlag(FLAGS_barrier_timeout);
   options.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
+  for (const auto* flag :
+       {&FLAGS_kv_max_bytes, &FLAGS_kv_max_keys, &FLAGS_kv_max_key_bytes, &FLAGS_kv_max_value_bytes,
+        &FLAGS_kv_dir_max_entries, &FLAGS_kv_dir_max_bytes, &FLAGS_barrier_max_id_bytes,
+        &FLAGS_barrier_max_finished, &FLAGS_barrier_max_finished_bytes}) {
+    if (absl::GetFlag(*flag) < 1) {
+      return Fail(
+          absl::StrCat("--", absl::GetFlagReflectionHandle(*flag).Name(), " must be at least 1"));
+    }
+  }
+  options.kv_limits.max_bytes = absl::GetFlag(FLAGS_kv_max_bytes);
+  options.kv_limits.max_keys = absl::GetFlag(FLAGS_kv_max_keys);
+  options.kv_limits.max_key_bytes = absl::GetFlag(FLAGS_kv_max_key_bytes);
+  options.kv_limits.max_value_bytes = absl::GetFlag(FLAGS_kv_max_value_bytes);
+  options.kv_limits.max_dir_entries = absl::GetFlag(FLAGS_kv_dir_max_entries);
+  options.kv_limits.max_dir_bytes = absl::GetFlag(FLAGS_kv_dir_max_bytes);
+  options.barrier_limits.max_id_bytes = absl::GetFlag(FLAGS_barrier_max_id_bytes);
+  options.barrier_limits.max_finished = absl::GetFlag(FLAGS_barrier_max_finished);
+  options.barrier_limits.max_finished_bytes = absl::GetFlag(FLAGS_barrier_max_finished_bytes);
   auto service = phalanx::coord::CoordinationService::Create(options, clock, metrics);
   if (!service.ok()) return Fail(std::string(service.status().message()));
 
   phalanx::coord::CoordinationGrpcServer::Options server_options;
   server_options.listen_address = absl::GetFlag(FLAGS_listen);
   server_options.token = *token;
+  server_options.max_connections = max_connections;
+  server_options.unauthenticated_timeout = absl::GetFlag(FLAGS_unauthenticated_timeout);
   if (absl::Status tls = ReadTls(server_options); !tls.ok()) {
     return Fail(std::string(tls.message()));
   }
@@ -147,7 +205,20 @@ int main(int argc, char** argv) {
   std::unique_ptr<phalanx::http::StatusHttpServer> http;
   std::string metrics_address = "off";
   if (const std::string addr = absl::GetFlag(FLAGS_metrics_listen); !addr.empty()) {
-    auto started = phalanx::http::StatusHttpServer::Start(addr, registry, nullptr);
+    // Healthy means a loopback RPC through the real listening server answers: a server that
+    // stopped accepting is reported 503 even though this process is otherwise fine.
+    phalanx::http::StatusHttpServer::HealthCheck health;
+    if (server_options.tls_cert_pem.empty()) {
+      health = [target =
+                    phalanx::coord::LoopbackTarget(absl::GetFlag(FLAGS_listen), (*server)->port()),
+                timeout = absl::GetFlag(FLAGS_health_rpc_timeout)] {
+        return phalanx::coord::CheckGrpcHealth(target, timeout);
+      };
+    } else {
+      PHX_LOG(WARNING) << "TLS: /healthz does not check the gRPC port (the loopback check "
+                          "speaks cleartext)";
+    }
+    auto started = phalanx::http::StatusHttpServer::Start(addr, registry, std::move(health));
     if (!started.ok()) return Fail(std::string(started.status().message()));
     http = *std::move(started);
     metrics_address = absl::StrCat(addr.substr(0, addr.rfind(':')), ":", http->port());
@@ -155,6 +226,9 @@ int main(int argc, char** argv) {
 
   const absl::Duration tick = absl::GetFlag(FLAGS_tick);
   phalanx::base::PeriodicRunner ticker(clock, tick, [&](absl::Time now) { (*service)->Tick(now); });
+  // Closing unauthenticated connections needs no finer grain than a quarter second.
+  phalanx::base::PeriodicRunner connection_ticker(clock, absl::Milliseconds(250),
+                                                  [&](absl::Time now) { (*server)->Tick(now); });
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
   std::printf("ready grpc=%s:%d metrics=%s\n", listen.substr(0, listen.rfind(':')).c_str(),
@@ -178,6 +252,7 @@ int main(int argc, char** argv) {
     }
   }
   ticker.Stop();
+  connection_ticker.Stop();
   (*service)->Stop();
   (*server)->Shutdown(absl::Seconds(1));
   return 0;

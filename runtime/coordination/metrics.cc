@@ -28,6 +28,18 @@ std::string FailureKindLabel(FailureKind kind) {
   return "unknown";
 }
 
+std::string CloseReasonLabel(ConnectionCloseReason reason) {
+  switch (reason) {
+    case ConnectionCloseReason::kLimit:
+      return "limit";
+    case ConnectionCloseReason::kUnauthenticated:
+      return "unauthenticated";
+    case ConnectionCloseReason::kOutOfDescriptors:
+      return "out_of_descriptors";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
@@ -85,6 +97,17 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
                          .Help("Calls refused for a missing or wrong job token")
                          .Register(r)
                          .Add({})),
+      connections_closed_(BuildCounter()
+                              .Name("phalanx_coordinator_connections_closed_total")
+                              .Help("Client connections the coordinator refused or closed: "
+                                    "over --max_connections, unauthenticated past "
+                                    "--unauthenticated_timeout, or out of descriptors")
+                              .Register(r)),
+      connections_open_(BuildGauge()
+                            .Name("phalanx_coordinator_connections_open")
+                            .Help("Client connections open on the gRPC port")
+                            .Register(r)
+                            .Add({})),
       rpcs_(BuildCounter()
                 .Name("phalanx_coordinator_rpcs_total")
                 .Help("RPCs handled, by method and status code")
@@ -101,6 +124,10 @@ void CoordinatorMetrics::SetTaskCounts(int registered, int connected) {
 
 void CoordinatorMetrics::TaskFailed(FailureKind kind) {
   task_failures_.Add({{"reason", FailureKindLabel(kind)}}).Increment();
+}
+
+void CoordinatorMetrics::ConnectionClosed(ConnectionCloseReason reason) {
+  connections_closed_.Add({{"reason", CloseReasonLabel(reason)}}).Increment();
 }
 
 void CoordinatorMetrics::SetKv(size_t entries, size_t bytes) {

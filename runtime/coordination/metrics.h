@@ -23,6 +23,10 @@ namespace phalanx::coord {
 // Why a task was declared failed; bounded label values for task_failures_total.
 enum class FailureKind { kSessionBroken, kHeartbeatTimeout, kReportedError, kSuperseded };
 
+// Why the coordinator closed a client connection; bounded label values for
+// connections_closed_total.
+enum class ConnectionCloseReason { kLimit, kUnauthenticated, kOutOfDescriptors };
+
 class CoordinatorMetrics {
  public:
   explicit CoordinatorMetrics(prometheus::Registry& registry);
@@ -36,6 +40,8 @@ class CoordinatorMetrics {
   void SetKv(size_t entries, size_t bytes);
   void PreemptionRoundOpened() { preemption_rounds_.Increment(); }
   void AuthFailure() { auth_failures_.Increment(); }
+  void ConnectionClosed(ConnectionCloseReason reason);
+  void SetOpenConnections(size_t open) { connections_open_.Set(static_cast<double>(open)); }
   // One finished RPC: counted by method and status code, timed by method. `method` must be a
   // string literal (or otherwise live for the process).
   void Rpc(const char* method, absl::StatusCode code, absl::Duration latency);
@@ -52,6 +58,8 @@ class CoordinatorMetrics {
   prometheus::Gauge& kv_bytes_;
   prometheus::Counter& preemption_rounds_;
   prometheus::Counter& auth_failures_;
+  prometheus::Family<prometheus::Counter>& connections_closed_;
+  prometheus::Gauge& connections_open_;
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Family<prometheus::Histogram>& rpc_latency_;
 

@@ -1,0 +1,307 @@
+#include "runtime/coordination/connection_listener.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/log.h"
+
+namespace phalanx::coord {
+namespace {
+
+// Splits "host:port" or "[v6]:port".
+absl::StatusOr<std::pair<std::string, std::string>> SplitHostPort(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", address, "' must be host:port"));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::make_pair(host, address.substr(colon + 1));
+}
+
+absl::StatusOr<int> BindAndListen(const std::string& address, int* port) {
+  auto host_port = SplitHostPort(address);
+  if (!host_port.ok()) return host_port.status();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const char* host = host_port->first.empty() ? nullptr : host_port->first.c_str();
+  if (int rc = getaddrinfo(host, host_port->second.c_str(), &hints, &found); rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", address, "': ", gai_strerror(rc)));
+  }
+  std::string error = "no address";
+  int fd = -1;
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      error = std::strerror(errno);
+      continue;
+    }
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) break;
+    error = std::strerror(errno);
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(found);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", error));
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  *port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return fd;
+}
+
+// The peer address as gRPC's ServerContext::peer() spells it for a connection it did not
+// accept itself (grpc_sockaddr_to_uri: IPv4-mapped IPv6 addresses read as IPv4).
+std::string PeerUri(const sockaddr_storage& addr) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(addr);
+    inet_ntop(AF_INET, &v4.sin_addr, text, sizeof(text));
+    return absl::StrCat("ipv4:", text, ":", ntohs(v4.sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(addr);
+    if (IN6_IS_ADDR_V4MAPPED(&v6.sin6_addr)) {
+      inet_ntop(AF_INET, &v6.sin6_addr.s6_addr[12], text, sizeof(text));
+      return absl::StrCat("ipv4:", text, ":", ntohs(v6.sin6_port));
+    }
+    inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof(text));
+    return absl::StrCat("ipv6:[", text, "]:", ntohs(v6.sin6_port));
+  }
+  return "unknown";
+}
+
+bool OutOfDescriptors(int error) {
+  return error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ConnectionListener>> ConnectionListener::Listen(
+    Options options, base::Clock& clock, CoordinatorMetrics& metrics) {
+  if (options.max_connections < 1) {
+    return absl::InvalidArgumentError("max_connections must be at least 1");
+  }
+  std::unique_ptr<ConnectionListener> listener(
+      new ConnectionListener(std::move(options), clock, metrics));
+  auto fd = BindAndListen(listener->options_.listen_address, &listener->port_);
+  if (!fd.ok()) return fd.status();
+  listener->listen_fd_ = *fd;
+  listener->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  listener->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  listener->spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (listener->epoll_fd_ < 0 || listener->wake_fd_ < 0) {
+    return absl::UnavailableError(absl::StrCat("epoll/eventfd: ", std::strerror(errno)));
+  }
+  for (int watched : {listener->listen_fd_, listener->wake_fd_}) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = watched;
+    epoll_ctl(listener->epoll_fd_, EPOLL_CTL_ADD, watched, &event);
+  }
+  return listener;
+}
+
+ConnectionListener::~ConnectionListener() {
+  Stop();
+  for (int fd : {listen_fd_, epoll_fd_, wake_fd_, spare_fd_}) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void ConnectionListener::Start(Handoff handoff) {
+  handoff_ = std::move(handoff);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ConnectionListener::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  stopping_ = true;
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  for (auto& [peer, connection] : connections_) close(connection.watch_fd);
+  connections_.clear();
+  by_watch_fd_.clear();
+  metrics_.SetOpenConnections(0);
+}
+
+void ConnectionListener::Loop() {
+  std::vector<epoll_event> events(64);
+  while (!stopping_) {
+    // Bounded so a missed wake-up costs at most a second; shorter while accepting is paused.
+    int timeout_ms = 1000;
+    if (!accepting_) {
+      const absl::Duration left = resume_accepting_ - clock_.Now();
+      timeout_ms = std::clamp<int>(absl::ToInt64Milliseconds(left) + 1, 0, 1000);
+    }
+    const int n = epoll_wait(epoll_fd_, events.data(), events.size(), timeout_ms);
+    for (int i = 0; i < n && !stopping_; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == wake_fd_) continue;
+      if (fd == listen_fd_) {
+        AcceptPending();
+      } else if (events[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
+        Ended(fd);
+      }
+    }
+    if (!accepting_ && clock_.Now() >= resume_accepting_) {
+      accepting_ = true;
+      epoll_event event{};
+      event.events = EPOLLIN;
+      event.data.fd = listen_fd_;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &event);
+    }
+  }
+}
+
+void ConnectionListener::AcceptPending() {
+  while (!stopping_ && accepting_) {
+    sockaddr_storage peer{};
+    socklen_t peer_length = sizeof(peer);
+    const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_length,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      Admit(fd, PeerUri(peer));
+      continue;
+    }
+    if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+    if (OutOfDescriptors(errno)) {
+      PHX_LOG(WARNING) << "accept: " << std::strerror(errno) << "; shedding one connection and"
+                       << " pausing accepts for " << absl::FormatDuration(options_.accept_backoff);
+      ShedOneWithSpare();
+      PauseAccepting();
+    }
+    return;  // EAGAIN, or an error the next readiness will retry
+  }
+}
+
+void ConnectionListener::Admit(int fd, const std::string& peer) {
+  {
+    absl::MutexLock lock(&mu_);
+    // A record under this address belongs to an earlier connection from the same client port
+    // that has ended, whose HUP the loop has not handled yet.
+    ForgetLocked(peer);
+    if (static_cast<int>(connections_.size()) >= options_.max_connections) {
+      close(fd);
+      metrics_.ConnectionClosed(ConnectionCloseReason::kLimit);
+      return;
+    }
+  }
+  const int watch_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (watch_fd < 0) {
+    close(fd);
+    metrics_.ConnectionClosed(ConnectionCloseReason::kOutOfDescriptors);
+    PauseAccepting();
+    return;
+  }
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  {
+    absl::MutexLock lock(&mu_);
+    connections_[peer] = Connection{watch_fd, clock_.Now(), false, false};
+    by_watch_fd_[watch_fd] = peer;
+    metrics_.SetOpenConnections(connections_.size());
+  }
+  epoll_event event{};
+  event.events = EPOLLRDHUP;  // EPOLLHUP and EPOLLERR are always reported
+  event.data.fd = watch_fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watch_fd, &event);
+  handoff_(listen_fd_, fd);
+}
+
+void ConnectionListener::Ended(int watch_fd) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_watch_fd_.find(watch_fd);
+  if (it == by_watch_fd_.end()) return;
+  const std::string peer = it->second;
+  ForgetLocked(peer);
+}
+
+void ConnectionListener::ForgetLocked(const std::string& peer) {
+  auto it = connections_.find(peer);
+  if (it == connections_.end()) return;
+  const int watch_fd = it->second.watch_fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, watch_fd, nullptr);
+  close(watch_fd);
+  by_watch_fd_.erase(watch_fd);
+  connections_.erase(it);
+  metrics_.SetOpenConnections(connections_.size());
+}
+
+void ConnectionListener::ShedOneWithSpare() {
+  if (spare_fd_ < 0) return;
+  close(spare_fd_);
+  spare_fd_ = -1;
+  const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) {
+    close(fd);
+    metrics_.ConnectionClosed(ConnectionCloseReason::kOutOfDescriptors);
+  }
+  spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+void ConnectionListener::PauseAccepting() {
+  accepting_ = false;
+  resume_accepting_ = clock_.Now() + options_.accept_backoff;
+  epoll_event event{};
+  event.events = 0;
+  event.data.fd = listen_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &event);
+}
+
+void ConnectionListener::MarkAuthenticated(std::string_view peer) {
+  absl::MutexLock lock(&mu_);
+  auto it = connections_.find(std::string(peer));
+  if (it != connections_.end()) it->second.authenticated = true;
+}
+
+void ConnectionListener::Tick(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [peer, connection] : connections_) {
+    if (connection.authenticated || connection.shut_down) continue;
+    if (now - connection.accepted < options_.unauthenticated_timeout) continue;
+    // gRPC sees the end of its stream and closes its descriptor; the dup's HUP then tells
+    // the accept thread to forget the connection.
+    shutdown(connection.watch_fd, SHUT_RDWR);
+    connection.shut_down = true;
+    metrics_.ConnectionClosed(ConnectionCloseReason::kUnauthenticated);
+  }
+}
+
+int ConnectionListener::open_connections() {
+  absl::MutexLock lock(&mu_);
+  return connections_.size();
+}
+
+}  // namespace phalanx::coord

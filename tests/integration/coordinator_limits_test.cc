@@ -1,0 +1,296 @@
+// The real phalanx-coordinator under descriptor pressure (issue 16 item 1): started with a low
+// `ulimit -n`, flooded with raw TCP connections and idle HTTP/2 prefaces on 127.0.0.1, it must
+// keep serving valid clients once the flood is gone; idle unauthenticated connections are
+// closed; grpc.health.v1 answers without a token; /healthz reports whether a loopback RPC
+// through the gRPC port answers.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/process/subprocess.h"
+#include "common/testing/eventually.h"
+#include "common/testing/http_get.h"
+#include "gtest/gtest.h"
+#include "runtime/proto/coordination.grpc.pb.h"
+
+namespace phalanx::coord {
+namespace {
+
+using ::phalanx::testing::Eventually;
+using ::phalanx::testing::HttpGet;
+
+constexpr char kToken[] = "limits-test-token";
+// Generous for a loaded 2-core machine: the assertions are about "eventually", never speed.
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+// PHALANX_COORDINATOR_BIN overrides the binary (to run these tests against an older build).
+std::string CoordinatorBinary() {
+  if (const char* bin = std::getenv("PHALANX_COORDINATOR_BIN")) return bin;
+  return std::string(PHALANX_BUILD_DIR) + "/runtime/coordination/phalanx-coordinator";
+}
+
+struct Coordinator {
+  std::unique_ptr<process::Subprocess> process;
+  int grpc_port = 0;
+  int http_port = 0;
+  std::string log_path;
+};
+
+// Starts the coordinator under `ulimits` (a shell fragment such as "ulimit -n 256").
+Coordinator StartCoordinator(const std::string& ulimits, std::vector<std::string> extra_flags) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("phalanx-limits-", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string token_path = dir / "token";
+  std::ofstream(token_path) << kToken;
+  Coordinator c;
+  c.log_path = dir / absl::StrCat(info->name(), ".log");
+  process::SubprocessOptions options;
+  options.argv = {"/bin/bash",
+                  "-c",
+                  ulimits + " && exec \"$0\" \"$@\"",
+                  CoordinatorBinary(),
+                  "--job=limits",
+                  "--num_tasks=2",
+                  "--token_file=" + token_path,
+                  "--listen=127.0.0.1:0",
+                  "--metrics_listen=127.0.0.1:0"};
+  for (std::string& flag : extra_flags) options.argv.push_back(std::move(flag));
+  options.stderr_path = c.log_path;
+  auto child = process::Subprocess::Start(std::move(options));
+  EXPECT_TRUE(child.ok()) << child.status();
+  if (!child.ok()) return c;
+  c.process = *std::move(child);
+  std::optional<std::string> ready = c.process->WaitForLine(
+      [](const std::string& line) { return line.rfind("ready ", 0) == 0; }, kTimeout);
+  EXPECT_TRUE(ready.has_value()) << "coordinator not ready; log in " << c.log_path;
+  if (!ready) return c;
+  std::smatch match;
+  const std::regex pattern("grpc=[^ ]*:([0-9]+) metrics=[^ ]*:([0-9]+)");
+  EXPECT_TRUE(std::regex_search(*ready, match, pattern)) << *ready;
+  EXPECT_TRUE(absl::SimpleAtoi(match[1].str(), &c.grpc_port));
+  EXPECT_TRUE(absl::SimpleAtoi(match[2].str(), &c.http_port));
+  return c;
+}
+
+// A TCP connection to 127.0.0.1:port, non-blocking (the connect may still be in progress).
+int RawConnect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  return fd;
+}
+
+// The HTTP/2 client preface and an empty SETTINGS frame: a connection that looks like gRPC
+// and then says nothing.
+void SendHttp2Preface(int fd) {
+  static const char kPreface[] =
+      "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+  pollfd p{fd, POLLOUT, 0};
+  poll(&p, 1, 5000);
+  (void)!write(fd, kPreface, sizeof(kPreface) - 1);
+}
+
+// True once the server has closed `fd` (EOF or reset).
+bool ClosedByServer(int fd) {
+  char byte;
+  const ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+std::shared_ptr<grpc::Channel> FreshChannel(int port) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // no reconnect backoff shared between
+  return grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+grpc::Status Register(grpc::Channel& channel) {
+  auto stub = v1::Coordination::NewStub(std::shared_ptr<grpc::Channel>(&channel, [](auto*) {}));
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::RegisterRequest request;
+  request.mutable_task()->set_task_id(0);
+  request.mutable_task()->set_incarnation(1);
+  v1::RegisterResponse response;
+  return stub->Register(&context, request, &response);
+}
+
+// One grpc.health.v1.Health/Check for "" with no token, decoded by hand.
+std::pair<grpc::Status, std::string> HealthCheck(int port) {
+  std::shared_ptr<grpc::Channel> channel = FreshChannel(port);
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice empty;
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();  // bounded by the call's deadline
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (status.ok() && response.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices)
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return {status, bytes};
+}
+
+int HealthzCode(int http_port) {
+  std::optional<::phalanx::testing::HttpResponse> response = HttpGet(http_port, "/healthz");
+  return response ? response->code : 0;
+}
+
+// The value of a metric series in /metrics (a line starting with `series`), or -1.
+double Metric(int http_port, const std::string& series) {
+  std::optional<::phalanx::testing::HttpResponse> response = HttpGet(http_port, "/metrics");
+  if (!response) return -1;
+  std::istringstream lines(response->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+int OpenDescriptors(pid_t pid) {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"), ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
+void CloseAll(std::vector<int>& fds) {
+  for (int fd : fds) close(fd);
+  fds.clear();
+}
+
+TEST(CoordinatorLimits, ConnectionFloodPastTheFdLimit_ThenAValidClientRegistersWithinSeconds) {
+  Coordinator c = StartCoordinator("ulimit -n 256", {});
+  ASSERT_NE(c.grpc_port, 0);
+  std::vector<int> flood;
+  for (int i = 0; i < 600; ++i) {
+    flood.push_back(RawConnect(c.grpc_port));
+    if (i % 2 == 1) SendHttp2Preface(flood.back());
+  }
+  // The flood has reached the server: it refused some (new code) or ran out of descriptors.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Metric(c.http_port,
+                      R"(phalanx_coordinator_connections_closed_total{reason="limit"})") > 0 ||
+               OpenDescriptors(c.process->pid()) >= 250;
+      },
+      kTimeout))
+      << "log in " << c.log_path;
+  CloseAll(flood);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        std::shared_ptr<grpc::Channel> channel = FreshChannel(c.grpc_port);
+        return Register(*channel).ok();
+      },
+      kTimeout))
+      << "the coordinator no longer answers after the flood; log in " << c.log_path;
+  EXPECT_TRUE(Eventually([&] { return HealthzCode(c.http_port) == 200; }, kTimeout));
+}
+
+// A connection limit above what the descriptors allow: the accept loop runs out of
+// descriptors, sheds and pauses instead of stopping for good.
+TEST(CoordinatorLimits, FloodWithTheLimitAboveTheFdLimit_AcceptsAgainOnceDescriptorsFree) {
+  Coordinator c = StartCoordinator("ulimit -n 256", {"--max_connections=5000"});
+  ASSERT_NE(c.grpc_port, 0);
+  std::vector<int> flood;
+  for (int i = 0; i < 600; ++i) flood.push_back(RawConnect(c.grpc_port));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Metric(
+                   c.http_port,
+                   R"(phalanx_coordinator_connections_closed_total{reason="out_of_descriptors"})") >
+               0;
+      },
+      kTimeout))
+      << "log in " << c.log_path;
+  CloseAll(flood);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        std::shared_ptr<grpc::Channel> channel = FreshChannel(c.grpc_port);
+        return Register(*channel).ok();
+      },
+      kTimeout))
+      << "the coordinator no longer answers after the flood; log in " << c.log_path;
+}
+
+TEST(CoordinatorLimits, StartUp_RaisesTheSoftFdLimitToTheHardLimit) {
+  Coordinator c = StartCoordinator("ulimit -Sn 256 && ulimit -Hn 700", {});
+  ASSERT_NE(c.grpc_port, 0);
+  std::ifstream limits(absl::StrCat("/proc/", c.process->pid(), "/limits"));
+  std::string line;
+  while (std::getline(limits, line) && line.rfind("Max open files", 0) != 0) {
+  }
+  EXPECT_TRUE(std::regex_search(line, std::regex("Max open files +700 +700"))) << line;
+}
+
+TEST(CoordinatorLimits, IdleUnauthenticatedConnections_AreClosed_AuthenticatedOnesStay) {
+  Coordinator c = StartCoordinator("ulimit -n 256", {"--unauthenticated_timeout=1s"});
+  ASSERT_NE(c.grpc_port, 0);
+  std::shared_ptr<grpc::Channel> task = FreshChannel(c.grpc_port);
+  ASSERT_TRUE(Register(*task).ok());
+  std::vector<int> idle = {RawConnect(c.grpc_port), RawConnect(c.grpc_port)};
+  SendHttp2Preface(idle[1]);
+  EXPECT_TRUE(Eventually([&] { return ClosedByServer(idle[0]); }, kTimeout)) << "raw TCP";
+  EXPECT_TRUE(Eventually([&] { return ClosedByServer(idle[1]); }, kTimeout)) << "HTTP/2 preface";
+  EXPECT_EQ(task->GetState(false), GRPC_CHANNEL_READY) << "the registered task was cut off";
+  EXPECT_GE(Metric(c.http_port,
+                   R"(phalanx_coordinator_connections_closed_total{reason="unauthenticated"})"),
+            2);
+  CloseAll(idle);
+}
+
+TEST(CoordinatorLimits, HealthService_AnswersServingWithoutAToken) {
+  Coordinator c = StartCoordinator("ulimit -n 256", {});
+  ASSERT_NE(c.grpc_port, 0);
+  auto [status, bytes] = HealthCheck(c.grpc_port);
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2)) << "HealthCheckResponse{status: SERVING}";
+  EXPECT_TRUE(Eventually([&] { return HealthzCode(c.http_port) == 200; }, kTimeout));
+}
+
+TEST(CoordinatorLimits, Healthz_Is503WhileTheGrpcPortTakesNoConnections_And200After) {
+  Coordinator c =
+      StartCoordinator("ulimit -n 256", {"--max_connections=2", "--unauthenticated_timeout=10m"});
+  ASSERT_NE(c.grpc_port, 0);
+  std::vector<int> hogs = {RawConnect(c.grpc_port), RawConnect(c.grpc_port)};
+  ASSERT_TRUE(Eventually(
+      [&] { return Metric(c.http_port, "phalanx_coordinator_connections_open") == 2; }, kTimeout));
+  EXPECT_EQ(HealthzCode(c.http_port), 503);
+  CloseAll(hogs);
+  EXPECT_TRUE(Eventually([&] { return HealthzCode(c.http_port) == 200; }, kTimeout));
+}
+
+}  // namespace
+}  // namespace phalanx::coord
