@@ -276,8 +276,9 @@ double AgentRss() {
       addr.sun_family = AF_UNIX;
       std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size());
       if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-        const std::string line = absl::StrCat("REPORT job=bench task=", task,
-                                              " inc=0 clique=c0 state=READY devices=", task, "\n");
+        const std::string line =
+            absl::StrCat("REPORT job=bench task=", task,
+                         " inc=0 clique=c0 state=READY devices=", task, " key=bench-key\n");
         (void)!send(fd, line.data(), line.size(), MSG_NOSIGNAL);
         char buf[64];
         (void)!read(fd, buf, sizeof(buf));

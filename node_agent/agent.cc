@@ -150,6 +150,8 @@ void Agent::Tick(absl::Time now) {
     checks.push_back(CheckCudaCompatibility(inventory.cuda_driver_version, options_.required_cuda));
   }
   for (const CheckResult& c : checks) metrics_.SetCheck(c.name, c.ok);
+  // Reports of tasks that died without FORGET go after the registry's TTL (clients refresh).
+  cliques_.Expire(now);
   metrics_.SetCliquesByState(cliques_.CountByState());
   if (marker_ != nullptr) {
     std::vector<NodeCondition> conditions = Conditions(checks);

@@ -33,7 +33,12 @@ AgentMetrics::AgentMetrics(prometheus::Registry& registry)
       checks_(Build(prometheus::BuildGauge(), "phalanx_agent_check_ok",
                     "Node checks: 1 passing, 0 failing", registry)),
       cliques_(Build(prometheus::BuildGauge(), "phalanx_agent_cliques",
-                     "GPU cliques of this node's tasks, by state", registry)) {}
+                     "GPU cliques of this node's tasks, by state", registry)),
+      clique_drops_(Build(prometheus::BuildCounter(),
+                          "phalanx_agent_clique_connections_dropped_total",
+                          "Clique socket connections the agent closed: over the connection limit "
+                          "(limit) or past the whole-request deadline (deadline)",
+                          registry)) {}
 
 template <typename Metric>
 Metric& AgentMetrics::Child(prometheus::Family<Metric>& family,
@@ -81,6 +86,11 @@ void AgentMetrics::SetCheck(const std::string& check, bool ok) {
 void AgentMetrics::SetCliquesByState(const std::map<std::string, int>& counts) {
   absl::MutexLock lock(&mu_);
   SetGauges(cliques_, clique_gauges_, "state", counts);
+}
+
+void AgentMetrics::CliqueConnectionDropped(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  Child(clique_drops_, clique_drop_counters_, "reason", reason).Increment();
 }
 
 }  // namespace phalanx::agent

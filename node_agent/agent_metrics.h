@@ -28,6 +28,9 @@ class AgentMetrics {
   void SourceError(const std::string& source);
   void SetCheck(const std::string& check, bool ok);
   void SetCliquesByState(const std::map<std::string, int>& counts);
+  // The clique socket closed a connection: "limit" (over --clique_socket_max_connections) or
+  // "deadline" (the whole request did not arrive in time).
+  void CliqueConnectionDropped(const std::string& reason);
   void Checked(absl::Time now) { last_check_.Set(absl::ToDoubleSeconds(now - absl::UnixEpoch())); }
 
  private:
@@ -49,6 +52,7 @@ class AgentMetrics {
   prometheus::Family<prometheus::Counter>& source_errors_;
   prometheus::Family<prometheus::Gauge>& checks_;
   prometheus::Family<prometheus::Gauge>& cliques_;
+  prometheus::Family<prometheus::Counter>& clique_drops_;
   absl::Mutex mu_;
   std::map<std::string, prometheus::Gauge*> health_gauges_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> xid_counters_ ABSL_GUARDED_BY(mu_);
@@ -56,6 +60,7 @@ class AgentMetrics {
   std::map<std::string, prometheus::Counter*> error_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Gauge*> check_gauges_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Gauge*> clique_gauges_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Counter*> clique_drop_counters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace phalanx::agent

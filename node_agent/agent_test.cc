@@ -175,8 +175,8 @@ TEST_F(AgentTest, AFatalXidTaintsTheNodeAndAsksTheTasksOnThatGpuToAbort) {
   nvml_ = std::make_unique<FakeNvml>(FakeNvml::Options{FakeNvml::MakeGpus(2)});
   FakeNvml& nvml = *nvml_;
   auto agent = MakeAgent(&nvml);
-  ASSERT_TRUE(cliques_.Report({"job", 3, 0, "c", "READY", {1}, clock_.Now()}).ok());
-  ASSERT_TRUE(cliques_.Report({"job", 2, 0, "c", "READY", {0}, clock_.Now()}).ok());
+  ASSERT_TRUE(cliques_.Report({"job", 3, 0, "c", "READY", {1}, clock_.Now()}, {"k"}).ok());
+  ASSERT_TRUE(cliques_.Report({"job", 2, 0, "c", "READY", {0}, clock_.Now()}, {"k"}).ok());
   agent->Tick(clock_.Now());
   EXPECT_EQ(Condition("PhalanxGpuHealthy"), "True");
   nvml.InjectXid(1, 79);  // "GPU has fallen off the bus"

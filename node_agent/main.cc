@@ -51,6 +51,12 @@ ABSL_FLAG(std::string, nvml_path, "libnvidia-ml.so.1", "the NVML library to load
 ABSL_FLAG(std::string, required_cuda, "", "flag a driver that cannot run this CUDA version");
 ABSL_FLAG(std::string, clique_socket, "/var/run/phalanx/cliques.sock",
           "Unix socket of the local clique registry (empty: off)");
+ABSL_FLAG(int, clique_socket_max_connections, 64,
+          "clique socket connections open at once; more are refused (and counted)");
+ABSL_FLAG(absl::Duration, clique_request_deadline, absl::Seconds(2),
+          "a clique socket request must arrive whole (and its answer be read) within this");
+ABSL_FLAG(absl::Duration, clique_report_ttl, absl::Seconds(30),
+          "a clique report not refreshed within this is dropped (clients refresh every 10 s)");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9400", "HTTP address for /metrics and /healthz");
 
 namespace {
@@ -201,11 +207,20 @@ int main(int argc, char** argv) {
     };
   }
 
-  agent::CliqueRegistry cliques;
+  if (absl::GetFlag(FLAGS_clique_report_ttl) <= absl::ZeroDuration()) {
+    return Fail("--clique_report_ttl must be positive");
+  }
+  agent::CliqueRegistryOptions registry_options;
+  registry_options.ttl = absl::GetFlag(FLAGS_clique_report_ttl);
+  agent::CliqueRegistry cliques(registry_options);
   std::unique_ptr<agent::CliqueSocketServer> clique_server;
   if (!absl::GetFlag(FLAGS_clique_socket).empty()) {
+    agent::CliqueSocketOptions socket_options;
+    socket_options.path = absl::GetFlag(FLAGS_clique_socket);
+    socket_options.max_connections = absl::GetFlag(FLAGS_clique_socket_max_connections);
+    socket_options.request_deadline = absl::GetFlag(FLAGS_clique_request_deadline);
     absl::StatusOr<std::unique_ptr<agent::CliqueSocketServer>> started =
-        agent::CliqueSocketServer::Start(absl::GetFlag(FLAGS_clique_socket), cliques, clock);
+        agent::CliqueSocketServer::Start(socket_options, cliques, clock, &metrics);
     if (!started.ok()) return Fail(std::string(started.status().message()));
     clique_server = *std::move(started);
   }

@@ -1,6 +1,9 @@
 #include "node_agent/cliques/clique_registry.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 
 #include "absl/strings/str_cat.h"
 
@@ -13,9 +16,60 @@ bool KnownState(const std::string& s) {
   return std::any_of(std::begin(kStates), std::end(kStates), [&](const char* k) { return s == k; });
 }
 
+// EPERM means the process exists but belongs to someone else: still alive.
+bool ProcessAlive(int pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+
+// Compares every byte whatever the first difference, so a caller cannot learn a key's prefix
+// from the answer's timing.
+bool SameKey(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 }  // namespace
 
-absl::Status CliqueRegistry::Report(LocalClique clique) {
+CliqueRegistry::CliqueRegistry(CliqueRegistryOptions options)
+    : options_([&] {
+        if (!options.process_alive) options.process_alive = ProcessAlive;
+        return std::move(options);
+      }()) {}
+
+absl::Status CliqueRegistry::ClaimLocked(const TaskKey& task, const CliqueCaller& caller,
+                                         absl::Time now) {
+  if (caller.key.empty()) {
+    return absl::PermissionDeniedError("a key is required (key=<digest of PHALANX_TOKEN>)");
+  }
+  auto it = claims_.find(task);
+  if (it != claims_.end() && !SameKey(it->second.key, caller.key)) {
+    const Claim& held = it->second;
+    const bool expired = held.refreshed + options_.ttl <= now;
+    const bool holder_gone = held.pid > 0 && !options_.process_alive(held.pid);
+    if (!expired && !holder_gone) {
+      return absl::PermissionDeniedError(absl::StrCat("job ", task.first, " task ", task.second,
+                                                      " is held by another credential"));
+    }
+    DropTaskLocked(task);  // the old holder's entries are not the new holder's
+    it = claims_.end();
+  }
+  Claim& claim = claims_[task];
+  claim.key = caller.key;
+  if (caller.pid > 0) claim.pid = caller.pid;
+  claim.refreshed = now;
+  return absl::OkStatus();
+}
+
+void CliqueRegistry::DropTaskLocked(const TaskKey& task) {
+  for (auto it = cliques_.begin(); it != cliques_.end();) {
+    const bool match = it->second.job == task.first && it->second.task == task.second;
+    it = match ? cliques_.erase(it) : std::next(it);
+  }
+  claims_.erase(task);
+  abort_requests_.erase(task);
+}
+
+absl::Status CliqueRegistry::Report(LocalClique clique, const CliqueCaller& caller) {
   if (clique.job.empty() || clique.clique.empty()) {
     return absl::InvalidArgumentError("a clique report needs job and clique");
   }
@@ -24,6 +78,9 @@ absl::Status CliqueRegistry::Report(LocalClique clique) {
     return absl::InvalidArgumentError(absl::StrCat("unknown clique state '", clique.state, "'"));
   }
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = ClaimLocked({clique.job, clique.task}, caller, clique.updated); !s.ok()) {
+    return s;
+  }
   for (auto it = cliques_.begin(); it != cliques_.end();) {
     const LocalClique& c = it->second;
     const bool older =
@@ -35,12 +92,13 @@ absl::Status CliqueRegistry::Report(LocalClique clique) {
   return absl::OkStatus();
 }
 
-void CliqueRegistry::Forget(const std::string& job, int task) {
+absl::Status CliqueRegistry::Forget(const std::string& job, int task, const CliqueCaller& caller,
+                                    absl::Time now) {
   absl::MutexLock lock(&mu_);
-  for (auto it = cliques_.begin(); it != cliques_.end();) {
-    it = (it->second.job == job && it->second.task == task) ? cliques_.erase(it) : std::next(it);
-  }
-  abort_requests_.erase({job, task});
+  if (claims_.find({job, task}) == claims_.end()) return absl::OkStatus();
+  if (absl::Status s = ClaimLocked({job, task}, caller, now); !s.ok()) return s;
+  DropTaskLocked({job, task});
+  return absl::OkStatus();
 }
 
 int CliqueRegistry::RequestAbortForDevice(int device, const std::string& reason) {
@@ -63,10 +121,40 @@ std::string CliqueRegistry::TakeAbortRequest(const std::string& job, int task) {
   return reason;
 }
 
+int CliqueRegistry::Expire(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  int dropped = 0;
+  for (auto it = cliques_.begin(); it != cliques_.end();) {
+    const bool stale = it->second.updated + options_.ttl <= now;
+    if (stale) ++dropped;
+    it = stale ? cliques_.erase(it) : std::next(it);
+  }
+  for (auto it = claims_.begin(); it != claims_.end();) {
+    if (it->second.refreshed + options_.ttl > now) {
+      ++it;
+      continue;
+    }
+    abort_requests_.erase(it->first);
+    it = claims_.erase(it);
+  }
+  return dropped;
+}
+
 std::vector<LocalClique> CliqueRegistry::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<LocalClique> out;
   for (const auto& [key, c] : cliques_) out.push_back(c);
+  return out;
+}
+
+std::vector<LocalClique> CliqueRegistry::ListFor(const std::string& key) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<LocalClique> out;
+  if (key.empty()) return out;
+  for (const auto& [k, c] : cliques_) {
+    auto claim = claims_.find({c.job, c.task});
+    if (claim != claims_.end() && SameKey(claim->second.key, key)) out.push_back(c);
+  }
   return out;
 }
 

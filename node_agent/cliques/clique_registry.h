@@ -2,8 +2,26 @@
 // over the agent's Unix socket (clique_socket.h): which local GPUs each task's cliques use and
 // their state, plus abort requests the agent raises for a task (a fatal error on one of its
 // GPUs) that the task picks up on its next report. Feeds the agent's metrics. Thread-safe.
+//
+// Expiry: a report not refreshed within `ttl` is dropped by Expire(now) (the agent's tick calls
+// it), so a task that died without FORGET does not stay in the table or the metrics for ever;
+// clients re-report every clique well within the TTL (runtime/clique/job_cliques.h).
+//
+// Access: every (job, task) belongs to the credential that first reported it. A caller proves
+// it with `key`, a digest of its own coordination credential (PHALANX_TOKEN: today the job's
+// token, after per-task credentials the task's), which the agent cannot verify — it holds no job
+// Secret — but can compare: a report, FORGET or LIST with another key is refused or sees nothing,
+// so a process holding another job's (or task's) credential can neither read nor overwrite these
+// entries. The claim is released when it expires (no refresh within `ttl`), on FORGET by its
+// holder, or at once when the process that made it (its SO_PEERCRED pid, where the agent can see
+// it) has exited: that is how a restarted task, whose new incarnation may carry a new credential,
+// takes its entries back without waiting for the TTL. A pid that was reused only keeps the claim
+// longer (until the TTL), never hands it to someone else. What it does not stop: a local process
+// that claims a (job, task) before the real task reports it (it can then neither read the real
+// task's data nor change it, only keep its reports out until the claim expires).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -26,26 +44,64 @@ struct LocalClique {
   absl::Time updated;
 };
 
+// Who is asking: the key the request carried, and the peer's pid from SO_PEERCRED (0 unknown:
+// the peer is in a pid namespace the agent cannot see).
+struct CliqueCaller {
+  std::string key;
+  int pid = 0;
+};
+
+struct CliqueRegistryOptions {
+  absl::Duration ttl = absl::Seconds(30);
+  // Whether process `pid` (> 0) still exists; default kill(pid, 0). Tests inject their own.
+  std::function<bool(int pid)> process_alive;
+};
+
 class CliqueRegistry {
  public:
-  // Records (or replaces) one clique of one task. A report from a newer incarnation of the
-  // task drops every clique of the older one. InvalidArgument: empty job/clique, bad state.
-  absl::Status Report(LocalClique clique);
-  // The task's process is gone: forget its cliques.
-  void Forget(const std::string& job, int task);
+  CliqueRegistry() : CliqueRegistry(CliqueRegistryOptions{}) {}
+  explicit CliqueRegistry(CliqueRegistryOptions options);
+
+  // Records (or replaces) one clique of one task, at clique.updated. A report from a newer
+  // incarnation of the task drops every clique of the older one. Errors: InvalidArgument (empty
+  // job/clique/key, bad state); PermissionDenied when (job, task) is held by another key.
+  absl::Status Report(LocalClique clique, const CliqueCaller& caller);
+  // The task's process is gone: forget its cliques (and its claim). PermissionDenied when
+  // (job, task) is held by another key; OK when nothing is held.
+  absl::Status Forget(const std::string& job, int task, const CliqueCaller& caller, absl::Time now);
   // Asks every task using local GPU `device` to abort its cliques; returns how many tasks.
   int RequestAbortForDevice(int device, const std::string& reason);
   // The abort reason pending for the task (cleared by this call), "" if none.
   std::string TakeAbortRequest(const std::string& job, int task);
+  // Drops the cliques and claims not refreshed within the TTL before `now`; returns how many
+  // cliques went.
+  int Expire(absl::Time now);
 
+  // Every clique (the agent's own view, for metrics and tests).
   std::vector<LocalClique> List() const;
+  // The cliques of the (job, task)s held by `key`.
+  std::vector<LocalClique> ListFor(const std::string& key) const;
   std::map<std::string, int> CountByState() const;
 
  private:
   using Key = std::tuple<std::string, int, std::string>;  // job, task, clique
+  using TaskKey = std::pair<std::string, int>;            // job, task
+  struct Claim {
+    std::string key;
+    int pid = 0;
+    absl::Time refreshed;
+  };
+  // OK when `caller` may act on `task` at `now`; PermissionDenied otherwise. Takes over a
+  // released claim (dropping the old holder's cliques and abort request).
+  absl::Status ClaimLocked(const TaskKey& task, const CliqueCaller& caller, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropTaskLocked(const TaskKey& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CliqueRegistryOptions options_;
   mutable absl::Mutex mu_;
   std::map<Key, LocalClique> cliques_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<std::string, int>, std::string> abort_requests_ ABSL_GUARDED_BY(mu_);
+  std::map<TaskKey, Claim> claims_ ABSL_GUARDED_BY(mu_);
+  std::map<TaskKey, std::string> abort_requests_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace phalanx::agent

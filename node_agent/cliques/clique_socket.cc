@@ -7,21 +7,29 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 
 namespace phalanx::agent {
 namespace {
 
 constexpr size_t kMaxLine = 4096;
-constexpr int kReadTimeoutMs = 10'000;
+// A loop over accept() between polls takes at most this many, so serving open connections is
+// never starved by a flood of new ones.
+constexpr int kMaxAcceptsPerRound = 256;
+using SteadyTime = std::chrono::steady_clock::time_point;
 
 // "k=v k=v ..." after the verb; InvalidArgument naming a malformed field.
 absl::StatusOr<std::map<std::string, std::string>> Fields(absl::string_view rest) {
@@ -41,25 +49,55 @@ std::string Describe(const LocalClique& c) {
                       " state=", c.state, " devices=", absl::StrJoin(c.devices, ","));
 }
 
-std::string Err(const absl::Status& s) { return absl::StrCat("ERR ", s.message()); }
+std::string Err(const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kPermissionDenied &&
+      !absl::StartsWith(s.message(), "permission denied")) {
+    return absl::StrCat("ERR permission denied: ", s.message());
+  }
+  return absl::StrCat("ERR ", s.message());
+}
+
+SteadyTime SteadyNow() { return std::chrono::steady_clock::now(); }
+
+std::chrono::nanoseconds ToChrono(absl::Duration d) { return absl::ToChronoNanoseconds(d); }
+
+// The peer's pid as this process sees it (0: unknown, e.g. in a pid namespace we cannot see).
+int PeerPid(int fd) {
+  ucred cred{};
+  socklen_t size = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) != 0) return 0;
+  return cred.pid;
+}
+
+// Best effort: a last line to a client being cut off (never blocks).
+void SendFinal(int fd, absl::string_view line) {
+  (void)!send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
 
 }  // namespace
 
-std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& line, absl::Time now) {
+std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& line, absl::Time now,
+                                int peer_pid) {
   const size_t space = line.find(' ');
   const std::string verb = line.substr(0, space);
   const absl::string_view rest =
       space == std::string::npos ? absl::string_view() : absl::string_view(line).substr(space + 1);
-  if (verb == "LIST") {
-    std::string out;
-    for (const LocalClique& c : registry.List()) absl::StrAppend(&out, Describe(c), "\n");
-    return out + "END";
-  }
-  if (verb != "REPORT" && verb != "FORGET")
+  if (verb != "REPORT" && verb != "FORGET" && verb != "LIST")
     return Err(absl::InvalidArgumentError(
         absl::StrCat("unknown request '", verb.substr(0, 32), "' (REPORT, FORGET or LIST)")));
   absl::StatusOr<std::map<std::string, std::string>> f = Fields(rest);
   if (!f.ok()) return Err(f.status());
+  const CliqueCaller caller{(*f)["key"], peer_pid};
+  if (verb == "LIST") {
+    if (caller.key.empty()) {
+      return Err(absl::PermissionDeniedError("permission denied: LIST needs key=<your key>"));
+    }
+    std::string out;
+    for (const LocalClique& c : registry.ListFor(caller.key)) {
+      absl::StrAppend(&out, Describe(c), "\n");
+    }
+    return out + "END";
+  }
   LocalClique c;
   c.job = (*f)["job"];
   if (!absl::SimpleAtoi((*f)["task"], &c.task) || c.task < 0) {
@@ -67,7 +105,7 @@ std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& lin
   }
   if (c.job.empty()) return Err(absl::InvalidArgumentError("job is required"));
   if (verb == "FORGET") {
-    registry.Forget(c.job, c.task);
+    if (absl::Status s = registry.Forget(c.job, c.task, caller, now); !s.ok()) return Err(s);
     return "OK";
   }
   if (!absl::SimpleAtoi((*f)["inc"], &c.incarnation)) {
@@ -85,24 +123,44 @@ std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& lin
   c.updated = now;
   const std::string job = c.job;
   const int task = c.task;
-  if (absl::Status s = registry.Report(std::move(c)); !s.ok()) return Err(s);
+  if (absl::Status s = registry.Report(std::move(c), caller); !s.ok()) return Err(s);
   const std::string abort = registry.TakeAbortRequest(job, task);
   return abort.empty() ? "OK" : absl::StrCat("OK abort=", absl::StrReplaceAll(abort, {{" ", "_"}}));
 }
 
+struct CliqueSocketServer::Connection {
+  Connection(int fd, int pid, SteadyTime deadline) : fd(fd), pid(pid), deadline(deadline) {}
+  ~Connection() { close(fd); }
+  const int fd;
+  const int pid;
+  SteadyTime deadline;    // the current request's whole-request deadline
+  std::string in;         // bytes read, not yet a complete line
+  std::string out;        // answers not yet written
+  bool answered = false;  // at least one request was answered
+  bool eof = false;       // the client closed its side
+  bool closing = false;   // close once `out` is written
+};
+
 absl::StatusOr<std::unique_ptr<CliqueSocketServer>> CliqueSocketServer::Start(
-    const std::string& path, CliqueRegistry& registry, base::Clock& clock) {
+    CliqueSocketOptions options, CliqueRegistry& registry, base::Clock& clock,
+    AgentMetrics* metrics) {
   sockaddr_un addr{};
+  const std::string& path = options.path;
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
     return absl::InvalidArgumentError(
         absl::StrCat("clique socket path must be 1..", sizeof(addr.sun_path) - 1, " bytes"));
   }
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (options.max_connections < 1 || options.request_deadline <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "clique socket: max connections and the request deadline must be positive");
+  }
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size());
   unlink(path.c_str());  // a stale socket from a previous agent
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 64) != 0) {
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(fd, SOMAXCONN) != 0) {
     const std::string why = std::strerror(errno);
     close(fd);
     return absl::FailedPreconditionError(absl::StrCat("clique socket ", path, ": ", why));
@@ -113,20 +171,22 @@ absl::StatusOr<std::unique_ptr<CliqueSocketServer>> CliqueSocketServer::Start(
     close(fd);
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
-  auto server =
-      std::unique_ptr<CliqueSocketServer>(new CliqueSocketServer(path, fd, wake, registry, clock));
+  auto server = std::unique_ptr<CliqueSocketServer>(
+      new CliqueSocketServer(std::move(options), fd, wake, registry, clock, metrics));
   server->thread_ = std::thread([s = server.get()] { s->Loop(); });
   return server;
 }
 
-CliqueSocketServer::CliqueSocketServer(std::string path, int listen_fd, int wake_fd[2],
-                                       CliqueRegistry& registry, base::Clock& clock)
-    : path_(std::move(path)),
+CliqueSocketServer::CliqueSocketServer(CliqueSocketOptions options, int listen_fd, int wake_fd[2],
+                                       CliqueRegistry& registry, base::Clock& clock,
+                                       AgentMetrics* metrics)
+    : options_(std::move(options)),
       listen_fd_(listen_fd),
       wake_read_(wake_fd[0]),
       wake_write_(wake_fd[1]),
       registry_(registry),
-      clock_(clock) {}
+      clock_(clock),
+      metrics_(metrics) {}
 
 CliqueSocketServer::~CliqueSocketServer() { Stop(); }
 
@@ -138,49 +198,150 @@ void CliqueSocketServer::Stop() {
   close(listen_fd_);
   close(wake_read_);
   close(wake_write_);
-  unlink(path_.c_str());
+  unlink(options_.path.c_str());
+}
+
+void CliqueSocketServer::Dropped(const char* reason) {
+  if (metrics_ != nullptr) metrics_->CliqueConnectionDropped(reason);
 }
 
 void CliqueSocketServer::Loop() {
+  std::vector<std::unique_ptr<Connection>> open;
+  bool accept_paused = false;  // out of file descriptors: retry accept after a short poll
+  std::vector<pollfd> fds;
   while (!stopped_.load()) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
+    const SteadyTime now = SteadyNow();
+    // Whole-request deadlines: an idle or dripping client goes, whatever it sent last.
+    for (auto it = open.begin(); it != open.end();) {
+      if ((*it)->deadline > now) {
+        ++it;
+        continue;
+      }
+      SendFinal((*it)->fd, "ERR request deadline exceeded\n");
+      ++cut_;
+      Dropped("deadline");
+      it = open.erase(it);
+    }
+    fds.clear();
+    fds.push_back({wake_read_, POLLIN, 0});
+    fds.push_back({accept_paused ? -1 : listen_fd_, POLLIN, 0});
+    int timeout_ms = accept_paused ? 100 : -1;
+    for (const auto& c : open) {
+      fds.push_back({c->fd, static_cast<short>(c->out.empty() ? POLLIN : POLLOUT), 0});
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(c->deadline - now).count();
+      const int ms = static_cast<int>(std::clamp<int64_t>(left, 0, 60'000));
+      timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+    }
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0) {
       if (errno == EINTR) continue;
       return;
     }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    Serve(fd);
-    close(fd);
+    if (fds[0].revents != 0) return;  // Stop()
+    std::vector<std::unique_ptr<Connection>> kept;
+    kept.reserve(open.size());
+    for (size_t i = 0; i < open.size(); ++i) {
+      const short revents = fds[i + 2].revents;
+      Connection& c = *open[i];
+      bool keep = true;
+      if (revents & POLLOUT) {
+        keep = Flush(c);
+      } else if (revents & (POLLIN | POLLHUP | POLLERR)) {
+        keep = OnReadable(c);
+      }
+      if (keep) kept.push_back(std::move(open[i]));
+    }
+    open.swap(kept);
+    accept_paused = (fds[1].revents & POLLIN) != 0 && !AcceptAll(open);
   }
 }
 
-void CliqueSocketServer::Serve(int fd) {
-  std::string buffer;
-  char chunk[1024];
-  while (!stopped_.load()) {
-    pollfd fds[2] = {{fd, POLLIN, 0}, {wake_read_, POLLIN, 0}};
-    const int ready = poll(fds, 2, kReadTimeoutMs);
-    if (ready <= 0 || fds[1].revents != 0) return;  // stalled client, or stopping
-    const ssize_t n = read(fd, chunk, sizeof(chunk));
-    if (n <= 0) return;
-    buffer.append(chunk, static_cast<size_t>(n));
-    size_t newline;
-    while ((newline = buffer.find('\n')) != std::string::npos) {
-      std::string line = buffer.substr(0, newline);
-      buffer.erase(0, newline + 1);
-      if (line.size() > kMaxLine) break;  // answered below
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      const std::string answer = HandleCliqueRequest(registry_, line, clock_.Now()) + "\n";
-      if (send(fd, answer.data(), answer.size(), MSG_NOSIGNAL) < 0) return;
+bool CliqueSocketServer::AcceptAll(std::vector<std::unique_ptr<Connection>>& open) {
+  for (int i = 0; i < kMaxAcceptsPerRound; ++i) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      // EMFILE/ENFILE: the listening socket stays readable; the loop stops polling it for a
+      // moment instead of spinning. Anything else (EAGAIN): nothing left to accept.
+      return errno != EMFILE && errno != ENFILE;
     }
-    if (buffer.size() > kMaxLine || newline != std::string::npos) {
-      const std::string answer = "ERR line longer than 4096 bytes\n";
-      (void)!send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
-      return;
+    auto c = std::make_unique<Connection>(fd, PeerPid(fd),
+                                          SteadyNow() + ToChrono(options_.request_deadline));
+    // A client usually writes its request right after connecting: answer it now if it is all
+    // here, so a flood of idle connections cannot keep a real request out.
+    if (!OnReadable(*c)) continue;
+    if (static_cast<int>(open.size()) >= options_.max_connections) {
+      if (!c->answered) {
+        SendFinal(fd, "ERR busy: too many connections to the node agent, retry\n");
+        ++refused_;
+        Dropped("limit");
+      }
+      continue;
     }
+    open.push_back(std::move(c));
+  }
+  return true;
+}
+
+bool CliqueSocketServer::OnReadable(Connection& c) {
+  char chunk[4096];
+  while (c.out.empty() && !c.eof && !c.closing) {
+    const ssize_t n = read(c.fd, chunk, sizeof(chunk));
+    if (n > 0) {
+      c.in.append(chunk, static_cast<size_t>(n));
+      if (c.in.find('\n') != std::string::npos || c.in.size() > kMaxLine) break;
+      continue;
+    }
+    if (n == 0) {
+      c.eof = true;
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    return false;  // reset
+  }
+  return Flush(c);
+}
+
+bool CliqueSocketServer::Flush(Connection& c) {
+  for (;;) {
+    while (!c.out.empty()) {
+      const ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        c.out.erase(0, static_cast<size_t>(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return true;  // POLLOUT next
+      } else {
+        return false;
+      }
+    }
+    if (c.closing) return false;
+    // Answer the next complete request, if one is here.
+    const size_t newline = c.in.find('\n');
+    if (newline == std::string::npos) {
+      if (c.in.size() > kMaxLine) {
+        c.out = "ERR line longer than 4096 bytes\n";
+        c.closing = true;
+        continue;
+      }
+      if (c.eof) return false;
+      return true;
+    }
+    if (newline > kMaxLine) {
+      c.out = "ERR line longer than 4096 bytes\n";
+      c.closing = true;
+      continue;
+    }
+    std::string line = c.in.substr(0, newline);
+    c.in.erase(0, newline + 1);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    // One answer at a time: the next line is read only once this one is written, so a client
+    // that pipelines requests and never reads cannot grow the agent's memory.
+    c.out = HandleCliqueRequest(registry_, line, clock_.Now(), c.pid) + "\n";
+    c.answered = true;
+    // The next request on this connection gets its own whole deadline.
+    c.deadline = SteadyNow() + ToChrono(options_.request_deadline);
   }
 }
 
