@@ -204,9 +204,14 @@ absl::Status CoordinationService::ReportError(TaskRef ref, std::string message) 
     message.resize(options_.max_error_message_bytes);
     message += "... (truncated)";
   }
-  BroadcastLocked(ErrorReport{ref, message}, out);
+  // The report and the failure it causes go out together (at once, unless something went out
+  // this tick already).
+  const bool now = !peer_events_sent_this_tick_;
+  peer_events_sent_this_tick_ = true;
+  TellPeersLocked(ErrorReport{ref, message}, out);
   FailTaskLocked(tasks_[ref.task_id], FailureKind::kReportedError,
                  absl::StrCat("reported error: ", message), out);
+  if (now) FlushPeerEventsLocked(out);
   return absl::OkStatus();
 }
 
@@ -423,7 +428,7 @@ void CoordinationService::Tick(absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (stopped_) return;
   // Failures found by this tick (a mass heartbeat timeout) go out together at its end.
-  membership_sent_this_tick_ = true;
+  peer_events_sent_this_tick_ = true;
   absl::Duration oldest = absl::ZeroDuration();
   for (Task& task : tasks_) {
     if (task.info.state != TaskState::kConnected) continue;
@@ -458,8 +463,8 @@ void CoordinationService::Tick(absl::Time now) {
       ++it;
     }
   }
-  FlushMembershipLocked(out);
-  membership_sent_this_tick_ = false;
+  FlushPeerEventsLocked(out);
+  peer_events_sent_this_tick_ = false;
 }
 
 void CoordinationService::Stop() {
@@ -571,8 +576,7 @@ void CoordinationService::SetStateLocked(Task& task, TaskState state, std::strin
   // or a clean shutdown is not pushed to every session: at 1024 tasks that would be a million
   // events during start-up; watchers (WatchJobState) still see every change.
   if (previous != TaskState::kUnregistered && state != TaskState::kShutdown) {
-    pending_membership_.insert_or_assign(task.info.task_id, task.info);
-    if (!membership_sent_this_tick_) FlushMembershipLocked(out);
+    TellPeersLocked(task.info, out);
   }
   // Membership changed: agreements waiting on this task may now complete.
   alive_.Reevaluate(AliveFnLocked(), out);
@@ -622,22 +626,39 @@ void CoordinationService::PushLocked(Task& task, SessionEvent event, Completions
 }
 
 void CoordinationService::BroadcastLocked(const SessionEvent& event, Completions& out) {
-  // Held membership changes happened first: keep that order on every stream.
-  FlushMembershipLocked(out);
+  // Held peer events happened first: keep that order on every stream.
+  FlushPeerEventsLocked(out);
   for (Task& task : tasks_) PushLocked(task, event, out);
 }
 
-void CoordinationService::FlushMembershipLocked(Completions& out) {
-  if (pending_membership_.empty()) return;
-  auto batch = std::make_shared<std::vector<TaskInfo>>();
-  batch->reserve(pending_membership_.size());
-  for (auto& [id, info] : pending_membership_) batch->push_back(std::move(info));
-  pending_membership_.clear();
-  membership_sent_this_tick_ = true;
-  std::shared_ptr<const std::vector<TaskInfo>> shared = std::move(batch);
+void CoordinationService::TellPeersLocked(SessionEvent event, Completions& out) {
+  if (const auto* info = std::get_if<TaskInfo>(&event)) {
+    latest_info_.insert_or_assign(info->task_id, pending_peer_events_.size());
+  }
+  pending_peer_events_.push_back(std::move(event));
+  if (!peer_events_sent_this_tick_) FlushPeerEventsLocked(out);
+}
+
+void CoordinationService::FlushPeerEventsLocked(Completions& out) {
+  if (pending_peer_events_.empty()) return;
+  auto batch = std::make_shared<std::vector<SessionEvent>>();
+  batch->reserve(pending_peer_events_.size());
+  for (size_t i = 0; i < pending_peer_events_.size(); ++i) {
+    SessionEvent& event = pending_peer_events_[i];
+    // A task that changed twice in one tick: peers get its latest state only.
+    if (const auto* info = std::get_if<TaskInfo>(&event);
+        info != nullptr && latest_info_[info->task_id] != i) {
+      continue;
+    }
+    batch->push_back(std::move(event));
+  }
+  pending_peer_events_.clear();
+  latest_info_.clear();
+  peer_events_sent_this_tick_ = true;
+  std::shared_ptr<const std::vector<SessionEvent>> shared = std::move(batch);
   for (Task& task : tasks_) {
     if (task.outbox == nullptr) continue;
-    task.outbox->PushTaskChanges(shared);
+    task.outbox->PushShared(shared);
     out.Add([o = task.outbox] { o->Notify(); });
   }
 }

@@ -24,16 +24,16 @@
 // the same incarnation while connected is idempotent; a failed or shut-down incarnation cannot
 // come back (Aborted): only a new incarnation can.
 //
-// Membership events (a peer failed or restarted) are coalesced per tick: the first change after
-// a tick goes to every session at once; further changes before the next Tick() are held (the
-// latest per task) and go out at that Tick as one batch that every session's outbox shares.
-// So N sessions dropping together cost O(N) memory and O(1) queued entries per survivor instead
-// of N events per survivor, and a single failure is still pushed without delay.
+// Events for every peer (a task failed or restarted, a task reported an error) are coalesced per
+// tick: the first one after a tick goes to every session at once; further ones before the next
+// Tick() are held (for a task's state only the latest) and go out at that Tick as one batch that
+// every session's outbox shares. So N tasks failing together cost O(N) memory and O(1) queued
+// entries per survivor instead of N events per survivor, and a single failure is still pushed
+// without delay.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -199,8 +199,11 @@ class CoordinationService {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BroadcastLocked(const SessionEvent& event, Completions& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends the held membership changes to every session as one shared batch.
-  void FlushMembershipLocked(Completions& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `event` (a TaskInfo or an ErrorReport) for every session: at once if nothing went
+  // out since the last tick, else at the next one.
+  void TellPeersLocked(SessionEvent event, Completions& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the held peer events to every session as one shared batch.
+  void FlushPeerEventsLocked(Completions& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkAllShutDown();
   JobSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -226,10 +229,12 @@ class CoordinationService {
     SnapshotCallback done;
   };
   std::vector<Watcher> watchers_ ABSL_GUARDED_BY(mu_);
-  // Membership changes not yet pushed (latest per task id), and whether a batch went out since
-  // the last Tick (then new changes wait for the next one).
-  std::map<int, TaskInfo> pending_membership_ ABSL_GUARDED_BY(mu_);
-  bool membership_sent_this_tick_ ABSL_GUARDED_BY(mu_) = false;
+  // Peer events not yet pushed, in order; a TaskInfo counts only if it is its task's latest
+  // (index in latest_info_). Whether a batch went out since the last Tick (then new events wait
+  // for the next one).
+  std::vector<SessionEvent> pending_peer_events_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, size_t> latest_info_ ABSL_GUARDED_BY(mu_);
+  bool peer_events_sent_this_tick_ ABSL_GUARDED_BY(mu_) = false;
   // Key-value bytes deleted since memory was last handed back.
   size_t freed_since_release_ ABSL_GUARDED_BY(mu_) = 0;
 };

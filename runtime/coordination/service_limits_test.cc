@@ -287,5 +287,53 @@ TEST_F(LimitsTest, Membership_MassHeartbeatTimeout_IsOneEntryPerSurvivor) {
   EXPECT_EQ(outboxes[0]->QueuedEntries(), 4u);
 }
 
+// Every task reporting an error at once (an NCCL failure everywhere) used to push each report to
+// every session: N² events of up to 4 KiB each. Reports are coalesced like membership changes.
+TEST_F(LimitsTest, ReportError_StormOf1000Reports_QueuesConstantEntriesPerSurvivor) {
+  constexpr int kTasks = 2000;
+  constexpr int kReporting = 1000;
+  Start(kTasks);
+  std::vector<std::shared_ptr<SessionOutbox>> outboxes;
+  for (int i = 0; i < kTasks; ++i) {
+    ASSERT_THAT(service_->Register({i, 0}), IsOk());
+    outboxes.push_back(std::make_shared<SessionOutbox>());
+    ASSERT_THAT(service_->OpenSession({i, 0}, outboxes.back()), IsOk());
+  }
+  for (int i = kTasks - kReporting; i < kTasks; ++i) {
+    ASSERT_THAT(service_->ReportError({i, 0}, std::string(1000, 'e')), IsOk());
+  }
+  service_->Tick(clock_.Now());
+  for (int i = 0; i < kTasks - kReporting; ++i) {
+    ASSERT_LE(outboxes[i]->QueuedEntries(), 3u) << "survivor " << i;
+  }
+  // The survivor hears each report, then that task's failure, in that order.
+  std::vector<int> reported;
+  std::vector<int> failed;
+  while (std::optional<SessionEvent> e = outboxes[0]->Pop()) {
+    if (const auto* report = std::get_if<ErrorReport>(&*e)) {
+      EXPECT_FALSE(std::count(failed.begin(), failed.end(), report->task.task_id));
+      reported.push_back(report->task.task_id);
+    } else if (const auto* info = std::get_if<TaskInfo>(&*e)) {
+      EXPECT_TRUE(std::count(reported.begin(), reported.end(), info->task_id));
+      failed.push_back(info->task_id);
+    }
+  }
+  EXPECT_EQ(reported.size(), static_cast<size_t>(kReporting));
+  EXPECT_EQ(failed.size(), static_cast<size_t>(kReporting));
+}
+
+// A single report and the failure it causes reach peers at once, not a tick later.
+TEST_F(LimitsTest, ReportError_Single_ReportAndFailureArriveWithoutATick) {
+  Start(2);
+  ASSERT_THAT(service_->Register({0, 0}), IsOk());
+  ASSERT_THAT(service_->Register({1, 0}), IsOk());
+  testing::RecordingSession peer;
+  ASSERT_THAT(service_->OpenSession({1, 0}, peer.outbox()), IsOk());
+  ASSERT_THAT(service_->ReportError({0, 0}, "nccl died"), IsOk());
+  EXPECT_EQ(peer.EventsOf<ErrorReport>().size(), 1u);
+  ASSERT_EQ(peer.EventsOf<TaskInfo>().size(), 1u);
+  EXPECT_EQ(peer.EventsOf<TaskInfo>()[0].state, TaskState::kFailed);
+}
+
 }  // namespace
 }  // namespace phalanx::coord

@@ -18,11 +18,11 @@ void SessionOutbox::Push(SessionEvent event) {
   queue_.push_back(std::move(event));
 }
 
-void SessionOutbox::PushTaskChanges(std::shared_ptr<const std::vector<TaskInfo>> changes) {
-  if (changes == nullptr || changes->empty()) return;
+void SessionOutbox::PushShared(std::shared_ptr<const std::vector<SessionEvent>> events) {
+  if (events == nullptr || events->empty()) return;
   absl::MutexLock lock(&queue_mu_);
   if (close_status_.has_value()) return;
-  queue_.push_back(SharedBatch{std::move(changes), 0});
+  queue_.push_back(SharedBatch{std::move(events), 0});
 }
 
 void SessionOutbox::Close(absl::Status status) {
@@ -41,8 +41,8 @@ std::optional<SessionEvent> SessionOutbox::Pop() {
   absl::MutexLock lock(&queue_mu_);
   if (queue_.empty()) return std::nullopt;
   if (auto* batch = std::get_if<SharedBatch>(&queue_.front())) {
-    SessionEvent event = (*batch->changes)[batch->next++];
-    if (batch->next == batch->changes->size()) queue_.pop_front();
+    SessionEvent event = (*batch->events)[batch->next++];
+    if (batch->next == batch->events->size()) queue_.pop_front();
     return event;
   }
   SessionEvent event = std::move(std::get<SessionEvent>(queue_.front()));

@@ -7,9 +7,10 @@
 // Detach returns no Notify reaches it. Shared (std::shared_ptr) between the service and the
 // transport because either may outlive the other. Thread-safe.
 //
-// A batch of membership changes (PushTaskChanges) is one queued entry holding a pointer to a
-// batch every session shares; Pop() hands its TaskInfos out one by one, so the stream carries
-// the same task_changed events as before while a mass failure is held in memory once.
+// A batch of events for every session (PushShared: membership changes and error reports) is one
+// queued entry holding a pointer to a batch every session shares; Pop() hands its events out one
+// by one, so the stream carries the same events as before while a mass failure is held in
+// memory once.
 #pragma once
 
 #include <deque>
@@ -40,8 +41,8 @@ class SessionOutbox {
 
   // Producer side (the service).
   void Push(SessionEvent event);
-  // Queues every TaskInfo of `changes` (non-empty, never modified after) as one entry.
-  void PushTaskChanges(std::shared_ptr<const std::vector<TaskInfo>> changes);
+  // Queues every event of `events` (never modified after) as one entry.
+  void PushShared(std::shared_ptr<const std::vector<SessionEvent>> events);
   // Ends the session once the queued events are drained; `status` is what the stream ends with.
   void Close(absl::Status status);
   void Notify();
@@ -61,8 +62,8 @@ class SessionOutbox {
 
   absl::Mutex queue_mu_ ABSL_ACQUIRED_AFTER(attach_mu_);
   struct SharedBatch {
-    std::shared_ptr<const std::vector<TaskInfo>> changes;
-    size_t next = 0;  // the first TaskInfo not yet popped
+    std::shared_ptr<const std::vector<SessionEvent>> events;
+    size_t next = 0;  // the first event not yet popped
   };
   std::deque<std::variant<SessionEvent, SharedBatch>> queue_ ABSL_GUARDED_BY(queue_mu_);
   std::optional<absl::Status> close_status_ ABSL_GUARDED_BY(queue_mu_);
