@@ -1,5 +1,6 @@
 #include "runtime/clique/job_cliques.h"
 
+#include <openssl/evp.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -8,8 +9,11 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/env_and_files.h"
 #include "common/base/log.h"
 
 namespace phalanx::clique {
@@ -19,7 +23,32 @@ JobCliques::Options JobCliques::OptionsFromEnv() {
   if (const char* socket = std::getenv("PHALANX_CLIQUE_SOCKET"); socket != nullptr) {
     options.agent_socket = socket;
   }
+  std::string token;
+  if (const char* file = std::getenv("PHALANX_TOKEN_FILE"); file != nullptr && *file != '\0') {
+    absl::StatusOr<std::string> read = base::ReadFileToString(file);
+    if (read.ok()) {
+      token = std::string(absl::StripAsciiWhitespace(*read));
+    } else {
+      PHX_LOG(WARNING) << "clique reports to the node agent without a key: " << read.status();
+    }
+  } else if (const char* value = std::getenv("PHALANX_TOKEN"); value != nullptr) {
+    token = value;
+  }
+  options.agent_key = CliqueSocketKey(token);
   return options;
+}
+
+std::string CliqueSocketKey(const std::string& token) {
+  if (token.empty()) return "";
+  // A fixed context, so the digest is of no use anywhere else a hash of the token might appear.
+  const std::string input = absl::StrCat("phalanx clique socket key v1\n", token);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(input.data(), input.size(), digest, &size, EVP_sha256(), nullptr) != 1) {
+    return "";  // cannot happen with a working libcrypto; the agent then refuses the reports
+  }
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), static_cast<size_t>(size)));
 }
 
 JobCliques::JobCliques(client::CoordinationClient& client, NcclApi& nccl, base::Clock& clock,
@@ -50,9 +79,21 @@ JobCliques::JobCliques(client::CoordinationClient& client, NcclApi& nccl, base::
   members_[me.task_id] = MemberStatus{me.task_id, me.incarnation, true};
   runner_ = std::make_unique<base::PeriodicRunner>(clock_, options_.poll_period,
                                                    [this](absl::Time now) { manager_->Poll(now); });
+  if (!options_.agent_socket.empty()) {
+    // The agent forgets a report it has not heard again within its TTL (a task that died
+    // without saying so): re-report every clique, on a thread of its own so a slow agent never
+    // delays the manager's poll.
+    refresher_ =
+        std::make_unique<base::PeriodicRunner>(clock_, options_.agent_refresh, [this](absl::Time) {
+          for (const CliqueInfo& clique : manager_->List()) Report(clique);
+        });
+  }
 }
 
-JobCliques::~JobCliques() { runner_->Stop(); }
+JobCliques::~JobCliques() {
+  if (refresher_) refresher_->Stop();
+  runner_->Stop();
+}
 
 absl::StatusOr<CliqueId> JobCliques::Acquire(const CliqueKey& key, int device_id,
                                              absl::Duration timeout, int cuda_device) {
@@ -83,9 +124,12 @@ void JobCliques::OnState(const CliqueInfo& clique, CliqueState from, CliqueState
   PHX_LOG(INFO) << "clique " << clique.key.ToString() << " rank " << clique.rank << ": "
                 << CliqueStateName(from) << " -> " << CliqueStateName(to)
                 << (status.ok() ? "" : absl::StrCat(" (", status.message(), ")"));
-  if (options_.agent_socket.empty()) return;
-  absl::StatusOr<std::string> answer =
-      ReportToAgent(options_.agent_socket, clique.key.job(), client_.task(), clique);
+  if (!options_.agent_socket.empty()) Report(clique);
+}
+
+void JobCliques::Report(const CliqueInfo& clique) {
+  absl::StatusOr<std::string> answer = ReportToAgent(options_.agent_socket, options_.agent_key,
+                                                     clique.key.job(), client_.task(), clique);
   if (!answer.ok()) {
     PHX_LOG(WARNING) << "clique report to the node agent failed: " << answer.status();
   } else if (answer->rfind("OK abort=", 0) == 0) {
@@ -93,8 +137,9 @@ void JobCliques::OnState(const CliqueInfo& clique, CliqueState from, CliqueState
   }
 }
 
-absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::string& job,
-                                          const client::TaskRef& task, const CliqueInfo& clique) {
+absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::string& key,
+                                          const std::string& job, const client::TaskRef& task,
+                                          const CliqueInfo& clique) {
   sockaddr_un addr{};
   if (path.size() >= sizeof(addr.sun_path))
     return absl::InvalidArgumentError("socket path too long");
@@ -115,10 +160,11 @@ absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::st
     devices = m->device_ids;
   }
   // The clique id names the key compactly (its KV prefix's fingerprint), spaces never appear.
-  const std::string line = absl::StrCat(
-      "REPORT job=", job, " task=", task.task_id, " inc=", task.incarnation,
-      " clique=", clique.key.KvPrefix().substr(clique.key.KvPrefix().rfind('/') + 1),
-      " state=", CliqueStateName(clique.state), " devices=", absl::StrJoin(devices, ","), "\n");
+  const std::string line =
+      absl::StrCat("REPORT job=", job, " task=", task.task_id, " inc=", task.incarnation,
+                   " clique=", clique.key.KvPrefix().substr(clique.key.KvPrefix().rfind('/') + 1),
+                   " state=", CliqueStateName(clique.state),
+                   " devices=", absl::StrJoin(devices, ","), " key=", key, "\n");
   std::string answer;
   if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size())) {
     char c;
@@ -126,6 +172,8 @@ absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::st
   }
   close(fd);
   if (answer.empty()) return absl::UnavailableError("the node agent did not answer");
+  if (answer.rfind("ERR busy", 0) == 0) return absl::UnavailableError(answer);
+  if (answer.rfind("ERR permission denied", 0) == 0) return absl::PermissionDeniedError(answer);
   if (answer.rfind("ERR", 0) == 0) return absl::InvalidArgumentError(answer);
   return answer;
 }

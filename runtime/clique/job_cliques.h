@@ -4,7 +4,10 @@
 // manager needs: a peer that failed is down (its cliques wait), a peer that registered a new
 // incarnation restarted (its cliques are aborted and re-formed). Optionally it reports every
 // clique's state to the node agent's Unix socket (PHALANX_CLIQUE_SOCKET), so the agent's metrics
-// show them and a failed GPU's abort request reaches this process.
+// show them and a failed GPU's abort request reaches this process: on every state change, and
+// again every `agent_refresh` (the agent drops reports not refreshed within its TTL, 30 s by
+// default). Reports carry `agent_key`, a digest of this task's credential (CliqueSocketKey): the
+// agent lets only that key read or change this task's entries, and never sees the credential.
 //
 // Wiring: create it after the client, call OnPeerChange from ClientCallbacks::on_peer_change
 // (cheap: no RPC, no wait), then Acquire a key per communicator. Thread-safe.
@@ -30,8 +33,11 @@ class JobCliques {
     absl::Duration poll_period = absl::Milliseconds(5);
     CliqueManager::Options manager;
     std::string agent_socket;  // "" = no reports; see FromEnv
+    std::string agent_key;     // CliqueSocketKey(token); see FromEnv
+    absl::Duration agent_refresh = absl::Seconds(10);
   };
-  // Options with agent_socket from $PHALANX_CLIQUE_SOCKET.
+  // Options with agent_socket from $PHALANX_CLIQUE_SOCKET and agent_key from the token in
+  // $PHALANX_TOKEN_FILE (a file) or $PHALANX_TOKEN.
   static Options OptionsFromEnv();
 
   JobCliques(client::CoordinationClient& client, NcclApi& nccl, base::Clock& clock,
@@ -52,6 +58,7 @@ class JobCliques {
  private:
   void OnState(const CliqueInfo& clique, CliqueState from, CliqueState to,
                const absl::Status& status);
+  void Report(const CliqueInfo& clique);
 
   client::CoordinationClient& client_;
   base::Clock& clock_;
@@ -61,11 +68,19 @@ class JobCliques {
   absl::Mutex mu_;
   std::map<int, MemberStatus> members_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<base::PeriodicRunner> runner_;
+  std::unique_ptr<base::PeriodicRunner> refresher_;  // null without an agent socket
 };
 
-// Sends one REPORT line for `clique` to the agent's socket at `path` (bounded: 1 s); the
-// agent's answer, e.g. "OK" or "OK abort=<reason>". Unavailable when there is no agent.
-absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::string& job,
-                                          const client::TaskRef& task, const CliqueInfo& clique);
+// The key this task shows the node agent's clique socket: hex SHA-256 of a fixed context and
+// `token` (its coordination credential), so the agent can tell holders of different credentials
+// apart without learning one it could use against the coordinator. "" for an empty token.
+std::string CliqueSocketKey(const std::string& token);
+
+// Sends one REPORT line for `clique` with `key` to the agent's socket at `path` (bounded: 1 s);
+// the agent's answer, e.g. "OK" or "OK abort=<reason>". Unavailable when there is no agent (or
+// it is busy), InvalidArgument or PermissionDenied with the agent's ERR line.
+absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::string& key,
+                                          const std::string& job, const client::TaskRef& task,
+                                          const CliqueInfo& clique);
 
 }  // namespace phalanx::clique

@@ -10,6 +10,7 @@
 #include <atomic>
 
 #include "common/testing/eventually.h"
+#include "node_agent/cliques/clique_socket.h"
 #include "runtime/client/grpc_client.h"
 #include "runtime/client/test_coordinator.h"
 #include "runtime/clique/fake_nccl.h"
@@ -105,8 +106,38 @@ TEST(ReportToAgentTest, NoAgentIsUnavailableNotAHang) {
   CliqueInfo info;
   info.key = KeyFor({0, 0, 0});
   absl::StatusOr<std::string> answer =
-      ReportToAgent("/nonexistent/phalanx.sock", "test", {0, 0}, info);
+      ReportToAgent("/nonexistent/phalanx.sock", "key", "test", {0, 0}, info);
   EXPECT_TRUE(absl::IsUnavailable(answer.status())) << answer.status();
+}
+
+// The client's REPORT against the node agent's real socket server: the keyed report is taken,
+// the same (job, task) reported under another task credential's key is refused.
+TEST(ReportToAgentTest, TheAgentTakesAKeyedReportAndRefusesAnotherCredentialsKey) {
+  const std::string path = absl::StrCat("/tmp/phx-report-", getpid(), ".sock");
+  agent::CliqueRegistry registry;
+  auto server = agent::CliqueSocketServer::Start({path}, registry, base::RealClock::Get());
+  ASSERT_TRUE(server.ok()) << server.status();
+  CliqueInfo info;
+  info.key = KeyFor({0, 0, 0});
+  info.state = CliqueState::kReady;
+  absl::StatusOr<std::string> answer =
+      ReportToAgent(path, CliqueSocketKey("task-0"), "test", {0, 0}, info);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(*answer, "OK");
+  ASSERT_EQ(registry.List().size(), 1u);
+  EXPECT_EQ(registry.List()[0].state, "READY");
+  answer = ReportToAgent(path, CliqueSocketKey("someone-else"), "test", {0, 0}, info);
+  EXPECT_TRUE(absl::IsPermissionDenied(answer.status())) << answer.status();
+  EXPECT_EQ(registry.ListFor(CliqueSocketKey("task-0")).size(), 1u);
+}
+
+TEST(CliqueSocketKeyTest, IsAStableDigestThatDiffersPerTokenAndHidesIt) {
+  const std::string a = CliqueSocketKey("token-a");
+  EXPECT_EQ(a.size(), 64u);  // hex SHA-256
+  EXPECT_EQ(a, CliqueSocketKey("token-a"));
+  EXPECT_NE(a, CliqueSocketKey("token-b"));
+  EXPECT_EQ(a.find("token-a"), std::string::npos);
+  EXPECT_EQ(CliqueSocketKey(""), "");
 }
 
 }  // namespace
