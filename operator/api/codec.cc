@@ -487,6 +487,18 @@ Json EncodeStatus(const TrainingJobStatus& s) {
   out["productiveSeconds"] = Json::number(s.productive_seconds);
   out["lostSeconds"] = Json::number(s.lost_seconds);
   PutTime(out, "accountedUntil", s.accounted_until);
+  if (s.coordinator != CoordinatorStatus{}) {
+    const CoordinatorStatus& c = s.coordinator;
+    Json coordinator = Json::object();
+    coordinator["restarts"] = Json::number(c.restarts);
+    if (c.last_exit_code.has_value()) coordinator["lastExitCode"] = Json::number(*c.last_exit_code);
+    PutString(coordinator, "lastExitReason", c.last_exit_reason);
+    PutString(coordinator, "lastExitMessage", c.last_exit_message);
+    PutTime(coordinator, "lastRestartTime", c.last_restart_time);
+    PutTime(coordinator, "restartAfter", c.restart_after);
+    PutString(coordinator, "lastFailedPodUID", c.last_failed_pod);
+    out["coordinator"] = std::move(coordinator);
+  }
   return out;
 }
 
@@ -511,6 +523,15 @@ TrainingJobStatus DecodeStatus(const Json& job) {
   s.productive_seconds = DoubleOr(j, "productiveSeconds");
   s.lost_seconds = DoubleOr(j, "lostSeconds");
   s.accounted_until = TimeOr(j, "accountedUntil");
+  if (const Json& c = FieldOrNull(j, "coordinator"); c.is_object()) {
+    s.coordinator.restarts = IntOr(c, "restarts");
+    s.coordinator.last_exit_code = OptInt(c, "lastExitCode");
+    s.coordinator.last_exit_reason = StringOr(c, "lastExitReason");
+    s.coordinator.last_exit_message = StringOr(c, "lastExitMessage");
+    s.coordinator.last_restart_time = TimeOr(c, "lastRestartTime");
+    s.coordinator.restart_after = TimeOr(c, "restartAfter");
+    s.coordinator.last_failed_pod = StringOr(c, "lastFailedPodUID");
+  }
   return s;
 }
 

@@ -137,6 +137,21 @@ struct TaskStatus {
   bool operator==(const TaskStatus&) const = default;
 };
 
+// The coordinator pod's restarts (status.coordinator): a coordinator that ended is recreated
+// after a back-off (controller/children.h), and why it ended is kept here and in a
+// CoordinatorRestarted Event.
+struct CoordinatorStatus {
+  int restarts = 0;
+  std::optional<int> last_exit_code;
+  std::string last_exit_reason;                 // the container's reason (Error, OOMKilled, ...)
+  std::string last_exit_message;                // its termination message, bounded
+  std::optional<absl::Time> last_restart_time;  // when the last ended coordinator was seen
+  std::optional<absl::Time> restart_after;      // not recreated before this (back-off)
+  std::string last_failed_pod;                  // UID of the pod counted last: one pod counts once
+
+  bool operator==(const CoordinatorStatus&) const = default;
+};
+
 struct TrainingJobStatus {
   std::string phase = kPhasePending;
   std::vector<Condition> conditions;
@@ -153,6 +168,7 @@ struct TrainingJobStatus {
   double productive_seconds = 0;
   double lost_seconds = 0;
   std::optional<absl::Time> accounted_until;  // the seconds above cover time up to here
+  CoordinatorStatus coordinator;
 
   bool operator==(const TrainingJobStatus&) const = default;
 };

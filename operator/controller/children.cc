@@ -1,28 +1,68 @@
 #include "operator/controller/children.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace phalanx::op {
+namespace {
+
+// Bounded so a long message cannot bloat the job's status (the CRD caps it at 4096).
+constexpr size_t kMaxExitMessage = 1024;
+
+// Records the ended coordinator pod `pod` in status.coordinator (once per pod: a pass that sees
+// it again before its deletion shows counts nothing) and says when it may be recreated.
+void CountCoordinatorRestart(const PlanInputs& in, JobPass& pass, const PodView& pod) {
+  CoordinatorStatus& c = pass.out.status.coordinator;
+  if (!pod.uid.empty() && c.last_failed_pod == pod.uid) return;
+  // The delay doubles for each restart that follows the last within kCoordinatorBackoffReset;
+  // a coordinator that stayed up longer than that starts again from the first delay.
+  absl::Duration delay = kCoordinatorFirstBackoff;
+  if (c.last_restart_time.has_value() && c.restart_after.has_value() &&
+      in.now - *c.last_restart_time < kCoordinatorBackoffReset) {
+    delay = std::clamp((*c.restart_after - *c.last_restart_time) * 2, kCoordinatorFirstBackoff,
+                       kCoordinatorMaxBackoff);
+  }
+  ++c.restarts;
+  c.last_exit_code = pod.exit_code;
+  c.last_exit_reason = pod.reason;
+  c.last_exit_message = pod.message.substr(0, kMaxExitMessage);
+  c.last_restart_time = in.now;
+  c.restart_after = in.now + delay;
+  c.last_failed_pod = pod.uid;
+  pass.out.events.push_back(
+      {true, "CoordinatorRestarted",
+       absl::StrCat("coordinator ", Describe(pod), "; recreating it in ",
+                    absl::FormatDuration(delay), " (restart ", c.restarts, ")")});
+}
+
+}  // namespace
 
 Next EnsureJobChildren(const PlanInputs& in, JobPass& pass) {
   ReconcilePlan& out = pass.out;
   const JobObservation& world = in.world;
-  if (!world.has_secret) out.create.push_back(DesiredSecret(in.job, in.token));
+  if (!world.has_secret) out.create.push_back(DesiredSecret(in.job, in.spec, in.token));
+  if (!world.has_network_policy && in.network_policy != nullptr) {
+    out.create.push_back(DesiredCoordinatorNetworkPolicy(in.job, in.placement, *in.network_policy));
+  }
   if (!world.has_tasks_service) out.create.push_back(DesiredTasksService(in.job));
   if (!world.has_coordinator_service) {
     out.create.push_back(DesiredCoordinatorService(in.job, in.placement));
   }
   std::string coordinator_ip;
+  const std::optional<absl::Time>& restart_after = out.status.coordinator.restart_after;
   if (!world.coordinator.has_value()) {
-    out.create.push_back(DesiredCoordinatorPod(in.job, in.spec, in.placement));
+    if (restart_after.has_value() && in.now < *restart_after) {
+      RequeueWithin(pass, *restart_after - in.now);  // backing off after it ended
+    } else {
+      out.create.push_back(DesiredCoordinatorPod(in.job, in.spec, in.placement, in.token));
+    }
   } else if (world.coordinator->ended()) {
     if (!world.coordinator->being_deleted) {
       out.delete_pods.push_back(world.coordinator->name);
-      out.events.push_back(
-          {true, "CoordinatorRestarted",
-           absl::StrCat("coordinator ", Describe(*world.coordinator), "; recreating it")});
+      CountCoordinatorRestart(in, pass, *world.coordinator);
     }
-    out.requeue_after = absl::Seconds(1);
+    RequeueWithin(pass, std::max(absl::Seconds(1), restart_after.value_or(in.now) - in.now));
   } else if (world.coordinator->phase == PodPhase::kRunning) {
     coordinator_ip = world.coordinator->ip;
   }

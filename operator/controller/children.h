@@ -1,16 +1,23 @@
 // Stages "children" and "task pods" (pass.h): the job's fixed children — its token Secret, the
 // tasks' headless Service, the coordinator's Service and pod — are created when missing, a
 // coordinator pod that ended is deleted (and recreated under the same name once gone: tasks
-// reconnect and re-register), and the coordinator's address is settled (by pod IP: only once
-// the pod runs). Pods of older incarnations are deleted. Then, after the task-state stage, each
-// task without a pod gets one at its incarnation, once the coordinator's address is known.
-// Names are deterministic (desired_state.h), so a create that raced an earlier one is an
-// AlreadyExists the reconciler ignores. Pure.
+// reconnect and re-register) after an exponential back-off — 1 s, doubling per restart to 60 s,
+// from 1 s again once a coordinator stayed up 10 min — so a coordinator that cannot start does
+// not spin; each end is counted once in status.coordinator (restarts, exit code, reason,
+// message) and told in a CoordinatorRestarted Warning Event. The coordinator's address is settled
+// (by pod IP: only once the pod runs). Pods of older incarnations are deleted. Then, after the
+// task-state stage, each task without a pod gets one at its incarnation, once the coordinator's
+// address is known. Names are deterministic (desired_state.h), so a create that raced an earlier
+// one is an AlreadyExists the reconciler ignores. Pure.
 #pragma once
 
 #include "operator/controller/pass.h"
 
 namespace phalanx::op {
+
+inline constexpr absl::Duration kCoordinatorFirstBackoff = absl::Seconds(1);
+inline constexpr absl::Duration kCoordinatorMaxBackoff = absl::Seconds(60);
+inline constexpr absl::Duration kCoordinatorBackoffReset = absl::Minutes(10);
 
 Next EnsureJobChildren(const PlanInputs& in, JobPass& pass);
 Next EnsureTaskPods(const PlanInputs& in, JobPass& pass);

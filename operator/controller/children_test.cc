@@ -94,6 +94,135 @@ TEST(EnsureJobChildren, Table) {
   }
 }
 
+// Issue 16 item 5: a coordinator that keeps ending is recreated after a back-off that doubles
+// (bounded), each ended pod is counted once with its exit in status.coordinator, and the stage
+// asks to be woken when the back-off ends.
+TEST(EnsureJobChildren, CoordinatorRestartBackOff) {
+  struct Case {
+    std::string name;
+    std::function<void(TestPass&)> given;
+    std::vector<std::string> want_created;
+    std::vector<std::string> want_events;
+    int want_restarts;
+    absl::Duration want_backoff;  // restart_after - now
+    absl::Duration want_requeue;
+  };
+  const auto ended = [](TestPass& t) {
+    PodView& c = *t.world.coordinator;
+    c.uid = "pod-uid-2";
+    c.phase = PodPhase::kFailed;
+    c.exit_code = 2;
+    c.reason = "Error";
+    c.message = "cannot listen on 0.0.0.0:8470";
+  };
+  // The last restart was 5 s ago and waited 2 s.
+  const auto after_a_2s_backoff = [](TestPass& t) {
+    CoordinatorStatus& c = t.previous.coordinator;
+    c.restarts = 2;
+    c.last_restart_time = kNow - absl::Seconds(5);
+    c.restart_after = kNow - absl::Seconds(3);
+    c.last_failed_pod = "pod-uid-1";
+  };
+  const Case cases[] = {
+      {"theFirstEndWaitsTheFirstDelay",
+       ended,
+       {},
+       {"CoordinatorRestarted"},
+       1,
+       absl::Seconds(1),
+       absl::Seconds(1)},
+      {"eachEndSoonAfterTheLastDoublesTheDelay",
+       [&](TestPass& t) {
+         after_a_2s_backoff(t);
+         ended(t);
+       },
+       {},
+       {"CoordinatorRestarted"},
+       3,
+       absl::Seconds(4),
+       absl::Seconds(4)},
+      {"theDelayIsBounded",
+       [&](TestPass& t) {
+         after_a_2s_backoff(t);
+         t.previous.coordinator.restart_after = kNow + absl::Seconds(55);  // waited 60 s
+         ended(t);
+       },
+       {},
+       {"CoordinatorRestarted"},
+       3,
+       absl::Seconds(60),
+       absl::Seconds(60)},
+      {"aCoordinatorThatStayedUpStartsAgainFromTheFirstDelay",
+       [&](TestPass& t) {
+         after_a_2s_backoff(t);
+         t.previous.coordinator.last_restart_time = kNow - absl::Minutes(11);
+         t.previous.coordinator.restart_after = kNow - absl::Minutes(10);
+         ended(t);
+       },
+       {},
+       {"CoordinatorRestarted"},
+       3,
+       absl::Seconds(1),
+       absl::Seconds(1)},
+      {"theSameEndedPodCountsOnce",
+       [&](TestPass& t) {
+         ended(t);
+         t.previous.coordinator.restarts = 1;
+         t.previous.coordinator.last_restart_time = kNow - absl::Seconds(1);
+         t.previous.coordinator.restart_after = kNow + absl::Seconds(3);
+         t.previous.coordinator.last_failed_pod = "pod-uid-2";
+       },
+       {},
+       {},
+       1,
+       absl::Seconds(3),
+       absl::Seconds(3)},
+      {"aGoneCoordinatorIsNotRecreatedBeforeItsBackOffEnds",
+       [&](TestPass& t) {
+         after_a_2s_backoff(t);
+         t.previous.coordinator.restart_after = kNow + absl::Seconds(7);
+         t.world.coordinator.reset();
+       },
+       {},
+       {},
+       2,
+       absl::Seconds(7),
+       absl::Seconds(7)},
+      {"aGoneCoordinatorIsRecreatedOnceItsBackOffEnded",
+       [&](TestPass& t) {
+         after_a_2s_backoff(t);
+         t.world.coordinator.reset();
+       },
+       {"j-coordinator"},
+       {},
+       2,
+       absl::Seconds(-3),
+       absl::ZeroDuration()},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TestPass t(TrainingJobBuilder("j").Tasks(2));
+    c.given(t);
+    JobPass pass = t.Before("children");
+    EXPECT_EQ(EnsureJobChildren(t.Inputs(), pass), Next::kContinue);
+    EXPECT_THAT(Names(pass.out.create), ElementsAreArray(c.want_created));
+    EXPECT_THAT(Reasons(pass.out.events), ElementsAreArray(c.want_events));
+    const CoordinatorStatus& st = pass.out.status.coordinator;
+    EXPECT_EQ(st.restarts, c.want_restarts);
+    ASSERT_TRUE(st.restart_after.has_value());
+    EXPECT_EQ(*st.restart_after - kNow, c.want_backoff);
+    EXPECT_EQ(pass.out.requeue_after, c.want_requeue);
+    if (!c.want_events.empty()) {
+      EXPECT_EQ(st.last_exit_code, 2);
+      EXPECT_EQ(st.last_exit_reason, "Error");
+      EXPECT_EQ(st.last_exit_message, "cannot listen on 0.0.0.0:8470");
+      EXPECT_EQ(st.last_failed_pod, "pod-uid-2");
+      EXPECT_THAT(pass.out.events[0].message,
+                  ::testing::HasSubstr("exited with code 2 (Error): cannot listen"));
+    }
+  }
+}
+
 TEST(EnsureTaskPods, Table) {
   struct Case {
     std::string name;

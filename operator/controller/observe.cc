@@ -44,6 +44,15 @@ PodView ViewOfPod(const Json& pod) {
   v.phase = ParsePodPhase(kube::StringAt(pod, "status.phase"));
   v.node = kube::StringAt(pod, "spec.nodeName");
   v.ip = kube::StringAt(pod, "status.podIP");
+  const Json& containers = kube::ArrayOrEmpty(kube::FieldOrNull(pod, "spec"), "containers");
+  if (containers.size() > 0) {
+    for (const Json& port : kube::ArrayOrEmpty(containers.at(0), "ports").as_array()) {
+      const Json& number = kube::FieldOrNull(port, "containerPort");
+      if (kube::StringAt(port, "name") == "grpc" && number.is_integer()) {
+        v.grpc_port = number.as_integer();
+      }
+    }
+  }
   v.being_deleted = kube::IsBeingDeleted(pod);
   v.ready = ConditionTrue(pod, "Ready");
   v.disruption_target = ConditionTrue(pod, "DisruptionTarget");
@@ -54,6 +63,7 @@ PodView ViewOfPod(const Json& pod) {
     const Json& code = kube::FieldOrNull(terminated, "exitCode");
     if (code.is_integer()) v.exit_code = code.as_integer();
     v.reason = kube::StringAt(terminated, "reason");
+    v.message = kube::StringAt(terminated, "message");  // the termination message, if any
   }
   if (v.reason.empty()) v.reason = kube::StringAt(pod, "status.reason");  // e.g. Evicted
   return v;

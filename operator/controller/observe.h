@@ -33,6 +33,7 @@ struct PodView {
   PodPhase phase = PodPhase::kUnknown;
   std::string node;
   std::string ip;
+  int grpc_port = 0;  // the first container's port named "grpc" (the coordinator's), if any
   bool being_deleted = false;
   bool ready = false;
   bool disruption_target = false;  // condition DisruptionTarget=True (eviction/preemption)
@@ -55,7 +56,11 @@ struct CoordinatorFailure {
 struct JobObservation {
   std::vector<PodView> task_pods;
   std::optional<PodView> coordinator;
+  // The Secret and the NetworkPolicy are created with the coordinator pod, and the operator
+  // never reads them back (it has no right to read Secrets: ADR 0003), so they count as present
+  // while the coordinator pod exists.
   bool has_secret = false;
+  bool has_network_policy = false;
   bool has_coordinator_service = false;
   bool has_tasks_service = false;
   // task index → what the coordinator reported about it.

@@ -17,7 +17,8 @@ void Notice(const PlanInputs& in, JobPass& pass, TaskRecord& record) {
   pass.out.events.push_back(
       {false, "PreemptionNotice",
        absl::StrCat("task ", task.index, " on node ", record.pod->node,
-                    " is being preempted; coordinated checkpoint started, deadline ",
+                    " is being preempted; asking its coordinator for a coordinated checkpoint, "
+                    "deadline ",
                     kube::FormatKubeTime(deadline), " (in ",
                     absl::FormatDuration(absl::Trunc(deadline - in.now, absl::Seconds(1))), ")")});
 }

@@ -1,6 +1,7 @@
 // Stage "preemption" (pass.h) and the notices it implies: spec.preemption.
 // A task whose node is being preempted (taint or cordon) or whose pod is disrupted starts a
-// coordinated checkpoint once (preemptingSince, a PreemptionNotice Event naming the deadline),
+// coordinated checkpoint once (preemptingSince, a PreemptionNotice Event naming the deadline;
+// the reconciler adds CheckpointRoundOpened once the coordinator accepted the round),
 // and moves — its pod deleted, its next incarnation created — when the deadline passes, when its
 // pod ends (it left after its checkpoint, or was evicted), or at once when the pod is already
 // gone. The deadline is the earlier of preemptingSince + checkpointGraceSeconds and the node's

@@ -45,8 +45,8 @@ TEST(ApplyPreemptions, Table) {
        node0_preempted(absl::InfiniteFuture()),
        Next::kContinue,
        {"PreemptionNotice"},
-       "task 0 on node node-0 is being preempted; coordinated checkpoint started, deadline "
-       "2027-01-15T08:00:30Z (in 30s)",
+       "task 0 on node node-0 is being preempted; asking its coordinator for a coordinated "
+       "checkpoint, deadline 2027-01-15T08:00:30Z (in 30s)",
        TaskState::kPreempting,
        {},
        absl::Seconds(30)},

@@ -1,12 +1,11 @@
 #include "operator/controller/reconciler.h"
 
-#include <openssl/rand.h>
-
 #include <functional>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/auth/credentials.h"
 #include "common/base/log.h"
 #include "common/kube/object_key.h"
 #include "common/kube/object_meta.h"
@@ -17,13 +16,6 @@
 
 namespace phalanx::op {
 namespace {
-
-std::string NewToken() {
-  unsigned char bytes[32];
-  RAND_bytes(bytes, sizeof(bytes));
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
-}
 
 bool IsOwnedBy(const Json& object, const std::string& uid) {
   std::optional<kube::OwnerReference> owner = kube::ControllerOf(object);
@@ -62,23 +54,38 @@ Reconciler::Reconciler(kube::Client& client, Informers informers, kube::EventRec
 
 std::string Reconciler::TokenOf(const std::string& ns, const std::string& job,
                                 const std::string& uid) const {
-  std::optional<Json> secret = informers_.secrets.Get(ns, SecretName(job));
-  // Never a token from a Secret this job does not control: a squatter's, or the one of an
-  // earlier job of the same name that is still being garbage-collected.
-  if (!secret.has_value() || !IsOwnedBy(*secret, uid)) return "";
-  const Json& encoded = kube::FieldOrNull(kube::FieldOrNull(*secret, "data"), kTokenKey);
-  std::string token;
-  if (!encoded.is_string() || !absl::Base64Unescape(encoded.as_string(), &token)) return "";
-  return token;
+  return auth::JobToken(options_.operator_key, ns, job, uid);
 }
 
-CoordinatorPlacement Reconciler::PlacementFor(const Json& job) const {
+CoordinatorPlacement Reconciler::PlacementFor(const Json& job, const JobObservation& world) const {
   CoordinatorPlacement placement = options_.placement;
-  if (options_.coordinator_port_base > 0) {
-    // Even ports: the metrics port (port + 1) never collides with another job's gRPC port.
-    const size_t slots = static_cast<size_t>(std::max(1, options_.coordinator_port_span / 2));
-    const size_t slot = std::hash<std::string>{}(kube::MetaString(job, "uid")) % slots;
-    placement.port = options_.coordinator_port_base + static_cast<int>(slot) * 2;
+  if (options_.coordinator_port_base <= 0) return placement;
+  // A coordinator pod keeps the port it was created with (its tasks were told it).
+  if (world.coordinator.has_value() && world.coordinator->grpc_port > 0) {
+    placement.port = world.coordinator->grpc_port;
+    return placement;
+  }
+  // Even ports: the metrics port (port + 1) never collides with another job's gRPC port. The
+  // slot is the UID's hash, or the next one no other job's coordinator pod holds: with a hash
+  // alone, two of a few dozen jobs share a port (the birthday bound), and the second
+  // coordinator exits at start ("cannot listen") however often it is recreated. Two jobs that
+  // pick the same free slot in the same instant still collide once; the loser's coordinator
+  // ends, and its replacement (after the back-off) sees the winner's pod and moves on.
+  const int slots = std::max(1, options_.coordinator_port_span / 2);
+  const std::string uid = kube::MetaString(job, "uid");
+  std::set<int> taken;
+  for (const Json& pod : informers_.pods.List()) {
+    if (kube::LabelsOf(pod)[kRoleLabel] != "coordinator" || IsOwnedBy(pod, uid)) continue;
+    if (int port = ViewOfPod(pod).grpc_port; port > 0) taken.insert(port);
+  }
+  const int first = static_cast<int>(std::hash<std::string>{}(uid) % static_cast<size_t>(slots));
+  placement.port = options_.coordinator_port_base + first * 2;
+  for (int i = 0; i < slots; ++i) {
+    const int port = options_.coordinator_port_base + ((first + i) % slots) * 2;
+    if (!taken.contains(port)) {
+      placement.port = port;
+      break;
+    }
   }
   return placement;
 }
@@ -104,7 +111,7 @@ JobObservation Reconciler::ObserveChildren(const Json& job) const {
       }
     }
   }
-  world.has_secret = OwnedIn(informers_.secrets, ns, SecretName(name), uid);
+  world.has_secret = world.has_network_policy = world.coordinator.has_value();
   world.has_tasks_service = OwnedIn(informers_.services, ns, TasksServiceName(name), uid);
   world.has_coordinator_service = OwnedIn(informers_.services, ns, CoordinatorName(name), uid);
   return world;
@@ -150,24 +157,28 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
                clock_.Now());
 
   JobObservation world = ObserveChildren(job);
-  const CoordinatorPlacement placement = PlacementFor(job);
+  const CoordinatorPlacement placement = PlacementFor(job, world);
   const bool active =
       !spec->suspend && previous.phase != kPhaseSucceeded && previous.phase != kPhaseFailed;
   if (link_ != nullptr && !active) link_->Forget(key);
   if (!active) ForgetNotices(key);
+  // The coordinator pod the link talks to this pass ("" while none runs).
+  std::string linked;
   if (link_ != nullptr && active && world.coordinator.has_value() &&
       world.coordinator->phase == PodPhase::kRunning) {
     const std::string token = TokenOf(ns, name, kube::MetaString(job, "uid"));
     const std::string address = CoordinatorAddress(job, placement, world.coordinator->ip);
     if (!token.empty() && !address.empty()) {
       link_->Ensure(key, address, token, world.coordinator->uid);
+      linked = world.coordinator->uid;
       for (const auto& [task, failure] : link_->FailedTasks(key)) {
         world.coordinator_failed[task] = {failure.incarnation, failure.reason};
       }
     }
   }
   ReconcilePlan plan = PlanReconcile(
-      {job, *spec, previous, world, placement, world.has_secret ? "" : NewToken(), clock_.Now()});
+      {job, *spec, previous, world, placement, TokenOf(ns, name, kube::MetaString(job, "uid")),
+       clock_.Now(), options_.network_policy ? &*options_.network_policy : nullptr});
   // Status first: it records the new incarnations and counters, so a pass that loses the race
   // with another writer (409) or dies half-way is redone from the record, never double-counted
   // and never lost. Acting on a stale view is impossible: a stale job fails this write.
@@ -194,13 +205,16 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     executed = again.status();
   }
   absl::Duration requeue_after = plan.requeue_after;
-  if (link_ != nullptr && active && !DeliverPreemptionNotices(key, plan.notices)) {
+  std::vector<EventNote> delivered;
+  if (link_ != nullptr && active &&
+      !DeliverPreemptionNotices(key, linked, plan.notices, delivered)) {
     constexpr absl::Duration kNoticeRetry = absl::Seconds(1);
     requeue_after = requeue_after == absl::ZeroDuration() ? kNoticeRetry
                                                           : std::min(requeue_after, kNoticeRetry);
   }
   RecordEvents(job, plan.events);
   RecordEvents(job, outcome.events);
+  RecordEvents(job, delivered);
   if (metrics_ != nullptr) {
     // The failure was observed when this pass read the cache; a back-off wait is policy and
     // ends before the pass that replaces the task, so it is not in this figure.
@@ -224,26 +238,34 @@ void Reconciler::ForgetNotices(const std::string& key) {
   notified_.erase(key);
 }
 
-bool Reconciler::DeliverPreemptionNotices(const std::string& key,
-                                          const std::vector<PreemptionNotice>& notices) {
+bool Reconciler::DeliverPreemptionNotices(const std::string& key, const std::string& coordinator,
+                                          const std::vector<PreemptionNotice>& notices,
+                                          std::vector<EventNote>& events) {
   std::set<std::pair<int, absl::Time>> due;
   for (const PreemptionNotice& n : notices) due.insert({n.task, n.since});
   std::vector<int> tasks;
   absl::Time deadline = absl::InfiniteFuture();
   {
     absl::MutexLock lock(&notices_mu_);
-    std::set<std::pair<int, absl::Time>>& acked = notified_[key];
+    Delivered& record = notified_[key];
+    if (record.coordinator != coordinator) {
+      // A new coordinator pod (or none running) knows nothing of the rounds its predecessor
+      // acknowledged: every open notice goes out again once one runs.
+      record.coordinator = coordinator;
+      record.acked.clear();
+    }
     // Forget tasks no longer being preempted (bounded memory; a later preemption is new).
-    for (auto it = acked.begin(); it != acked.end();) {
-      it = due.contains(*it) ? std::next(it) : acked.erase(it);
+    for (auto it = record.acked.begin(); it != record.acked.end();) {
+      it = due.contains(*it) ? std::next(it) : record.acked.erase(it);
     }
     for (const PreemptionNotice& n : notices) {
-      if (acked.contains({n.task, n.since})) continue;
+      if (record.acked.contains({n.task, n.since})) continue;
       tasks.push_back(n.task);
       deadline = std::min(deadline, n.deadline);
     }
   }
   if (tasks.empty()) return true;
+  if (coordinator.empty()) return false;  // no coordinator runs yet: retry soon
   absl::Status notified =
       link_->NotifyPreemption(key, tasks, deadline, "node preempted or pod disrupted");
   if (!notified.ok()) {
@@ -251,10 +273,16 @@ bool Reconciler::DeliverPreemptionNotices(const std::string& key,
                      << ": preemption notice not delivered yet (will retry): " << notified;
     return false;
   }
+  events.push_back(
+      {false, "CheckpointRoundOpened",
+       absl::StrCat("the coordinator accepted a coordinated checkpoint round for task(s) ",
+                    absl::StrJoin(tasks, ", "), ", deadline ", kube::FormatKubeTime(deadline))});
   absl::MutexLock lock(&notices_mu_);
+  Delivered& record = notified_[key];
+  if (record.coordinator != coordinator) return true;  // forgotten meanwhile: the next pass
   for (const auto& entry : due) {
     if (std::find(tasks.begin(), tasks.end(), entry.first) != tasks.end()) {
-      notified_[key].insert(entry);
+      record.acked.insert(entry);
     }
   }
   return true;
@@ -284,10 +312,20 @@ std::vector<ChildFailure> Reconciler::Execute(const Json& job, const ReconcilePl
   for (const Json& object : plan.create) {
     const std::string kind = kube::StringAt(object, "kind");
     const std::string name = kube::MetaString(object, "name");
-    const kube::Resource& r = kind == "Secret" ? kSecrets : kind == "Service" ? kServices : kPods;
+    const kube::Resource& r = kind == "Secret"          ? kSecrets
+                              : kind == "Service"       ? kServices
+                              : kind == "NetworkPolicy" ? kNetworkPolicies
+                                                        : kPods;
     if (conflicted && kind == "Pod") continue;
     absl::StatusOr<Json> created = client_.Create(r, ns, object);
     if (created.ok()) continue;
+    if (absl::IsAlreadyExists(created.status()) && kind == "Secret") {
+      // The operator may not read Secrets (ADR 0003), so it cannot tell its own from a
+      // squatter's here. It need not: the coordinator refuses a token whose SHA-256 is not the
+      // one in its --token_sha256, and a task credential from another token is refused by the
+      // coordinator, so a squatting Secret stops the job with a clear error but is never used.
+      continue;
+    }
     if (absl::IsAlreadyExists(created.status())) {
       absl::Status owned = CheckControlled(r, ns, name, kube::MetaString(job, "uid"));
       if (owned.ok()) continue;  // ours: an earlier pass created it and the cache lags

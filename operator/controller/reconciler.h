@@ -32,6 +32,7 @@
 namespace phalanx::op {
 
 inline const kube::Resource kTrainingJobs{kGroup, kVersion, kPlural, true};
+using kube::kNetworkPolicies;
 using kube::kNodes;
 using kube::kPods;
 using kube::kSecrets;
@@ -39,18 +40,22 @@ using kube::kServices;
 
 struct ReconcilerOptions {
   CoordinatorPlacement placement;
-  // Give each job's coordinator its own port in [base, base + span) (derived from the job's
-  // UID) instead of placement.port: needed where pods share one network namespace (the local
-  // cluster). 0: every coordinator uses placement.port.
+  // Give each job's coordinator its own port in [base, base + span) (from the job's UID's hash,
+  // probing past ports other jobs' coordinator pods hold) instead of placement.port: needed
+  // where pods share one network namespace (the local cluster). 0: every coordinator uses
+  // placement.port.
   int coordinator_port_base = 0;
   int coordinator_port_span = 2000;
+  // The key every job token is derived from (common/auth/credentials.h; operator/token_key.h).
+  std::string operator_key;
+  // The per-job NetworkPolicy in front of the coordinator; nullopt: none is created.
+  std::optional<NetworkPolicyOptions> network_policy = NetworkPolicyOptions{};
 };
 
 struct Informers {
   kube::Informer& jobs;
   kube::Informer& pods;      // label selector phalanx.dev/job
   kube::Informer& services;  // label selector phalanx.dev/job
-  kube::Informer& secrets;   // label selector phalanx.dev/job
   kube::Informer& nodes;
 };
 
@@ -76,8 +81,11 @@ class Reconciler {
   absl::StatusOr<Json> WriteStatus(const Json& job, const TrainingJobStatus& stored,
                                    const TrainingJobStatus& status);
   void RecordEvents(const Json& job, const std::vector<EventNote>& events);
-  CoordinatorPlacement PlacementFor(const Json& job) const;
-  // The token in the job's Secret; "" unless the cache holds it and this job (`uid`) controls it.
+  // Where `job`'s coordinator listens: options_.placement, or in port-hash mode
+  // (coordinator_port_base) the port of its coordinator pod, else a slot no other job's
+  // coordinator pod holds.
+  CoordinatorPlacement PlacementFor(const Json& job, const JobObservation& world) const;
+  // The job's token, derived from the operator key: never read from the job's Secret.
   std::string TokenOf(const std::string& ns, const std::string& job, const std::string& uid) const;
   // After a create answered AlreadyExists: OK when the object of that name is controlled by the
   // job `uid` (ours; the cache lagged); AlreadyExists naming its controller when it is anyone
@@ -85,13 +93,16 @@ class Reconciler {
   absl::Status CheckControlled(const kube::Resource& r, const std::string& ns,
                                const std::string& name, const std::string& uid);
 
-  // Delivers to the coordinator every notice of the plan (preemption_policy.h
-  // PreemptionNotices) it has not acknowledged yet, as one round ending at the earliest of their
-  // deadlines; false if one must be retried. Level-triggered: after a failed delivery or on a
-  // new operator leader the notice goes out again (the coordinator folds a repeat into its open
-  // round).
-  bool DeliverPreemptionNotices(const std::string& key,
-                                const std::vector<PreemptionNotice>& notices);
+  // Delivers to the coordinator pod `coordinator` (its UID; "" when none runs) every notice of
+  // the plan (preemption_policy.h PreemptionNotices) it has not acknowledged yet, as one round
+  // ending at the earliest of their deadlines, and adds a CheckpointRoundOpened Event to
+  // `events` once it accepted; false if one must be retried. Level-triggered: after a failed
+  // delivery, on a new operator leader, and for a new coordinator pod (a restarted coordinator
+  // has lost its rounds) every open notice goes out again (the coordinator folds a repeat into
+  // its open round).
+  bool DeliverPreemptionNotices(const std::string& key, const std::string& coordinator,
+                                const std::vector<PreemptionNotice>& notices,
+                                std::vector<EventNote>& events);
   void ForgetNotices(const std::string& key);
 
   kube::Client& client_;
@@ -102,9 +113,12 @@ class Reconciler {
   const ReconcilerOptions options_;
   CoordinatorLink* const link_;
   absl::Mutex notices_mu_;
-  // Acknowledged notices by job key: (task, preempting since).
-  std::map<std::string, std::set<std::pair<int, absl::Time>>> notified_
-      ABSL_GUARDED_BY(notices_mu_);
+  // Notices one coordinator pod acknowledged: (task, preempting since).
+  struct Delivered {
+    std::string coordinator;  // its UID
+    std::set<std::pair<int, absl::Time>> acked;
+  };
+  std::map<std::string, Delivered> notified_ ABSL_GUARDED_BY(notices_mu_);
 };
 
 }  // namespace phalanx::op

@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/credentials.h"
 #include "common/kube/object_meta.h"
 #include "common/kube/testing/fake_client.h"
 #include "common/kube/testing/object_store.h"
@@ -18,6 +19,7 @@
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
 #include "operator/api/codec.h"
+#include "operator/controller/reconciler_testing.h"
 
 namespace phalanx::op {
 namespace {
@@ -26,129 +28,6 @@ using ::phalanx::testing::Eventually;
 using ::phalanx::testing::IsOk;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-constexpr absl::Duration kWait = absl::Seconds(10);
-
-kube::Informer::Options Fast() {
-  kube::Informer::Options o;
-  o.poll_interval = absl::Milliseconds(20);
-  o.initial_backoff = absl::Milliseconds(10);
-  return o;
-}
-
-class ReconcilerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    store_.EnableStatusSubresource(kTrainingJobs.Qualified());
-    for (kube::Informer* i : {&jobs_, &pods_, &services_, &secrets_, &nodes_}) {
-      i->Start();
-      ASSERT_TRUE(i->WaitForSync(kWait));
-    }
-    Json job = Json::parse(R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob",
-        "metadata":{"name":"j","namespace":"ns"},
-        "spec":{"replicas":2,"template":{"spec":{"containers":[
-          {"name":"w","image":"example.com/w:1","command":["train"]}]}}}})");
-    ASSERT_THAT(store_.Create(kTrainingJobs.Qualified(), "ns", job).status(), IsOk());
-  }
-
-  Json Stored() { return *store_.Get(kTrainingJobs.Qualified(), "ns", "j"); }
-
-  // Waits until every informer's cache holds what the store holds.
-  void CatchUp() {
-    ASSERT_TRUE(Eventually(
-        [&] {
-          // Every cache holds exactly the stored objects, each at its stored resourceVersion.
-          for (kube::Informer* i : {&jobs_, &pods_, &services_, &secrets_}) {
-            auto listed = store_.List(i->resource().Qualified(), "", {}, 0, "");
-            if (!listed.ok() || listed->items.size() != i->List().size()) return false;
-            for (const Json& object : listed->items) {
-              std::optional<Json> cached =
-                  i->Get(kube::MetaString(object, "namespace"), kube::MetaString(object, "name"));
-              if (!cached.has_value() || kube::MetaString(*cached, "resourceVersion") !=
-                                             kube::MetaString(object, "resourceVersion")) {
-                return false;
-              }
-            }
-          }
-          std::optional<Json> cached = jobs_.Get("ns", "j");
-          return cached.has_value() && kube::MetaString(*cached, "resourceVersion") ==
-                                           kube::MetaString(Stored(), "resourceVersion");
-        },
-        kWait));
-  }
-
-  // Sets what the kubelet would report for pod `name`: its phase, readiness and, once it ended,
-  // the container's exit code.
-  void SetPod(const std::string& name, const std::string& phase,
-              std::optional<int> exit_code = {}) {
-    absl::StatusOr<Json> pod = store_.Get(kPods.Qualified(), "ns", name);
-    ASSERT_THAT(pod.status(), IsOk());
-    Json status = Json::object();
-    status["phase"] = Json::string(phase);
-    status["podIP"] = Json::string("10.0.0.7");
-    status["conditions"] = Json::parse(absl::StrCat(
-        R"([{"type":"Ready","status":")", phase == "Running" ? "True" : "False", R"("}])"));
-    if (exit_code.has_value()) {
-      status["containerStatuses"] = Json::parse(
-          absl::StrCat(R"([{"name":"w","state":{"terminated":{"exitCode":)", *exit_code,
-                       R"(,"reason":")", *exit_code == 0 ? "Completed" : "Error", R"("}}}])"));
-    }
-    (*pod)["status"] = status;
-    ASSERT_THAT(store_.Update(kPods.Qualified(), "ns", *pod, false).status(), IsOk());
-  }
-
-  std::vector<std::string> PodNames() {
-    std::vector<std::string> names;
-    auto pods = store_.List(kPods.Qualified(), "ns", {}, 0, "");
-    if (pods.ok()) {
-      for (const Json& p : pods->items) names.push_back(kube::MetaString(p, "name"));
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
-  // One pass that must succeed, then the caches catch up with what it wrote.
-  void Pass() {
-    ASSERT_THAT(reconciler_.Reconcile("ns/j").status(), IsOk());
-    CatchUp();
-  }
-
-  // A pass with nothing new to act on writes nothing: not the job, not a child.
-  void ExpectIdlePassWritesNothing() {
-    const std::string job_version = kube::MetaString(Stored(), "resourceVersion");
-    const std::vector<std::string> pods = PodNames();
-    const size_t events = EventReasons().size();
-    ASSERT_THAT(reconciler_.Reconcile("ns/j").status(), IsOk());
-    EXPECT_EQ(kube::MetaString(Stored(), "resourceVersion"), job_version);
-    EXPECT_EQ(PodNames(), pods);
-    EXPECT_EQ(EventReasons().size(), events);
-  }
-
-  std::vector<std::string> EventReasons() {
-    std::vector<std::string> out;
-    auto events = store_.List("events", "ns", {}, 0, "");
-    if (!events.ok()) return out;
-    for (const Json& e : events->items) out.push_back(kube::StringAt(e, "reason"));
-    return out;
-  }
-
-  testing::FakeClock clock_;
-  kube::fake::ObjectStore store_{clock_, 1000};
-  // The reconciler's writes go through client_, whose faults the tests inject; the informers
-  // and the Event recorder have their own client on the same store, so a fault hits the
-  // create or status write it is meant for, not a watch poll.
-  kube::fake::FakeClient client_{store_};
-  kube::fake::FakeClient reader_{store_};
-  kube::Informer jobs_{reader_, clock_, kTrainingJobs, Fast()};
-  kube::Informer pods_{reader_, clock_, kPods, Fast()};
-  kube::Informer services_{reader_, clock_, kServices, Fast()};
-  kube::Informer secrets_{reader_, clock_, kSecrets, Fast()};
-  kube::Informer nodes_{reader_, clock_, kNodes, Fast()};
-  kube::EventRecorder events_{reader_, clock_, "phalanx-operator"};
-  Reconciler reconciler_{client_, {jobs_, pods_, services_, secrets_, nodes_},
-                         events_, clock_,
-                         nullptr, ReconcilerOptions{}};
-};
 
 TEST_F(ReconcilerTest, ARefusedChildShowsOnTheJobAndTheJobRecovers) {
   CatchUp();
@@ -218,7 +97,7 @@ TEST_F(ReconcilerTest, AJobRunsLosesATaskToAFailureAndSucceeds) {
   CatchUp();
   Pass();
   EXPECT_THAT(PodNames(), ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-0"));
-  ASSERT_TRUE(secrets_.Get("ns", "j-token").has_value());
+  ASSERT_THAT(store_.Get(kSecrets.Qualified(), "ns", "j-token").status(), IsOk());
   ASSERT_TRUE(services_.Get("ns", "j-tasks").has_value());
   ASSERT_TRUE(services_.Get("ns", "j-coordinator").has_value());
   EXPECT_EQ(DecodeStatus(Stored()).phase, kPhasePending);
@@ -345,38 +224,70 @@ TEST_F(ReconcilerTest, ASquattingTaskPodIsNeverAdopted) {
             "True");
 }
 
-// A Secret named <job>-token that the job does not control — unowned (chosen by an attacker)
-// or left by an earlier job of the same name — is never the job's token: no pod is created
-// while it is there (each would read it), the conflict shows on the job, and the job's own
-// Secret with a fresh token replaces it once it is gone.
-TEST_F(ReconcilerTest, ASquattingSecretIsNeverUsedAsTheToken) {
-  for (const char* owner : {"", R"(,"ownerReferences":[{"apiVersion":"phalanx.dev/v1alpha1",
-        "kind":"TrainingJob","name":"j","uid":"uid-of-an-earlier-j","controller":true}])"}) {
-    SCOPED_TRACE(owner);
-    Json squatter = Json::parse(absl::StrCat(
-        R"({"apiVersion":"v1","kind":"Secret","metadata":{"name":"j-token","namespace":"ns",
-            "labels":{"phalanx.dev/job":"j"})",
-        owner, R"(},"data":{"token":"YXR0YWNrZXI="}})"));
-    ASSERT_THAT(store_.Create(kSecrets.Qualified(), "ns", squatter).status(), IsOk());
-    CatchUp();
-    const absl::Status conflicted = reconciler_.Reconcile("ns/j").status();
-    EXPECT_TRUE(absl::IsAlreadyExists(conflicted)) << conflicted;
-    CatchUp();
-    EXPECT_TRUE(PodNames().empty());
-    std::optional<Condition> ready =
-        FindCondition(DecodeStatus(Stored()).conditions, kConditionChildrenReady);
-    ASSERT_TRUE(ready.has_value());
-    EXPECT_EQ(ready->reason, kReasonChildConflict);
-    EXPECT_THAT(ready->message, HasSubstr("j-token"));
-    ASSERT_THAT(store_.Delete(kSecrets.Qualified(), "ns", "j-token").status(), IsOk());
+// Issue 16 item 5: in port-hash mode (pods share one network namespace, as on the local
+// cluster) two jobs whose UIDs hash to the same slot got the same coordinator port, and the
+// second coordinator exited 2 at start ("cannot listen") however often it was recreated. The
+// second job's coordinator now gets a port no other coordinator pod holds, and keeps it.
+TEST_F(ReconcilerTest, TwoJobsWhoseUidsShareAPortSlotGetDifferentCoordinatorPorts) {
+  ReconcilerOptions options;
+  options.coordinator_port_base = 20000;
+  options.coordinator_port_span = 4;  // two slots: of three jobs, two share one
+  Reconciler reconciler(client_, {jobs_, pods_, services_, nodes_}, events_, clock_, nullptr,
+                        options);
+  std::map<size_t, std::vector<std::string>> by_slot;
+  by_slot[std::hash<std::string>{}(kube::MetaString(Stored(), "uid")) % 2].push_back("j");
+  for (const char* name : {"a", "b"}) {
+    Json job = Stored();
+    job["metadata"] = Json::parse(absl::StrCat(R"({"name":")", name, R"(","namespace":"ns"})"));
+    if (job.has_field("status")) job.as_object().erase("status");
+    absl::StatusOr<Json> created = store_.Create(kTrainingJobs.Qualified(), "ns", job);
+    ASSERT_THAT(created.status(), IsOk());
+    by_slot[std::hash<std::string>{}(kube::MetaString(*created, "uid")) % 2].push_back(name);
   }
-  EXPECT_THAT(EventReasons(), ::testing::Contains(kReasonChildConflict));
+  const std::vector<std::string>& same =
+      by_slot.begin()->second.size() >= 2 ? by_slot.begin()->second : by_slot.rbegin()->second;
+  ASSERT_GE(same.size(), 2u);
+  std::set<int> ports;
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(Eventually([&] { return jobs_.Get("ns", same[i]).has_value(); }, kWait));
+    ASSERT_THAT(reconciler.Reconcile("ns/" + same[i]).status(), IsOk());
+    ASSERT_TRUE(
+        Eventually([&] { return pods_.Get("ns", same[i] + "-coordinator").has_value(); }, kWait));
+    const Json pod = *store_.Get(kPods.Qualified(), "ns", same[i] + "-coordinator");
+    ports.insert(ViewOfPod(pod).grpc_port);
+  }
+  EXPECT_EQ(ports.size(), 2u) << ::testing::PrintToString(ports);
+  // A later pass keeps each job's port (its tasks were told it).
+  const Json before = *store_.Get(kPods.Qualified(), "ns", same[1] + "-coordinator");
+  ASSERT_THAT(reconciler.Reconcile("ns/" + same[1]).status(), IsOk());
+  CatchUp();
+  ASSERT_THAT(reconciler.Reconcile("ns/" + same[1]).status(), IsOk());
+  EXPECT_EQ(ViewOfPod(*store_.Get(kPods.Qualified(), "ns", same[1] + "-coordinator")).grpc_port,
+            ViewOfPod(before).grpc_port);
+  const Json task = *store_.Get(kPods.Qualified(), "ns", same[1] + "-task-0-0");
+  EXPECT_THAT(task.serialize(), HasSubstr(absl::StrCat(".svc:", ViewOfPod(before).grpc_port)));
+}
+
+// A Secret named <job>-token that the job does not control (chosen by an attacker, or left by
+// an earlier job of the same name) is never read, adopted or overwritten: the operator has no
+// right to read Secrets (ADR 0003). It is never used either: the coordinator pod is told the
+// SHA-256 of the job's real token (derived from the operator key) and refuses any other.
+TEST_F(ReconcilerTest, ASquattingSecretIsNeverAdoptedAndTheCoordinatorKnowsTheRealToken) {
+  Json squatter = Json::parse(
+      R"({"apiVersion":"v1","kind":"Secret","metadata":{"name":"j-token","namespace":"ns",
+          "labels":{"phalanx.dev/job":"j"}},"data":{"token":"YXR0YWNrZXI="}})");
+  ASSERT_THAT(store_.Create(kSecrets.Qualified(), "ns", squatter).status(), IsOk());
   CatchUp();
   Pass();
-  EXPECT_THAT(PodNames(), ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-0"));
   const Json secret = *store_.Get(kSecrets.Qualified(), "ns", "j-token");
-  EXPECT_EQ(kube::ControllerOf(secret)->uid, kube::MetaString(Stored(), "uid"));
-  EXPECT_THAT(secret.serialize(), ::testing::Not(HasSubstr("YXR0YWNrZXI=")));
+  EXPECT_FALSE(kube::ControllerOf(secret).has_value());             // not adopted
+  EXPECT_EQ(kube::StringAt(secret, "data.token"), "YXR0YWNrZXI=");  // not overwritten
+  const std::string token = auth::JobToken("", "ns", "j", kube::MetaString(Stored(), "uid"));
+  const std::string coordinator = store_.Get(kPods.Qualified(), "ns", "j-coordinator")->serialize();
+  EXPECT_THAT(coordinator, HasSubstr("--token_sha256=" + auth::Sha256Hex(token)));
+  EXPECT_THAT(coordinator, ::testing::Not(HasSubstr(auth::Sha256Hex("attacker"))));
+  // The job's NetworkPolicy was created with its coordinator.
+  EXPECT_THAT(store_.Get(kNetworkPolicies.Qualified(), "ns", "j-coordinator").status(), IsOk());
 }
 
 }  // namespace

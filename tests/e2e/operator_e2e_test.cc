@@ -683,7 +683,7 @@ TEST_F(AgentPreemptionE2eTest, AGceNoticeOnOneNodeCheckpointsTheJobAtOneStepAndL
       notices.push_back(kube::StringAt(e, "message"));
   }
   ASSERT_EQ(notices.size(), 1u) << ::testing::PrintToString(notices);
-  // "... coordinated checkpoint started, deadline <RFC 3339> (in <duration>)"
+  // "... asking its coordinator for a coordinated checkpoint, deadline <RFC 3339> (in <d>)"
   const std::string& notice = notices.front();
   const size_t at = notice.find("deadline ");
   ASSERT_NE(at, std::string::npos) << notice;
