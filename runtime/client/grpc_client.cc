@@ -241,16 +241,28 @@ absl::StatusOr<std::string> GrpcCoordinationClient::KvTryGet(const std::string& 
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GrpcCoordinationClient::KvGetDir(
     const std::string& directory) {
+  // The coordinator bounds each answer (--kv_dir_max_entries / --kv_dir_max_bytes): page until
+  // the token comes back empty, so callers still get the whole directory. Not a snapshot: a key
+  // inserted or deleted meanwhile may or may not appear; none appears twice.
+  constexpr int kPageSize = 1000;
   pb::KeyValueGetDirRequest request;
   request.set_directory(directory);
-  absl::StatusOr<pb::KeyValueGetDirResponse> response =
-      rpc_->Call(&Stub::async::KeyValueGetDir, request, config_.short_call_timeout);
-  if (!response.ok()) return response.status();
+  request.set_page_size(kPageSize);
   std::vector<std::pair<std::string, std::string>> entries;
-  for (pb::KeyValueEntry& entry : *response->mutable_entries()) {
-    entries.emplace_back(std::move(*entry.mutable_key()), std::move(*entry.mutable_value()));
+  while (true) {
+    absl::StatusOr<pb::KeyValueGetDirResponse> response =
+        rpc_->Call(&Stub::async::KeyValueGetDir, request, config_.short_call_timeout);
+    if (!response.ok()) return response.status();
+    for (pb::KeyValueEntry& entry : *response->mutable_entries()) {
+      entries.emplace_back(std::move(*entry.mutable_key()), std::move(*entry.mutable_value()));
+    }
+    if (response->next_page_token().empty()) return entries;
+    if (response->entries_size() == 0) {
+      // A server that answers an empty page with a token would have us loop for ever.
+      return absl::InternalError("coordinator sent an empty directory page with a page token");
+    }
+    request.set_page_token(std::move(*response->mutable_next_page_token()));
   }
-  return entries;
 }
 
 absl::StatusOr<int> GrpcCoordinationClient::KvDelete(const std::string& key) {

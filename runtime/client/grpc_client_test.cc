@@ -6,6 +6,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/periodic_runner.h"
 #include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
@@ -121,6 +122,42 @@ TEST(GrpcClient, BarrierAndKeyValue_AcrossThreeTasks) {
   EXPECT_EQ(dir->size(), 1u);
   EXPECT_EQ(*clients[2]->KvDelete("nccl"), 1);
   EXPECT_THAT(clients[2]->KvTryGet("nccl/clique/id"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+// Quotas reach a client through the real server as RESOURCE_EXHAUSTED with their message.
+TEST(GrpcClient, KvQuota_IsResourceExhausted_NamingTheQuotaAndUse) {
+  coord::CoordinationService::Options options;
+  options.kv_limits.max_keys = 2;
+  Coordinator coordinator(1, options);
+  auto client = Connected(coordinator.port(), 0, 1);
+  ASSERT_THAT(client->KvInsert("a", "1", false), IsOk());
+  ASSERT_THAT(client->KvInsert("b", "2", false), IsOk());
+  EXPECT_THAT(client->KvInsert("c", "3", false),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("key-value store is full: 2 of 2 keys (--kv_max_keys)")));
+  ASSERT_THAT(client->KvDelete("a"), IsOk());
+  EXPECT_THAT(client->KvInsert("c", "3", false), IsOk());
+}
+
+// A directory larger than one answer still comes back whole: the client pages.
+TEST(GrpcClient, KvGetDir_LargerThanOneAnswer_IsPagedTransparently) {
+  coord::CoordinationService::Options options;
+  options.kv_limits.max_key_bytes = 64;
+  options.kv_limits.max_value_bytes = 1000;
+  options.kv_limits.max_dir_bytes = 2100;  // two entries per answer
+  Coordinator coordinator(1, options);
+  auto client = Connected(coordinator.port(), 0, 1);
+  for (int i = 0; i < 9; ++i) {
+    ASSERT_THAT(client->KvInsert(absl::StrCat("dir/", i), std::string(1000, 'a' + i), false),
+                IsOk());
+  }
+  auto dir = client->KvGetDir("dir");
+  ASSERT_THAT(dir, IsOk());
+  ASSERT_EQ(dir->size(), 9u);
+  for (int i = 0; i < 9; ++i) {
+    EXPECT_EQ((*dir)[i].first, absl::StrCat("dir/", i));
+    EXPECT_EQ((*dir)[i].second, std::string(1000, 'a' + i));
+  }
 }
 
 TEST(GrpcClient, BarrierTimeout_NamesTheMissingTask) {

@@ -22,8 +22,10 @@ constexpr char kToken[] = "test-token";
 // One coordinator (service + gRPC server) that a test can stop and start again on one port.
 class Coordinator {
  public:
-  explicit Coordinator(int num_tasks, int port = 0) {
-    coord::CoordinationService::Options options;
+  explicit Coordinator(int num_tasks, int port = 0)
+      : Coordinator(num_tasks, coord::CoordinationService::Options{}, port) {}
+  // `options` sets limits and the like; job, task count and heartbeats are the test's.
+  Coordinator(int num_tasks, coord::CoordinationService::Options options, int port = 0) {
     options.job = "test";
     options.num_tasks = num_tasks;
     options.heartbeat_interval = absl::Milliseconds(100);

@@ -189,7 +189,9 @@ TEST_F(LimitsTest, Kv_GetDir_PagesByEntriesAndBytes_AndUnpagedRefusesWhatDoesNot
     for (const auto& [key, value] : page->entries) keys.push_back(key);
     token = page->next_page_token;
     // A key inserted behind the cursor between pages does not disturb the rest.
-    if (page_sizes.size() == 1) ASSERT_THAT(service_->KvInsert("d/a", "x", false), IsOk());
+    if (page_sizes.size() == 1) {
+      ASSERT_THAT(service_->KvInsert("d/a", "x", false), IsOk());
+    }
   } while (!token.empty() && page_sizes.size() < 20);
   EXPECT_EQ(page_sizes, (std::vector<size_t>{4, 4, 2}));
   EXPECT_THAT(keys, ::testing::ElementsAre("d/k0", "d/k1", "d/k2", "d/k3", "d/k4", "d/k5", "d/k6",

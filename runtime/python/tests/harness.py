@@ -63,7 +63,8 @@ def stop(proc, timeout=10):
 class Coordinator:
     """A phalanx-coordinator process on 127.0.0.1 (any port) for ``num_tasks`` tasks."""
 
-    def __init__(self, num_tasks=2, job="pyjob", token="secret-token", heartbeat_timeout="5s"):
+    def __init__(self, num_tasks=2, job="pyjob", token="secret-token", heartbeat_timeout="5s",
+                 extra_args=()):
         self.job, self.token, self.num_tasks = job, token, num_tasks
         self.dir = tempfile.mkdtemp(prefix="phalanx-py-coord-")
         token_file = os.path.join(self.dir, "token")
@@ -74,7 +75,8 @@ class Coordinator:
         self.proc = subprocess.Popen(
             [binary, "--listen=127.0.0.1:0", "--metrics_listen=", "--job=" + job,
              "--num_tasks=%d" % num_tasks, "--token_file=" + token_file,
-             "--heartbeat_timeout=" + heartbeat_timeout, "--heartbeat_interval=200ms"],
+             "--heartbeat_timeout=" + heartbeat_timeout, "--heartbeat_interval=200ms"]
+            + list(extra_args),
             stdout=subprocess.PIPE, stderr=self.stderr)
         line = read_line(self.proc, "ready ", 20)
         if line is None:

@@ -97,6 +97,26 @@ class ClientTest(unittest.TestCase):
                          [phalanx.TaskRef(0, 0), phalanx.TaskRef(1, 0)])
         self.assertEqual(len(join()), 2)
 
+    def test_kv_quota_and_paged_directory_through_a_real_coordinator(self):
+        # A coordinator whose directory answers hold two 1000-byte entries and whose store
+        # holds 12 keys: kv_dir still returns the whole directory (the C++ client pages), and
+        # the 13th key is refused with the quota named.
+        self.coordinator.close()
+        self.coordinator = harness.Coordinator(num_tasks=2, extra_args=[
+            "--kv_max_key_bytes=64", "--kv_max_value_bytes=1000", "--kv_dir_max_bytes=2100",
+            "--kv_max_keys=12"])
+        c = self.client(0)
+        for i in range(12):
+            c.kv_set("big/%02d" % i, bytes([65 + i]) * 1000)
+        listed = c.kv_dir("big")
+        self.assertEqual([k for k, _ in listed], ["big/%02d" % i for i in range(12)])
+        self.assertEqual(listed[11][1], b"L" * 1000)
+        with self.assertRaises(phalanx.ResourceExhausted) as refused:
+            c.kv_set("big/12", "x")
+        self.assertIn("12 of 12 keys (--kv_max_keys)", str(refused.exception))
+        self.assertEqual(c.kv_delete("big"), 12)
+        c.kv_set("big/12", "x")  # the quota came back with the delete
+
     def test_kv_get_timeout_raises_deadline_exceeded_naming_the_key(self):
         a = self.client(0)
         start = time.monotonic()
