@@ -1,6 +1,7 @@
 #include "operator/controller/desired_state.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/credentials.h"
 #include "common/kube/object_meta.h"
 
 namespace phalanx::op {
@@ -34,15 +35,39 @@ Json EnvVar(const std::string& name, const std::string& value) {
   return v;
 }
 
-Json TokenEnv(const std::string& job, const char* name) {
-  Json ref = Json::object();
-  ref["name"] = Str(SecretName(job));
-  ref["key"] = Str(kTokenKey);
-  Json v = Json::object();
-  v["name"] = Str(name);
-  v["valueFrom"] = Json::object();
-  v["valueFrom"]["secretKeyRef"] = ref;
-  return v;
+// A Secret volume holding one key of the job's Secret as the file "token", and its mount.
+Json TokenVolume(const std::string& job, const std::string& key) {
+  Json item = Json::object();
+  item["key"] = Str(key);
+  item["path"] = Str("token");
+  Json volume = Json::object();
+  volume["name"] = Str("phalanx-token");
+  volume["secret"] = Json::object();
+  volume["secret"]["secretName"] = Str(SecretName(job));
+  volume["secret"]["items"] = Json::array({item});
+  volume["secret"]["defaultMode"] = Json::number(0444);  // the pods run as non-root
+  return volume;
+}
+Json TokenMount() {
+  Json mount = Json::object();
+  mount["name"] = Str("phalanx-token");
+  mount["mountPath"] = Str(kTokenMountPath);
+  mount["readOnly"] = Json::boolean(true);
+  return mount;
+}
+// Appends `item` to the array at obj[field], replacing an element with the same "name" (ours
+// win, as for env).
+void MergeNamed(Json& obj, const char* field, const Json& item) {
+  Json merged = Json::array();
+  size_t n = 0;
+  if (obj.has_field(field) && obj.at(field).is_array()) {
+    for (const Json& e : obj.at(field).as_array()) {
+      if (e.is_object() && e.has_field("name") && e.at("name") == item.at("name")) continue;
+      merged[n++] = e;
+    }
+  }
+  merged[n++] = item;
+  obj[field] = merged;
 }
 
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), "s"); }
@@ -68,6 +93,7 @@ void MergeEnv(Json& container, const std::vector<Json>& extra) {
 }  // namespace
 
 std::string SecretName(const std::string& job) { return job + "-token"; }
+std::string TaskCredentialKey(int index) { return absl::StrCat("task-", index); }
 std::string CoordinatorName(const std::string& job) { return job + "-coordinator"; }
 std::string TasksServiceName(const std::string& job) { return job + "-tasks"; }
 std::string TaskHostname(const std::string& job, int index) {
@@ -88,7 +114,7 @@ Json OwnerReferenceTo(const Json& job) {
   return ref.ToJson();
 }
 
-Json DesiredSecret(const Json& job, const std::string& token) {
+Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::string& token) {
   const std::string name = MetaString(job, "name");
   Json secret = Json::object();
   secret["apiVersion"] = Str("v1");
@@ -97,11 +123,14 @@ Json DesiredSecret(const Json& job, const std::string& token) {
   secret["type"] = Str("Opaque");
   secret["stringData"] = Json::object();
   secret["stringData"][kTokenKey] = Str(token);
+  for (int i = 0; i < spec.replicas; ++i) {
+    secret["stringData"][TaskCredentialKey(i)] = Str(auth::TaskCredential(token, i));
+  }
   return secret;
 }
 
 Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
-                           const CoordinatorPlacement& placement) {
+                           const CoordinatorPlacement& placement, const std::string& token) {
   const std::string name = MetaString(job, "name");
   const CoordinationSpec& c = spec.coordination;
   Json container = Json::object();
@@ -118,11 +147,13 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
       "--heartbeat_interval=" + Seconds(c.heartbeat_interval),
       "--heartbeat_timeout=" + Seconds(c.heartbeat_timeout),
       "--barrier_timeout=" + Seconds(c.barrier_timeout),
-      "--shutdown_timeout=" + Seconds(c.shutdown_timeout)};
+      "--shutdown_timeout=" + Seconds(c.shutdown_timeout),
+      absl::StrCat("--token_file=", kTokenFile),
+      "--token_sha256=" + auth::Sha256Hex(token)};
   Json args_json = Json::array();
   for (size_t i = 0; i < args.size(); ++i) args_json[i] = Str(args[i]);
   container["args"] = args_json;
-  container["env"] = Json::array({TokenEnv(name, "PHALANX_TOKEN")});
+  container["volumeMounts"] = Json::array({TokenMount()});
   Json ports = Json::array();
   for (const auto& [port_name, port] :
        {std::pair<const char*, int>{"grpc", placement.port}, {"metrics", placement.port + 1}}) {
@@ -138,6 +169,27 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
   container["securityContext"] = Json::parse(
       R"({"runAsNonRoot":true,"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,
           "capabilities":{"drop":["ALL"]},"seccompProfile":{"type":"RuntimeDefault"}})");
+  // Liveness through the standard gRPC health protocol on the gRPC port: the coordinator
+  // answers it through its real server, so one that stopped accepting connections (the fd
+  // exhaustion wedge of issue 16) fails it and is killed; with restartPolicy Never its pod then
+  // fails and the operator recreates it (after its back-off, children.h). 3 misses 10 s apart
+  // (a 5 s answer each): a loaded coordinator is not killed for one slow answer, a wedged one
+  // is gone within ~40 s. The first check waits 10 s for start-up.
+  container["livenessProbe"] = Json::parse(absl::StrCat(
+      R"({"grpc":{"port":)", placement.port,
+      R"(},"initialDelaySeconds":10,"periodSeconds":10,"timeoutSeconds":5,"failureThreshold":3})"));
+  // Small guaranteed requests, so a busy node still schedules and keeps it; memory limit =
+  // request: the coordinator's memory is bounded by design (per-job KV quota 64 MiB by default,
+  // capped barrier and session state: 2000 sessions measured 53 MiB), so 256 MiB is about 2x
+  // its worst case, and a leak or a runaway is OOM-killed and recreated rather than starving the
+  // node. No CPU limit: throttling would delay heartbeat handling and fail healthy tasks.
+  Json resources = Json::object();
+  resources["requests"] = Json::object();
+  resources["requests"]["cpu"] = Str(placement.cpu_request);
+  resources["requests"]["memory"] = Str(placement.memory);
+  resources["limits"] = Json::object();
+  resources["limits"]["memory"] = Str(placement.memory);
+  container["resources"] = resources;
 
   Json pod = Json::object();
   pod["apiVersion"] = Str("v1");
@@ -148,6 +200,7 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
   // The operator recreates a failed coordinator; the tasks reconnect and re-register.
   pod["spec"]["restartPolicy"] = Str("Never");
   pod["spec"]["automountServiceAccountToken"] = Json::boolean(false);
+  pod["spec"]["volumes"] = Json::array({TokenVolume(name, kTokenKey)});
   // The same at pod level, with a fixed non-root uid (the images' user, as in the chart): an
   // image whose user is a name, not a number, would otherwise fail runAsNonRoot at start.
   pod["spec"]["securityContext"] = Json::parse(
@@ -192,6 +245,61 @@ Json DesiredTasksService(const Json& job) {
   // Peers must resolve each other before they are Ready (rendezvous happens first).
   svc["spec"]["publishNotReadyAddresses"] = Json::boolean(true);
   return svc;
+}
+
+Json DesiredCoordinatorNetworkPolicy(const Json& job, const CoordinatorPlacement& placement,
+                                     const NetworkPolicyOptions& options) {
+  const std::string name = MetaString(job, "name");
+  auto port = [](int number) {
+    Json p = Json::object();
+    p["protocol"] = Str("TCP");
+    p["port"] = Json::number(number);
+    return p;
+  };
+  Json job_pods = Json::object();
+  job_pods["podSelector"] = Json::object();
+  job_pods["podSelector"]["matchLabels"] = Json::object();
+  job_pods["podSelector"]["matchLabels"][kJobLabel] = Str(name);
+  Json operator_pods = Json::object();
+  operator_pods["podSelector"] = Json::object();
+  operator_pods["podSelector"]["matchLabels"] = Json::object();
+  for (const auto& [k, v] : options.operator_pods) {
+    operator_pods["podSelector"]["matchLabels"][k] = Str(v);
+  }
+  // Without a namespaceSelector a peer is looked for in the policy's own namespace only.
+  operator_pods["namespaceSelector"] = Json::object();
+  if (!options.operator_namespace.empty()) {
+    operator_pods["namespaceSelector"]["matchLabels"] = Json::object();
+    operator_pods["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] =
+        Str(options.operator_namespace);
+  }
+  Json grpc = Json::object();
+  grpc["from"] = Json::array({job_pods, operator_pods});
+  grpc["ports"] = Json::array({port(placement.port)});
+  Json ingress = Json::array({grpc});
+  if (!options.metrics_from.empty()) {
+    Json metrics = Json::object();
+    metrics["ports"] = Json::array({port(placement.port + 1)});
+    Json from = Json::object();
+    from["namespaceSelector"] = Json::object();
+    if (options.metrics_from != "*") {
+      from["namespaceSelector"]["matchLabels"] = Json::object();
+      from["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] =
+          Str(options.metrics_from);
+    }
+    metrics["from"] = Json::array({from});
+    ingress[1] = metrics;
+  }
+  Json policy = Json::object();
+  policy["apiVersion"] = Str("networking.k8s.io/v1");
+  policy["kind"] = Str("NetworkPolicy");
+  policy["metadata"] = ChildMeta(job, CoordinatorName(name), Labels(name, "coordinator"));
+  policy["spec"] = Json::object();
+  policy["spec"]["podSelector"] = Json::object();
+  policy["spec"]["podSelector"]["matchLabels"] = Labels(name, "coordinator");
+  policy["spec"]["policyTypes"] = Json::array({Str("Ingress")});
+  policy["spec"]["ingress"] = ingress;
+  return policy;
 }
 
 std::string CoordinatorAddress(const Json& job, const CoordinatorPlacement& placement,
@@ -247,7 +355,7 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
       EnvVar("PHALANX_TASK_ID", absl::StrCat(index)),
       EnvVar("PHALANX_NUM_TASKS", absl::StrCat(spec.replicas)),
       EnvVar("PHALANX_INCARNATION", absl::StrCat(incarnation)),
-      TokenEnv(name, "PHALANX_TOKEN"),
+      EnvVar("PHALANX_TOKEN_FILE", kTokenFile),
       EnvVar("MASTER_ADDR", master),
       EnvVar("MASTER_PORT", absl::StrCat(kMasterPort)),
       EnvVar("WORLD_SIZE", absl::StrCat(spec.replicas)),
@@ -255,9 +363,13 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
       EnvVar("JAX_COORDINATOR_ADDRESS", absl::StrCat(master, ":", kMasterPort)),
       EnvVar("JAX_NUM_PROCESSES", absl::StrCat(spec.replicas)),
       EnvVar("JAX_PROCESS_ID", absl::StrCat(index))};
+  // Only this task's credential is mounted: a task cannot act as another (docs/security.md).
+  MergeNamed(pod_spec, "volumes", TokenVolume(name, TaskCredentialKey(index)));
   if (pod_spec.has_field("containers") && pod_spec.at("containers").is_array()) {
     for (Json& container : pod_spec["containers"].as_array()) {
-      if (container.is_object()) MergeEnv(container, env);
+      if (!container.is_object()) continue;
+      MergeEnv(container, env);
+      MergeNamed(container, "volumeMounts", TokenMount());
     }
   }
   pod["spec"] = pod_spec;

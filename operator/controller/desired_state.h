@@ -1,6 +1,10 @@
 // The children a TrainingJob should have, as pure functions of the job (CONVENTIONS.md "Operator
 // shape": pure functions compute desired children; one reconciler talks to the client):
-//   <job>-token          Secret with the per-job coordination token
+//   <job>-token          Secret with the job token (key "token", mounted only into the
+//                        coordinator) and one credential per task ("task-<i>", mounted only
+//                        into task i's pods); all derived from the operator key (ADR 0003)
+//   <job>-coordinator    NetworkPolicy: only the job's pods and the operator reach the
+//                        coordinator's gRPC port (and Prometheus its metrics port, if allowed)
 //   <job>-coordinator    Pod running phalanx-coordinator, and a Service in front of it
 //   <job>-tasks          headless Service giving task pods stable DNS names
 //   <job>-task-<i>-<n>   one Pod per task i at incarnation n (the incarnation is in the name so a
@@ -11,6 +15,7 @@
 
 #include <cpprest/json.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +28,10 @@ inline constexpr char kTaskLabel[] = "phalanx.dev/task";
 inline constexpr char kIncarnationLabel[] = "phalanx.dev/incarnation";
 inline constexpr char kRoleLabel[] = "phalanx.dev/role";  // "task" or "coordinator"
 inline constexpr char kTokenKey[] = "token";
+// Where the coordinator and task pods find their credential (a Secret volume, never env).
+inline constexpr char kTokenMountPath[] = "/var/run/phalanx/token";
+inline constexpr char kTokenFile[] = "/var/run/phalanx/token/token";
+std::string TaskCredentialKey(int index);  // "task-<i>"
 inline constexpr int kMasterPort = 29500;  // PyTorch rendezvous on task 0
 
 std::string SecretName(const std::string& job);
@@ -36,6 +45,10 @@ struct CoordinatorPlacement {
   std::string image = "ghcr.io/phalanx-dev/phalanx-coordinator:0.1";
   std::vector<std::string> command = {"phalanx-coordinator"};
   int port = 8470;  // gRPC; metrics on port + 1
+  // The coordinator container's CPU request and memory request (= its limit); see
+  // DesiredCoordinatorPod for why.
+  std::string cpu_request = "100m";
+  std::string memory = "256Mi";
   // Tasks reach the coordinator by its pod IP instead of its Service's DNS name (clusters
   // without DNS, such as the local cluster).
   bool address_by_pod_ip = false;
@@ -44,9 +57,23 @@ struct CoordinatorPlacement {
 // The controller ownerReference to `job`.
 Json OwnerReferenceTo(const Json& job);
 
-Json DesiredSecret(const Json& job, const std::string& token);
+// `token` is the job token; the Secret also holds every task's credential derived from it.
+Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::string& token);
+// `token` is only hashed: the coordinator refuses a mounted token with another SHA-256 (a
+// Secret the operator did not write, which it cannot check itself since it never reads Secrets).
 Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
-                           const CoordinatorPlacement& placement);
+                           const CoordinatorPlacement& placement, const std::string& token);
+// Who may reach the coordinator pod's ports: the job's own pods and pods matching
+// `operator_pods` (label key=value pairs; in `operator_namespace` when it is set) on the gRPC
+// port; the metrics port is open to `metrics_from` (a namespace's name; "" closes it, "*"
+// opens it to every namespace).
+struct NetworkPolicyOptions {
+  std::map<std::string, std::string> operator_pods = {{"app.kubernetes.io/component", "operator"}};
+  std::string operator_namespace;
+  std::string metrics_from = "*";
+};
+Json DesiredCoordinatorNetworkPolicy(const Json& job, const CoordinatorPlacement& placement,
+                                     const NetworkPolicyOptions& options);
 Json DesiredCoordinatorService(const Json& job, const CoordinatorPlacement& placement);
 Json DesiredTasksService(const Json& job);
 

@@ -12,11 +12,14 @@
 #include <regex>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/credentials.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
 
 namespace phalanx::op {
 namespace {
+
+using ::testing::HasSubstr;
 
 Json Job(const std::string& name) {
   return Json::parse(absl::StrCat(
@@ -83,7 +86,7 @@ std::vector<std::string> RestrictedViolations(const Json& pod) {
 }
 
 TEST(DesiredCoordinatorPod, PassesPodSecurityRestricted) {
-  const Json pod = DesiredCoordinatorPod(Job("j"), Spec(), CoordinatorPlacement{});
+  const Json pod = DesiredCoordinatorPod(Job("j"), Spec(), CoordinatorPlacement{}, "t");
   EXPECT_THAT(RestrictedViolations(pod), ::testing::IsEmpty()) << pod.serialize();
   const Json& psc = pod.at("spec").at("securityContext");
   EXPECT_EQ(psc.at("seccompProfile").at("type").as_string(), "RuntimeDefault");
@@ -95,12 +98,90 @@ TEST(DesiredCoordinatorPod, PassesPodSecurityRestricted) {
   EXPECT_EQ(sc.at("capabilities").at("drop"), Json::parse(R"(["ALL"])"));
 }
 
+// Issue 16 items 1 and 2: a wedged coordinator is restarted by its gRPC liveness probe, and its
+// memory is bounded by a limit (requests small and guaranteed, no CPU limit).
+TEST(DesiredCoordinatorPod, HasAGrpcLivenessProbeAndBoundedResources) {
+  CoordinatorPlacement placement;
+  placement.port = 20470;
+  const Json pod = DesiredCoordinatorPod(Job("j"), Spec(), placement, "t");
+  const Json& c = pod.at("spec").at("containers").at(0);
+  const Json& probe = c.at("livenessProbe");
+  EXPECT_EQ(probe.at("grpc").at("port").as_integer(), 20470);
+  EXPECT_FALSE(probe.at("grpc").has_field("service"));  // the server's overall health
+  EXPECT_GE(probe.at("periodSeconds").as_integer() * probe.at("failureThreshold").as_integer(), 20);
+  EXPECT_LT(probe.at("timeoutSeconds").as_integer(), probe.at("periodSeconds").as_integer());
+  const Json& resources = c.at("resources");
+  EXPECT_EQ(resources.at("requests").at("cpu").as_string(), "100m");
+  EXPECT_EQ(resources.at("requests").at("memory").as_string(), "256Mi");
+  EXPECT_EQ(resources.at("limits").at("memory").as_string(), "256Mi");
+  EXPECT_FALSE(resources.at("limits").has_field("cpu"));
+}
+
 TEST(RestrictedViolations, CatchesWhatThePodSecurityPluginRefuses) {
   // The checker itself: the coordinator pod as it was before issue 11 (no seccomp profile).
-  Json pod = DesiredCoordinatorPod(Job("j"), Spec(), CoordinatorPlacement{});
+  Json pod = DesiredCoordinatorPod(Job("j"), Spec(), CoordinatorPlacement{}, "t");
   pod["spec"].as_object().erase("securityContext");
   pod["spec"]["containers"][0]["securityContext"].as_object().erase("seccompProfile");
   EXPECT_THAT(RestrictedViolations(pod), ::testing::ElementsAre("coordinator: seccompProfile"));
+}
+
+// Issue 16 items 8 and 9: every pod gets its credential as a mounted file, never as an env
+// var, and a task pod gets only its own task's credential.
+TEST(DesiredTaskPod, MountsOnlyItsOwnTaskCredentialAsAFile) {
+  TrainingJobSpec spec = Spec();
+  spec.replicas = 4;
+  const Json pod = DesiredTaskPod(Job("j"), spec, 2, 5, "c:1");
+  const std::string text = pod.serialize();
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("secretKeyRef")));
+  EXPECT_THAT(text,
+              HasSubstr(R"({"name":"PHALANX_TOKEN_FILE","value":"/var/run/phalanx/token/token"})"));
+  const Json& volumes = pod.at("spec").at("volumes");
+  ASSERT_EQ(volumes.size(), 1u);
+  EXPECT_EQ(volumes.at(0).at("secret").at("items"),
+            Json::parse(R"([{"key":"task-2","path":"token"}])"));
+  EXPECT_EQ(pod.at("spec").at("containers").at(0).at("volumeMounts").at(0).at("mountPath"),
+            Json::string("/var/run/phalanx/token"));
+}
+
+TEST(DesiredSecret, HoldsTheJobTokenAndOneCredentialPerTask) {
+  TrainingJobSpec spec = Spec();
+  spec.replicas = 3;
+  const Json secret = DesiredSecret(Job("j"), spec, "jt");
+  const Json& data = secret.at("stringData");
+  EXPECT_EQ(data.size(), 4u);
+  EXPECT_EQ(data.at("token").as_string(), "jt");
+  EXPECT_EQ(data.at("task-2").as_string(), auth::TaskCredential("jt", 2));
+}
+
+TEST(DesiredCoordinatorPod, ReadsItsTokenFromAFileAndKnowsItsFingerprint) {
+  const Json pod = DesiredCoordinatorPod(Job("j"), Spec(), CoordinatorPlacement{}, "jt");
+  const std::string text = pod.serialize();
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("secretKeyRef")));
+  EXPECT_THAT(text, HasSubstr("--token_file=/var/run/phalanx/token/token"));
+  EXPECT_THAT(text, HasSubstr("--token_sha256=" + auth::Sha256Hex("jt")));
+  EXPECT_EQ(pod.at("spec").at("volumes").at(0).at("secret").at("items"),
+            Json::parse(R"([{"key":"token","path":"token"}])"));
+}
+
+TEST(DesiredCoordinatorNetworkPolicy, AdmitsTheJobsPodsAndTheOperatorOnTheGrpcPort) {
+  CoordinatorPlacement placement;
+  placement.port = 8470;
+  const Json policy = DesiredCoordinatorNetworkPolicy(
+      Job("j"), placement, {.operator_namespace = "phalanx-system", .metrics_from = ""});
+  EXPECT_EQ(
+      policy.at("spec").at("podSelector"),
+      Json::parse(R"({"matchLabels":{"phalanx.dev/job":"j","phalanx.dev/role":"coordinator"}})"));
+  const Json& ingress = policy.at("spec").at("ingress");
+  ASSERT_EQ(ingress.size(), 1u);  // metrics closed
+  EXPECT_EQ(ingress.at(0).at("ports"), Json::parse(R"([{"protocol":"TCP","port":8470}])"));
+  EXPECT_EQ(ingress.at(0).at("from"), Json::parse(R"([
+      {"podSelector":{"matchLabels":{"phalanx.dev/job":"j"}}},
+      {"podSelector":{"matchLabels":{"app.kubernetes.io/component":"operator"}},
+       "namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"phalanx-system"}}}])"));
+  const Json open = DesiredCoordinatorNetworkPolicy(Job("j"), placement, {.metrics_from = "*"});
+  EXPECT_EQ(open.at("spec").at("ingress").at(1),
+            Json::parse(
+                R"({"ports":[{"protocol":"TCP","port":8471}],"from":[{"namespaceSelector":{}}]})"));
 }
 
 bool IsDns1035Label(const std::string& s) {
@@ -136,9 +217,10 @@ std::vector<std::string> InvalidChildNames(const std::string& job) {
   // hostname and subdomain are DNS-1123 labels (the pod API's check).
   want(IsDns1035Label(kube::StringAt(task.at("spec"), "hostname")), "task hostname");
   want(IsDns1035Label(kube::StringAt(task.at("spec"), "subdomain")), "task subdomain");
-  for (const Json& child : {task, DesiredCoordinatorPod(j, spec, CoordinatorPlacement{}),
+  for (const Json& child : {task, DesiredCoordinatorPod(j, spec, CoordinatorPlacement{}, "t"),
                             DesiredCoordinatorService(j, CoordinatorPlacement{}),
-                            DesiredTasksService(j), DesiredSecret(j, "t")}) {
+                            DesiredTasksService(j), DesiredSecret(j, spec, "t"),
+                            DesiredCoordinatorNetworkPolicy(j, CoordinatorPlacement{}, {})}) {
     for (const auto& [key, value] : kube::LabelsOf(child)) {
       want(IsLabelValue(value), absl::StrCat("label ", key, "=", value));
     }
@@ -178,10 +260,12 @@ TEST(DesiredChildren, DumpForTheRealApiServerCheck) {
                                                     "capabilities":{"drop":["ALL"]}}}]}})");
   const CoordinatorPlacement placement;
   const std::vector<std::pair<std::string, Json>> children = {
-      {"secret", DesiredSecret(job, "token")},
+      {"secret", DesiredSecret(job, spec, "token")},
+      {"networkpolicy",
+       DesiredCoordinatorNetworkPolicy(job, placement, {.operator_namespace = "phalanx-system"})},
       {"service-coordinator", DesiredCoordinatorService(job, placement)},
       {"service-tasks", DesiredTasksService(job)},
-      {"pod-coordinator", DesiredCoordinatorPod(job, spec, placement)},
+      {"pod-coordinator", DesiredCoordinatorPod(job, spec, placement, "token")},
       {"pod-task", DesiredTaskPod(job, spec, 1, 3, CoordinatorAddress(job, placement, ""))}};
   for (const auto& [name, object] : children) {
     std::ofstream out(absl::StrCat(dir, "/", name, ".json"));
