@@ -166,15 +166,19 @@ void ConnectionListener::Loop() {
       timeout_ms = std::clamp<int>(absl::ToInt64Milliseconds(left) + 1, 0, 1000);
     }
     const int n = epoll_wait(epoll_fd_, events.data(), events.size(), timeout_ms);
+    // Hang-ups first, accepts last: a watch descriptor closed here may get its number back
+    // from a new connection's dup, and a stale event in this batch must not end that one.
+    bool can_accept = false;
     for (int i = 0; i < n && !stopping_; ++i) {
       const int fd = events[i].data.fd;
       if (fd == wake_fd_) continue;
       if (fd == listen_fd_) {
-        AcceptPending();
+        can_accept = true;
       } else if (events[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
         Ended(fd);
       }
     }
+    if (can_accept && !stopping_) AcceptPending();
     if (!accepting_ && clock_.Now() >= resume_accepting_) {
       accepting_ = true;
       epoll_event event{};
