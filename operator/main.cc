@@ -27,6 +27,7 @@
 #include "common/kube/object_meta.h"
 #include "common/kube/rest_client.h"
 #include "operator/controller/node_watch.h"
+#include "operator/controller/operator_key.h"
 #include "operator/controller/reconciler.h"
 #include "prometheus/registry.h"
 
@@ -53,6 +54,16 @@ ABSL_FLAG(bool, leader_elect, true, "use a Lease so only one replica acts");
 ABSL_FLAG(std::string, lease_namespace, "default", "namespace of the leader-election Lease");
 ABSL_FLAG(std::string, lease_name, "phalanx-operator", "name of the leader-election Lease");
 ABSL_FLAG(std::string, identity, "", "leader-election identity (default: hostname-pid)");
+ABSL_FLAG(std::string, key_namespace, "",
+          "namespace of the operator-key Secret, the operator's own (default: --lease_namespace)");
+ABSL_FLAG(std::string, key_secret, "phalanx-operator-key",
+          "Secret holding the key every job token is derived from; created on first start");
+ABSL_FLAG(bool, network_policy, true,
+          "create a NetworkPolicy per job: only its pods and the operator reach the coordinator");
+ABSL_FLAG(std::string, operator_namespace, "",
+          "namespace of the operator's pods, for the NetworkPolicy (default: --key_namespace)");
+ABSL_FLAG(std::string, metrics_from_namespace, "*",
+          "namespace whose pods may scrape coordinator metrics (\"*\": any, \"\": none)");
 
 namespace {
 
@@ -113,7 +124,6 @@ int main(int argc, char** argv) {
   auto pods = informer(op::kPods, op::kJobLabel);
   pods->AddIndex(op::kPodsByNodeIndex, op::PodNodeName);
   auto services = informer(op::kServices, op::kJobLabel);
-  auto secrets = informer(op::kSecrets, op::kJobLabel);
   auto nodes = informer(op::kNodes, "");
   kube::EventRecorder events(**client, clock, "phalanx-operator");
 
@@ -124,6 +134,27 @@ int main(int argc, char** argv) {
   options.placement.port = absl::GetFlag(FLAGS_coordinator_port);
   options.placement.address_by_pod_ip = address_mode == "pod-ip";
   options.coordinator_port_base = absl::GetFlag(FLAGS_coordinator_port_base);
+  const std::string key_namespace = absl::GetFlag(FLAGS_key_namespace).empty()
+                                        ? absl::GetFlag(FLAGS_lease_namespace)
+                                        : absl::GetFlag(FLAGS_key_namespace);
+  absl::StatusOr<std::string> operator_key =
+      op::LoadOrCreateOperatorKey(**client, key_namespace, absl::GetFlag(FLAGS_key_secret));
+  if (!operator_key.ok()) {
+    return Fail(absl::StrCat("the operator key (Secret ", key_namespace, "/",
+                             absl::GetFlag(FLAGS_key_secret),
+                             "): ", operator_key.status().message()));
+  }
+  options.operator_key = *operator_key;
+  if (absl::GetFlag(FLAGS_network_policy)) {
+    op::NetworkPolicyOptions policy;
+    policy.operator_namespace = absl::GetFlag(FLAGS_operator_namespace).empty()
+                                    ? key_namespace
+                                    : absl::GetFlag(FLAGS_operator_namespace);
+    policy.metrics_from = absl::GetFlag(FLAGS_metrics_from_namespace);
+    options.network_policy = policy;
+  } else {
+    options.network_policy.reset();
+  }
 
   std::atomic<bool> leading{false};
   absl::StatusOr<std::unique_ptr<http::StatusHttpServer>> status_server =
@@ -143,12 +174,11 @@ int main(int argc, char** argv) {
   kube::Controller controller("trainingjob", clock, controller_options);
   op::CoordinatorLink link(clock,
                            [&controller](const std::string& key) { controller.Enqueue(key); });
-  op::Reconciler reconciler(**client, {*jobs, *pods, *services, *secrets, *nodes}, events, clock,
-                            &metrics, options, &link);
+  op::Reconciler reconciler(**client, {*jobs, *pods, *services, *nodes}, events, clock, &metrics,
+                            options, &link);
   controller.Watch(*jobs, kube::KeysForSelf());
   controller.Watch(*pods, kube::KeysForControllerOwner(op::kKind));
   controller.Watch(*services, kube::KeysForControllerOwner(op::kKind));
-  controller.Watch(*secrets, kube::KeysForControllerOwner(op::kKind));
   // Only a node's preemption state matters to jobs, not its routine status updates.
   op::NodePreemptionFilter node_filter;
   controller.Watch(*nodes, [&pods, &node_filter](const kube::Json& node) {
@@ -161,7 +191,7 @@ int main(int argc, char** argv) {
   auto start = [&] {
     leading = true;
     PHX_LOG(INFO) << "leading: starting informers and " << controller_options.workers << " workers";
-    for (auto* i : {jobs.get(), pods.get(), services.get(), secrets.get(), nodes.get()}) i->Start();
+    for (auto* i : {jobs.get(), pods.get(), services.get(), nodes.get()}) i->Start();
     absl::Status run =
         controller.Run([&](const std::string& key) { return reconciler.Reconcile(key); });
     if (!run.ok()) {
@@ -215,7 +245,7 @@ int main(int argc, char** argv) {
   failed.WaitForNotification();
   gauges.Stop();
   controller.Stop();
-  for (auto* i : {jobs.get(), pods.get(), services.get(), secrets.get(), nodes.get()}) i->Stop();
+  for (auto* i : {jobs.get(), pods.get(), services.get(), nodes.get()}) i->Stop();
   if (elector) elector->Stop();
   // The signal thread may still be in sigwait: wake it so it can be joined.
   kill(getpid(), SIGTERM);

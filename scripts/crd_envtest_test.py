@@ -166,16 +166,18 @@ class CrdOnRealApiServer(unittest.TestCase):
                                  capture_output=True, text=True)
             self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
             names = sorted(os.listdir(out))
-            self.assertEqual(len(names), 5, names)
+            self.assertEqual(len(names), 6, names)
             for name in names:
                 with open(os.path.join(out, name)) as f:
                     obj = json.load(f)
                 # No real owner exists here; the reference's shape is not what is checked.
                 obj["metadata"].pop("ownerReferences", None)
-                plural = {"Secret": "secrets", "Service": "services", "Pod": "pods"}[obj["kind"]]
+                plural = {"Secret": "secrets", "Service": "services", "Pod": "pods",
+                          "NetworkPolicy": "networkpolicies"}[obj["kind"]]
+                prefix = "/apis/networking.k8s.io/v1" if plural == "networkpolicies" else "/api/v1"
                 with self.subTest(child=name):
                     status, answer, headers = PLANE.request(
-                        "POST", f"/api/v1/namespaces/restricted/{plural}?fieldValidation=Strict",
+                        "POST", f"{prefix}/namespaces/restricted/{plural}?fieldValidation=Strict",
                         obj)
                     self.assertEqual(status, 201, message(answer))
                     warnings = [v for k, v in headers if k.lower() == "warning"]

@@ -13,6 +13,7 @@ inline const Resource kSecrets{"", "v1", "secrets", true};
 inline const Resource kConfigMaps{"", "v1", "configmaps", true};
 inline const Resource kNamespaces{"", "v1", "namespaces", false};
 inline const Resource kEvents{"", "v1", "events", true};
+inline const Resource kNetworkPolicies{"networking.k8s.io", "v1", "networkpolicies", true};
 inline const Resource kLeases{"coordination.k8s.io", "v1", "leases", true};
 inline const Resource kCustomResourceDefinitions{"apiextensions.k8s.io", "v1",
                                                  "customresourcedefinitions", false};

@@ -62,8 +62,9 @@ struct PlanInputs {
   const TrainingJobStatus& previous;
   const JobObservation& world;
   const CoordinatorPlacement& placement;
-  std::string token;  // for a Secret that does not exist yet
+  std::string token;  // the job token (derived from the operator key; never read back)
   absl::Time now;
+  const NetworkPolicyOptions* network_policy = nullptr;  // null: no NetworkPolicy
 };
 
 ReconcilePlan PlanReconcile(const PlanInputs& in);

@@ -173,9 +173,18 @@ def check_rbac(objs, operator_ns_scoped):
     # OwnerReferencesPermissionEnforcement admission plugin (issue 11).
     check(verbs_for(op, "phalanx.dev", "trainingjobs/finalizers") == {"update"},
           "operator: trainingjobs/finalizers update")
-    for res in ("pods", "services", "secrets"):
+    for res in ("pods", "services"):
         check(verbs_for(op, "", res) == {"get", "list", "watch", "create", "delete"},
               f"operator: {res} get/list/watch/create/delete, got {verbs_for(op, '', res)}")
+    # Secrets (issue 16 item 7, ADR 0003): create anywhere, read nothing but the operator key,
+    # by name, in the release namespace.
+    check(verbs_for(op, "", "secrets") == {"get", "create"}, f"operator: secrets {verbs_for(op, '', 'secrets')}")
+    for kind, ns, r in op:
+        if "secrets" in r.get("resources", []) and set(r["verbs"]) - {"create"}:
+            check(kind == "RoleBinding" and ns == NAMESPACE and r.get("resourceNames"),
+                  f"operator: reads Secrets beyond its key: {kind} {ns} {r}")
+    check(verbs_for(op, "networking.k8s.io", "networkpolicies") == {"get", "create"},
+          "operator: networkpolicies get/create")
     check(verbs_for(op, "", "events") == {"create", "patch", "update"}, "operator: events")
     check(verbs_for(op, "", "nodes") == {"get", "list", "watch"}, "operator: nodes read-only")
     leases = [(kind, ns) for kind, ns, r in op if "leases" in r.get("resources", [])]

@@ -4,11 +4,13 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <system_error>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/kube/object_meta.h"
@@ -92,9 +94,66 @@ std::string ExpandKubeVars(const std::string& text, const std::map<std::string, 
   return out;
 }
 
+namespace {
+
+// `value` with a leading `mount_path` (the whole of it, or up to a '/') replaced by `dir`.
+std::string UnderMount(const std::string& value, const std::string& mount_path,
+                       const std::string& dir) {
+  if (!absl::StartsWith(value, mount_path)) return value;
+  if (value.size() > mount_path.size() && value[mount_path.size()] != '/') return value;
+  return dir + value.substr(mount_path.size());
+}
+
+// Writes the Secret volumes `container` mounts under `volume_dir`; returns (mountPath, dir).
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> WriteSecretVolumes(
+    const Json& pod, const Json& container, const SecretLookup& secret_value,
+    const std::string& volume_dir) {
+  std::vector<std::pair<std::string, std::string>> mounts;
+  const Json& volumes = ArrayField(Field(pod, "spec"), "volumes");
+  for (const Json& mount : ArrayField(container, "volumeMounts").as_array()) {
+    const std::string volume_name = StringAt(mount, "name");
+    const Json* volume = nullptr;
+    for (const Json& v : volumes.as_array()) {
+      if (StringAt(v, "name") == volume_name) volume = &v;
+    }
+    if (volume == nullptr || Field(*volume, "secret").is_null()) continue;  // not modelled
+    const std::string secret = StringAt(*volume, "secret.secretName");
+    const Json& items = ArrayField(Field(*volume, "secret"), "items");
+    if (volume_dir.empty() || items.size() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "volume ", volume_name, ": the local cluster mounts a Secret only with items"));
+    }
+    const std::string dir = absl::StrCat(volume_dir, "/", volume_name);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return absl::InternalError(absl::StrCat("mkdir ", dir, ": ", ec.message()));
+    for (const Json& item : items.as_array()) {
+      const std::string key = StringAt(item, "key");
+      const std::string path = StringAt(item, "path");
+      std::optional<std::string> value =
+          secret_value ? secret_value(secret, key) : std::optional<std::string>();
+      if (!value.has_value() || path.empty() || path.find("..") != std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat("volume ", volume_name, ": secret \"",
+                                                       secret, "\" has no key \"", key, "\""));
+      }
+      const std::string file = absl::StrCat(dir, "/", path);
+      std::ofstream out(file, std::ios::trunc);
+      out << *value;
+      out.close();
+      if (!out) return absl::InternalError(absl::StrCat("cannot write ", file));
+      std::filesystem::permissions(file, std::filesystem::perms::owner_read, ec);
+    }
+    mounts.emplace_back(StringAt(mount, "mountPath"), dir);
+  }
+  return mounts;
+}
+
+}  // namespace
+
 absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
     const Json& pod, const std::string& log_path,
-    const std::map<std::string, std::string>& extra_env, const SecretLookup& secret_value) {
+    const std::map<std::string, std::string>& extra_env, const SecretLookup& secret_value,
+    const std::string& volume_dir) {
   const Json& containers = Field(Field(pod, "spec"), "containers");
   if (!containers.is_array() || containers.size() == 0) {
     return absl::InvalidArgumentError("pod has no containers");
@@ -139,6 +198,21 @@ absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
   }
   for (std::string& arg : Strings(Field(container, "args"))) argv.push_back(std::move(arg));
   for (std::string& arg : argv) arg = ExpandKubeVars(arg, env);
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> mounts =
+      WriteSecretVolumes(pod, container, secret_value, volume_dir);
+  if (!mounts.ok()) return mounts.status();
+  for (const auto& [mount_path, dir] : *mounts) {
+    for (auto& [name, value] : env) value = UnderMount(value, mount_path, dir);
+    for (std::string& arg : argv) {
+      // "--flag=/mount/path" as well as "/mount/path".
+      const size_t eq = arg.find('=');
+      if (eq != std::string::npos && absl::StartsWith(arg, "-")) {
+        arg = arg.substr(0, eq + 1) + UnderMount(arg.substr(eq + 1), mount_path, dir);
+      } else {
+        arg = UnderMount(arg, mount_path, dir);
+      }
+    }
+  }
   const char* parent_path = std::getenv("PATH");
   auto path_it = env.find("PATH");
   const std::optional<std::string> program =

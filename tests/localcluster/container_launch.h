@@ -29,11 +29,16 @@ std::string ExpandKubeVars(const std::string& text, const std::map<std::string, 
 // Env valueFrom.secretKeyRef is read through `secret_value` (secret name, key → value; nullopt
 // when absent: InvalidArgument naming it, unless the ref is optional); config maps and resource
 // fields are skipped.
+// Secret volumes (with `items`) mounted by the container are written under `volume_dir` (one
+// directory per volume, files mode 0400), and since a process cannot see the mountPath, every
+// env value and argument that names a path under a mountPath is rewritten to the written
+// directory: as close to a container's view as a plain process gets. Without `volume_dir`, or
+// for a Secret volume without items, a Secret volume is InvalidArgument.
 using SecretLookup =
     std::function<std::optional<std::string>(const std::string& secret, const std::string& key)>;
 absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
     const Json& pod, const std::string& log_path,
-    const std::map<std::string, std::string>& extra_env,
-    const SecretLookup& secret_value = nullptr);
+    const std::map<std::string, std::string>& extra_env, const SecretLookup& secret_value = nullptr,
+    const std::string& volume_dir = "");
 
 }  // namespace phalanx::localcluster

@@ -400,9 +400,9 @@ void Kubelet::StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time n
     }
     return decoded;
   };
-  absl::StatusOr<process::SubprocessOptions> launch =
-      ContainerLaunchOptions(pod, absl::StrCat(options_.log_dir, "/", ns, "_", name, ".log"),
-                             options_.extra_env, secret_value);
+  absl::StatusOr<process::SubprocessOptions> launch = ContainerLaunchOptions(
+      pod, absl::StrCat(options_.log_dir, "/", ns, "_", name, ".log"), options_.extra_env,
+      secret_value, absl::StrCat(options_.log_dir, "/", ns, "_", name, ".volumes"));
   absl::StatusOr<std::unique_ptr<process::Subprocess>> child =
       launch.ok() ? process::Subprocess::Start(*std::move(launch)) : launch.status();
   if (!child.ok()) {

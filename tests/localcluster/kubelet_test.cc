@@ -142,6 +142,37 @@ TEST(ExpandKubeVarsTest, Table) {
   }
 }
 
+// Issue 16 item 9: the operator mounts credentials as Secret volumes; a process sees the file
+// under the pod's volume directory, and env values and flags naming the mountPath point there.
+TEST(ContainerLaunchOptionsTest, SecretVolumesAreWrittenAndPathsUnderTheMountRewritten) {
+  Json pod = ShellPod("p", "true");
+  pod["metadata"]["namespace"] = Json::string("ns");
+  pod["spec"]["volumes"] = Json::parse(
+      R"([{"name":"tok","secret":{"secretName":"s","items":[{"key":"task-1","path":"token"}]}}])");
+  Json& c = pod["spec"]["containers"][0];
+  c["command"] = Strings({"sh", "-c", "true", "--token_file=/run/t/token", "/run/t/token"});
+  c["env"] = Json::parse(R"([{"name":"F","value":"/run/t/token"},{"name":"G","value":"/run/tx"}])");
+  c["volumeMounts"] = Json::parse(R"([{"name":"tok","mountPath":"/run/t","readOnly":true}])");
+  auto lookup = [](const std::string& secret,
+                   const std::string& key) -> std::optional<std::string> {
+    if (secret == "s" && key == "task-1") return "cred-1";
+    return std::nullopt;
+  };
+  const std::string dir = ::testing::TempDir() + "/secret-volumes";
+  auto options = ContainerLaunchOptions(pod, "/tmp/x.log", {}, lookup, dir);
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->env.at("F"), dir + "/tok/token");
+  EXPECT_EQ(options->env.at("G"), "/run/tx");  // not under the mount
+  EXPECT_EQ(options->argv[3], "--token_file=" + dir + "/tok/token");
+  EXPECT_EQ(options->argv[4], dir + "/tok/token");
+  std::ifstream in(dir + "/tok/token");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "cred-1");
+  pod["spec"]["volumes"][0]["secret"]["items"][0]["key"] = Json::string("other");
+  EXPECT_THAT(ContainerLaunchOptions(pod, "/tmp/x.log", {}, lookup, dir),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no key \"other\"")));
+}
+
 TEST(ContainerLaunchOptionsTest, ResolvesPathEnvAndRejectsWhatCannotRun) {
   Json pod = ShellPod("p", "true");
   pod["metadata"]["namespace"] = Json::string("ns");

@@ -53,6 +53,8 @@ ResourceRegistry::ResourceRegistry() {
   AddLocked(
       BuiltIn("apps", "v1", "deployments", "deployment", "Deployment", true, true, {"deploy"}));
   AddLocked(BuiltIn("apps", "v1", "daemonsets", "daemonset", "DaemonSet", true, true, {"ds"}));
+  AddLocked(BuiltIn("networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy",
+                    true, false, {"netpol"}));
   AddLocked(BuiltIn("coordination.k8s.io", "v1", "leases", "lease", "Lease", true, false, {}));
   AddLocked(BuiltIn("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, false, {}));
   AddLocked(BuiltIn("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding",

@@ -1,0 +1,54 @@
+#include "operator/controller/operator_key.h"
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/auth/credentials.h"
+#include "common/kube/object_meta.h"
+#include "common/kube/resources.h"
+
+namespace phalanx::op {
+namespace {
+
+using kube::Json;
+
+constexpr size_t kMinKeyLength = 32;
+
+absl::StatusOr<std::string> KeyOf(const Json& secret, const std::string& ns,
+                                  const std::string& name) {
+  const Json& encoded = kube::FieldOrNull(kube::FieldOrNull(secret, "data"), kOperatorKeyField);
+  std::string key;
+  if (!encoded.is_string() || !absl::Base64Unescape(encoded.as_string(), &key) ||
+      key.size() < kMinKeyLength) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Secret ", ns, "/", name, " has no data.", kOperatorKeyField, " of at least ",
+                     kMinKeyLength, " bytes: delete it (every job token changes) or fix it"));
+  }
+  return key;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> LoadOrCreateOperatorKey(kube::Client& client, const std::string& ns,
+                                                    const std::string& name) {
+  absl::StatusOr<Json> existing = client.Get(kube::kSecrets, ns, name);
+  if (existing.ok()) return KeyOf(*existing, ns, name);
+  if (!absl::IsNotFound(existing.status())) return existing.status();
+  Json secret = Json::object();
+  secret["apiVersion"] = Json::string("v1");
+  secret["kind"] = Json::string("Secret");
+  secret["metadata"] = Json::object();
+  secret["metadata"]["name"] = Json::string(name);
+  secret["metadata"]["namespace"] = Json::string(ns);
+  secret["type"] = Json::string("Opaque");
+  secret["data"] = Json::object();
+  const std::string key = auth::RandomHex(32);
+  secret["data"][kOperatorKeyField] = Json::string(absl::Base64Escape(key));
+  absl::StatusOr<Json> created = client.Create(kube::kSecrets, ns, secret);
+  if (created.ok()) return key;
+  if (!absl::IsAlreadyExists(created.status())) return created.status();
+  existing = client.Get(kube::kSecrets, ns, name);  // another replica won the race
+  if (!existing.ok()) return existing.status();
+  return KeyOf(*existing, ns, name);
+}
+
+}  // namespace phalanx::op

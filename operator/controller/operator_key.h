@@ -1,0 +1,24 @@
+// The operator key: the one secret every job token is derived from (common/auth/credentials.h,
+// ADR 0003). It lives in one Secret in the operator's own namespace, created on first start
+// with 32 random bytes, so the operator needs to read no Secret but that one (RBAC: get on that
+// name, create in its namespace). Every replica and every restart reads the same key, so job
+// tokens survive operator restarts and leader changes. Used by operator/main.cc at start-up.
+// Thread-safety: a function; the client must be thread-safe.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/kube/client.h"
+
+namespace phalanx::op {
+
+inline constexpr char kOperatorKeyField[] = "key";
+
+// The key in Secret `ns`/`name`, creating the Secret when there is none (a replica racing to
+// create it reads the winner's). FailedPrecondition when the Secret exists without a usable
+// key (at least 32 characters); other API errors as the client returns them.
+absl::StatusOr<std::string> LoadOrCreateOperatorKey(kube::Client& client, const std::string& ns,
+                                                    const std::string& name);
+
+}  // namespace phalanx::op
