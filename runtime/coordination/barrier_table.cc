@@ -32,6 +32,14 @@ void BarrierTable::Arrive(TaskRef task, const std::string& id, std::vector<int> 
     });
     return;
   }
+  if (pending_.size() >= limits_.max_pending && !pending_.contains(id)) {
+    out.Add([done = std::move(done), n = pending_.size(), max = limits_.max_pending]() mutable {
+      std::move(done)(absl::ResourceExhaustedError(
+          absl::StrCat("too many barriers waiting: ", n, " of ", max,
+                       " pending barriers (--barrier_max_pending); finish or cancel some first")));
+    });
+    return;
+  }
   auto [it, created] = pending_.try_emplace(id);
   Pending& barrier = it->second;
   if (created) {

@@ -40,6 +40,7 @@ class BarrierTable {
   // Each limit names the coordinator flag that sets it.
   struct Limits {
     size_t max_id_bytes = 512;             // --barrier_max_id_bytes
+    size_t max_pending = 4096;             // --barrier_max_pending: barriers waiting at once
     size_t max_finished = 10'000;          // --barrier_max_finished
     size_t max_finished_bytes = 16 << 20;  // --barrier_max_finished_bytes
   };
@@ -52,7 +53,8 @@ class BarrierTable {
   absl::Status ValidateId(const std::string& id) const;
 
   // `participants` is sorted, unique, non-empty and contains `task` (the service checks).
-  // Returns InvalidArgument (via `done`) if the barrier exists with other participants.
+  // Returns InvalidArgument (via `done`) if the barrier exists with other participants, and
+  // ResourceExhausted if it would be a new one past max_pending.
   void Arrive(TaskRef task, const std::string& id, std::vector<int> participants,
               absl::Time deadline, absl::Time now, StatusCallback done, Completions& out);
   // Fails a pending barrier for every waiter. NotFound if no such pending barrier.

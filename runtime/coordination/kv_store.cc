@@ -83,6 +83,10 @@ void KvStore::Get(const std::string& key, std::optional<TaskRef> waiter, absl::T
     result = valid;
   } else if (auto it = data_.find(key); it != data_.end()) {
     result = it->second;
+  } else if (waiters_.size() >= limits_.max_waiters) {
+    result = absl::ResourceExhaustedError(absl::StrCat(
+        "too many gets waiting: ", waiters_.size(), " of ", limits_.max_waiters,
+        " blocked gets (--kv_max_waiters); insert the keys they wait for or let them time out"));
   } else {
     waiters_.emplace(key, Waiter{waiter, deadline, std::move(done)});
     return;

@@ -39,6 +39,7 @@ class KvStore {
     size_t max_value_bytes = 1 << 20;  // --kv_max_value_bytes
     size_t max_dir_entries = 1000;     // --kv_dir_max_entries: entries in one directory page
     size_t max_dir_bytes = 2 << 20;    // --kv_dir_max_bytes: keys + values in one answer
+    size_t max_waiters = 100'000;      // --kv_max_waiters: blocked gets waiting at once
   };
 
   // One page of a directory. `next_page_token` is empty on the last page.
@@ -59,7 +60,8 @@ class KvStore {
   absl::Status Insert(const std::string& key, std::string value, bool allow_overwrite,
                       Completions& out);
   // Answers at once when the key exists; otherwise waits. `waiter` (if set) is the task whose
-  // death aborts the wait. Fails InvalidArgument (bad key) or DeadlineExceeded.
+  // death aborts the wait. Fails InvalidArgument (bad key), DeadlineExceeded, or
+  // ResourceExhausted when max_waiters gets are waiting already.
   void Get(const std::string& key, std::optional<TaskRef> waiter, absl::Time deadline,
            ValueCallback done, Completions& out);
   // NotFound when absent.

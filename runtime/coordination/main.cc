@@ -60,7 +60,9 @@ ABSL_FLAG(int64_t, kv_max_key_bytes, 512, "longest key-value key");
 ABSL_FLAG(int64_t, kv_max_value_bytes, 1 << 20, "largest key-value value");
 ABSL_FLAG(int64_t, kv_dir_max_entries, 1000, "most entries in one directory answer (page)");
 ABSL_FLAG(int64_t, kv_dir_max_bytes, 2 << 20, "most key plus value bytes in one directory answer");
+ABSL_FLAG(int64_t, kv_max_waiters, 100'000, "blocked key-value gets waiting at once");
 ABSL_FLAG(int64_t, barrier_max_id_bytes, 512, "longest barrier id");
+ABSL_FLAG(int64_t, barrier_max_pending, 4096, "barriers waiting at once");
 ABSL_FLAG(int64_t, barrier_max_finished, 10'000,
           "finished barriers whose result is remembered for late arrivals");
 ABSL_FLAG(int64_t, barrier_max_finished_bytes, 16 << 20,
@@ -172,7 +174,8 @@ int main(int argc, char** argv) {
   for (const auto* flag :
        {&FLAGS_kv_max_bytes, &FLAGS_kv_max_keys, &FLAGS_kv_max_key_bytes, &FLAGS_kv_max_value_bytes,
         &FLAGS_kv_dir_max_entries, &FLAGS_kv_dir_max_bytes, &FLAGS_barrier_max_id_bytes,
-        &FLAGS_barrier_max_finished, &FLAGS_barrier_max_finished_bytes}) {
+        &FLAGS_barrier_max_finished, &FLAGS_barrier_max_finished_bytes, &FLAGS_kv_max_waiters,
+        &FLAGS_barrier_max_pending}) {
     if (absl::GetFlag(*flag) < 1) {
       return Fail(
           absl::StrCat("--", absl::GetFlagReflectionHandle(*flag).Name(), " must be at least 1"));
@@ -187,6 +190,8 @@ int main(int argc, char** argv) {
   options.barrier_limits.max_id_bytes = absl::GetFlag(FLAGS_barrier_max_id_bytes);
   options.barrier_limits.max_finished = absl::GetFlag(FLAGS_barrier_max_finished);
   options.barrier_limits.max_finished_bytes = absl::GetFlag(FLAGS_barrier_max_finished_bytes);
+  options.kv_limits.max_waiters = absl::GetFlag(FLAGS_kv_max_waiters);
+  options.barrier_limits.max_pending = absl::GetFlag(FLAGS_barrier_max_pending);
   auto service = phalanx::coord::CoordinationService::Create(options, clock, metrics);
   if (!service.ok()) return Fail(std::string(service.status().message()));
 

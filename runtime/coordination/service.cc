@@ -44,8 +44,8 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create
   }
   const KvStore::Limits& kv = options.kv_limits;
   if (kv.max_bytes == 0 || kv.max_keys == 0 || kv.max_key_bytes == 0 || kv.max_value_bytes == 0 ||
-      kv.max_dir_entries == 0 || options.barrier_limits.max_id_bytes == 0 ||
-      options.barrier_limits.max_finished == 0) {
+      kv.max_dir_entries == 0 || kv.max_waiters == 0 || options.barrier_limits.max_id_bytes == 0 ||
+      options.barrier_limits.max_finished == 0 || options.barrier_limits.max_pending == 0) {
     return absl::InvalidArgumentError("key-value and barrier limits must be positive");
   }
   // The server takes messages up to 4 MiB: a value (and so one directory entry) must fit one.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
@@ -335,6 +336,55 @@ TEST_F(LimitsTest, ReportError_Single_ReportAndFailureArriveWithoutATick) {
   EXPECT_EQ(peer.EventsOf<ErrorReport>().size(), 1u);
   ASSERT_EQ(peer.EventsOf<TaskInfo>().size(), 1u);
   EXPECT_EQ(peer.EventsOf<TaskInfo>()[0].state, TaskState::kFailed);
+}
+
+// One session can carry any number of calls: pending barriers (each holding its participant list)
+// and blocked gets are capped too, or one token holder could pin memory without bound.
+TEST_F(LimitsTest, Barrier_DefaultPendingCap_RefusesANewBarrier_ButJoinsExistingOnes) {
+  Start(2);
+  ASSERT_THAT(service_->Register({0, 0}), IsOk());
+  ASSERT_THAT(service_->Register({1, 0}), IsOk());
+  std::vector<std::unique_ptr<Slot<absl::Status>>> waits;
+  Slot<absl::Status> refused, joined, now_fits;
+  // Pending calls end (Cancelled) before the slots they write to go away.
+  absl::Cleanup stop = [this] { service_->Stop(); };
+  for (int i = 0; i < 4096; ++i) {
+    waits.push_back(std::make_unique<Slot<absl::Status>>());
+    service_->Barrier({0, 0}, absl::StrCat("b", i), absl::Minutes(1), {}, waits.back()->Callback());
+    ASSERT_FALSE(waits.back()->done()) << i;
+  }
+  service_->Barrier({0, 0}, "one-more", absl::Minutes(1), {}, refused.Callback());
+  ASSERT_TRUE(refused.done());
+  EXPECT_THAT(refused.value(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                        HasSubstr("4096 of 4096 pending barriers "
+                                                  "(--barrier_max_pending)")));
+  // Joining a pending barrier needs no room, and a passed one frees its slot.
+  service_->Barrier({1, 0}, "b7", absl::Minutes(1), {}, joined.Callback());
+  ASSERT_TRUE(joined.done());
+  EXPECT_THAT(joined.value(), IsOk());
+  service_->Barrier({0, 0}, "one-more", absl::Minutes(1), {}, now_fits.Callback());
+  EXPECT_FALSE(now_fits.done());
+}
+
+TEST_F(LimitsTest, Kv_DefaultWaiterCap_RefusesANewBlockedGet_ButAnswersPresentKeys) {
+  Start(1);
+  std::vector<std::unique_ptr<Slot<absl::StatusOr<std::string>>>> gets;
+  Slot<absl::StatusOr<std::string>> refused, present;
+  absl::Cleanup stop = [this] { service_->Stop(); };
+  for (int i = 0; i < 100000; ++i) {
+    gets.push_back(std::make_unique<Slot<absl::StatusOr<std::string>>>());
+    service_->KvGet(absl::StrCat("w/", i), std::nullopt, absl::Minutes(1), gets.back()->Callback());
+  }
+  ASSERT_FALSE(gets.back()->done());
+  service_->KvGet("w/one-more", std::nullopt, absl::Minutes(1), refused.Callback());
+  ASSERT_TRUE(refused.done());
+  EXPECT_THAT(refused.value(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("100000 of 100000 blocked gets (--kv_max_waiters)")));
+  ASSERT_THAT(service_->KvInsert("present", "v", false), IsOk());
+  service_->KvGet("present", std::nullopt, absl::Minutes(1), present.Callback());
+  ASSERT_TRUE(present.done());
+  EXPECT_THAT(present.value(), IsOk());
 }
 
 }  // namespace
