@@ -154,6 +154,9 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
   for (size_t i = 0; i < args.size(); ++i) args_json[i] = Str(args[i]);
   container["args"] = args_json;
   container["volumeMounts"] = Json::array({TokenMount()});
+  // A start-up refusal (a squatted token Secret, bad flags) is one stderr line: make it the
+  // pod's termination message, which the job's status.coordinator shows.
+  container["terminationMessagePolicy"] = Str("FallbackToLogsOnError");
   Json ports = Json::array();
   for (const auto& [port_name, port] :
        {std::pair<const char*, int>{"grpc", placement.port}, {"metrics", placement.port + 1}}) {

@@ -159,6 +159,8 @@ TEST(DesiredCoordinatorPod, ReadsItsTokenFromAFileAndKnowsItsFingerprint) {
   EXPECT_THAT(text, ::testing::Not(HasSubstr("secretKeyRef")));
   EXPECT_THAT(text, HasSubstr("--token_file=/var/run/phalanx/token/token"));
   EXPECT_THAT(text, HasSubstr("--token_sha256=" + auth::Sha256Hex("jt")));
+  EXPECT_EQ(pod.at("spec").at("containers").at(0).at("terminationMessagePolicy"),
+            Json::string("FallbackToLogsOnError"));
   EXPECT_EQ(pod.at("spec").at("volumes").at(0).at("secret").at("items"),
             Json::parse(R"([{"key":"token","path":"token"}])"));
 }
