@@ -32,7 +32,9 @@ void BarrierTable::Arrive(TaskRef task, const std::string& id, std::vector<int> 
     });
     return;
   }
-  if (pending_.size() >= limits_.max_pending && !pending_.contains(id)) {
+  // The service's own barriers (ids starting with a space: the shutdown barrier) are exempt, so
+  // a full table can never keep a job from shutting down.
+  if (pending_.size() >= limits_.max_pending && id.front() != ' ' && !pending_.contains(id)) {
     out.Add([done = std::move(done), n = pending_.size(), max = limits_.max_pending]() mutable {
       std::move(done)(absl::ResourceExhaustedError(
           absl::StrCat("too many barriers waiting: ", n, " of ", max,

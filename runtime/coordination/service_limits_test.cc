@@ -387,5 +387,22 @@ TEST_F(LimitsTest, Kv_DefaultWaiterCap_RefusesANewBlockedGet_ButAnswersPresentKe
   EXPECT_THAT(present.value(), IsOk());
 }
 
+TEST_F(LimitsTest, Barrier_PendingCap_NeverBlocksTheShutdownBarrier) {
+  CoordinationService::Options options;
+  options.barrier_limits.max_pending = 1;
+  Start(2, options);
+  ASSERT_THAT(service_->Register({0, 0}), IsOk());
+  ASSERT_THAT(service_->Register({1, 0}), IsOk());
+  Slot<absl::Status> user, shutdown0, shutdown1;
+  absl::Cleanup stop = [this] { service_->Stop(); };
+  service_->Barrier({0, 0}, "user", absl::Minutes(1), {}, user.Callback());
+  ASSERT_FALSE(user.done());
+  service_->Shutdown({0, 0}, absl::Minutes(1), shutdown0.Callback());
+  EXPECT_FALSE(shutdown0.done());
+  service_->Shutdown({1, 0}, absl::Minutes(1), shutdown1.Callback());
+  ASSERT_TRUE(shutdown1.done());
+  EXPECT_THAT(shutdown1.value(), IsOk());
+}
+
 }  // namespace
 }  // namespace phalanx::coord
