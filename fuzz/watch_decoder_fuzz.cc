@@ -1,6 +1,7 @@
 // Fuzz target: the watch-stream decoder (WatchDecoder). The input is the body of a watch
 // response. It is fed twice, whole and in chunks of a size taken from the first byte; both must
-// decode to the same events and errors, whatever the chunking (the decoder's promise).
+// decode to the same events and errors, whatever the chunking (the decoder's promise), and every
+// item is an error or an event of a known type.
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -29,6 +30,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     PHALANX_FUZZ_CHECK(a[i].event.resource_version == b[i].event.resource_version);
   }
   PHALANX_FUZZ_CHECK(whole.pending_bytes() == chunked.pending_bytes());
+  // An item is an error or one of the four event types the informer applies; an ERROR event
+  // never reads as an event.
+  for (const auto& item : a) {
+    const std::string& type = item.event.type;
+    PHALANX_FUZZ_CHECK(!item.status.ok() || type == "ADDED" || type == "MODIFIED" ||
+                       type == "DELETED" || type == "BOOKMARK");
+  }
   phalanx::kube::WatchDecoder::DecodeLine(body);
   return 0;
 }
