@@ -45,6 +45,11 @@ WatchDecoder::Item WatchDecoder::DecodeLine(std::string_view line) {
     if (object.has_field("code") && object.at("code").is_integer())
       code = object.at("code").as_integer();
     item.status = StatusFromResponse(code, object.serialize(), "watch");
+    // An ERROR event is an error whatever code its Status claims: one saying 2xx (or a number that
+    // truncates to it) must not read as an event with no type.
+    if (item.status.ok()) {
+      item.status = StatusFromResponse(500, object.serialize(), "watch ERROR event");
+    }
     return item;
   }
   if (type != "ADDED" && type != "MODIFIED" && type != "DELETED" && type != "BOOKMARK") {

@@ -44,6 +44,20 @@ TEST(WatchDecoder, InStreamGone_IsOutOfRange_SoTheClientRelists) {
   EXPECT_THAT(items[0].status, StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("too old")));
 }
 
+// Found by fuzz/watch_decoder_fuzz.cc: an ERROR event whose Status claimed a 2xx code (or a code
+// that truncates to one) decoded as OK with an empty type, so the watch went on as if nothing
+// had happened instead of ending with the server's error.
+TEST(WatchDecoder, ErrorEventWithA2xxCode_IsStillAnError) {
+  for (const std::string& code : {"200", "204", "4294967496", "0"}) {
+    SCOPED_TRACE(code);
+    WatchDecoder::Item item = WatchDecoder::DecodeLine(
+        R"({"type":"ERROR","object":{"kind":"Status","message":"odd","code":)" + code + "}}");
+    EXPECT_FALSE(item.status.ok());
+    EXPECT_THAT(item.status.message(), HasSubstr("odd"));
+    EXPECT_EQ(item.event.type, "");
+  }
+}
+
 TEST(WatchDecoder, MalformedLines_AreErrors_AndDecodingGoesOn) {
   WatchDecoder decoder;
   auto items = decoder.Feed(
