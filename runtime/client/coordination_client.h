@@ -86,6 +86,8 @@ class CoordinationClient {
   virtual void KvGetAsync(const std::string& key, absl::Duration timeout,
                           absl::AnyInvocable<void(absl::StatusOr<std::string>) &&> done) = 0;
   virtual absl::StatusOr<std::string> KvTryGet(const std::string& key) = 0;
+  // Every entry under `directory`, in key order. The coordinator answers in bounded pages and
+  // this fetches them all; not a snapshot (keys changed meanwhile may or may not appear).
   virtual absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KvGetDir(
       const std::string& directory) = 0;
   virtual absl::StatusOr<int> KvDelete(const std::string& key) = 0;

@@ -103,7 +103,8 @@ PHALANX_API int phalanx_kv_get(phalanx_client* client, const char* key, int64_t 
                                void** value, size_t* value_len);
 PHALANX_API int phalanx_kv_try_get(phalanx_client* client, const char* key, void** value,
                                    size_t* value_len);
-/* *entries is freed with phalanx_kv_entries_free. */
+/* Every entry under `directory`, in key order, fetched page by page from the coordinator.
+ * *entries is freed with phalanx_kv_entries_free. */
 PHALANX_API int phalanx_kv_dir(phalanx_client* client, const char* directory,
                                phalanx_kv_entry** entries, size_t* count);
 PHALANX_API void phalanx_kv_entries_free(phalanx_kv_entry* entries, size_t count);

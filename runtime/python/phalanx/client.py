@@ -298,7 +298,8 @@ class Client:
 
     def kv_dir(self, directory):
         """Every ``(key, value)`` under ``directory`` (``"a/b"`` lists ``a/b/...``), as a list of
-        ``(str, bytes)`` pairs."""
+        ``(str, bytes)`` pairs in key order. The coordinator answers in bounded pages; the library
+        fetches them all (not a snapshot: keys changed meanwhile may or may not appear)."""
         entries, count = ctypes.POINTER(_native.KvEntry)(), ctypes.c_size_t()
         self._check(self._lib.phalanx_kv_dir(self._h(), _bytes(directory, "directory"),
                                              ctypes.byref(entries), ctypes.byref(count)))
