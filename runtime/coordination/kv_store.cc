@@ -4,6 +4,23 @@
 
 namespace phalanx::coord {
 
+absl::Status KvStore::ValidateLimits(const Limits& limits) {
+  if (limits.max_bytes == 0 || limits.max_keys == 0 || limits.max_key_bytes == 0 ||
+      limits.max_value_bytes == 0 || limits.max_dir_entries == 0 || limits.max_waiters == 0) {
+    return absl::InvalidArgumentError("key-value limits must be positive");
+  }
+  // The server takes messages up to 4 MiB: a value (and so one directory entry) must fit one.
+  constexpr size_t kMaxMessage = 3 << 20;
+  const size_t entry = limits.max_value_bytes + limits.max_key_bytes;
+  if (entry > kMaxMessage || limits.max_dir_bytes < entry || limits.max_dir_bytes > kMaxMessage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv_dir_max_bytes (", limits.max_dir_bytes, ") must hold one entry (--kv_max_key_bytes ",
+        limits.max_key_bytes, " + --kv_max_value_bytes ", limits.max_value_bytes,
+        ") and stay within ", kMaxMessage, " bytes (the server takes messages up to 4 MiB)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status KvStore::ValidateKey(std::string_view key) const {
   if (key.empty()) return absl::InvalidArgumentError("key is empty");
   if (key.size() > limits_.max_key_bytes) {

@@ -51,6 +51,9 @@ class KvStore {
   KvStore() = default;
   explicit KvStore(Limits limits) : limits_(limits) {}
 
+  // InvalidArgument when a limit is zero, or one key and value could not fit one answer.
+  static absl::Status ValidateLimits(const Limits& limits);
+
   // InvalidArgument naming the problem, or OK.
   absl::Status ValidateKey(std::string_view key) const;
 

@@ -42,20 +42,10 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create
       options.shutdown_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("barrier and shutdown timeouts must be positive");
   }
-  const KvStore::Limits& kv = options.kv_limits;
-  if (kv.max_bytes == 0 || kv.max_keys == 0 || kv.max_key_bytes == 0 || kv.max_value_bytes == 0 ||
-      kv.max_dir_entries == 0 || kv.max_waiters == 0 || options.barrier_limits.max_id_bytes == 0 ||
-      options.barrier_limits.max_finished == 0 || options.barrier_limits.max_pending == 0) {
-    return absl::InvalidArgumentError("key-value and barrier limits must be positive");
-  }
-  // The server takes messages up to 4 MiB: a value (and so one directory entry) must fit one.
-  constexpr size_t kMaxMessage = 3 << 20;
-  if (kv.max_value_bytes + kv.max_key_bytes > kMaxMessage ||
-      kv.max_dir_bytes < kv.max_value_bytes + kv.max_key_bytes || kv.max_dir_bytes > kMaxMessage) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kv_dir_max_bytes (", kv.max_dir_bytes, ") must hold one entry (--kv_max_key_bytes ",
-        kv.max_key_bytes, " + --kv_max_value_bytes ", kv.max_value_bytes, ") and stay within ",
-        kMaxMessage, " bytes (the server takes messages up to 4 MiB)"));
+  if (absl::Status s = KvStore::ValidateLimits(options.kv_limits); !s.ok()) return s;
+  const BarrierTable::Limits& barriers = options.barrier_limits;
+  if (barriers.max_id_bytes == 0 || barriers.max_finished == 0 || barriers.max_pending == 0) {
+    return absl::InvalidArgumentError("barrier limits must be positive");
   }
   if (options.coordinator_id.empty()) options.coordinator_id = RandomId();
   return std::unique_ptr<CoordinationService>(
@@ -206,8 +196,8 @@ absl::Status CoordinationService::ReportError(TaskRef ref, std::string message) 
   }
   // The report and the failure it causes go out together (at once, unless something went out
   // this tick already).
-  const bool now = !peer_events_sent_this_tick_;
-  peer_events_sent_this_tick_ = true;
+  const bool now = !peer_events_.holding();
+  peer_events_.Hold();
   TellPeersLocked(ErrorReport{ref, message}, out);
   FailTaskLocked(tasks_[ref.task_id], FailureKind::kReportedError,
                  absl::StrCat("reported error: ", message), out);
@@ -428,7 +418,7 @@ void CoordinationService::Tick(absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (stopped_) return;
   // Failures found by this tick (a mass heartbeat timeout) go out together at its end.
-  peer_events_sent_this_tick_ = true;
+  peer_events_.Hold();
   absl::Duration oldest = absl::ZeroDuration();
   for (Task& task : tasks_) {
     if (task.info.state != TaskState::kConnected) continue;
@@ -464,7 +454,7 @@ void CoordinationService::Tick(absl::Time now) {
     }
   }
   FlushPeerEventsLocked(out);
-  peer_events_sent_this_tick_ = false;
+  peer_events_.EndTick();
 }
 
 void CoordinationService::Stop() {
@@ -632,33 +622,16 @@ void CoordinationService::BroadcastLocked(const SessionEvent& event, Completions
 }
 
 void CoordinationService::TellPeersLocked(SessionEvent event, Completions& out) {
-  if (const auto* info = std::get_if<TaskInfo>(&event)) {
-    latest_info_.insert_or_assign(info->task_id, pending_peer_events_.size());
-  }
-  pending_peer_events_.push_back(std::move(event));
-  if (!peer_events_sent_this_tick_) FlushPeerEventsLocked(out);
+  peer_events_.Add(std::move(event));
+  if (!peer_events_.holding()) FlushPeerEventsLocked(out);
 }
 
 void CoordinationService::FlushPeerEventsLocked(Completions& out) {
-  if (pending_peer_events_.empty()) return;
-  auto batch = std::make_shared<std::vector<SessionEvent>>();
-  batch->reserve(pending_peer_events_.size());
-  for (size_t i = 0; i < pending_peer_events_.size(); ++i) {
-    SessionEvent& event = pending_peer_events_[i];
-    // A task that changed twice in one tick: peers get its latest state only.
-    if (const auto* info = std::get_if<TaskInfo>(&event);
-        info != nullptr && latest_info_[info->task_id] != i) {
-      continue;
-    }
-    batch->push_back(std::move(event));
-  }
-  pending_peer_events_.clear();
-  latest_info_.clear();
-  peer_events_sent_this_tick_ = true;
-  std::shared_ptr<const std::vector<SessionEvent>> shared = std::move(batch);
+  std::shared_ptr<const std::vector<SessionEvent>> batch = peer_events_.Take();
+  if (batch == nullptr) return;
   for (Task& task : tasks_) {
     if (task.outbox == nullptr) continue;
-    task.outbox->PushShared(shared);
+    task.outbox->PushShared(batch);
     out.Add([o = task.outbox] { o->Notify(); });
   }
 }

@@ -25,11 +25,8 @@
 // come back (Aborted): only a new incarnation can.
 //
 // Events for every peer (a task failed or restarted, a task reported an error) are coalesced per
-// tick: the first one after a tick goes to every session at once; further ones before the next
-// Tick() are held (for a task's state only the latest) and go out at that Tick as one batch that
-// every session's outbox shares. So N tasks failing together cost O(N) memory and O(1) queued
-// entries per survivor instead of N events per survivor, and a single failure is still pushed
-// without delay.
+// tick into one batch all sessions share (peer_events.h): O(N) memory when N tasks fail at once,
+// and a single failure is still pushed without delay.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +49,7 @@
 #include "runtime/coordination/completions.h"
 #include "runtime/coordination/kv_store.h"
 #include "runtime/coordination/metrics.h"
+#include "runtime/coordination/peer_events.h"
 #include "runtime/coordination/preemption_sync.h"
 #include "runtime/coordination/session_outbox.h"
 #include "runtime/coordination/types.h"
@@ -229,12 +227,7 @@ class CoordinationService {
     SnapshotCallback done;
   };
   std::vector<Watcher> watchers_ ABSL_GUARDED_BY(mu_);
-  // Peer events not yet pushed, in order; a TaskInfo counts only if it is its task's latest
-  // (index in latest_info_). Whether a batch went out since the last Tick (then new events wait
-  // for the next one).
-  std::vector<SessionEvent> pending_peer_events_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int, size_t> latest_info_ ABSL_GUARDED_BY(mu_);
-  bool peer_events_sent_this_tick_ ABSL_GUARDED_BY(mu_) = false;
+  PeerEventCoalescer peer_events_ ABSL_GUARDED_BY(mu_);
   // Key-value bytes deleted since memory was last handed back.
   size_t freed_since_release_ ABSL_GUARDED_BY(mu_) = 0;
 };
