@@ -4,7 +4,12 @@
 // gRPC client with many small values (the case the heap keeps: large values are mmapped and
 // always go back), deletes them, and prints the coordinator's VmRSS at each step.
 //
+// With --fanout_tasks N it measures instead what a mass failure costs (item 2's O(N²) fan-out):
+// an in-process service with N sessions whose transports do not drain (the worst case: stalled
+// or slow survivors), half of them dropped at once; prints this process's RSS before and after.
+//
 //   phalanx-coord-memory-bench --coordinator build/runtime/coordination/phalanx-coordinator
+//   phalanx-coord-memory-bench --fanout_tasks 3000
 #include <signal.h>
 
 #include <atomic>
@@ -20,14 +25,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "common/base/clock.h"
 #include "common/process/subprocess.h"
+#include "prometheus/registry.h"
 #include "runtime/client/grpc_client.h"
+#include "runtime/coordination/service.h"
 
 ABSL_FLAG(std::string, coordinator, "build/runtime/coordination/phalanx-coordinator",
           "the phalanx-coordinator binary");
 ABSL_FLAG(int, values, 60'000, "values to insert (the default key quota is 100,000)");
 ABSL_FLAG(int, value_bytes, 1000, "bytes per value (small: the heap, not mmap, holds them)");
 ABSL_FLAG(int, rounds, 2, "fill-and-delete rounds");
+ABSL_FLAG(int, fanout_tasks, 0, "> 0: measure a mass drop of half of this many sessions instead");
 
 namespace {
 
@@ -64,10 +73,43 @@ bool Fill(phalanx::client::GrpcCoordinationClient& client, int count, const std:
   return failed.load() == 0;
 }
 
+// N sessions, the last N/2 dropped at once; the survivors' queues are never drained.
+int MeasureFanout(int n) {
+  prometheus::Registry registry;
+  phalanx::coord::CoordinatorMetrics metrics(registry);
+  phalanx::coord::CoordinationService::Options options;
+  options.num_tasks = n;
+  auto service = phalanx::coord::CoordinationService::Create(
+      options, phalanx::base::RealClock::Get(), metrics);
+  if (!service.ok()) return 1;
+  std::vector<std::shared_ptr<phalanx::coord::SessionOutbox>> outboxes;
+  std::vector<uint64_t> sessions;
+  for (int i = 0; i < n; ++i) {
+    if (!(*service)->Register({i, 0}).ok()) return 1;
+    outboxes.push_back(std::make_shared<phalanx::coord::SessionOutbox>());
+    auto session = (*service)->OpenSession({i, 0}, outboxes.back());
+    if (!session.ok()) return 1;
+    sessions.push_back(*session);
+  }
+  const double before = RssMib(getpid());
+  const absl::Time start = absl::Now();
+  for (int i = n / 2; i < n; ++i) {
+    (*service)->CloseSession(sessions[i], absl::UnavailableError("killed"));
+    outboxes[i].reset();  // its transport is gone
+  }
+  (*service)->Tick(absl::Now());
+  const absl::Duration took = absl::Now() - start;
+  std::printf("%d sessions, %d dropped at once: RSS %.1f -> %.1f MiB (+%.1f), %.0f ms\n", n,
+              n - n / 2, before, RssMib(getpid()), RssMib(getpid()) - before,
+              absl::ToDoubleMilliseconds(took));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (const int n = absl::GetFlag(FLAGS_fanout_tasks); n > 0) return MeasureFanout(n);
   const std::string token_path = "/tmp/phalanx-coord-memory-bench.token";
   std::ofstream(token_path) << "bench-token";
   phalanx::process::SubprocessOptions options;
