@@ -44,7 +44,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return 0;
     }
     auto config = phalanx::kube::ParseKubeconfig(yaml, ScratchDir(), PieceOr(pieces, 1));
-    if (config.ok()) PHALANX_FUZZ_CHECK(!config->server.empty());
+    if (config.ok()) {
+      PHALANX_FUZZ_CHECK(config->server.rfind("https://", 0) == 0 ||
+                         config->server.rfind("http://", 0) == 0);
+    }
     return 0;
   }
   const std::string dir = ScratchDir();

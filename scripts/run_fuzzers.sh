@@ -2,7 +2,7 @@
 # `make fuzz`: builds the fuzz targets (fuzz/) with clang, libFuzzer, ASan and UBSan in their own
 # build directory and runs each for FUZZ_SECONDS on its checked-in corpus, one at a time.
 #   scripts/run_fuzzers.sh [BUILD_DIR] [TARGET...]      (default build-fuzz, every target)
-#   FUZZ_SECONDS=60 (per target)  FUZZ_JOBS=1 (libFuzzer -jobs)  FUZZ_ARGS="-max_len=8192 ..."
+#   FUZZ_SECONDS=60 (per target)  FUZZ_ARGS="-max_len=8192 ..." (more libFuzzer flags)
 # New inputs libFuzzer finds go to BUILD_DIR/fuzz-corpus/<name>/ (the checked-in corpus is only
 # read); crashes to BUILD_DIR/fuzz-artifacts/crash-<name>-<sha1>. docs/fuzzing.md says how to turn
 # a crash into a regression case. Exits non-zero when any target crashed.
@@ -36,7 +36,6 @@ for name in "${targets[@]}"; do
   # Leaks are not findings here (gRPC and protobuf keep process-lifetime state).
   if ! ASAN_OPTIONS=detect_leaks=0 "$BUILD/fuzz/phalanx_fuzz_$name" \
       -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-      -jobs="${FUZZ_JOBS:-1}" -workers="${FUZZ_JOBS:-1}" \
       -artifact_prefix="$BUILD/fuzz-artifacts/crash-$name-" ${FUZZ_ARGS:-} \
       "$BUILD/fuzz-corpus/$name" "fuzz/corpus/$name"; then
     failed+=("$name")
