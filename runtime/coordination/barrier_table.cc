@@ -42,6 +42,20 @@ void BarrierTable::Arrive(TaskRef task, const std::string& id, std::vector<int> 
     });
     return;
   }
+  // Each waiting arrival holds a call; one token holder acting as every task could otherwise
+  // pin max_pending × tasks of them. An arrival that completes its barrier frees memory: allowed.
+  if (auto existing = pending_.find(id);
+      waiting_ >= limits_.max_waiting && id.front() != ' ' &&
+      (existing == pending_.end() ||
+       (!existing->second.arrivals.contains(task.task_id) &&
+        existing->second.arrivals.size() + 1 < existing->second.participants.size()))) {
+    out.Add([done = std::move(done), n = waiting_, max = limits_.max_waiting]() mutable {
+      std::move(done)(absl::ResourceExhaustedError(
+          absl::StrCat("too many barrier arrivals waiting: ", n, " of ", max,
+                       " (--barrier_max_waiting); finish or cancel some barriers first")));
+    });
+    return;
+  }
   auto [it, created] = pending_.try_emplace(id);
   Pending& barrier = it->second;
   if (created) {
@@ -55,6 +69,7 @@ void BarrierTable::Arrive(TaskRef task, const std::string& id, std::vector<int> 
     return;
   }
   auto [arrival, fresh] = barrier.arrivals.try_emplace(task.task_id);
+  if (fresh) ++waiting_;
   if (!fresh) {
     // A retry of the same wait (the client's first RPC died): the newer call takes over.
     out.Add([old = std::move(arrival->second.done)]() mutable {
@@ -88,6 +103,7 @@ void BarrierTable::DropTask(TaskRef gone, const absl::Status& why, Completions& 
     }
     out.Add([done = std::move(arrival->second.done), why]() mutable { std::move(done)(why); });
     barrier.arrivals.erase(arrival);
+    --waiting_;
   }
 }
 
@@ -119,6 +135,7 @@ void BarrierTable::FailAll(const absl::Status& why, Completions& out) {
     }
   }
   pending_.clear();
+  waiting_ = 0;
 }
 
 void BarrierTable::ForgetFailure(const std::string& id) {
@@ -135,6 +152,7 @@ void BarrierTable::EraseFinished(const std::string& id) {
 
 void BarrierTable::Finish(const std::string& id, Pending& barrier, const absl::Status& result,
                           absl::Time now, Completions& out) {
+  waiting_ -= barrier.arrivals.size();
   for (auto& [task, arrival] : barrier.arrivals) {
     if (result.ok()) metrics_.BarrierWait(now - arrival.arrived);
     out.Add([done = std::move(arrival.done), result]() mutable { std::move(done)(result); });

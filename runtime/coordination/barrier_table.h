@@ -40,7 +40,8 @@ class BarrierTable {
   // Each limit names the coordinator flag that sets it.
   struct Limits {
     size_t max_id_bytes = 512;             // --barrier_max_id_bytes
-    size_t max_pending = 4096;             // --barrier_max_pending: barriers waiting at once
+    size_t max_pending = 1024;             // --barrier_max_pending: barriers waiting at once
+    size_t max_waiting = 65'536;           // --barrier_max_waiting: arrivals waiting, all barriers
     size_t max_finished = 10'000;          // --barrier_max_finished
     size_t max_finished_bytes = 16 << 20;  // --barrier_max_finished_bytes
   };
@@ -54,7 +55,8 @@ class BarrierTable {
 
   // `participants` is sorted, unique, non-empty and contains `task` (the service checks).
   // Returns InvalidArgument (via `done`) if the barrier exists with other participants, and
-  // ResourceExhausted if it would be a new one past max_pending.
+  // ResourceExhausted if it would be a new one past max_pending or a waiting arrival past
+  // max_waiting (the service's own barriers, ids starting with a space, are exempt).
   void Arrive(TaskRef task, const std::string& id, std::vector<int> participants,
               absl::Time deadline, absl::Time now, StatusCallback done, Completions& out);
   // Fails a pending barrier for every waiter. NotFound if no such pending barrier.
@@ -102,6 +104,7 @@ class BarrierTable {
   std::deque<std::pair<std::string, uint64_t>> finished_order_;
   uint64_t next_seq_ = 0;
   size_t finished_bytes_ = 0;
+  size_t waiting_ = 0;  // arrivals in pending_, all barriers
 };
 
 }  // namespace phalanx::coord

@@ -39,7 +39,7 @@ class KvStore {
     size_t max_value_bytes = 1 << 20;  // --kv_max_value_bytes
     size_t max_dir_entries = 1000;     // --kv_dir_max_entries: entries in one directory page
     size_t max_dir_bytes = 2 << 20;    // --kv_dir_max_bytes: keys + values in one answer
-    size_t max_waiters = 100'000;      // --kv_max_waiters: blocked gets waiting at once
+    size_t max_waiters = 32'768;       // --kv_max_waiters: blocked gets waiting at once
   };
 
   // One page of a directory. `next_page_token` is empty on the last page.

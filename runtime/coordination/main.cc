@@ -60,9 +60,10 @@ ABSL_FLAG(int64_t, kv_max_key_bytes, 512, "longest key-value key");
 ABSL_FLAG(int64_t, kv_max_value_bytes, 1 << 20, "largest key-value value");
 ABSL_FLAG(int64_t, kv_dir_max_entries, 1000, "most entries in one directory answer (page)");
 ABSL_FLAG(int64_t, kv_dir_max_bytes, 2 << 20, "most key plus value bytes in one directory answer");
-ABSL_FLAG(int64_t, kv_max_waiters, 100'000, "blocked key-value gets waiting at once");
+ABSL_FLAG(int64_t, kv_max_waiters, 32'768, "blocked key-value gets waiting at once");
 ABSL_FLAG(int64_t, barrier_max_id_bytes, 512, "longest barrier id");
-ABSL_FLAG(int64_t, barrier_max_pending, 4096, "barriers waiting at once");
+ABSL_FLAG(int64_t, barrier_max_pending, 1024, "barriers waiting at once");
+ABSL_FLAG(int64_t, barrier_max_waiting, 65'536, "barrier arrivals waiting at once, all barriers");
 ABSL_FLAG(int64_t, barrier_max_finished, 10'000,
           "finished barriers whose result is remembered for late arrivals");
 ABSL_FLAG(int64_t, barrier_max_finished_bytes, 16 << 20,
@@ -175,7 +176,7 @@ int main(int argc, char** argv) {
        {&FLAGS_kv_max_bytes, &FLAGS_kv_max_keys, &FLAGS_kv_max_key_bytes, &FLAGS_kv_max_value_bytes,
         &FLAGS_kv_dir_max_entries, &FLAGS_kv_dir_max_bytes, &FLAGS_barrier_max_id_bytes,
         &FLAGS_barrier_max_finished, &FLAGS_barrier_max_finished_bytes, &FLAGS_kv_max_waiters,
-        &FLAGS_barrier_max_pending}) {
+        &FLAGS_barrier_max_pending, &FLAGS_barrier_max_waiting}) {
     if (absl::GetFlag(*flag) < 1) {
       return Fail(
           absl::StrCat("--", absl::GetFlagReflectionHandle(*flag).Name(), " must be at least 1"));
@@ -192,6 +193,7 @@ int main(int argc, char** argv) {
   options.barrier_limits.max_finished_bytes = absl::GetFlag(FLAGS_barrier_max_finished_bytes);
   options.kv_limits.max_waiters = absl::GetFlag(FLAGS_kv_max_waiters);
   options.barrier_limits.max_pending = absl::GetFlag(FLAGS_barrier_max_pending);
+  options.barrier_limits.max_waiting = absl::GetFlag(FLAGS_barrier_max_waiting);
   auto service = phalanx::coord::CoordinationService::Create(options, clock, metrics);
   if (!service.ok()) return Fail(std::string(service.status().message()));
 

@@ -44,7 +44,8 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create
   }
   if (absl::Status s = KvStore::ValidateLimits(options.kv_limits); !s.ok()) return s;
   const BarrierTable::Limits& barriers = options.barrier_limits;
-  if (barriers.max_id_bytes == 0 || barriers.max_finished == 0 || barriers.max_pending == 0) {
+  if (barriers.max_id_bytes == 0 || barriers.max_finished == 0 || barriers.max_pending == 0 ||
+      barriers.max_waiting == 0) {
     return absl::InvalidArgumentError("barrier limits must be positive");
   }
   if (options.coordinator_id.empty()) options.coordinator_id = RandomId();

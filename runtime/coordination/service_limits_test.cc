@@ -348,7 +348,7 @@ TEST_F(LimitsTest, Barrier_DefaultPendingCap_RefusesANewBarrier_ButJoinsExisting
   Slot<absl::Status> refused, joined, now_fits;
   // Pending calls end (Cancelled) before the slots they write to go away.
   absl::Cleanup stop = [this] { service_->Stop(); };
-  for (int i = 0; i < 4096; ++i) {
+  for (int i = 0; i < 1024; ++i) {
     waits.push_back(std::make_unique<Slot<absl::Status>>());
     service_->Barrier({0, 0}, absl::StrCat("b", i), absl::Minutes(1), {}, waits.back()->Callback());
     ASSERT_FALSE(waits.back()->done()) << i;
@@ -356,7 +356,7 @@ TEST_F(LimitsTest, Barrier_DefaultPendingCap_RefusesANewBarrier_ButJoinsExisting
   service_->Barrier({0, 0}, "one-more", absl::Minutes(1), {}, refused.Callback());
   ASSERT_TRUE(refused.done());
   EXPECT_THAT(refused.value(), StatusIs(absl::StatusCode::kResourceExhausted,
-                                        HasSubstr("4096 of 4096 pending barriers "
+                                        HasSubstr("1024 of 1024 pending barriers "
                                                   "(--barrier_max_pending)")));
   // Joining a pending barrier needs no room, and a passed one frees its slot.
   service_->Barrier({1, 0}, "b7", absl::Minutes(1), {}, joined.Callback());
@@ -371,7 +371,7 @@ TEST_F(LimitsTest, Kv_DefaultWaiterCap_RefusesANewBlockedGet_ButAnswersPresentKe
   std::vector<std::unique_ptr<Slot<absl::StatusOr<std::string>>>> gets;
   Slot<absl::StatusOr<std::string>> refused, present;
   absl::Cleanup stop = [this] { service_->Stop(); };
-  for (int i = 0; i < 100000; ++i) {
+  for (int i = 0; i < 32768; ++i) {
     gets.push_back(std::make_unique<Slot<absl::StatusOr<std::string>>>());
     service_->KvGet(absl::StrCat("w/", i), std::nullopt, absl::Minutes(1), gets.back()->Callback());
   }
@@ -380,7 +380,7 @@ TEST_F(LimitsTest, Kv_DefaultWaiterCap_RefusesANewBlockedGet_ButAnswersPresentKe
   ASSERT_TRUE(refused.done());
   EXPECT_THAT(refused.value(),
               StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr("100000 of 100000 blocked gets (--kv_max_waiters)")));
+                       HasSubstr("32768 of 32768 blocked gets (--kv_max_waiters)")));
   ASSERT_THAT(service_->KvInsert("present", "v", false), IsOk());
   service_->KvGet("present", std::nullopt, absl::Minutes(1), present.Callback());
   ASSERT_TRUE(present.done());
@@ -402,6 +402,32 @@ TEST_F(LimitsTest, Barrier_PendingCap_NeverBlocksTheShutdownBarrier) {
   service_->Shutdown({1, 0}, absl::Minutes(1), shutdown1.Callback());
   ASSERT_TRUE(shutdown1.done());
   EXPECT_THAT(shutdown1.value(), IsOk());
+}
+
+// Arrivals hold calls: 64 tasks waiting at 1024 barriers each reach the default cap of 65,536;
+// one more waiting arrival is refused until some barrier ends.
+TEST_F(LimitsTest, Barrier_DefaultWaitingArrivalCap_RefusesOneMoreWaiter) {
+  constexpr int kTasks = 66;  // tasks 64 and 65 have not arrived anywhere
+  Start(kTasks);
+  for (int t = 0; t < kTasks; ++t) ASSERT_THAT(service_->Register({t, 0}), IsOk());
+  std::vector<std::unique_ptr<Slot<absl::Status>>> waits;
+  Slot<absl::Status> refused, after_cancel;
+  absl::Cleanup stop = [this] { service_->Stop(); };
+  for (int t = 0; t < 64; ++t) {
+    for (int b = 0; b < 1024; ++b) {
+      waits.push_back(std::make_unique<Slot<absl::Status>>());
+      service_->Barrier({t, 0}, absl::StrCat("b", b), absl::Minutes(1), {},
+                        waits.back()->Callback());
+      ASSERT_FALSE(waits.back()->done()) << t << " " << b;
+    }
+  }
+  service_->Barrier({64, 0}, "b5", absl::Minutes(1), {}, refused.Callback());
+  ASSERT_TRUE(refused.done());
+  EXPECT_THAT(refused.value(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                        HasSubstr("65536 of 65536 (--barrier_max_waiting)")));
+  ASSERT_THAT(service_->CancelBarrier({64, 0}, "b5"), IsOk());
+  service_->Barrier({64, 0}, "b6", absl::Minutes(1), {}, after_cancel.Callback());
+  EXPECT_FALSE(after_cancel.done());
 }
 
 }  // namespace
