@@ -607,6 +607,108 @@ TEST_F(OperatorPreemptionE2eTest, NodePreemptionCheckpointsEveryTaskAtOneStepAnd
   EXPECT_EQ(final_states.size(), 1u);
 }
 
+// Issue 16 item 3: the coordinator is killed right after the operator opened a preemption round
+// on it. Its replacement gets the round too (the operator re-sends every open notice to a new
+// coordinator pod), the tasks checkpoint at an agreed step before the victim moves, and no step
+// is lost.
+TEST_F(OperatorPreemptionE2eTest, CoordinatorKilledRightAfterARoundOpenedStillGetsTheRound) {
+  // 60 s of training, so the job is still running when the round is re-sent.
+  ASSERT_TRUE(
+      CreateJob(
+          JobOptions{.steps = 1500, .preemption = R"({"checkpointGraceSeconds":60})", .gpus = 2})
+          .ok());
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(90)));
+  ASSERT_TRUE(
+      Eventually([&] { return WorkerEvents("checkpoint").size() == 2; }, absl::Seconds(60)));
+  std::string victim_pod, node;
+  PickVictim(victim_pod, node);
+  if (HasFatalFailure()) return;
+  const std::string other_pod =
+      victim_pod == "train-task-0-0" ? "train-task-1-0" : "train-task-0-0";
+  auto rounds_opened = [&] {
+    absl::StatusOr<kube::ObjectList> events = client_->List(
+        {"", "v1", "events", true}, "default", {.field_selector = "involvedObject.name=train"});
+    int n = 0;
+    if (events.ok()) {
+      for (const kube::Json& e : events->items) {
+        if (kube::StringAt(e, "reason") == "CheckpointRoundOpened") {
+          n += std::max(1, static_cast<int>(kube::FieldOrNull(e, "count").is_integer()
+                                                ? kube::FieldOrNull(e, "count").as_integer()
+                                                : 1));
+        }
+      }
+    }
+    return n;
+  };
+  absl::StatusOr<kube::Json> before = client_->Get(op::kPods, "default", "train-coordinator");
+  ASSERT_TRUE(before.ok());
+  // The other task is frozen for a few seconds (well within its heartbeat timeout, 10 s), so
+  // the round cannot reach its sync step before the coordinator dies.
+  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/" + other_pod + "/stop").ok());
+  ASSERT_TRUE(
+      client_->Raw("POST", absl::StrCat("/admin/nodes/", node, "/preempt?graceSeconds=60")).ok());
+  ASSERT_TRUE(Eventually([&] { return rounds_opened() >= 1; }, absl::Seconds(30)));
+  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-coordinator/kill").ok());
+  // A new coordinator pod, and the operator opens the round on it as well.
+  const bool replaced = Eventually(
+      [&] {
+        absl::StatusOr<kube::Json> now = client_->Get(op::kPods, "default", "train-coordinator");
+        return now.ok() && kube::MetaString(*now, "uid") != kube::MetaString(*before, "uid") &&
+               kube::StringAt(*now, "status.phase") == "Running";
+      },
+      absl::Seconds(60));
+  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/" + other_pod + "/continue").ok());
+  ASSERT_TRUE(replaced);
+  if (!Eventually([&] { return rounds_opened() >= 2; }, absl::Seconds(60))) {
+    std::ifstream log(dir_ / "operator.log");
+    for (std::string line; std::getline(log, line);) std::cerr << "OPLOG " << line << "\n";
+    absl::StatusOr<kube::ObjectList> events = client_->List(
+        {"", "v1", "events", true}, "default", {.field_selector = "involvedObject.name=train"});
+    for (const kube::Json& e : events->items) {
+      std::cerr << "EVENT " << kube::StringAt(e, "reason") << " " << kube::StringAt(e, "message")
+                << "\n";
+    }
+    std::cerr << "JOB " << Job().serialize() << "\n";
+    FAIL() << "the new coordinator never got the open round";
+  }
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(240)))
+      << Job().serialize();
+  const kube::Json done = Job();
+  EXPECT_GE(done.at("status").at("preemptions").as_integer(), 1) << done.serialize();
+  EXPECT_GE(done.at("status").at("coordinator").at("restarts").as_integer(), 1) << done.serialize();
+  // The victim left at a step it checkpointed at (the round's agreed step), its replacement
+  // resumed from that step, and no recovery lost a step.
+  const auto sync = WorkerEvents("sync_checkpoint");
+  const auto left = WorkerEvents("left_for_preemption");
+  ASSERT_TRUE(left.contains("default_" + victim_pod)) << victim_pod << " never left at a step";
+  const std::string left_at = EventField(left.at("default_" + victim_pod).front(), "step");
+  ASSERT_TRUE(sync.contains("default_" + victim_pod));
+  std::set<std::string> victim_sync;
+  for (const std::string& line : sync.at("default_" + victim_pod)) {
+    victim_sync.insert(EventField(line, "step"));
+  }
+  EXPECT_TRUE(victim_sync.contains(left_at)) << left_at;
+  for (const auto& [pod, lines] : WorkerEvents("start")) {
+    if (absl::EndsWith(pod, "-0")) continue;
+    for (const std::string& line : lines) EXPECT_EQ(EventField(line, "resume_step"), left_at);
+  }
+  // The preemption lost no step: every recovery to the agreed step lost nothing. (The
+  // coordinator's restart itself rolls the tasks back to their last periodic checkpoint, before
+  // the round was agreed; that is the cost of a coordinator crash, not of the preemption.)
+  int recoveries_at_sync = 0;
+  for (const auto& [pod, lines] : WorkerEvents("recovered")) {
+    for (const std::string& line : lines) {
+      RecordProperty("recovered_" + pod, line);
+      if (EventField(line, "resume_step") != left_at) continue;
+      ++recoveries_at_sync;
+      EXPECT_EQ(EventField(line, "lost"), "0") << line;
+    }
+  }
+  EXPECT_GE(recoveries_at_sync, 1);
+}
+
 // The node agent end to end: one phalanx-agent per node (fake GPUs), each polling its own fake
 // GCE metadata server. The victim node's server starts answering preempted=TRUE; its agent
 // taints the node, the operator opens a preemption round, every task checkpoints at one step,
