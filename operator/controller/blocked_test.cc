@@ -78,6 +78,16 @@ TEST(RecordChildOutcome, Table) {
        "False/FailedCreate",
        {"FailedCreate: creating Pod j-task-0-0: Pod \"j-task-0-0\" is invalid: "
         "spec.containers[0].image: Required value (and 1 more)"}},
+      {"aSquatterIsAConflictThatKeepsThePhase",
+       Status(kPhaseStarting),
+       {{false, "Pod", "j-task-1-0",
+         absl::AlreadyExistsError("j-task-1-0 already exists and this TrainingJob does not "
+                                  "control it (it has no controller); it is not adopted")}},
+       true,
+       kPhaseStarting,
+       "False/ChildConflict",
+       {"ChildConflict: creating Pod j-task-1-0: j-task-1-0 already exists and this TrainingJob "
+        "does not control it (it has no controller); it is not adopted"}},
       {"transientKeepsThePhase",
        Status(kPhaseStarting),
        {{false, "Service", "j-tasks", kDown}},

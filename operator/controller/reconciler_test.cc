@@ -290,5 +290,28 @@ TEST_F(ReconcilerTest, ASquattingSecretIsNeverAdoptedAndTheCoordinatorKnowsTheRe
   EXPECT_THAT(store_.Get(kNetworkPolicies.Qualified(), "ns", "j-coordinator").status(), IsOk());
 }
 
+// A Service named like the coordinator's that the job does not control would receive the tasks'
+// traffic: it is a conflict, and no pod is created until it is gone.
+TEST_F(ReconcilerTest, ASquattingCoordinatorServiceStopsPodCreationUntilItIsGone) {
+  Json squatter = Json::parse(R"({"apiVersion":"v1","kind":"Service",
+      "metadata":{"name":"j-coordinator","namespace":"ns"},
+      "spec":{"ports":[{"name":"grpc","port":8470}]}})");
+  ASSERT_THAT(store_.Create(kServices.Qualified(), "ns", squatter).status(), IsOk());
+  CatchUp();
+  const absl::Status conflicted = reconciler_.Reconcile("ns/j").status();
+  EXPECT_TRUE(absl::IsAlreadyExists(conflicted)) << conflicted;
+  CatchUp();
+  EXPECT_TRUE(PodNames().empty());
+  EXPECT_EQ(FindCondition(DecodeStatus(Stored()).conditions, kConditionChildrenReady)->reason,
+            kReasonChildConflict);
+  EXPECT_THAT(EventReasons(), ::testing::Contains(kReasonChildConflict));
+  ASSERT_THAT(store_.Delete(kServices.Qualified(), "ns", "j-coordinator").status(), IsOk());
+  CatchUp();
+  Pass();
+  EXPECT_THAT(PodNames(), ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-0"));
+  EXPECT_EQ(kube::ControllerOf(*store_.Get(kServices.Qualified(), "ns", "j-coordinator"))->uid,
+            kube::MetaString(Stored(), "uid"));
+}
+
 }  // namespace
 }  // namespace phalanx::op
