@@ -30,6 +30,7 @@ constexpr size_t kMaxLine = 4096;
 // never starved by a flood of new ones.
 constexpr int kMaxAcceptsPerRound = 256;
 using SteadyTime = std::chrono::steady_clock::time_point;
+constexpr absl::string_view kBusy = "ERR busy: too many connections to the node agent, retry\n";
 
 // "k=v k=v ..." after the verb; InvalidArgument naming a malformed field.
 absl::StatusOr<std::map<std::string, std::string>> Fields(absl::string_view rest) {
@@ -217,9 +218,9 @@ void CliqueSocketServer::Loop() {
         ++it;
         continue;
       }
-      SendFinal((*it)->fd, "ERR request deadline exceeded\n");
-      ++cut_;
+      ++cut_;  // counted before the client can see the answer
       Dropped("deadline");
+      SendFinal((*it)->fd, "ERR request deadline exceeded\n");
       it = open.erase(it);
     }
     fds.clear();
@@ -270,12 +271,20 @@ bool CliqueSocketServer::AcceptAll(std::vector<std::unique_ptr<Connection>>& ope
     // here, so a flood of idle connections cannot keep a real request out.
     if (!OnReadable(*c)) continue;
     if (static_cast<int>(open.size()) >= options_.max_connections) {
-      if (!c->answered) {
-        SendFinal(fd, "ERR busy: too many connections to the node agent, retry\n");
-        ++refused_;
-        Dropped("limit");
+      // Make room by closing the oldest connection that has not completed a request (idle or
+      // dripping): under a flood the newest connection, most likely a real client about to send,
+      // gets in, and a flood only ever pushes out other flood connections or ones that stalled.
+      auto victim = std::find_if(open.begin(), open.end(),
+                                 [](const auto& o) { return !o->answered && o->out.empty(); });
+      ++refused_;  // counted before the client can see the answer
+      Dropped("limit");
+      if (victim != open.end()) {
+        SendFinal((*victim)->fd, kBusy);
+        open.erase(victim);
+      } else if (!c->answered) {
+        SendFinal(fd, kBusy);  // every open connection is mid-answer: refuse the new one
       }
-      continue;
+      if (victim == open.end()) continue;
     }
     open.push_back(std::move(c));
   }

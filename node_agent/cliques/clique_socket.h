@@ -18,8 +18,10 @@
 //  - a whole-request deadline: each request (from the accept, or from the previous answer) must
 //    arrive complete and its answer be read within `request_deadline`; a client that idles or
 //    drips bytes is cut off then (ERR request deadline exceeded), however often it sends a byte;
-//  - at most `max_connections` open at once: a connection over the limit is answered at once if
-//    its whole request is already there, otherwise refused (ERR busy) and closed, and counted;
+//  - at most `max_connections` open at once. A new connection's request is answered at once if
+//    it is already there; a connection over the limit then pushes out the oldest one that has
+//    not completed a request (ERR busy, closed, counted), so a flood of idle connections only
+//    displaces itself while a real client, which sends right after connecting, gets in;
 //  - lines are at most 4 KiB.
 // The deadlines are real (monotonic) time, not the injected Clock: they bound socket I/O, which a
 // FakeClock cannot make time out; report times (for expiry) come from the Clock.
