@@ -40,27 +40,65 @@ Agent::Agent(AgentOptions options, AgentMetrics& metrics, NodeMarker* marker, No
   }
 }
 
+void Agent::TakeNotice(NodeNotice notice) {
+  notice_ = std::move(notice);
+  marked_ = false;  // (re)write the taint with this notice's deadline
+  unmark_pending_ = false;
+  metrics_.Notice(notice_->source, notice_->kind);
+  PHX_LOG(WARNING) << "node notice: " << notice_->DebugString();
+  if (events_) {
+    events_(true, "PreemptionNotice",
+            absl::StrCat(notice_->kind, " notice from ", notice_->source, " (", notice_->detail,
+                         "): tasks on this node checkpoint and move"));
+  }
+}
+
+void Agent::ClearNotice(const std::string& why) {
+  PHX_LOG(INFO) << "node notice over (" << why << "): " << notice_->DebugString();
+  if (events_) {
+    events_(false, "PreemptionNoticeCleared",
+            absl::StrCat(notice_->kind, " notice from ", notice_->source, " is over (", why,
+                         "): the node takes new tasks again"));
+  }
+  unmark_pending_ = unmark_pending_ || marked_;
+  marked_ = false;
+  notice_.reset();
+}
+
 void Agent::PollSources(absl::Time now) {
   for (const std::unique_ptr<NoticeSource>& source : sources_) {
     absl::StatusOr<std::optional<NodeNotice>> polled = source->Poll(now);
     if (!polled.ok()) {
       metrics_.SourceError(source->name());
-      absl::Status& last = last_source_error_[source->name()];
-      if (last.code() != polled.status().code()) {  // log changes, not every tick
-        PHX_LOG(WARNING) << "notice source " << source->name() << ": " << polled.status();
+      if (std::optional<std::string> line =
+              error_log_.OnError(source->name(), polled.status(), now);
+          line.has_value()) {
+        PHX_LOG(WARNING) << *line;
       }
-      last = polled.status();
       continue;
     }
-    last_source_error_.erase(source->name());
-    if (!polled->has_value() || notice_.has_value()) continue;
-    notice_ = **polled;
-    metrics_.Notice(notice_->source, notice_->kind);
-    PHX_LOG(WARNING) << "node notice: " << notice_->DebugString();
-    if (events_) {
-      events_(true, "PreemptionNotice",
-              absl::StrCat(notice_->kind, " notice from ", notice_->source, " (", notice_->detail,
-                           "): tasks on this node checkpoint and move"));
+    if (std::optional<std::string> line = error_log_.OnSuccess(source->name()); line.has_value()) {
+      PHX_LOG(INFO) << *line;
+    }
+    const std::optional<NodeNotice>& seen = *polled;
+    // A maintenance window that its own source no longer reports is over; a preemption is not.
+    if (notice_.has_value() && notice_->kind == kMaintenanceNotice &&
+        notice_->source == source->name() &&
+        (!seen.has_value() || seen->kind != kMaintenanceNotice)) {
+      ClearNotice(seen.has_value() ? seen->detail : "no longer reported");
+    }
+    if (!seen.has_value()) continue;
+    const bool upgrade = notice_.has_value() && notice_->kind == kMaintenanceNotice &&
+                         seen->kind == kPreemptionNotice;
+    if (!notice_.has_value() || upgrade) TakeNotice(*seen);
+  }
+  if (unmark_pending_ && !notice_.has_value() && marker_ != nullptr) {
+    absl::Status lifted = marker_->Untaint(kPreemptingTaint);
+    if (lifted.ok()) {
+      unmark_pending_ = false;
+    } else {
+      PHX_LOG(WARNING) << "could not lift the " << kPreemptingTaint << " taint of node "
+                       << marker_->node_name() << " (retrying next tick): " << lifted;
     }
   }
   if (notice_.has_value() && !marked_ && marker_ != nullptr) {

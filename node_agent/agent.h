@@ -8,7 +8,13 @@
 //      opens a preemption round on the coordinator of every job with a task here (every task
 //      checkpoints at one step) and moves those tasks. The agent reads no job Secrets: that is
 //      why it goes through the Node (see docs/adr/0002-agent-notices-through-the-node.md).
-//      A taint that failed to land is retried on the next tick. Notices are sticky.
+//      A taint that failed to land is retried on the next tick. A preemption notice is sticky
+//      (the node goes away); a maintenance notice ends when its source stops reporting it (GCE
+//      maintenance-event back to NONE, a drain undone): the agent then lifts its taint, so the
+//      node takes new tasks again. A preemption notice replaces a maintenance one. Failures
+//      are counted every poll and logged by kind, rate-limited (source_error_log.h). Sources
+//      that do I/O run on threads of their own (preemption/background_source.h), so this tick
+//      never waits on a slow metadata or API server.
 //   2. ticks the GPU health tracker: a GPU that newly failed (fatal XID, uncorrected ECC, lost)
 //      taints the node phalanx.dev/gpu-failed, records a GpuFailed Event and asks the tasks whose
 //      cliques use that GPU to abort them (through the local clique registry);
@@ -32,6 +38,7 @@
 #include "node_agent/gpu/node_checks.h"
 #include "node_agent/node_marker.h"
 #include "node_agent/preemption/notice_source.h"
+#include "node_agent/source_error_log.h"
 
 namespace phalanx::agent {
 
@@ -61,6 +68,8 @@ class Agent {
 
  private:
   void PollSources(absl::Time now);
+  void TakeNotice(NodeNotice notice);
+  void ClearNotice(const std::string& why);
   void TickGpus(absl::Time now);
   std::vector<NodeCondition> Conditions(const std::vector<CheckResult>& checks) const;
 
@@ -75,11 +84,12 @@ class Agent {
 
   std::optional<NodeNotice> notice_;
   bool marked_ = false;
+  bool unmark_pending_ = false;  // a cleared notice's taint still to lift
   std::vector<GpuHealthTracker::FailedGpu> failed_gpus_;
   std::vector<std::string> gpu_taints_pending_;  // failed GPUs whose taint did not land yet
   std::map<uint64_t, uint64_t> xids_seen_;
   std::vector<NodeCondition> written_conditions_;
-  std::map<std::string, absl::Status> last_source_error_;
+  SourceErrorLog error_log_;
 };
 
 }  // namespace phalanx::agent

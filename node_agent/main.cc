@@ -7,6 +7,7 @@
 //   phalanx-agent preflight      checks this node's GPUs ("skipped: no GPU" where there are none)
 #include <signal.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -31,6 +32,7 @@
 #include "node_agent/gpu/fake_nvml.h"
 #include "node_agent/gpu/nvml_loader.h"
 #include "node_agent/preemption/aws_spot_source.h"
+#include "node_agent/preemption/background_source.h"
 #include "node_agent/preemption/gce_metadata_source.h"
 #include "node_agent/preemption/node_taint_source.h"
 #include "node_agent/preemption/sigterm_source.h"
@@ -99,7 +101,6 @@ int main(int argc, char** argv) {
     return Fail("--poll_interval must be positive");
   }
 
-  base::Clock& clock = base::RealClock::Get();
   prometheus::Registry registry;
   agent::AgentMetrics metrics(registry);
 
@@ -120,7 +121,16 @@ int main(int argc, char** argv) {
     client = *std::move(created);
   }
 
-  // Notice sources.
+  // Notice sources. Those that do I/O poll on threads of their own (BackgroundSource), each
+  // bounded by its own request timeout, so a hanging metadata or API server never stretches the
+  // tick; one that has not answered for `stale_after` is reported as failing.
+  base::Clock& clock = base::RealClock::Get();
+  const absl::Duration poll_interval = absl::GetFlag(FLAGS_poll_interval);
+  const absl::Duration stale_after = std::max(absl::Seconds(10), 10 * poll_interval);
+  auto in_background = [&](std::unique_ptr<agent::NoticeSource> source) {
+    return std::make_unique<agent::BackgroundSource>(std::move(source), clock, poll_interval,
+                                                     stale_after);
+  };
   std::vector<std::unique_ptr<agent::NoticeSource>> sources;
   agent::SigtermSource* sigterm = nullptr;
   for (absl::string_view name :
@@ -131,21 +141,25 @@ int main(int argc, char** argv) {
       sources.push_back(std::move(source));
     } else if (name == "node-taint") {
       if (client == nullptr) return Fail("the node-taint notice source needs --kube");
-      sources.push_back(std::make_unique<agent::NodeTaintSource>(*client, node_name));
+      // The values this agent writes into its own phalanx.dev/preempting taint (the names of
+      // its sources) are its own marker, not a notice.
+      sources.push_back(in_background(std::make_unique<agent::NodeTaintSource>(
+          *client, node_name,
+          std::vector<std::string>{"node-taint", "gce-metadata", "aws-spot", "sigterm"})));
     } else if (name == "gce") {
       agent::GceMetadataOptions o;
       o.base_url = absl::GetFlag(FLAGS_gce_metadata_url);
       auto source = agent::GceMetadataSource::Create(o);
       if (!source.ok())
         return Fail(absl::StrCat("--gce_metadata_url: ", source.status().message()));
-      sources.push_back(*std::move(source));
+      sources.push_back(in_background(*std::move(source)));
     } else if (name == "aws") {
       agent::AwsSpotOptions o;
       o.base_url = absl::GetFlag(FLAGS_aws_metadata_url);
       auto source = agent::AwsSpotSource::Create(o);
       if (!source.ok())
         return Fail(absl::StrCat("--aws_metadata_url: ", source.status().message()));
-      sources.push_back(*std::move(source));
+      sources.push_back(in_background(*std::move(source)));
     } else {
       return Fail(
           absl::StrCat("unknown notice source '", name, "' (node-taint, sigterm, gce, aws)"));

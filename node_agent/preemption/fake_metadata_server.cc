@@ -216,6 +216,17 @@ void FakeMetadataServer::Serve(int fd) {
   }
   switch (response.kind) {
     case ScriptedResponse::Kind::kHttp:
+      if (response.drip_interval > absl::ZeroDuration()) {
+        for (char c : Serialize(response)) {
+          if (send(fd, &c, 1, MSG_NOSIGNAL) != 1) break;
+          pollfd p{wake_read_, POLLIN, 0};  // the pause ends early at shutdown
+          if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(response.drip_interval))) !=
+              0) {
+            break;
+          }
+        }
+        break;
+      }
       WriteAll(fd, Serialize(response));
       break;
     case ScriptedResponse::Kind::kGarbage:

@@ -1,6 +1,7 @@
 // FakeMetadataServer: a scripted HTTP/1.1 server on 127.0.0.1 (port 0) standing in for the GCE
 // and AWS metadata servers in the notice sources' tests. Each "METHOD path" gets a scripted
-// response: a normal answer (optionally chunked or with extra headers), a delay before it, bytes
+// response: a normal answer (optionally chunked, with extra headers, or dripped one byte at a
+// time), a delay before it, bytes
 // that are not HTTP, a connection closed without an answer, or a body cut short. Unscripted
 // paths answer 404. It records every request it receives so tests can check headers.
 // Test-only (it waits on real time for scripted delays). Thread-safe: one accept thread and one
@@ -34,6 +35,9 @@ struct ScriptedResponse {
   std::vector<std::pair<std::string, std::string>> headers;
   bool chunked = false;                         // Transfer-Encoding: chunked
   absl::Duration delay = absl::ZeroDuration();  // before anything is written
+  // When positive, a kHttp answer is written one byte at a time with this pause between bytes
+  // (a server that trickles its answer).
+  absl::Duration drip_interval = absl::ZeroDuration();
 
   static ScriptedResponse Ok(std::string body) { return Status(200, std::move(body)); }
   static ScriptedResponse Status(int status, std::string body = "") {
@@ -57,6 +61,10 @@ struct ScriptedResponse {
   }
   ScriptedResponse&& After(absl::Duration d) && {
     delay = d;
+    return std::move(*this);
+  }
+  ScriptedResponse&& Drip(absl::Duration interval) && {
+    drip_interval = interval;
     return std::move(*this);
   }
   ScriptedResponse&& Chunked() && {

@@ -22,6 +22,16 @@ bool IsEventName(absl::string_view s) {
   return true;
 }
 
+// GCE documents three values: NONE, MIGRATE_ON_HOST_MAINTENANCE (the VM is live-migrated and
+// keeps running: nothing to checkpoint for) and TERMINATE_ON_HOST_MAINTENANCE (it is stopped:
+// GPU VMs, which cannot migrate, get this one). FALSE is not documented there but has been seen
+// (the preempted endpoint's "nothing"); it stops nothing either. Any other event name is taken
+// as one that may stop the VM: a checkpoint too many costs little, a missed one the work since
+// the last. The notice goes away again when the event does (the agent then lifts its taint).
+bool EventStopsTheVm(absl::string_view event) {
+  return event != "NONE" && event != "FALSE" && event != "MIGRATE_ON_HOST_MAINTENANCE";
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GceMetadataSource>> GceMetadataSource::Create(
@@ -64,7 +74,7 @@ absl::StatusOr<std::optional<NodeNotice>> GceMetadataSource::Poll(absl::Time now
   preempted_.Reset();
 
   ASSIGN_OR_RETURN(const std::string event, Get(kMaintenancePath, deadline));
-  if (event == "NONE") {
+  if (!EventStopsTheVm(event)) {
     maintenance_.Reset();
     return std::nullopt;
   }

@@ -39,7 +39,9 @@ class GceMetadataSource final : public NoticeSource {
   std::string name() const override { return "gce-metadata"; }
 
   // A "preemption" notice while preempted is TRUE; otherwise a "maintenance" notice while
-  // maintenance-event is not NONE (detail names the event); otherwise nullopt. Errors as
+  // maintenance-event names an event that may stop the VM (TERMINATE_ON_HOST_MAINTENANCE or an
+  // unknown name; detail names it); nullopt for NONE, FALSE and MIGRATE_ON_HOST_MAINTENANCE
+  // (live migration: the VM keeps running). Errors as
   // NoticeSource::Poll; Internal for a body that is not one of the values above.
   absl::StatusOr<std::optional<NodeNotice>> Poll(absl::Time now) override;
 

@@ -87,7 +87,7 @@ TEST_F(GceMetadataSourceTest, NoticeThatClearsAndReturns_GetsAFreshDeadline) {
   EXPECT_EQ(notice->deadline, kNow + absl::Seconds(50));
 }
 
-TEST_F(GceMetadataSourceTest, MaintenanceEvents_AreMaintenanceNoticesSixtySecondsAhead) {
+TEST_F(GceMetadataSourceTest, EventsThatMayStopTheVm_AreMaintenanceNoticesSixtySecondsAhead) {
   struct Case {
     const char* body;
     std::optional<std::string> detail;
@@ -95,9 +95,11 @@ TEST_F(GceMetadataSourceTest, MaintenanceEvents_AreMaintenanceNoticesSixtySecond
   const Case cases[] = {
       {"NONE", std::nullopt},
       {"NONE\n", std::nullopt},
-      {"MIGRATE_ON_HOST_MAINTENANCE", "instance/maintenance-event=MIGRATE_ON_HOST_MAINTENANCE"},
+      {"FALSE", std::nullopt},                        // seen in the wild; stops nothing
+      {"MIGRATE_ON_HOST_MAINTENANCE", std::nullopt},  // live migration: the VM keeps running
       {"TERMINATE_ON_HOST_MAINTENANCE\n",
        "instance/maintenance-event=TERMINATE_ON_HOST_MAINTENANCE"},
+      {"SOME_FUTURE_EVENT", "instance/maintenance-event=SOME_FUTURE_EVENT"},  // may stop it
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.body);

@@ -410,7 +410,11 @@ absl::StatusOr<HttpResponse> HttpFetch(const HttpEndpoint& endpoint, const HttpR
   std::string raw;
   char buffer[16384];
   while (true) {
-    RETURN_IF_ERROR(WaitFor(fd->get(), POLLIN, deadline, absl::StrCat("waiting for ", where)));
+    // A server that answers nothing and one that trickles its answer are different failures.
+    RETURN_IF_ERROR(WaitFor(fd->get(), POLLIN, deadline,
+                            raw.empty() ? absl::StrCat("waiting for ", where)
+                                        : absl::StrCat("reading the answer from ", where, " (",
+                                                       raw.size(), " bytes so far)")));
     const ssize_t n = recv(fd->get(), buffer, sizeof(buffer), 0);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
@@ -418,8 +422,11 @@ absl::StatusOr<HttpResponse> HttpFetch(const HttpEndpoint& endpoint, const HttpR
     }
     raw.append(buffer, static_cast<size_t>(n));
     if (raw.size() > kMaxResponseBytes) {
+      // Say which: a header flood and a huge body are different failures to whoever reads the log.
+      const bool in_headers = raw.find("\r\n\r\n") == std::string::npos;
       return absl::UnavailableError(
-          absl::StrCat("response from ", where, " is larger than ", kMaxResponseBytes, " bytes"));
+          absl::StrCat(in_headers ? "response headers from " : "response from ", where,
+                       " larger than ", kMaxResponseBytes, " bytes"));
     }
     ASSIGN_OR_RETURN(std::optional<HttpResponse> response, ParseResponse(raw, n == 0, where));
     if (response.has_value()) return std::move(*response);

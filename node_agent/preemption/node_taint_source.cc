@@ -1,5 +1,7 @@
 #include "node_agent/preemption/node_taint_source.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/kube/node_preemption.h"
@@ -27,6 +29,11 @@ absl::StatusOr<std::optional<NodeNotice>> NodeTaintSource::Poll(absl::Time now) 
        kube::ArrayOrEmpty(kube::FieldOrNull(node, "spec"), "taints").as_array()) {
     const std::string key = kube::StringAt(taint, "key");
     if (!kube::IsPreemptionTaint(key)) continue;
+    if (key == "phalanx.dev/preempting" &&
+        std::find(own_markers_.begin(), own_markers_.end(), kube::StringAt(taint, "value")) !=
+            own_markers_.end()) {
+      continue;
+    }
     if (!IsMaintenanceTaint(key)) {
       return NodeNotice{name(), kPreemptionNotice, absl::StrCat("taint ", key),
                         absl::InfiniteFuture()};
@@ -37,7 +44,9 @@ absl::StatusOr<std::optional<NodeNotice>> NodeTaintSource::Poll(absl::Time now) 
     return NodeNotice{name(), kMaintenanceNotice, absl::StrCat("taint ", *maintenance_taint),
                       absl::InfiniteFuture()};
   }
-  if (kube::NodeIsBeingPreempted(node)) {  // cordoned, without the taint (yet)
+  const kube::Json& unschedulable =
+      kube::FieldOrNull(kube::FieldOrNull(node, "spec"), "unschedulable");
+  if (unschedulable.is_boolean() && unschedulable.as_bool()) {  // cordoned, without the taint (yet)
     return NodeNotice{name(), kMaintenanceNotice, "node cordoned (spec.unschedulable)",
                       absl::InfiniteFuture()};
   }

@@ -11,6 +11,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -21,8 +22,12 @@ namespace phalanx::agent {
 
 class NodeTaintSource final : public NoticeSource {
  public:
-  NodeTaintSource(kube::Client& client, std::string node_name)
-      : client_(client), node_name_(std::move(node_name)) {}
+  // A phalanx.dev/preempting taint whose value is one of `own_markers` is this agent's own
+  // marker (the value names the source whose notice it marks): it is not news, and reporting it
+  // would keep the agent from ever lifting a maintenance taint it placed.
+  NodeTaintSource(kube::Client& client, std::string node_name,
+                  std::vector<std::string> own_markers = {})
+      : client_(client), node_name_(std::move(node_name)), own_markers_(std::move(own_markers)) {}
 
   std::string name() const override { return "node-taint"; }
 
@@ -35,6 +40,7 @@ class NodeTaintSource final : public NoticeSource {
  private:
   kube::Client& client_;
   const std::string node_name_;
+  const std::vector<std::string> own_markers_;
 };
 
 }  // namespace phalanx::agent

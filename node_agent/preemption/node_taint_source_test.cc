@@ -108,6 +108,20 @@ TEST_F(NodeTaintSourceTest, TaintAddedLater_IsSeenOnTheNextPoll) {
   EXPECT_EQ(notice->kind, "preemption");
 }
 
+TEST_F(NodeTaintSourceTest, TheAgentsOwnMarker_IsNotANotice) {
+  NodeTaintSource source{client_, "gpu-node-1", {"gce-metadata", "node-taint"}};
+  ASSERT_THAT(client_.Create(kNodes, "", Node("gpu-node-1", R"({"taints": [
+      {"key": "phalanx.dev/preempting", "value": "gce-metadata", "effect": "NoSchedule"}]})")),
+              IsOk());
+  EXPECT_EQ(PollOrFail(source, kNow), std::nullopt);
+  // Someone else's marker (a test, an operator by hand) still is.
+  ASSERT_THAT(client_.Delete(kNodes, "", "gpu-node-1", {}), IsOk());
+  ASSERT_THAT(client_.Create(kNodes, "", Node("gpu-node-1", R"({"taints": [
+      {"key": "phalanx.dev/preempting", "value": "by-hand", "effect": "NoSchedule"}]})")),
+              IsOk());
+  EXPECT_NE(PollOrFail(source, kNow), std::nullopt);
+}
+
 TEST_F(NodeTaintSourceTest, ApiErrors_AreReturned) {
   EXPECT_THAT(source_.Poll(kNow), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_THAT(client_.Create(kNodes, "", Node("gpu-node-1", "{}")), IsOk());
