@@ -42,8 +42,12 @@ ABSL_FLAG(std::string, coordinator_command, "phalanx-coordinator",
           "command of the coordinator container (path or name)");
 ABSL_FLAG(int, coordinator_port, 8470, "coordinator gRPC port (metrics on port + 1)");
 ABSL_FLAG(int, coordinator_port_base, 0,
-          "if > 0, give each job's coordinator its own port from [base, base + 2000) (clusters "
-          "where pods share one network namespace, such as the local cluster)");
+          "if > 0, give each job's coordinator its own port from [base, base + "
+          "coordinator_port_span) (clusters where pods share one network namespace, such as the "
+          "local cluster): a port no other job's coordinator pod holds");
+ABSL_FLAG(
+    int, coordinator_port_span, 2000,
+    "how many ports from coordinator_port_base to hand out (even ports; metrics on port + 1)");
 ABSL_FLAG(std::string, coordinator_address, "service",
           "how tasks reach the coordinator: service (cluster DNS) or pod-ip");
 ABSL_FLAG(double, qps, 50, "Kubernetes API requests per second (client-side limit)");
@@ -134,6 +138,7 @@ int main(int argc, char** argv) {
   options.placement.port = absl::GetFlag(FLAGS_coordinator_port);
   options.placement.address_by_pod_ip = address_mode == "pod-ip";
   options.coordinator_port_base = absl::GetFlag(FLAGS_coordinator_port_base);
+  options.coordinator_port_span = absl::GetFlag(FLAGS_coordinator_port_span);
   const std::string key_namespace = absl::GetFlag(FLAGS_key_namespace).empty()
                                         ? absl::GetFlag(FLAGS_lease_namespace)
                                         : absl::GetFlag(FLAGS_key_namespace);

@@ -57,20 +57,23 @@ std::string Reconciler::TokenOf(const std::string& ns, const std::string& job,
   return auth::JobToken(options_.operator_key, ns, job, uid);
 }
 
-CoordinatorPlacement Reconciler::PlacementFor(const Json& job, const JobObservation& world) const {
+CoordinatorPlacement Reconciler::PlacementFor(const std::string& key, const Json& job,
+                                              const JobObservation& world) {
   CoordinatorPlacement placement = options_.placement;
   if (options_.coordinator_port_base <= 0) return placement;
   // A coordinator pod keeps the port it was created with (its tasks were told it).
   if (world.coordinator.has_value() && world.coordinator->grpc_port > 0) {
     placement.port = world.coordinator->grpc_port;
+    absl::MutexLock lock(&ports_mu_);
+    reserved_ports_.try_emplace(placement.port, key);
     return placement;
   }
   // Even ports: the metrics port (port + 1) never collides with another job's gRPC port. The
-  // slot is the UID's hash, or the next one no other job's coordinator pod holds: with a hash
+  // slot is the UID's hash, or the next one that no other job's coordinator pod holds and no
+  // other job was handed by this operator (its pod may not be in the cache yet): with a hash
   // alone, two of a few dozen jobs share a port (the birthday bound), and the second
-  // coordinator exits at start ("cannot listen") however often it is recreated. Two jobs that
-  // pick the same free slot in the same instant still collide once; the loser's coordinator
-  // ends, and its replacement (after the back-off) sees the winner's pod and moves on.
+  // coordinator exits at start ("cannot listen") however often it is recreated, while its tasks
+  // reach the other job's coordinator and fail.
   const int slots = std::max(1, options_.coordinator_port_span / 2);
   const std::string uid = kube::MetaString(job, "uid");
   std::set<int> taken;
@@ -80,14 +83,23 @@ CoordinatorPlacement Reconciler::PlacementFor(const Json& job, const JobObservat
   }
   const int first = static_cast<int>(std::hash<std::string>{}(uid) % static_cast<size_t>(slots));
   placement.port = options_.coordinator_port_base + first * 2;
+  absl::MutexLock lock(&ports_mu_);
   for (int i = 0; i < slots; ++i) {
     const int port = options_.coordinator_port_base + ((first + i) % slots) * 2;
-    if (!taken.contains(port)) {
+    auto reserved = reserved_ports_.find(port);
+    if (!taken.contains(port) && (reserved == reserved_ports_.end() || reserved->second == key)) {
       placement.port = port;
       break;
     }
   }
+  std::erase_if(reserved_ports_, [&](const auto& r) { return r.second == key; });
+  reserved_ports_[placement.port] = key;
   return placement;
+}
+
+void Reconciler::ReleasePorts(const std::string& key) {
+  absl::MutexLock lock(&ports_mu_);
+  std::erase_if(reserved_ports_, [&](const auto& r) { return r.second == key; });
 }
 
 JobObservation Reconciler::ObserveChildren(const Json& job) const {
@@ -124,6 +136,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   if (!cached.has_value()) {  // deleted: owner references clean up the children
     if (link_ != nullptr) link_->Forget(key);
     ForgetNotices(key);
+    ReleasePorts(key);
     return kube::Controller::Result{};
   }
   const Json& job = *cached;
@@ -157,7 +170,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
                clock_.Now());
 
   JobObservation world = ObserveChildren(job);
-  const CoordinatorPlacement placement = PlacementFor(job, world);
+  const CoordinatorPlacement placement = PlacementFor(key, job, world);
   const bool active =
       !spec->suspend && previous.phase != kPhaseSucceeded && previous.phase != kPhaseFailed;
   if (link_ != nullptr && !active) link_->Forget(key);

@@ -81,10 +81,12 @@ class Reconciler {
   absl::StatusOr<Json> WriteStatus(const Json& job, const TrainingJobStatus& stored,
                                    const TrainingJobStatus& status);
   void RecordEvents(const Json& job, const std::vector<EventNote>& events);
-  // Where `job`'s coordinator listens: options_.placement, or in port-hash mode
+  // Where `job` (`key`)'s coordinator listens: options_.placement, or in port-hash mode
   // (coordinator_port_base) the port of its coordinator pod, else a slot no other job's
-  // coordinator pod holds.
-  CoordinatorPlacement PlacementFor(const Json& job, const JobObservation& world) const;
+  // coordinator pod holds and no other job was handed (reserved for `key` until it is deleted).
+  CoordinatorPlacement PlacementFor(const std::string& key, const Json& job,
+                                    const JobObservation& world);
+  void ReleasePorts(const std::string& key);
   // The job's token, derived from the operator key: never read from the job's Secret.
   std::string TokenOf(const std::string& ns, const std::string& job, const std::string& uid) const;
   // After a create answered AlreadyExists: OK when the object of that name is controlled by the
@@ -112,6 +114,9 @@ class Reconciler {
   OperatorMetrics* metrics_;
   const ReconcilerOptions options_;
   CoordinatorLink* const link_;
+  absl::Mutex ports_mu_;
+  // Port-hash mode: coordinator port → the job key it was handed to.
+  std::map<int, std::string> reserved_ports_ ABSL_GUARDED_BY(ports_mu_);
   absl::Mutex notices_mu_;
   // Notices one coordinator pod acknowledged: (task, preempting since).
   struct Delivered {
