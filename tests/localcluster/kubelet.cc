@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/base/log.h"
 #include "common/kube/leader_election.h"
 #include "common/kube/object_meta.h"
@@ -29,6 +32,29 @@ constexpr auto& Field = kube::FieldOrNull;
 Json ExitState(int exit_code, std::optional<int> signal, absl::Time started, absl::Time now) {
   return TerminatedState(exit_code, signal, exit_code == 0 ? "Completed" : "Error", "", started,
                          now);
+}
+
+// What a real kubelet writes as a failed container's termination message under
+// terminationMessagePolicy FallbackToLogsOnError (there is no termination-log file here): the
+// log's last 80 lines, at most 2048 bytes. "" for any other policy, or an exit code of 0.
+std::string FallbackTerminationMessage(const Json& pod, int exit_code,
+                                       const std::string& log_path) {
+  const Json& containers = Field(Field(pod, "spec"), "containers");
+  if (exit_code == 0 || !containers.is_array() || containers.size() == 0 ||
+      StringAt(containers.at(0), "terminationMessagePolicy") != "FallbackToLogsOnError") {
+    return "";
+  }
+  constexpr std::streamoff kMaxBytes = 2048;
+  constexpr int kMaxLines = 80;
+  std::ifstream in(log_path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  in.seekg(std::max<std::streamoff>(0, size - kMaxBytes));
+  std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> lines = absl::StrSplit(tail, '\n');
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();
+  if (lines.size() > kMaxLines) lines.erase(lines.begin(), lines.end() - kMaxLines);
+  return absl::StrJoin(lines, "\n");
 }
 
 int64_t MetaInt(const Json& object, const char* field) {
@@ -364,7 +390,13 @@ Kubelet::Action Kubelet::AdvanceLocked(PodRuntime& rt, const Json& pod, absl::Ti
         const std::optional<int> signal =
             WIFSIGNALED(wait_status) ? std::optional<int>(WTERMSIG(wait_status)) : std::nullopt;
         const int code = signal.has_value() ? 128 + *signal : WEXITSTATUS(wait_status);
-        ContainerExitedLocked(rt, pod, code, ExitState(code, signal, rt.started_at, now), now);
+        Json state = ExitState(code, signal, rt.started_at, now);
+        const std::string message = FallbackTerminationMessage(
+            pod, code,
+            absl::StrCat(options_.log_dir, "/", MetaString(pod, "namespace"), "_",
+                         MetaString(pod, "name"), ".log"));
+        if (!message.empty()) state["message"] = Json::string(message);
+        ContainerExitedLocked(rt, pod, code, std::move(state), now);
       }
       break;
     case ContainerPhase::kBackOff:

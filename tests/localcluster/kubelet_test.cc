@@ -317,6 +317,23 @@ TEST_F(KubeletTest, ExitZero_Succeeded_ExitThreeWithNever_FailedWithError) {
   EXPECT_THAT(Log("bad"), HasSubstr("failing")) << "stderr shares the log";
 }
 
+// A failed container with terminationMessagePolicy FallbackToLogsOnError gets its log's tail as
+// its termination message, as a real kubelet gives it (how a coordinator's "cannot listen"
+// reaches status.coordinator.lastExitMessage on the local cluster); other containers get none.
+TEST_F(KubeletTest, FallbackToLogsOnError_PutsTheLogTailInTheTerminationMessage) {
+  Make();
+  Json pod =
+      ShellPod("fallback", "echo starting; echo 'cannot listen on 0.0.0.0:20470' >&2; exit 2");
+  pod["spec"]["containers"][0]["terminationMessagePolicy"] = Json::string("FallbackToLogsOnError");
+  Create(pod);
+  Create(ShellPod("plain", "echo 'cannot listen' >&2; exit 2"));
+  ASSERT_TRUE(
+      SyncUntil([&] { return Phase("fallback") == "Failed" && Phase("plain") == "Failed"; }));
+  EXPECT_EQ(StringAt(Container("fallback"), "state.terminated.message"),
+            "starting\ncannot listen on 0.0.0.0:20470");
+  EXPECT_EQ(StringAt(Container("plain"), "state.terminated.message"), "");
+}
+
 TEST_F(KubeletTest, MissingCommand_ContainerCannotRun) {
   Make();
   Json pod = ShellPod("nocmd", "");
