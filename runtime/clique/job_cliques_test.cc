@@ -59,8 +59,8 @@ class JobCliquesTest : public ::testing::Test {
     ASSERT_TRUE(created.ok()) << created.status();
     task->client = *std::move(created);
     ASSERT_TRUE(task->client->Connect(absl::Seconds(20)).ok());
-    task->job_cliques = std::make_unique<JobCliques>(*task->client, nccl_, base::RealClock::Get(),
-                                                     JobCliques::Options{});
+    task->job_cliques =
+        std::make_unique<JobCliques>(*task->client, nccl_, base::RealClock::Get(), options_);
     task->cliques = task->job_cliques.get();
     tasks_[static_cast<size_t>(t)] = std::move(task);
   }
@@ -82,6 +82,7 @@ class JobCliquesTest : public ::testing::Test {
 
   Coordinator coordinator_{kTasks};
   FakeNccl nccl_;
+  JobCliques::Options options_;
   std::vector<std::unique_ptr<Task>> tasks_ = std::vector<std::unique_ptr<Task>>(kTasks);
 };
 
@@ -108,6 +109,34 @@ TEST(ReportToAgentTest, NoAgentIsUnavailableNotAHang) {
   absl::StatusOr<std::string> answer =
       ReportToAgent("/nonexistent/phalanx.sock", "key", "test", {0, 0}, info);
   EXPECT_TRUE(absl::IsUnavailable(answer.status())) << answer.status();
+}
+
+// Reports to the node agent are re-sent while the clique lives, so the agent's TTL (which drops
+// reports of tasks that died without a word) never drops a live one.
+TEST_F(JobCliquesTest, ReportsToTheAgentAreRefreshedWhileTheCliqueLives) {
+  const std::string path = absl::StrCat("/tmp/phx-refresh-", getpid(), ".sock");
+  agent::CliqueRegistry registry;
+  auto server = agent::CliqueSocketServer::Start({path}, registry, base::RealClock::Get());
+  ASSERT_TRUE(server.ok()) << server.status();
+  options_.agent_socket = path;
+  options_.agent_key = CliqueSocketKey(kToken);
+  options_.agent_refresh = absl::Milliseconds(100);
+  for (int t = 0; t < kTasks; ++t) StartTask(t, 0);
+  const CliqueKey key = KeyFor({0, 0, 0});
+  for (int t = kTasks - 1; t >= 0; --t) Acquire(t, key);
+  ASSERT_TRUE(Eventually([&] { return AllReadyOn(key); }, absl::Seconds(30)));
+  ASSERT_TRUE(Eventually([&] { return registry.List().size() == kTasks; }, absl::Seconds(30)));
+  const absl::Time ready = absl::Now();
+  // No state changes from here on: only the refresh can bring newer reports.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        for (const agent::LocalClique& c : registry.List()) {
+          if (c.updated <= ready || c.state != "READY") return false;
+        }
+        return registry.List().size() == kTasks;
+      },
+      absl::Seconds(30)));
+  for (auto& task : tasks_) task.reset();  // before the server goes
 }
 
 // The client's REPORT against the node agent's real socket server: the keyed report is taken,
