@@ -193,10 +193,6 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
   resources["limits"] = Json::object();
   resources["limits"]["memory"] = Str(placement.memory);
   container["resources"] = resources;
-  // A coordinator that exits at start (a bad flag, a port in use) says why on stderr: the log's
-  // tail becomes its termination message, which the operator shows in
-  // status.coordinator.lastExitMessage and the CoordinatorRestarted Event.
-  container["terminationMessagePolicy"] = Str("FallbackToLogsOnError");
 
   Json pod = Json::object();
   pod["apiVersion"] = Str("v1");
