@@ -159,6 +159,46 @@ bool LocalJob::WaitAllExited(absl::Duration timeout) {
   return all_ok;
 }
 
+namespace {
+
+// The last `n` lines of `lines`, each indented and newline-terminated.
+std::string Tail(const std::vector<std::string>& lines, int n) {
+  std::string out;
+  const size_t from = lines.size() > static_cast<size_t>(n) ? lines.size() - n : 0;
+  for (size_t i = from; i < lines.size(); ++i) absl::StrAppend(&out, "    ", lines[i], "\n");
+  return out;
+}
+
+std::vector<std::string> FileLines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  return lines;
+}
+
+}  // namespace
+
+std::string LocalJob::Describe(int lines) {
+  std::string out = absl::StrCat("--- local job state (", absl::FormatTime(absl::Now()), ")\n");
+  for (int task = 0; task < options_.num_tasks; ++task) {
+    std::vector<std::string> stdout_lines;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& p : workers_[task]) {
+        for (std::string& line : p->Lines()) stdout_lines.push_back(std::move(line));
+      }
+    }
+    absl::StrAppend(&out, "  task ", task, " stdout (last ", lines, "):\n",
+                    Tail(stdout_lines, lines));
+    const std::vector<std::string> log =
+        FileLines(absl::StrCat(options_.work_dir, "/worker-", task, ".log"));
+    if (!log.empty()) absl::StrAppend(&out, "  task ", task, " stderr:\n", Tail(log, lines));
+  }
+  absl::StrAppend(&out, "  coordinator log (last ", 2 * lines, "):\n",
+                  Tail(FileLines(options_.work_dir + "/coordinator.log"), 2 * lines));
+  return out;
+}
+
 std::unique_ptr<client::GrpcCoordinationClient> LocalJob::AdminClient() {
   client::ClientConfig config;
   config.coordinator = address();

@@ -59,6 +59,11 @@ class LocalJob {
   // Waits until every task's current process exits; true if all exited 0.
   bool WaitAllExited(absl::Duration timeout);
 
+  // For a failed wait's message: each task's last `lines` stdout lines (its EVENT lines, every
+  // incarnation) and the tail of its stderr log, then the coordinator log's tail. The events
+  // live only in memory, so without this a hung task leaves nothing to read.
+  std::string Describe(int lines = 12);
+
   // A client speaking for task 0 that never registers: for operator-style calls
   // (NotifyPreemption, WatchJobState).
   std::unique_ptr<client::GrpcCoordinationClient> AdminClient();

@@ -1,6 +1,7 @@
 #include "runtime/client/grpc_client.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/log.h"
 #include "runtime/coordination/proto_convert.h"
 
 namespace phalanx::client {
@@ -387,8 +388,13 @@ absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {
       // its session thread, so it does not depend on anyone's training loop).
       const uint64_t id = next.round.round;
       auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sync_.Settled(id); };
-      clock_.AwaitWithDeadline(&mu_, absl::Condition(&settled),
-                               clock_.Now() + sync_.RoundWait(next.round));
+      if (!clock_.AwaitWithDeadline(&mu_, absl::Condition(&settled),
+                                    clock_.Now() + sync_.RoundWait(next.round))) {
+        // The early report's answer never came (a hang here is otherwise invisible).
+        PHX_LOG(WARNING) << "task " << config_.task_id << ": no sync step agreed for round " << id
+                         << " by its deadline at step " << step << " (" << sync_.DebugString()
+                         << "); reporting this step";
+      }
       next = sync_.AfterWait(step, id);
     }
     if (next.action == SyncPointTracker::Next::Action::kAnswer) return next.answer;
@@ -401,6 +407,11 @@ absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {
                  report_wait + config_.rpc_margin);
   absl::StatusOr<int64_t> sync_step =
       response.ok() ? absl::StatusOr<int64_t>(response->sync_step()) : response.status();
+  if (!sync_step.ok()) {
+    PHX_LOG(WARNING) << "task " << config_.task_id << ": report of step " << step
+                     << " for preemption round " << next.round.round
+                     << " failed: " << sync_step.status();
+  }
   absl::MutexLock lock(&mu_);
   return sync_.OnOwnReportAnswer(step, next.round.round, sync_step);
 }

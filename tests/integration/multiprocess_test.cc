@@ -69,7 +69,8 @@ void WaitForCheckpoint(LocalJob& job, int64_t step) {
   for (int task = 0; task < job.options().num_tasks; ++task) {
     ASSERT_TRUE(job.WaitForEvent(task, "checkpoint", kTimeout,
                                  [&](const WorkerEvent& e) { return e.Int("step") >= step; }))
-        << "task " << task << " never reached step " << step;
+        << "task " << task << " never reached step " << step << "\n"
+        << job.Describe();
   }
 }
 
@@ -146,7 +147,7 @@ TEST_F(MultiProcess, PreemptionNotice_EveryTaskCheckpointsAtTheSameStep) {
   std::set<int64_t> steps;
   for (int task = 0; task < 4; ++task) {
     auto synced = job->WaitForEvent(task, "sync_checkpoint", kTimeout);
-    ASSERT_TRUE(synced.has_value()) << "task " << task;
+    ASSERT_TRUE(synced.has_value()) << "task " << task << "\n" << job->Describe();
     steps.insert(synced->Int("step"));
   }
   ASSERT_EQ(steps.size(), 1u) << "all tasks must checkpoint at one step";
@@ -154,7 +155,7 @@ TEST_F(MultiProcess, PreemptionNotice_EveryTaskCheckpointsAtTheSameStep) {
   // The task the notice names leaves at that step (exit 4: "move me"); as the operator would,
   // start its next incarnation. It resumes from the agreed step, and so does everyone else.
   auto left = job->WaitForEvent(3, "left_for_preemption", kTimeout);
-  ASSERT_TRUE(left.has_value());
+  ASSERT_TRUE(left.has_value()) << job->Describe();
   EXPECT_EQ(left->Int("step"), sync_step);
   ASSERT_TRUE(job->worker(3).Wait(kTimeout).has_value());
   EXPECT_EQ(job->worker(3).ExitCode(), 4);
