@@ -192,6 +192,31 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
 
   bool barrier_failed = false;
   while (step < options_.steps) {
+    // The sync point before a membership change: the task a round names checkpoints at the
+    // agreed step and leaves at once, so its failure may reach us after we passed the step's
+    // previous barrier but before we got here. The state at `step` is complete (every task
+    // passed that barrier), so checkpoint it first; recovery then resumes from it, and the
+    // step is checked again after recovery (the tracker answers false once it was reached).
+    absl::StatusOr<bool> sync = client().ReachedSyncPoint(step);
+    if (!sync.ok()) {
+      Event(me, "sync_failed", absl::StrCat("reason=\"", sync.status().message(), "\""));
+    } else if (*sync) {
+      if (absl::Status s = Checkpoint(step, "preemption"); !s.ok()) return s;
+      Event(me, "sync_checkpoint", absl::StrCat("step=", step));
+      bool named;
+      {
+        absl::MutexLock lock(&shared_->mu);
+        named = shared_->named_in_preemption;
+      }
+      if (named) {
+        // This task's node is going away: leave now rather than train steps that its
+        // eviction would throw away. The operator moves it; its peers wait at this step.
+        Event(me, "left_for_preemption", absl::StrCat("step=", step));
+        left_for_preemption_ = true;
+        return absl::OkStatus();
+      }
+    }
+
     if (barrier_failed || MembershipChanges() != seen_changes) {
       absl::StatusOr<Epoch> next = Recover();
       if (!next.ok()) return next.status();
@@ -216,26 +241,6 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
       }
       barrier_failed = false;
       continue;
-    }
-
-    absl::StatusOr<bool> sync = client().ReachedSyncPoint(step);
-    if (!sync.ok()) {
-      Event(me, "sync_failed", absl::StrCat("reason=\"", sync.status().message(), "\""));
-    } else if (*sync) {
-      if (absl::Status s = Checkpoint(step, "preemption"); !s.ok()) return s;
-      Event(me, "sync_checkpoint", absl::StrCat("step=", step));
-      bool named;
-      {
-        absl::MutexLock lock(&shared_->mu);
-        named = shared_->named_in_preemption;
-      }
-      if (named) {
-        // This task's node is going away: leave now rather than train steps that its
-        // eviction would throw away. The operator moves it; its peers wait at this step.
-        Event(me, "left_for_preemption", absl::StrCat("step=", step));
-        left_for_preemption_ = true;
-        return absl::OkStatus();
-      }
     }
 
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.step_time));  // "compute"

@@ -11,7 +11,9 @@
 // A preemption round makes every task checkpoint at the same agreed step. A task the round
 // names as about to be preempted then leaves (Run returns with LeftForPreemption() true), as a
 // JAX program does at its preemption sync point: its peers wait in that step's barrier and
-// resume from the agreed checkpoint once it is back, so no step is lost.
+// resume from the agreed checkpoint once it is back, so no step is lost. Each step checks the
+// sync point before acting on a membership change: that task's leaving may be announced before
+// a slower peer has checked the sync step, and recovering first would skip its checkpoint.
 //
 // It prints one `EVENT t_ms=<unix ms> task=<id> inc=<n> kind=<kind> ...` line per event on
 // stdout; the demo and the tests read them. Not thread-safe apart from the client callbacks.

@@ -237,23 +237,10 @@ class Trainer:
         self.event("start", "resume_step=%d epoch=%s" % (step, epoch))
         barrier_failed = False
         while step < self.args.steps:
-            if barrier_failed or self.changes() != seen:
-                next_epoch, resume, seen = self.recover()
-                if next_epoch == epoch:
-                    if barrier_failed:
-                        # Same membership yet the step barrier failed (a straggler timed out):
-                        # a collective timeout, which real training cannot survive in place.
-                        message = "step %d barrier failed twice" % step
-                        self.client.report_error(message)
-                        raise phalanx.Internal(message)
-                else:
-                    self.event("recovered", "from_step=%d resume_step=%d lost=%d epoch=%s" % (
-                        step, resume, step - resume, next_epoch))
-                    step, epoch = resume, next_epoch
-                    self.restore(step)
-                barrier_failed = False
-                continue
-
+            # The sync point before a membership change: the task a round names checkpoints
+            # at the agreed step and leaves at once, so its failure may reach us after the
+            # previous step's barrier but before this check. The state at `step` is complete,
+            # so checkpoint it first; recovery then resumes from it (no step lost).
             try:
                 sync = self.client.reached_sync_point(step)
             except phalanx.Aborted:
@@ -271,6 +258,23 @@ class Trainer:
                     # eviction would throw away. Its peers wait at this step.
                     self.event("left_for_preemption", "step=%d" % step)
                     return EXIT_PREEMPTED
+
+            if barrier_failed or self.changes() != seen:
+                next_epoch, resume, seen = self.recover()
+                if next_epoch == epoch:
+                    if barrier_failed:
+                        # Same membership yet the step barrier failed (a straggler timed out):
+                        # a collective timeout, which real training cannot survive in place.
+                        message = "step %d barrier failed twice" % step
+                        self.client.report_error(message)
+                        raise phalanx.Internal(message)
+                else:
+                    self.event("recovered", "from_step=%d resume_step=%d lost=%d epoch=%s" % (
+                        step, resume, step - resume, next_epoch))
+                    step, epoch = resume, next_epoch
+                    self.restore(step)
+                barrier_failed = False
+                continue
 
             time.sleep(self.args.step_time)  # "compute"
             next_state = advance_state(self.state, step)

@@ -1,0 +1,153 @@
+#include "examples/sample_worker/sample_trainer.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace phalanx::examples {
+namespace {
+
+using ::phalanx::testing::IsOk;
+using ::testing::Contains;
+
+// Task 0 of a two-task job, played against a scripted coordinator: every barrier passes at
+// once, recovery sees both tasks connected, and a preemption round has agreed on
+// `sync_step`. The peer (task 1) is the task the round names: it checkpoints at the sync
+// step and leaves, so its failure reaches task 0 right after the barrier of the step before
+// (the peer passed that barrier too) and before task 0's loop checks the sync step, which
+// is what a loaded machine does to the real processes. After the failure the peer's next
+// incarnation is back and publishes its checkpoint, the sync step.
+class ScriptedClient final : public client::CoordinationClient {
+ public:
+  ScriptedClient(client::ClientCallbacks callbacks, int64_t sync_step)
+      : callbacks_(std::move(callbacks)), sync_step_(sync_step) {}
+
+  std::vector<int64_t> sync_checks;    // the steps ReachedSyncPoint was asked about
+  std::vector<std::string> published;  // this task's recovery entries, in order
+
+  client::TaskRef task() const override { return {0, 0}; }
+  int num_tasks() const override { return 2; }
+  absl::Status Connect(absl::Duration) override { return absl::OkStatus(); }
+  absl::Status WaitUntilConnected(absl::Duration) override { return absl::OkStatus(); }
+  bool connected() const override { return true; }
+
+  void BarrierAsync(const std::string& id, absl::Duration, const std::vector<int>&,
+                    absl::AnyInvocable<void(absl::Status) &&> done) override {
+    const bool peer_leaves =
+        !peer_left_ && absl::EndsWith(id, absl::StrCat("/step-", sync_step_ - 1));
+    std::move(done)(absl::OkStatus());
+    if (peer_leaves) {
+      // The peer passed this barrier with us, checkpointed at the sync step and left.
+      peer_left_ = true;
+      peer_latest_ = sync_step_;
+      callbacks_.on_peer_change(client::TaskInfo{1, 0, client::TaskState::kFailed,
+                                                 "session broken: stream closed by the task"});
+    }
+  }
+  void CancelBarrierAsync(const std::string&,
+                          absl::AnyInvocable<void(absl::Status) &&> done) override {
+    std::move(done)(absl::OkStatus());
+  }
+  absl::StatusOr<bool> ReachedSyncPoint(int64_t step) override {
+    sync_checks.push_back(step);
+    if (step != sync_step_ || sync_answered_) return false;
+    sync_answered_ = true;
+    return true;
+  }
+  absl::StatusOr<client::JobSnapshot> WatchJobState(uint64_t, absl::Duration) override {
+    // The peer's replacement (incarnation 1) is connected again by the time we recover.
+    client::JobSnapshot snapshot{"job", 1, {}, "coordinator"};
+    snapshot.tasks.push_back({0, 0, client::TaskState::kConnected, "", absl::InfinitePast()});
+    snapshot.tasks.push_back(
+        {1, peer_left_ ? 1u : 0u, client::TaskState::kConnected, "", absl::InfinitePast()});
+    return snapshot;
+  }
+  absl::Status KvInsert(const std::string& key, const std::string& value, bool) override {
+    kv_[key] = value;
+    published.push_back(value);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KvGetDir(
+      const std::string& directory) override {
+    std::vector<std::pair<std::string, std::string>> entries;
+    entries.emplace_back(directory + "/0", kv_[directory + "/0"]);
+    entries.emplace_back(directory + "/1", absl::StrCat(peer_latest_));
+    return entries;
+  }
+  absl::Status Shutdown(absl::Duration) override { return absl::OkStatus(); }
+
+  // Not used by the trainer in this script.
+  absl::Status Barrier(const std::string&, absl::Duration, const std::vector<int>&) override {
+    return Unused();
+  }
+  absl::Status CancelBarrier(const std::string&) override { return Unused(); }
+  absl::StatusOr<std::string> KvGet(const std::string&, absl::Duration) override {
+    return Unused();
+  }
+  void KvInsertAsync(const std::string&, const std::string&, bool,
+                     absl::AnyInvocable<void(absl::Status) &&> done) override {
+    std::move(done)(Unused());
+  }
+  void KvGetAsync(const std::string&, absl::Duration,
+                  absl::AnyInvocable<void(absl::StatusOr<std::string>) &&> done) override {
+    std::move(done)(Unused());
+  }
+  absl::StatusOr<std::string> KvTryGet(const std::string&) override { return Unused(); }
+  absl::StatusOr<int> KvDelete(const std::string&) override { return Unused(); }
+  absl::Status ReportError(const std::string&) override { return Unused(); }
+  absl::StatusOr<std::vector<client::TaskRef>> GetAliveTasks(const std::vector<int>&,
+                                                             absl::Duration) override {
+    return Unused();
+  }
+  absl::StatusOr<client::PreemptionRound> NotifyPreemption(
+      const client::PreemptionNotice&) override {
+    return Unused();
+  }
+
+ private:
+  static absl::Status Unused() { return absl::UnimplementedError("not in this script"); }
+
+  client::ClientCallbacks callbacks_;
+  const int64_t sync_step_;
+  bool peer_left_ = false;
+  bool sync_answered_ = false;
+  int64_t peer_latest_ = 0;
+  std::map<std::string, std::string> kv_;
+};
+
+TEST(SampleTrainer, PeerLeavingAtTheSyncStep_StillCheckpointsThereBeforeRecovering) {
+  const std::string dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("phalanx-trainer-test-", ::getpid());
+  std::filesystem::remove_all(dir);
+  constexpr int64_t kSyncStep = 3;
+  TrainerOptions options;
+  options.steps = 5;
+  options.step_time = absl::ZeroDuration();
+  options.checkpoint_every = 100;  // only the sync checkpoint and the last step's
+  options.checkpoint_dir = dir;
+  SampleTrainer trainer(options, {0, 0});
+  ScriptedClient client(trainer.Callbacks(), kSyncStep);
+
+  ASSERT_THAT(trainer.Run(client), IsOk());
+
+  // The sync step was checked (and checkpointed) although the peer's failure was already
+  // known when the loop got there; recovery then resumed from it, losing nothing.
+  EXPECT_THAT(client.sync_checks, Contains(kSyncStep));
+  EXPECT_THAT(CheckpointStore(dir, 0).Load(kSyncStep), IsOk());
+  EXPECT_THAT(client.published, Contains(absl::StrCat(kSyncStep)))
+      << "after the peer left, this task must publish the sync step's checkpoint";
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace phalanx::examples
