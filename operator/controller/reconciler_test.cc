@@ -257,11 +257,14 @@ TEST_F(ReconcilerTest, TwoJobsWhoseUidsShareAPortSlotGetDifferentCoordinatorPort
     ports.insert(ViewOfPod(pod).grpc_port);
   }
   EXPECT_EQ(ports.size(), 2u) << ::testing::PrintToString(ports);
-  // A later pass keeps each job's port (its tasks were told it).
+  // A later pass keeps each job's port (its tasks were told it). Each pass starts from caches
+  // that hold the previous pass's writes: a pass on a cache that has not seen the job's own
+  // status write yet is refused with a conflict (Aborted), as on a real API server.
   const Json before = *store_.Get(kPods.Qualified(), "ns", same[1] + "-coordinator");
-  ASSERT_THAT(reconciler.Reconcile("ns/" + same[1]).status(), IsOk());
-  CatchUp();
-  ASSERT_THAT(reconciler.Reconcile("ns/" + same[1]).status(), IsOk());
+  for (int pass = 0; pass < 2; ++pass) {
+    CatchUp();
+    ASSERT_THAT(reconciler.Reconcile("ns/" + same[1]).status(), IsOk());
+  }
   EXPECT_EQ(ViewOfPod(*store_.Get(kPods.Qualified(), "ns", same[1] + "-coordinator")).grpc_port,
             ViewOfPod(before).grpc_port);
   const Json task = *store_.Get(kPods.Qualified(), "ns", same[1] + "-task-0-0");
