@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Static lock checking: compiles every non-test source with clang's -Wthread-safety.
+"""Static lock checking: compiles every source (and each test that declares lock annotations)
+with clang's -Wthread-safety.
 
 GCC ignores the ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED annotations; clang checks
 them. TSan cannot stand in for this here: Debian's abseil is not built with TSan, so
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+ANNOTATIONS = ("GUARDED_BY", "LOCKS_REQUIRED", "LOCKS_EXCLUDED", "ACQUIRED_")
 CHECKED_DIRS = ("/common/", "/runtime/", "/operator/", "/node_agent/", "/examples/", "/bench/", "/tests/")
 
 
@@ -36,6 +38,14 @@ def clang_command(entry, clang):
                   entry["file"]]
 
 
+def has_annotations(path):
+    """A test file is checked only when it declares lock annotations of its own: the rest use
+    the (checked) library types, and compiling all of them took CI ~2 of the check's 4 minutes."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    return any(word in text for word in ANNOTATIONS)
+
+
 def main():
     clang = shutil.which("clang++")
     if clang is None:
@@ -43,7 +53,8 @@ def main():
         return 0
     with open(f"{sys.argv[1]}/compile_commands.json") as f:
         entries = [e for e in json.load(f)
-                   if any(d in e["file"] for d in CHECKED_DIRS) and "/gen/" not in e["file"]]
+                   if any(d in e["file"] for d in CHECKED_DIRS) and "/gen/" not in e["file"]
+                   and (not e["file"].endswith("_test.cc") or has_annotations(e["file"]))]
 
     def check(entry):
         result = subprocess.run(clang_command(entry, clang), cwd=entry["directory"],
