@@ -36,9 +36,11 @@ Json ExitState(int exit_code, std::optional<int> signal, absl::Time started, abs
 
 // What a real kubelet writes as a failed container's termination message under
 // terminationMessagePolicy FallbackToLogsOnError (there is no termination-log file here): the
-// log's last 80 lines, at most 2048 bytes. "" for any other policy, or an exit code of 0.
-std::string FallbackTerminationMessage(const Json& pod, int exit_code,
-                                       const std::string& log_path) {
+// log's last 80 lines, at most 2048 bytes, of this run only (`run_start`: the log's size when the
+// run started; the log file is shared by every run and every pod of that name, as `kubectl logs`
+// here shows them all). "" for any other policy, or an exit code of 0.
+std::string FallbackTerminationMessage(const Json& pod, int exit_code, const std::string& log_path,
+                                       std::streamoff run_start) {
   const Json& containers = Field(Field(pod, "spec"), "containers");
   if (exit_code == 0 || !containers.is_array() || containers.size() == 0 ||
       StringAt(containers.at(0), "terminationMessagePolicy") != "FallbackToLogsOnError") {
@@ -49,7 +51,7 @@ std::string FallbackTerminationMessage(const Json& pod, int exit_code,
   std::ifstream in(log_path, std::ios::binary | std::ios::ate);
   if (!in) return "";
   const std::streamoff size = in.tellg();
-  in.seekg(std::max<std::streamoff>(0, size - kMaxBytes));
+  in.seekg(std::max<std::streamoff>({0, run_start, size - kMaxBytes}));
   std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::string> lines = absl::StrSplit(tail, '\n');
   if (!lines.empty() && lines.back().empty()) lines.pop_back();
@@ -71,8 +73,9 @@ struct Kubelet::PodRuntime {
   bool simulated = false;
   Json pod;  // the latest object seen (event, list or our own write)
   ContainerPhase state = ContainerPhase::kCreating;
-  absl::Time start_time;  // status.startTime
-  absl::Time started_at;  // the current (or last) run's start
+  absl::Time start_time;         // status.startTime
+  absl::Time started_at;         // the current (or last) run's start
+  std::streamoff log_start = 0;  // the log file's size when the current (or last) run started
   int restart_count = 0;
   std::unique_ptr<process::Subprocess> process;
   std::optional<int> injected_exit;  // FailPod, applied by the next pass
@@ -394,7 +397,8 @@ Kubelet::Action Kubelet::AdvanceLocked(PodRuntime& rt, const Json& pod, absl::Ti
         const std::string message = FallbackTerminationMessage(
             pod, code,
             absl::StrCat(options_.log_dir, "/", MetaString(pod, "namespace"), "_",
-                         MetaString(pod, "name"), ".log"));
+                         MetaString(pod, "name"), ".log"),
+            rt.log_start);
         if (!message.empty()) state["message"] = Json::string(message);
         ContainerExitedLocked(rt, pod, code, std::move(state), now);
       }
@@ -432,9 +436,13 @@ void Kubelet::StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time n
     }
     return decoded;
   };
-  absl::StatusOr<process::SubprocessOptions> launch = ContainerLaunchOptions(
-      pod, absl::StrCat(options_.log_dir, "/", ns, "_", name, ".log"), options_.extra_env,
-      secret_value, absl::StrCat(options_.log_dir, "/", ns, "_", name, ".volumes"));
+  const std::string log_path = absl::StrCat(options_.log_dir, "/", ns, "_", name, ".log");
+  std::error_code size_error;
+  const std::uintmax_t log_size = std::filesystem::file_size(log_path, size_error);
+  rt.log_start = size_error ? 0 : static_cast<std::streamoff>(log_size);
+  absl::StatusOr<process::SubprocessOptions> launch =
+      ContainerLaunchOptions(pod, log_path, options_.extra_env, secret_value,
+                             absl::StrCat(options_.log_dir, "/", ns, "_", name, ".volumes"));
   absl::StatusOr<std::unique_ptr<process::Subprocess>> child =
       launch.ok() ? process::Subprocess::Start(*std::move(launch)) : launch.status();
   if (!child.ok()) {

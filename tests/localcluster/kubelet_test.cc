@@ -334,6 +334,31 @@ TEST_F(KubeletTest, FallbackToLogsOnError_PutsTheLogTailInTheTerminationMessage)
   EXPECT_EQ(StringAt(Container("plain"), "state.terminated.message"), "");
 }
 
+// The log file is shared by every run of a container (and by a recreated pod of the same name,
+// as the operator recreates a coordinator): the message holds only the run that failed. Seen on
+// the local cluster: a coordinator refused at start four times showed all four runs' lines.
+TEST_F(KubeletTest, FallbackToLogsOnError_HoldsOnlyTheFailedRunsLines) {
+  Make();
+  const std::string counter = log_dir_ + "/again-runs";
+  Json pod = ShellPod("again",
+                      "n=$(cat " + counter + " 2>/dev/null || echo 0); echo $((n+1)) > " + counter +
+                          "; echo \"run $n refused\" >&2; exit 2",
+                      "OnFailure");
+  pod["spec"]["containers"][0]["terminationMessagePolicy"] = Json::string("FallbackToLogsOnError");
+  Create(pod);
+  ASSERT_TRUE(SyncUntil(
+      [&] { return StringAt(Container("again"), "state.waiting.reason") == "CrashLoopBackOff"; }));
+  EXPECT_EQ(StringAt(Container("again"), "lastState.terminated.message"), "run 0 refused");
+  clock_.Advance(absl::Seconds(1));  // the back-off runs on the injected clock
+  ASSERT_TRUE(SyncUntil([&] {
+    const Json c = Container("again");
+    return c.at("restartCount").as_integer() == 1 &&
+           StringAt(c, "state.waiting.reason") == "CrashLoopBackOff";
+  }));
+  EXPECT_EQ(StringAt(Container("again"), "lastState.terminated.message"), "run 1 refused");
+  EXPECT_THAT(Log("again"), HasSubstr("run 0 refused")) << "the log keeps every run";
+}
+
 TEST_F(KubeletTest, MissingCommand_ContainerCannotRun) {
   Make();
   Json pod = ShellPod("nocmd", "");
