@@ -133,8 +133,9 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> WriteSecretVolu
       std::optional<std::string> value =
           secret_value ? secret_value(secret, key) : std::optional<std::string>();
       if (!value.has_value() || path.empty() || path.find("..") != std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat("volume ", volume_name, ": secret \"",
-                                                       secret, "\" has no key \"", key, "\""));
+        // FailedPrecondition: the kubelet keeps the pod waiting and retries (FailedMount).
+        return absl::FailedPreconditionError(absl::StrCat("volume ", volume_name, ": secret \"",
+                                                          secret, "\" has no key \"", key, "\""));
       }
       const std::string file = absl::StrCat(dir, "/", path);
       std::ofstream out(file, std::ios::trunc);
@@ -180,7 +181,8 @@ absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
       if (value.has_value()) {
         env[name] = *value;
       } else if (!(optional.is_boolean() && optional.as_bool())) {
-        return absl::InvalidArgumentError(
+        // FailedPrecondition: the kubelet keeps the pod waiting (CreateContainerConfigError).
+        return absl::FailedPreconditionError(
             absl::StrCat("env ", name, ": secret \"", secret, "\" has no key \"", key, "\""));
       }
     } else if (!Field(var, "valueFrom").is_null()) {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -81,7 +82,8 @@ struct Kubelet::PodRuntime {
   std::optional<int> injected_exit;  // FailPod, applied by the next pass
   Json terminated;                   // how the last run ended, once no restart follows
   Json last_terminated;              // lastState.terminated
-  std::string waiting_message;       // CrashLoopBackOff's
+  std::string waiting_message;       // CrashLoopBackOff's, or why kCreating waits
+  std::string waiting_reason;        // with kCreating: "" (ContainerCreating) or why it waits
   absl::Time restart_at;
   absl::Duration backoff;
   std::string final_phase;     // Succeeded or Failed once decided
@@ -255,6 +257,8 @@ std::map<Kubelet::PodKey, Json> Kubelet::CollectWork(absl::Time now) {
         stale.push_back(key);
       } else if (rt->process != nullptr || rt->dirty || rt->injected_exit.has_value() ||
                  rt->state == ContainerPhase::kBackOff ||
+                 // waiting for a Secret: tried again each sync, as a kubelet retries a mount
+                 (rt->state == ContainerPhase::kCreating && !rt->waiting_reason.empty()) ||
                  (evict_at.has_value() && !rt->evicted && rt->final_phase.empty())) {
         work[key] = rt->pod;  // time-driven work: exits to notice, deadlines to meet
       }
@@ -443,6 +447,20 @@ void Kubelet::StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time n
   absl::StatusOr<process::SubprocessOptions> launch =
       ContainerLaunchOptions(pod, log_path, options_.extra_env, secret_value,
                              absl::StrCat(options_.log_dir, "/", ns, "_", name, ".volumes"));
+  if (absl::IsFailedPrecondition(launch.status())) {
+    // A Secret or key the pod needs is missing: a real kubelet keeps the pod Pending and retries
+    // (FailedMount for a volume, CreateContainerConfigError for env); it never fails the pod.
+    // The container stays in kCreating and the next sync tries again.
+    if (rt.waiting_message != launch.status().message()) {
+      PHX_LOG(WARNING) << "kubelet: " << ns << "/" << name << " waits: " << launch.status();
+    }
+    rt.waiting_reason = absl::StrContains(launch.status().message(), "volume ")
+                            ? "ContainerCreating"
+                            : "CreateContainerConfigError";
+    rt.waiting_message = std::string(launch.status().message());
+    return;
+  }
+  rt.waiting_reason.clear();
   absl::StatusOr<std::unique_ptr<process::Subprocess>> child =
       launch.ok() ? process::Subprocess::Start(*std::move(launch)) : launch.status();
   if (!child.ok()) {
@@ -506,6 +524,7 @@ Json Kubelet::BuildStatusLocked(const PodRuntime& rt, const Json& pod, absl::Tim
   report.terminated = rt.terminated;
   report.last_terminated = rt.last_terminated;
   report.waiting_message = rt.waiting_message;
+  report.waiting_reason = rt.waiting_reason;
   return PodStatus(pod, report, now);
 }
 

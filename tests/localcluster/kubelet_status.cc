@@ -142,7 +142,11 @@ Json PodStatus(const Json& pod, const PodReport& report, absl::Time now) {
         state["terminated"] = report.terminated;
         break;
       case ContainerPhase::kCreating:
-        state["waiting"]["reason"] = Json::string("ContainerCreating");
+        state["waiting"]["reason"] = Json::string(
+            report.waiting_reason.empty() ? "ContainerCreating" : report.waiting_reason);
+        if (!report.waiting_reason.empty()) {
+          state["waiting"]["message"] = Json::string(report.waiting_message);
+        }
         break;
     }
     cs["state"] = state;

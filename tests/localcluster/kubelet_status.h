@@ -31,7 +31,8 @@ struct PodReport {
   std::string container_id;     // while running
   Json terminated;              // state.terminated, with kTerminated
   Json last_terminated;         // lastState.terminated; null: none yet
-  std::string waiting_message;  // CrashLoopBackOff's, with kBackOff
+  std::string waiting_message;  // CrashLoopBackOff's, with kBackOff; why kCreating waits
+  std::string waiting_reason;   // with kCreating: "" for ContainerCreating
 };
 
 // `pod`'s status with the fields a kubelet owns replaced (phase, IPs, startTime, the

@@ -170,7 +170,7 @@ TEST(ContainerLaunchOptionsTest, SecretVolumesAreWrittenAndPathsUnderTheMountRew
   EXPECT_EQ(text, "cred-1");
   pod["spec"]["volumes"][0]["secret"]["items"][0]["key"] = Json::string("other");
   EXPECT_THAT(ContainerLaunchOptions(pod, "/tmp/x.log", {}, lookup, dir),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no key \"other\"")));
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no key \"other\"")));
 }
 
 TEST(ContainerLaunchOptionsTest, ResolvesPathEnvAndRejectsWhatCannotRun) {
@@ -210,7 +210,7 @@ TEST(ContainerLaunchOptionsTest, ResolvesPathEnvAndRejectsWhatCannotRun) {
       Json::string("missing");
   required["spec"]["containers"][0]["env"][2]["valueFrom"]["secretKeyRef"].erase("optional");
   EXPECT_THAT(ContainerLaunchOptions(required, "/tmp/x.log", {}, lookup),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("secret \"s\"")));
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("secret \"s\"")));
   EXPECT_EQ(options->stdout_path, "/tmp/x.log");
   EXPECT_TRUE(options->kill_group_on_exit);
 
@@ -357,6 +357,37 @@ TEST_F(KubeletTest, FallbackToLogsOnError_HoldsOnlyTheFailedRunsLines) {
   }));
   EXPECT_EQ(StringAt(Container("again"), "lastState.terminated.message"), "run 1 refused");
   EXPECT_THAT(Log("again"), HasSubstr("run 0 refused")) << "the log keeps every run";
+}
+
+// A Secret (or key) the pod needs that is not there yet keeps the pod Pending, retried, as a real
+// kubelet does (FailedMount / CreateContainerConfigError): it never fails the pod. Seen trying a
+// squatting token Secret as a user: the local kubelet failed every task pod (exit 128) and the
+// job ran out of restarts, where a real cluster would have waited for the Secret to be fixed.
+TEST_F(KubeletTest, AMissingSecretKeyKeepsThePodWaitingUntilItAppears) {
+  Make();
+  Json pod = ShellPod("needs-secret", "echo mounted");
+  pod["spec"]["volumes"] = Json::parse(
+      R"([{"name":"tok","secret":{"secretName":"s","items":[{"key":"task-0","path":"token"}]}}])");
+  pod["spec"]["containers"][0]["volumeMounts"] =
+      Json::parse(R"([{"name":"tok","mountPath":"/var/run/s"}])");
+  Json env_pod = ShellPod("needs-env", "true");
+  env_pod["spec"]["containers"][0]["env"] =
+      Json::parse(R"([{"name":"T","valueFrom":{"secretKeyRef":{"name":"s","key":"task-0"}}}])");
+  Create(pod);
+  Create(env_pod);
+  for (int i = 0; i < 3; ++i) kubelet_->SyncOnce();
+  EXPECT_EQ(Phase("needs-secret"), "Pending");
+  EXPECT_EQ(StringAt(Container("needs-secret"), "state.waiting.reason"), "ContainerCreating");
+  EXPECT_THAT(StringAt(Container("needs-secret"), "state.waiting.message"),
+              HasSubstr("has no key \"task-0\""));
+  EXPECT_EQ(Phase("needs-env"), "Pending");
+  EXPECT_EQ(StringAt(Container("needs-env"), "state.waiting.reason"), "CreateContainerConfigError");
+  Json secret = Json::parse(
+      R"({"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"data":{"task-0":"c2VjcmV0"}})");
+  ASSERT_THAT(store_.Create("secrets", "ns", secret), IsOk());
+  ASSERT_TRUE(SyncUntil(
+      [&] { return Phase("needs-secret") == "Succeeded" && Phase("needs-env") == "Succeeded"; }));
+  EXPECT_THAT(Log("needs-secret"), HasSubstr("mounted"));
 }
 
 TEST_F(KubeletTest, MissingCommand_ContainerCannotRun) {
