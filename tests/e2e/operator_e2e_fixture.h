@@ -1,0 +1,215 @@
+// The fixture of the operator end-to-end tests: the local cluster (phalanx-localcluster), the
+// operator, and helpers to create jobs and read what their workers reported. Shared by
+// operator_e2e_test.cc (restarts, suspend, faults) and operator_preemption_e2e_test.cc.
+#pragma once
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/kube/cluster_config.h"
+#include "common/kube/object_meta.h"
+#include "common/kube/rest_client.h"
+#include "common/process/subprocess.h"
+#include "common/testing/eventually.h"
+#include "common/testing/http_get.h"
+#include "node_agent/preemption/fake_metadata_server.h"
+#include "operator/api/yaml_json.h"
+#include "operator/controller/reconciler.h"
+
+namespace phalanx::e2e {
+
+// Creates a job and, when the API server refuses it, says why.
+#define ASSERT_OK_JOB(create)                     \
+  do {                                            \
+    const absl::Status created_job = (create);    \
+    ASSERT_TRUE(created_job.ok()) << created_job; \
+  } while (false)
+
+using ::phalanx::testing::Eventually;
+
+inline const std::string kBuild = PHALANX_BUILD_DIR;
+inline const std::string kSource = PHALANX_SOURCE_DIR;
+
+class OperatorE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-op-e2e-", getpid());
+    std::filesystem::create_directories(dir_);
+    const std::string kubeconfig = (dir_ / "kubeconfig").string();
+    kubeconfig_ = kubeconfig;
+    cluster_ =
+        Start({kBuild + "/tests/localcluster/phalanx-localcluster", "--kubeconfig-out", kubeconfig,
+               "--work-dir", (dir_ / "cluster").string(), "--nodes", absl::StrCat(nodes_),
+               "--gpus-per-node", absl::StrCat(gpus_per_node_)},
+              "localcluster", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
+    ASSERT_NE(cluster_, nullptr);
+    // "ready <url> backend=real|builtin": the test log says which control plane ran.
+    for (const std::string& line : cluster_->Lines()) {
+      if (absl::StartsWith(line, "ready ")) {
+        backend_ = line.substr(line.rfind("backend=") + 8);
+        std::cerr << "local cluster: " << line << "\n";
+        RecordProperty("backend", backend_);
+      }
+    }
+    absl::StatusOr<kube::ClusterConfig> config = kube::LoadKubeconfig(kubeconfig);
+    ASSERT_TRUE(config.ok()) << config.status();
+    client_ = *kube::RestClient::Create(*config);
+
+    std::stringstream crd;
+    crd << std::ifstream(kSource + "/crds/trainingjobs.phalanx.dev.yaml").rdbuf();
+    absl::StatusOr<kube::Json> crd_json = op::YamlToJson(crd.str());
+    ASSERT_TRUE(crd_json.ok()) << crd_json.status();
+    const kube::Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
+    absl::StatusOr<kube::Json> created = client_->Create(crds, "", *crd_json);
+    ASSERT_TRUE(created.ok()) << created.status();
+    // A real API server serves a new CRD's resource only once it is Established.
+    ASSERT_TRUE(Eventually(
+        [&] {
+          absl::StatusOr<kube::Json> crd = client_->Get(crds, "", "trainingjobs.phalanx.dev");
+          if (!crd.ok()) return false;
+          for (const kube::Json& c :
+               kube::ArrayOrEmpty(kube::FieldOrNull(*crd, "status"), "conditions").as_array()) {
+            if (kube::StringAt(c, "type") == "Established" &&
+                kube::StringAt(c, "status") == "True") {
+              return true;
+            }
+          }
+          return false;
+        },
+        absl::Seconds(30)));
+
+    // Coordinators share the machine's one network namespace: give each job its own port.
+    std::mt19937 rng(static_cast<unsigned>(getpid()));
+    // Below Linux's ephemeral range (32768-60999): the real control plane's many client
+    // connections take ephemeral ports, and a coordinator port among them may already be bound.
+    port_base_ = 20000 + static_cast<int>(rng() % 5000) * 2;
+    operator_ = StartOperator();
+    ASSERT_NE(operator_, nullptr);
+  }
+
+  void TearDown() override {
+    for (auto* p : {&operator_, &cluster_}) {
+      if (*p) {
+        (*p)->Signal(SIGTERM);
+        (*p)->Wait(absl::Seconds(30));
+      }
+    }
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  std::unique_ptr<process::Subprocess> Start(std::vector<std::string> argv, const std::string& name,
+                                             std::function<bool(const std::string&)> ready) {
+    process::SubprocessOptions options;
+    options.argv = std::move(argv);
+    options.stderr_path = (dir_ / (name + ".log")).string();
+    absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(options);
+    // A real control plane starts in ~7 s; a loaded machine can take many times that.
+    if (!p.ok() || !(*p)->WaitForLine(ready, absl::Seconds(180))) return nullptr;
+    return *std::move(p);
+  }
+
+  kube::Json Job() {
+    absl::StatusOr<kube::Json> job = client_->Get(op::kTrainingJobs, "default", "train");
+    return job.ok() ? *job : kube::Json::null();
+  }
+
+  struct JobOptions {
+    int replicas = 2;
+    int steps = 150;  // of 40 ms each
+    std::string backoff = R"({"baseSeconds":1,"maxSeconds":2})";
+    std::string coordination = "{}";
+    std::string restart_scope = "Task";
+    std::string preemption = "{}";
+    int gpus = 0;  // nvidia.com/gpu each task asks for
+  };
+
+  // A job of sample workers, named "train".
+  absl::Status CreateJob(const JobOptions& o) {
+    const std::string worker = kBuild + "/examples/sample_worker/phalanx-sample-worker";
+    const std::string resources =
+        o.gpus > 0 ? absl::StrCat(R"(,"resources":{"limits":{"nvidia.com/gpu":)", o.gpus, "}}")
+                   : "";
+    kube::Json job = kube::Json::parse(absl::StrCat(
+        R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"train"},
+            "spec":{"replicas":)",
+        o.replicas, R"(,"failurePolicy":{"maxRestarts":3,"restartScope":")", o.restart_scope,
+        R"(","backoff":)", o.backoff, R"(},
+              "coordination":)",
+        o.coordination, R"(,"preemption":)", o.preemption, R"(,
+              "template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[{"name":"worker","image":"sample","command":[")",
+        worker, R"("],"args":["--steps=)", o.steps,
+        R"(","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
+        (dir_ / "ckpt").string(), R"("])", resources, R"(}]}}}})"));
+    return client_->Create(op::kTrainingJobs, "default", job).status();
+  }
+
+  // A 2-task job of sample workers training `steps` steps of 40 ms.
+  absl::Status CreateJob(int steps,
+                         const std::string& backoff = R"({"baseSeconds":1,"maxSeconds":2})",
+                         const std::string& coordination = "{}") {
+    return CreateJob(JobOptions{.steps = steps, .backoff = backoff, .coordination = coordination});
+  }
+
+  bool PodExists(const std::string& name) { return client_->Get(op::kPods, "default", name).ok(); }
+
+  // The EVENT lines every pod of the job printed (the kubelet keeps each pod's log file, also
+  // after the pod is deleted), pod by pod.
+  std::map<std::string, std::vector<std::string>> WorkerEvents(const std::string& kind) {
+    std::map<std::string, std::vector<std::string>> events;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_ / "cluster" / "logs")) {
+      const std::string pod = entry.path().stem().string();
+      std::ifstream in(entry.path());
+      std::string line;
+      while (std::getline(in, line)) {
+        if (absl::StrContains(line, " kind=" + kind)) events[pod].push_back(line);
+      }
+    }
+    return events;
+  }
+
+  // The value of `field=` in an EVENT line ("" when absent).
+  static std::string EventField(const std::string& line, const std::string& field) {
+    const size_t at = line.find(" " + field + "=");
+    if (at == std::string::npos) return "";
+    const size_t start = at + field.size() + 2;
+    return line.substr(start, line.find(' ', start) - start);
+  }
+
+  std::unique_ptr<process::Subprocess> StartOperator(int port_span = 2000) {
+    return Start({kBuild + "/operator/phalanx-operator", "--kubeconfig", kubeconfig_,
+                  "--coordinator_command", kBuild + "/runtime/coordination/phalanx-coordinator",
+                  "--coordinator_address", "pod-ip", "--coordinator_port_base",
+                  absl::StrCat(port_base_), "--coordinator_port_span", absl::StrCat(port_span),
+                  "--metrics_listen", "127.0.0.1:0", "--lease_namespace", "default"},
+                 "operator", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
+  }
+
+  int TaskPodCount() {
+    absl::StatusOr<kube::ObjectList> pods =
+        client_->List(op::kPods, "default", {.label_selector = "phalanx.dev/role=task"});
+    return pods.ok() ? static_cast<int>(pods->items.size()) : -1;
+  }
+
+  int nodes_ = 2;
+  int gpus_per_node_ = 0;
+  std::string backend_;  // "real" or "builtin", from the local cluster's ready line
+  std::string kubeconfig_;
+  int port_base_ = 0;
+  std::filesystem::path dir_;
+  std::unique_ptr<process::Subprocess> cluster_;
+  std::unique_ptr<process::Subprocess> operator_;
+  std::unique_ptr<kube::RestClient> client_;
+};
+
+}  // namespace phalanx::e2e
