@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "bench/bench_util.h"
 #include "common/base/clock.h"
 #include "common/process/subprocess.h"
 #include "prometheus/registry.h"
@@ -40,19 +41,7 @@ ABSL_FLAG(int, fanout_tasks, 0, "> 0: measure a mass drop of half of this many s
 
 namespace {
 
-double RssMib(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    int64_t kib = 0;
-    if (absl::StartsWith(line, "VmRSS:") &&
-        absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(line.substr(6), "kB")),
-                         &kib)) {
-      return static_cast<double>(kib) / 1024.0;
-    }
-  }
-  return -1;
-}
+using ::phalanx::bench::RssMib;
 
 // Inserts `count` values under "mem/", at most 256 in flight; false on any failure.
 bool Fill(phalanx::client::GrpcCoordinationClient& client, int count, const std::string& value) {
