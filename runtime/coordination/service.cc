@@ -18,6 +18,12 @@ constexpr char kShutdownBarrierId[] = " shutdown";
 // How long a preemption round lasts when the notice names no deadline.
 constexpr absl::Duration kDefaultPreemptionWindow = absl::Minutes(10);
 
+// What every call meets once the coordinator stops: clients reconnect to its successor, re-register
+// and retry (docs/coordination.md, "What a coordinator restart loses").
+absl::Status CoordinatorStoppingError() {
+  return absl::UnavailableError("coordinator is shutting down; retry");
+}
+
 std::string RandomId() {
   std::random_device rd;
   return absl::StrFormat("%08x%08x", rd(), rd());
@@ -75,7 +81,7 @@ CoordinationService::~CoordinationService() { Stop(); }
 absl::StatusOr<CoordinationService::Registration> CoordinationService::Register(TaskRef ref) {
   Completions out;
   absl::MutexLock lock(&mu_);
-  if (stopped_) return absl::UnavailableError("coordinator is shutting down");
+  if (stopped_) return CoordinatorStoppingError();
   if (ref.task_id < 0 || ref.task_id >= options_.num_tasks) {
     return absl::InvalidArgumentError(
         absl::StrCat("task id ", ref.task_id, " is out of range [0, ", options_.num_tasks, ")"));
@@ -135,7 +141,7 @@ absl::StatusOr<uint64_t> CoordinationService::OpenSession(TaskRef ref,
                                                           std::shared_ptr<SessionOutbox> outbox) {
   Completions out;
   absl::MutexLock lock(&mu_);
-  if (stopped_) return absl::UnavailableError("coordinator is shutting down");
+  if (stopped_) return CoordinatorStoppingError();
   if (absl::Status s = CheckCallerLocked(ref); !s.ok()) return s;
   Task& task = tasks_[ref.task_id];
   if (task.outbox != nullptr) {
@@ -255,7 +261,7 @@ void CoordinationService::KvGet(const std::string& key, std::optional<TaskRef> w
   absl::StatusOr<absl::Duration> resolved =
       ResolveTimeout(timeout, options_.barrier_default_timeout);
   absl::Status status = resolved.status();
-  if (status.ok() && stopped_) status = absl::UnavailableError("coordinator is shutting down");
+  if (status.ok() && stopped_) status = CoordinatorStoppingError();
   if (status.ok() && waiter.has_value()) status = CheckCallerLocked(*waiter);
   if (!status.ok()) {
     out.Add([done = std::move(done), status]() mutable { std::move(done)(status); });
@@ -342,7 +348,7 @@ absl::StatusOr<std::pair<PreemptionRound, bool>> CoordinationService::NotifyPree
     PreemptionNotice notice) {
   Completions out;
   absl::MutexLock lock(&mu_);
-  if (stopped_) return absl::UnavailableError("coordinator is shutting down");
+  if (stopped_) return CoordinatorStoppingError();
   for (int task : notice.affected_tasks) {
     if (task < 0 || task >= options_.num_tasks) {
       return absl::InvalidArgumentError(absl::StrCat("affected task ", task, " is out of range"));
@@ -463,11 +469,15 @@ void CoordinationService::Stop() {
   absl::MutexLock lock(&mu_);
   if (stopped_) return;
   stopped_ = true;
-  const absl::Status cancelled = absl::CancelledError("coordinator is shutting down");
-  barriers_.FailAll(cancelled, out);
-  kv_.FailAll(cancelled, out);
-  alive_.FailAll(cancelled, out);
-  sync_.FailAll(cancelled, out);
+  // Unavailable, not Cancelled: the caller did nothing wrong and the call succeeds when retried
+  // on the coordinator's successor (the code gRPC itself uses for a server going away). A
+  // Cancelled here once failed a job whose coordinator pod was evicted: the worker took it as
+  // "a peer cancelled the barrier" and exited 1.
+  const absl::Status stopping = CoordinatorStoppingError();
+  barriers_.FailAll(stopping, out);
+  kv_.FailAll(stopping, out);
+  alive_.FailAll(stopping, out);
+  sync_.FailAll(stopping, out);
   for (Watcher& w : watchers_) {
     out.Add([done = std::move(w.done), snapshot = SnapshotLocked()]() mutable {
       std::move(done)(std::move(snapshot));
@@ -476,7 +486,7 @@ void CoordinationService::Stop() {
   watchers_.clear();
   for (Task& task : tasks_) {
     if (task.outbox == nullptr) continue;
-    task.outbox->Close(absl::UnavailableError("coordinator is shutting down"));
+    task.outbox->Close(stopping);
     out.Add([o = task.outbox] { o->Notify(); });
     task.outbox.reset();
     task.session_id = 0;
@@ -485,7 +495,7 @@ void CoordinationService::Stop() {
 }
 
 absl::Status CoordinationService::CheckCallerLocked(TaskRef ref) const {
-  if (stopped_) return absl::UnavailableError("coordinator is shutting down");
+  if (stopped_) return CoordinatorStoppingError();
   if (ref.task_id < 0 || ref.task_id >= options_.num_tasks) {
     return absl::InvalidArgumentError(
         absl::StrCat("task id ", ref.task_id, " is out of range [0, ", options_.num_tasks, ")"));

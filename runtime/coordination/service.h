@@ -158,7 +158,9 @@ class CoordinationService {
 
   // Expires deadlines and declares tasks with stale heartbeats failed.
   void Tick(absl::Time now);
-  // Fails every pending call with Cancelled and ends every session with Unavailable. Idempotent.
+  // Fails every pending call (barriers, blocking gets, alive-task agreements, sync-step reports)
+  // and ends every session with Unavailable ("coordinator is shutting down; retry"): a stopping
+  // coordinator is a transient outage to its clients, never a cancellation. Idempotent.
   void Stop();
 
   const Options& options() const { return options_; }

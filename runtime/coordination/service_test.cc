@@ -408,13 +408,29 @@ TEST_F(ServiceTest, CancelBarrier_ReservedShutdownId_IsInvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST_F(ServiceTest, Stop_FailsPendingCallsWithCancelled) {
+TEST_F(ServiceTest, Stop_FailsEveryPendingCallWithUnavailable_NeverCancelled) {
+  // A stopping coordinator (SIGTERM, pod eviction) is an outage its clients retry through;
+  // Cancelled made workers give up (issue 13).
   JoinAll();
   Slot<absl::Status> barrier;
+  Slot<absl::StatusOr<std::string>> get;
+  Slot<absl::StatusOr<std::vector<TaskRef>>> alive;
+  Slot<absl::StatusOr<int64_t>> sync;
   service_->Barrier({0, 0}, "b", absl::ZeroDuration(), {}, barrier.Callback());
+  service_->KvGet("never", TaskRef{1, 0}, absl::Seconds(10), get.Callback());
+  service_->GetAliveTasks({2, 0}, {}, absl::ZeroDuration(), alive.Callback());
+  auto round = service_->NotifyPreemption({"r", clock_.Now() + absl::Seconds(30), {}});
+  ASSERT_THAT(round, IsOk());
+  service_->ReportSyncStep({3, 0}, round->first.round, 5, sync.Callback());
   service_->Stop();
-  EXPECT_THAT(barrier.value(), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT(barrier.value(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("retry")));
+  EXPECT_THAT(get.value(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(alive.value(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(sync.value(), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(*sessions_[1]->final_status(), StatusIs(absl::StatusCode::kUnavailable));
+  Slot<absl::Status> late;
+  service_->Barrier({0, 0}, "later", absl::ZeroDuration(), {}, late.Callback());
+  EXPECT_THAT(late.value(), StatusIs(absl::StatusCode::kUnavailable));
   service_->Stop();  // idempotent
 }
 
