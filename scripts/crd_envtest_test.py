@@ -102,7 +102,7 @@ class CrdOnRealApiServer(unittest.TestCase):
 
     def test_testdata_manifests(self):
         valid = sorted(glob.glob(os.path.join(ROOT, "tests", "testdata", "trainingjob-valid-*.yaml")))
-        valid.append(os.path.join(ROOT, "examples", "trainingjob.yaml"))
+        valid.extend(sorted(glob.glob(os.path.join(ROOT, "examples", "trainingjob*.yaml"))))
         for path in valid:
             with self.subTest(manifest=os.path.basename(path)):
                 self.assertCreated(load(path), "?fieldValidation=Strict")

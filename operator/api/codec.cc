@@ -16,6 +16,9 @@ namespace {
 using kube::FieldOrNull;
 
 constexpr int kMaxReplicas = 10000;
+// Kept failed pods are API objects (and log files on the node) per task: a few are enough to
+// read the last crashes, and the bound keeps a large job from piling up pods.
+constexpr int kMaxKeepFailedPods = 20;
 constexpr int kMaxExitCode = 255;
 
 // A JSON value as an error message shows it: serialized, cut short when long.
@@ -174,6 +177,73 @@ void ReadFailurePolicy(SpecReader& r, const Json& fp, FailurePolicy& out) {
   r.StringList(fp, "fatalReasons", p + "fatalReasons", out.fatal_reasons);
   r.Bool(fp, "preemptionsCountTowardMaxRestarts", p + "preemptionsCountTowardMaxRestarts",
          out.preemptions_count_toward_max_restarts);
+  r.Int(fp, "keepFailedPods", p + "keepFailedPods", out.keep_failed_pods);
+}
+
+// spec.coordinator: the Kubernetes-typed fields are kept whole once their JSON shape is right
+// (an object, a list of objects, a map of strings); the API server checks the rest when it
+// creates the pod, and a refusal shows on the job (ChildrenReady=False, FailedCreate).
+void ReadCoordinator(SpecReader& r, const Json& c, CoordinatorSpec& out) {
+  const std::string p = "spec.coordinator.";
+  for (const auto& [key, field] :
+       {std::pair<const char*, Json*>{"nodeSelector", &out.node_selector},
+        {"annotations", &out.annotations}}) {
+    if (const Json* m = r.Object(c, key, p + key)) {
+      bool strings = true;
+      for (const auto& [k, v] : m->as_object()) {
+        if (!v.is_string()) {
+          r.Error(absl::StrCat(p, key, ".", k), absl::StrCat("must be a string, got ", Shown(v)));
+          strings = false;
+        }
+      }
+      if (strings) *field = *m;
+    }
+  }
+  for (const auto& [key, field] :
+       {std::pair<const char*, Json*>{"affinity", &out.affinity}, {"resources", &out.resources}}) {
+    if (const Json* o = r.Object(c, key, p + key)) *field = *o;
+  }
+  for (const char* key : {"requests", "limits"}) {
+    if (const Json* q = r.Object(out.resources, key, absl::StrCat(p, "resources.", key))) {
+      for (const auto& [name, v] : q->as_object()) {
+        if (!v.is_string() && !v.is_number()) {
+          r.Error(absl::StrCat(p, "resources.", key, ".", name),
+                  absl::StrCat("must be a quantity (\"100m\", \"256Mi\", 1), got ", Shown(v)));
+        }
+      }
+    }
+  }
+  if (const Json* t = SpecReader::Get(c, "tolerations")) {
+    if (!t->is_array()) {
+      r.Error(p + "tolerations", absl::StrCat("must be a list of tolerations, got ", Shown(*t)));
+    } else {
+      for (size_t i = 0; i < t->size(); ++i) {
+        if (!t->at(i).is_object()) {
+          r.Error(absl::StrCat(p, "tolerations[", i, "]"),
+                  absl::StrCat("must be an object, got ", Shown(t->at(i))));
+        }
+      }
+      out.tolerations = *t;
+    }
+  }
+  if (const Json* s = SpecReader::Get(c, "imagePullSecrets")) {
+    if (!s->is_array()) {
+      r.Error(p + "imagePullSecrets",
+              absl::StrCat("must be a list of {name: <Secret>}, got ", Shown(*s)));
+    } else {
+      for (size_t i = 0; i < s->size(); ++i) {
+        const Json& name = FieldOrNull(s->at(i), "name");
+        if (!name.is_string() || name.as_string().empty()) {
+          r.Error(absl::StrCat(p, "imagePullSecrets[", i, "]"),
+                  absl::StrCat("must be {name: <Secret>}, got ", Shown(s->at(i))));
+        } else {
+          out.image_pull_secrets.push_back(name.as_string());
+        }
+      }
+    }
+  }
+  r.String(c, "priorityClassName", p + "priorityClassName", out.priority_class_name);
+  r.String(c, "serviceAccountName", p + "serviceAccountName", out.service_account_name);
 }
 
 // --- status helpers: tolerant readers ---
@@ -254,6 +324,16 @@ Json EncodeTask(const TaskStatus& t) {
   PutString(out, "lastFailureReason", t.last_failure_reason);
   if (t.last_exit_code.has_value()) out["lastExitCode"] = Json::number(*t.last_exit_code);
   PutTime(out, "preemptingSince", t.preempting_since);
+  if (!t.recent_moves.empty()) {
+    Json moves = Json::array();
+    for (size_t i = 0; i < t.recent_moves.size(); ++i) {
+      moves[i] = Json::string(FormatStatusTime(t.recent_moves[i]));
+    }
+    out["recentMoves"] = std::move(moves);
+  }
+  PutTime(out, "moveHeldUntil", t.move_held_until);
+  PutString(out, "lastFailureMessage", t.last_failure_message);
+  PutTime(out, "failureReportedAt", t.failure_reported_at);
   return out;
 }
 
@@ -268,6 +348,15 @@ TaskStatus DecodeTask(const Json& j) {
   t.last_failure_reason = StringOr(j, "lastFailureReason");
   t.last_exit_code = OptInt(j, "lastExitCode");
   t.preempting_since = TimeOr(j, "preemptingSince");
+  for (const Json& m : kube::ArrayOrEmpty(j, "recentMoves").as_array()) {
+    if (!m.is_string()) continue;
+    if (std::optional<absl::Time> at = kube::ParseKubeTime(m.as_string())) {
+      t.recent_moves.push_back(*at);
+    }
+  }
+  t.move_held_until = TimeOr(j, "moveHeldUntil");
+  t.last_failure_message = StringOr(j, "lastFailureMessage");
+  t.failure_reported_at = TimeOr(j, "failureReportedAt");
   return t;
 }
 
@@ -336,10 +425,17 @@ bool IsDns1035Label(const std::string& s) {
 }
 
 constexpr std::pair<TaskState, const char*> kTaskStateNames[] = {
-    {TaskState::kPending, "Pending"},         {TaskState::kRunning, "Running"},
-    {TaskState::kSucceeded, "Succeeded"},     {TaskState::kRestarting, "Restarting"},
-    {TaskState::kBackingOff, "BackingOff"},   {TaskState::kPreempting, "Preempting"},
-    {TaskState::kTerminating, "Terminating"}, {TaskState::kSuspended, "Suspended"},
+    {TaskState::kPending, "Pending"},
+    {TaskState::kRunning, "Running"},
+    {TaskState::kSucceeded, "Succeeded"},
+    {TaskState::kRestarting, "Restarting"},
+    {TaskState::kBackingOff, "BackingOff"},
+    {TaskState::kPreempting, "Preempting"},
+    {TaskState::kTerminating, "Terminating"},
+    {TaskState::kSuspended, "Suspended"},
+    {TaskState::kFailed, "Failed"},
+    {TaskState::kStopped, "Stopped"},
+    {TaskState::kAwaitingExit, "AwaitingExit"},
 };
 
 }  // namespace
@@ -400,6 +496,9 @@ absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job) {
   r.Enum(*spec, "successPolicy", "spec.successPolicy",
          {{"AllTasks", SuccessPolicy::kAllTasks}, {"TaskZero", SuccessPolicy::kTaskZero}},
          out.success_policy);
+  if (const Json* c = r.Object(*spec, "coordinator", "spec.coordinator")) {
+    ReadCoordinator(r, *c, out.coordinator);
+  }
   if (std::vector<std::string> errors = r.TakeErrors(); !errors.empty()) {
     return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
   }
@@ -434,6 +533,10 @@ std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec) {
   if (fp.max_restarts < 0) {
     errors.push_back(
         absl::StrCat("spec.failurePolicy.maxRestarts: must be >= 0, got ", fp.max_restarts));
+  }
+  if (fp.keep_failed_pods < 0 || fp.keep_failed_pods > kMaxKeepFailedPods) {
+    errors.push_back(absl::StrCat("spec.failurePolicy.keepFailedPods: must be between 0 and ",
+                                  kMaxKeepFailedPods, ", got ", fp.keep_failed_pods));
   }
   CheckPositive(errors, "spec.failurePolicy.backoff.baseSeconds", fp.backoff.base);
   CheckPositive(errors, "spec.failurePolicy.backoff.maxSeconds", fp.backoff.max);
@@ -487,10 +590,25 @@ Json EncodeStatus(const TrainingJobStatus& s) {
   out["productiveSeconds"] = Json::number(s.productive_seconds);
   out["lostSeconds"] = Json::number(s.lost_seconds);
   PutTime(out, "accountedUntil", s.accounted_until);
+  if (s.goodput != GoodputStatus{}) {
+    const GoodputStatus& g = s.goodput;
+    Json goodput = Json::object();
+    goodput["detectionSeconds"] = Json::number(g.detection_seconds);
+    goodput["coordinatorOutageSeconds"] = Json::number(g.coordinator_outage_seconds);
+    goodput["rolledBackSeconds"] = Json::number(g.rolled_back_seconds);
+    PutTime(goodput, "coordinatorDownSince", g.coordinator_down_since);
+    PutTime(goodput, "detectionBookedUntil", g.detection_booked_until);
+    PutString(goodput, "rollbackCoordinator", g.rollback_coordinator);
+    if (g.rollback_booked > 0) goodput["rollbackBookedSeconds"] = Json::number(g.rollback_booked);
+    out["goodput"] = std::move(goodput);
+  }
   if (s.coordinator != CoordinatorStatus{}) {
     const CoordinatorStatus& c = s.coordinator;
     Json coordinator = Json::object();
     coordinator["restarts"] = Json::number(c.restarts);
+    if (c.moves > 0) coordinator["moves"] = Json::number(c.moves);
+    PutString(coordinator, "movingFrom", c.moving_from);
+    PutString(coordinator, "lastMovedPodUID", c.last_moved_pod);
     if (c.last_exit_code.has_value()) coordinator["lastExitCode"] = Json::number(*c.last_exit_code);
     PutString(coordinator, "lastExitReason", c.last_exit_reason);
     PutString(coordinator, "lastExitMessage", c.last_exit_message);
@@ -523,8 +641,20 @@ TrainingJobStatus DecodeStatus(const Json& job) {
   s.productive_seconds = DoubleOr(j, "productiveSeconds");
   s.lost_seconds = DoubleOr(j, "lostSeconds");
   s.accounted_until = TimeOr(j, "accountedUntil");
+  if (const Json& g = FieldOrNull(j, "goodput"); g.is_object()) {
+    s.goodput.detection_seconds = DoubleOr(g, "detectionSeconds");
+    s.goodput.coordinator_outage_seconds = DoubleOr(g, "coordinatorOutageSeconds");
+    s.goodput.rolled_back_seconds = DoubleOr(g, "rolledBackSeconds");
+    s.goodput.coordinator_down_since = TimeOr(g, "coordinatorDownSince");
+    s.goodput.detection_booked_until = TimeOr(g, "detectionBookedUntil");
+    s.goodput.rollback_coordinator = StringOr(g, "rollbackCoordinator");
+    s.goodput.rollback_booked = DoubleOr(g, "rollbackBookedSeconds");
+  }
   if (const Json& c = FieldOrNull(j, "coordinator"); c.is_object()) {
     s.coordinator.restarts = IntOr(c, "restarts");
+    s.coordinator.moves = IntOr(c, "moves");
+    s.coordinator.moving_from = StringOr(c, "movingFrom");
+    s.coordinator.last_moved_pod = StringOr(c, "lastMovedPodUID");
     s.coordinator.last_exit_code = OptInt(c, "lastExitCode");
     s.coordinator.last_exit_reason = StringOr(c, "lastExitReason");
     s.coordinator.last_exit_message = StringOr(c, "lastExitMessage");

@@ -51,6 +51,8 @@ TEST(DecodeSpec, OnlyReplicasAndTemplate_TakesEveryDefault) {
   EXPECT_EQ(expected.failure_policy.backoff.base, absl::Seconds(10));
   EXPECT_EQ(expected.failure_policy.backoff.max, absl::Seconds(300));
   EXPECT_FALSE(expected.failure_policy.preemptions_count_toward_max_restarts);
+  EXPECT_EQ(expected.failure_policy.fatal_reasons, std::vector<std::string>{"InvalidImageName"});
+  EXPECT_EQ(expected.failure_policy.keep_failed_pods, 3);
   EXPECT_EQ(expected.preemption.checkpoint_grace, absl::Seconds(60));
   EXPECT_TRUE(expected.preemption.on_node_taints);
   EXPECT_TRUE(expected.preemption.on_disruption_target);
@@ -80,6 +82,8 @@ TEST(DecodeSpec, EachField_IsRead) {
        [](TrainingJobSpec& s) { s.failure_policy.restart_scope = RestartScope::kJob; }},
       {"maxRestarts", R"("failurePolicy":{"maxRestarts":9})",
        [](TrainingJobSpec& s) { s.failure_policy.max_restarts = 9; }},
+      {"keepFailedPods", R"("failurePolicy":{"keepFailedPods":0})",
+       [](TrainingJobSpec& s) { s.failure_policy.keep_failed_pods = 0; }},
       {"backoff", R"("failurePolicy":{"backoff":{"baseSeconds":2,"maxSeconds":20}})",
        [](TrainingJobSpec& s) {
          s.failure_policy.backoff = {absl::Seconds(2), absl::Seconds(20)};
@@ -92,8 +96,10 @@ TEST(DecodeSpec, EachField_IsRead) {
        [](TrainingJobSpec& s) {
          s.failure_policy.retryable_exit_codes = {1, 137};
        }},
-      {"fatalReasons", R"("failurePolicy":{"fatalReasons":["InvalidImageName"]})",
-       [](TrainingJobSpec& s) { s.failure_policy.fatal_reasons = {"InvalidImageName"}; }},
+      {"fatalReasons", R"("failurePolicy":{"fatalReasons":["OOMKilled"]})",
+       [](TrainingJobSpec& s) { s.failure_policy.fatal_reasons = {"OOMKilled"}; }},
+      {"fatalReasonsEmptyReplacesTheDefault", R"("failurePolicy":{"fatalReasons":[]})",
+       [](TrainingJobSpec& s) { s.failure_policy.fatal_reasons.clear(); }},
       {"preemptionsCount", R"("failurePolicy":{"preemptionsCountTowardMaxRestarts":true})",
        [](TrainingJobSpec& s) { s.failure_policy.preemptions_count_toward_max_restarts = true; }},
       {"checkpointGrace", R"("preemption":{"checkpointGraceSeconds":15})",
@@ -118,6 +124,22 @@ TEST(DecodeSpec, EachField_IsRead) {
       {"successPolicy", R"("successPolicy":"TaskZero")",
        [](TrainingJobSpec& s) { s.success_policy = SuccessPolicy::kTaskZero; }},
       {"unknownFieldsIgnored", R"("futureField":{"x":1})", [](TrainingJobSpec&) {}},
+      {"coordinator",
+       R"("coordinator":{"nodeSelector":{"pool":"cpu"},"tolerations":[{"operator":"Exists"}],)"
+       R"("affinity":{"nodeAffinity":{}},"resources":{"requests":{"cpu":"1","memory":1024}},)"
+       R"("priorityClassName":"critical","imagePullSecrets":[{"name":"regcred"}],)"
+       R"("serviceAccountName":"coord","annotations":{"a":"b"}})",
+       [](TrainingJobSpec& s) {
+         CoordinatorSpec& c = s.coordinator;
+         c.node_selector = Json::parse(R"({"pool":"cpu"})");
+         c.tolerations = Json::parse(R"([{"operator":"Exists"}])");
+         c.affinity = Json::parse(R"({"nodeAffinity":{}})");
+         c.resources = Json::parse(R"({"requests":{"cpu":"1","memory":1024}})");
+         c.priority_class_name = "critical";
+         c.image_pull_secrets = {"regcred"};
+         c.service_account_name = "coord";
+         c.annotations = Json::parse(R"({"a":"b"})");
+       }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -185,6 +207,26 @@ TEST(DecodeSpec, BadValues_AreInvalidArgumentNamingTheirPath) {
        R"(spec.successPolicy: must be AllTasks or TaskZero, got "Any")"},
       {"templateType", R"("replicas":1,"template":"pod")",
        R"(spec.template: must be an object, got "pod")"},
+      {"coordinatorType", R"("replicas":1,"coordinator":[])",
+       "spec.coordinator: must be an object, got []"},
+      {"coordinatorNodeSelectorValue", R"("replicas":1,"coordinator":{"nodeSelector":{"pool":1}})",
+       "spec.coordinator.nodeSelector.pool: must be a string, got 1"},
+      {"coordinatorTolerationsType", R"("replicas":1,"coordinator":{"tolerations":{"key":"a"}})",
+       R"(spec.coordinator.tolerations: must be a list of tolerations, got {"key":"a"})"},
+      {"coordinatorTolerationItem", R"("replicas":1,"coordinator":{"tolerations":["a"]})",
+       R"(spec.coordinator.tolerations[0]: must be an object, got "a")"},
+      {"coordinatorAffinityType", R"("replicas":1,"coordinator":{"affinity":"anywhere"})",
+       R"(spec.coordinator.affinity: must be an object, got "anywhere")"},
+      {"coordinatorQuantity", R"("replicas":1,"coordinator":{"resources":{"limits":{"cpu":[]}}})",
+       "spec.coordinator.resources.limits.cpu: must be a quantity"},
+      {"coordinatorRequestsType", R"("replicas":1,"coordinator":{"resources":{"requests":"1"}})",
+       R"(spec.coordinator.resources.requests: must be an object, got "1")"},
+      {"coordinatorPullSecret", R"("replicas":1,"coordinator":{"imagePullSecrets":["regcred"]})",
+       R"(spec.coordinator.imagePullSecrets[0]: must be {name: <Secret>}, got "regcred")"},
+      {"coordinatorServiceAccount", R"("replicas":1,"coordinator":{"serviceAccountName":5})",
+       "spec.coordinator.serviceAccountName: must be a string, got 5"},
+      {"coordinatorAnnotation", R"("replicas":1,"coordinator":{"annotations":{"a":true}})",
+       "spec.coordinator.annotations.a: must be a string, got true"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -221,7 +263,10 @@ TEST(DecodeSpec, EveryFieldWithEveryJsonType_NeverThrowsAndNamesThePath) {
       R"("preemption":{"checkpointGraceSeconds":1,"onNodeTaints":true,"onDisruptionTarget":true},)"
       R"("coordination":{"heartbeatIntervalSeconds":1,"heartbeatTimeoutSeconds":2,)"
       R"("barrierTimeoutSeconds":3,"shutdownTimeoutSeconds":4},"suspend":false,)"
-      R"("schedulerName":"s","priorityClassName":"p","successPolicy":"TaskZero")");
+      R"("schedulerName":"s","priorityClassName":"p","successPolicy":"TaskZero",)"
+      R"("coordinator":{"nodeSelector":{"a":"b"},"tolerations":[{"key":"k"}],"affinity":{},)"
+      R"("resources":{"requests":{"cpu":"1"}},"priorityClassName":"p",)"
+      R"("imagePullSecrets":[{"name":"r"}],"serviceAccountName":"s","annotations":{"a":"b"}})");
   ASSERT_THAT(DecodeSpec(full), IsOk());
   const std::vector<Json> garbage = {Json::null(),
                                      Json::boolean(true),
@@ -285,6 +330,12 @@ TEST(ValidateSpec, EachRule_NamesItsField) {
       {"maxRestartsNegative",
        [](TrainingJobSpec& s) { s.failure_policy.max_restarts = -1; },
        {"spec.failurePolicy.maxRestarts: must be >= 0, got -1"}},
+      {"keepFailedPodsNegative",
+       [](TrainingJobSpec& s) { s.failure_policy.keep_failed_pods = -1; },
+       {"spec.failurePolicy.keepFailedPods: must be between 0 and 20, got -1"}},
+      {"keepFailedPodsTooMany",
+       [](TrainingJobSpec& s) { s.failure_policy.keep_failed_pods = 21; },
+       {"spec.failurePolicy.keepFailedPods: must be between 0 and 20, got 21"}},
       {"backoffBaseZero",
        [](TrainingJobSpec& s) { s.failure_policy.backoff.base = absl::ZeroDuration(); },
        {"spec.failurePolicy.backoff.baseSeconds: must be > 0, got 0"}},
@@ -436,6 +487,8 @@ TrainingJobStatus FullStatus() {
   t2.last_failure_reason = "Error";
   t2.last_exit_code = 137;
   t2.preempting_since = At(1700000200, 123);
+  t2.last_failure_message = "exec: \"trian\": executable file not found in $PATH";
+  t2.failure_reported_at = At(1700000250, 7);
   TaskStatus t3;
   t3.index = 3;
   t3.last_exit_code = 0;  // an exit code of 0 is still written
@@ -450,6 +503,17 @@ TrainingJobStatus FullStatus() {
   s.productive_seconds = 1234.5678901234567;
   s.lost_seconds = 0.1;
   s.accounted_until = absl::FromUnixNanos(1700000400123456789);
+  s.goodput.detection_seconds = 5.5;
+  s.goodput.coordinator_outage_seconds = 3;
+  s.goodput.rolled_back_seconds = 12.25;
+  s.goodput.coordinator_down_since = At(1700000350, 5);
+  s.goodput.detection_booked_until = At(1700000360);
+  s.goodput.rollback_coordinator = "0a1b2c3d4e5f6071";
+  s.goodput.rollback_booked = 12.25;
+  s.coordinator.restarts = 2;
+  s.coordinator.moves = 1;
+  s.coordinator.moving_from = "node-1";
+  s.coordinator.last_moved_pod = "uid-c1";
   return s;
 }
 
@@ -475,6 +539,9 @@ TEST(Status, TaskStates_RoundTripThroughTheirCrdNames) {
       {TaskState::kPreempting, "Preempting"},
       {TaskState::kTerminating, "Terminating"},
       {TaskState::kSuspended, "Suspended"},
+      {TaskState::kFailed, "Failed"},
+      {TaskState::kStopped, "Stopped"},
+      {TaskState::kAwaitingExit, "AwaitingExit"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -508,6 +575,8 @@ TEST(Status, Encoding_HasTheCrdFieldNames) {
   EXPECT_FALSE(t.has_field("node"));  // empty strings are left out
   EXPECT_EQ(t.at("lastFailureReason").as_string(), "Error");
   EXPECT_EQ(t.at("lastExitCode").as_integer(), 137);
+  EXPECT_THAT(t.at("lastFailureMessage").as_string(), HasSubstr("executable file not found"));
+  EXPECT_EQ(t.at("failureReportedAt").as_string(), "2023-11-14T22:17:30.007Z");
   EXPECT_EQ(j.at("tasks").at(2).at("lastExitCode").as_integer(), 0);
   EXPECT_FALSE(j.at("tasks").at(0).has_field("lastExitCode"));
   EXPECT_FALSE(EncodeStatus(TrainingJobStatus{}).has_field("startTime"));

@@ -41,9 +41,14 @@ struct FailurePolicy {
   // retryable unless `retryable_exit_codes` is non-empty and does not list it.
   std::vector<int> fatal_exit_codes;
   std::vector<int> retryable_exit_codes;
-  // Pod/container reasons that are fatal (e.g. "ContainerCannotRun", "InvalidImageName").
-  std::vector<std::string> fatal_reasons;
+  // Pod/container reasons that are fatal (e.g. "ContainerCannotRun", "OOMKilled"), terminated
+  // or waiting (controller/waiting_failure.h). InvalidImageName by default: a new pod from the
+  // same template cannot parse the image either. A list the user sets replaces the default.
+  std::vector<std::string> fatal_reasons = {"InvalidImageName"};
   bool preemptions_count_toward_max_restarts = false;
+  // Failed pods of older incarnations kept per task (newest first) so `kubectl logs` of a crash
+  // still works after the task was replaced; deleted with the job (owner references).
+  int keep_failed_pods = 3;
 
   bool operator==(const FailurePolicy&) const = default;
 };
@@ -66,6 +71,24 @@ struct CoordinationSpec {
   bool operator==(const CoordinationSpec&) const = default;
 };
 
+// spec.coordinator: where the coordinator pod runs and how. The operator's own scheduling
+// defaults (Guaranteed requests, off nodes under a preemption notice, away from the job's
+// tasks: controller/desired_state.h DesiredCoordinatorPod) are merged with these. The
+// Kubernetes-typed fields are kept as the user wrote them (null: not set); DecodeSpec checks
+// their JSON shape, the API server the rest when the pod is created.
+struct CoordinatorSpec {
+  Json node_selector;  // {label: value}
+  Json tolerations;    // [core/v1 Toleration]
+  Json affinity;       // core/v1 Affinity; its required node terms each get the notice rule
+  Json resources;      // core/v1 ResourceRequirements; replaces the default requests/limits
+  std::string priority_class_name;              // "": spec.priorityClassName
+  std::vector<std::string> image_pull_secrets;  // Secret names
+  std::string service_account_name;
+  Json annotations;  // {key: value}, on the pod
+
+  bool operator==(const CoordinatorSpec&) const = default;
+};
+
 struct TrainingJobSpec {
   int replicas = 1;
   Json pod_template;  // a PodTemplateSpec (metadata + spec), kept whole: unknown fields survive
@@ -76,6 +99,7 @@ struct TrainingJobSpec {
   std::string scheduler_name;
   std::string priority_class_name;
   SuccessPolicy success_policy = SuccessPolicy::kAllTasks;
+  CoordinatorSpec coordinator;
 
   bool operator==(const TrainingJobSpec&) const = default;
 };
@@ -117,9 +141,19 @@ enum class TaskState {
   kPreempting,   // its node or pod is being preempted; checkpointing before it moves
   kTerminating,  // its pod is being deleted (an eviction, or someone deleted it)
   kSuspended,    // the job is suspended
+  // Terminal states, once the job has ended (controller/terminal_tasks.h):
+  kFailed,   // its last pod failed (or it was waiting to restart) when the job ended
+  kStopped,  // it was still running or starting when the job ended, so its pod was deleted
+  // The coordinator declared it failed while its pod had not ended yet: the pod's own exit
+  // status (exit code, OOMKilled, ...) is awaited a few seconds before the failure is
+  // classified (controller/task_state.h).
+  kAwaitingExit,
 };
 
 using base::Incarnation;
+
+// status.tasks[].lastFailureMessage's bound (the CRD's maxLength says the same).
+inline constexpr size_t kMaxFailureMessageBytes = 1024;
 
 struct TaskStatus {
   int index = 0;
@@ -133,6 +167,21 @@ struct TaskStatus {
   // Set while the task's node or pod is being preempted: when the operator first saw it (the
   // coordinated checkpoint gets the preemption grace from then).
   std::optional<absl::Time> preempting_since;
+  // When the task was last moved off a preemption, oldest first, only those within the last
+  // kMoveWindow (controller/move_budget.h): at most kMaxMovesPerWindow are made in any window,
+  // and keeping them in status holds the bound across an operator restart.
+  std::vector<absl::Time> recent_moves;
+  // Set while a move is held back by that bound: when the task may move again.
+  std::optional<absl::Time> move_held_until;
+  // Why it last failed, in the words of whoever saw it: its container's termination message
+  // (with terminationMessagePolicy FallbackToLogsOnError, its log's last lines), a container's
+  // waiting message (InvalidImageName, ...) or the coordinator's words. At most
+  // kMaxFailureMessageBytes, the end kept.
+  std::string last_failure_message;
+  // When the operator first saw the coordinator declare this incarnation failed while its pod
+  // had not ended: the pod's exit status is awaited until a bound after it (kept in status so an
+  // operator restart does not start the wait again).
+  std::optional<absl::Time> failure_reported_at;
 
   bool operator==(const TaskStatus&) const = default;
 };
@@ -141,7 +190,12 @@ struct TaskStatus {
 // after a back-off (controller/children.h), and why it ended is kept here and in a
 // CoordinatorRestarted Event.
 struct CoordinatorStatus {
-  int restarts = 0;
+  int restarts = 0;  // failures only: a move off a preempted node is not one
+  // Moves off a node under a preemption notice (or a disrupted pod): no back-off, no restart
+  // counted (controller/coordinator_move.h).
+  int moves = 0;
+  std::string moving_from;     // set from a move until its successor is placed: the old node
+  std::string last_moved_pod;  // UID of the pod moved last: one pod counts once
   std::optional<int> last_exit_code;
   std::string last_exit_reason;                 // the container's reason (Error, OOMKilled, ...)
   std::string last_exit_message;                // its termination message, bounded
@@ -150,6 +204,26 @@ struct CoordinatorStatus {
   std::string last_failed_pod;                  // UID of the pod counted last: one pod counts once
 
   bool operator==(const CoordinatorStatus&) const = default;
+};
+
+// status.goodput: the part of lostSeconds each late-known loss accounts for, and what the
+// accounting step (controller/accounting.h) keeps between passes so that each is booked once,
+// across passes and operator restarts. Time first booked as productive and then found lost is
+// moved: productiveSeconds goes down by what lostSeconds goes up.
+struct GoodputStatus {
+  double detection_seconds = 0;           // from a task's failure to the operator's reaction
+  double coordinator_outage_seconds = 0;  // Running while the coordinator pod was not ready
+  double rolled_back_seconds = 0;         // work the workers discarded rolling back
+  // Set while the coordinator pod is missing, not Running or not ready: since when.
+  std::optional<absl::Time> coordinator_down_since;
+  // Failure-to-detection spans are booked as lost up to here; a later one starts after it.
+  std::optional<absl::Time> detection_booked_until;
+  // The coordinator (its random id) whose rolled-back total was booked last, and that total:
+  // a coordinator that restarts counts from 0 again under a new id.
+  std::string rollback_coordinator;
+  double rollback_booked = 0;
+
+  bool operator==(const GoodputStatus&) const = default;
 };
 
 struct TrainingJobStatus {
@@ -168,6 +242,7 @@ struct TrainingJobStatus {
   double productive_seconds = 0;
   double lost_seconds = 0;
   std::optional<absl::Time> accounted_until;  // the seconds above cover time up to here
+  GoodputStatus goodput;
   CoordinatorStatus coordinator;
 
   bool operator==(const TrainingJobStatus&) const = default;

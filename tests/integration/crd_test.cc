@@ -212,6 +212,7 @@ TEST_F(TrainingJobCrdTest, ValidManifests_AreAcceptedAndDefaultedAsTypesHSays) {
   std::vector<fs::path> files = TestData("trainingjob-valid-");
   ASSERT_GE(files.size(), 2u);
   files.push_back(PHALANX_SOURCE_DIR "/examples/trainingjob.yaml");
+  files.push_back(PHALANX_SOURCE_DIR "/examples/trainingjob-coordinator.yaml");
   for (const fs::path& file : files) {
     SCOPED_TRACE(file.filename().string());
     const Json manifest = LoadYaml(file);
@@ -302,6 +303,13 @@ TEST_F(TrainingJobCrdTest, FullStatus_SurvivesTheStatusSubresource) {
   status.productive_seconds = 12.25;
   status.lost_seconds = 3.5;
   status.accounted_until = absl::FromUnixNanos(1700000200123456789);
+  status.goodput.detection_seconds = 2.5;
+  status.goodput.coordinator_outage_seconds = 1;
+  status.goodput.rolled_back_seconds = 0.75;
+  status.goodput.coordinator_down_since = absl::FromUnixNanos(1700000150250000000);
+  status.goodput.detection_booked_until = absl::FromUnixSeconds(1700000120);
+  status.goodput.rollback_coordinator = "0a1b2c3d4e5f6071";
+  status.goodput.rollback_booked = 0.75;
 
   Json job = *created;
   job["status"] = EncodeStatus(status);
