@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "operator/controller/coordinator_move.h"
+#include "operator/controller/failed_pods.h"
 
 namespace phalanx::op {
 namespace {
@@ -15,6 +17,8 @@ constexpr size_t kMaxExitMessage = 1024;
 void CountCoordinatorRestart(const PlanInputs& in, JobPass& pass, const PodView& pod) {
   CoordinatorStatus& c = pass.out.status.coordinator;
   if (!pod.uid.empty() && c.last_failed_pod == pod.uid) return;
+  // A pod moved off a preempted node (coordinator_move.h) ended because of the move.
+  if (!pod.uid.empty() && c.last_moved_pod == pod.uid) return;
   // The delay doubles for each restart that follows the last within kCoordinatorBackoffReset;
   // a coordinator that stayed up longer than that starts again from the first delay.
   absl::Duration delay = kCoordinatorFirstBackoff;
@@ -55,7 +59,8 @@ Next EnsureJobChildren(const PlanInputs& in, JobPass& pass) {
     if (restart_after.has_value() && in.now < *restart_after) {
       RequeueWithin(pass, *restart_after - in.now);  // backing off after it ended
     } else {
-      out.create.push_back(DesiredCoordinatorPod(in.job, in.spec, in.placement, in.token));
+      out.create.push_back(
+          DesiredCoordinatorPod(in.job, in.spec, in.placement, in.token, NodesToAvoid(in.world)));
     }
   } else if (world.coordinator->ended()) {
     if (!world.coordinator->being_deleted) {
@@ -68,8 +73,9 @@ Next EnsureJobChildren(const PlanInputs& in, JobPass& pass) {
   }
   pass.coordinator_address = CoordinatorAddress(in.job, in.placement, coordinator_ip);
   for (const TaskRecord& record : pass.tasks) {
-    for (const PodView& old : record.stale) {
-      if (!old.being_deleted) out.delete_pods.push_back(old.name);
+    for (std::string& name :
+         StalePodsToDelete(record.stale, in.spec.failure_policy.keep_failed_pods)) {
+      out.delete_pods.push_back(std::move(name));
     }
   }
   return Next::kContinue;

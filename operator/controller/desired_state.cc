@@ -90,6 +90,46 @@ void MergeEnv(Json& container, const std::vector<Json>& extra) {
   container["env"] = merged;
 }
 
+// The user's affinity (a core/v1 Affinity or null) with the coordinator's own rules merged in:
+// no node in `avoid_nodes` (added to every required node selector term, as the terms are ORed),
+// and preferably no node that runs one of job `job`'s task pods.
+Json CoordinatorAffinity(const std::string& job, const Json& user,
+                         const std::vector<std::string>& avoid_nodes) {
+  Json affinity = user.is_object() ? user : Json::object();
+  if (!avoid_nodes.empty()) {
+    Json values = Json::array();
+    for (const std::string& node : avoid_nodes) values[values.size()] = Str(node);
+    Json not_in = Json::object();
+    not_in["key"] = Str("kubernetes.io/hostname");
+    not_in["operator"] = Str("NotIn");
+    not_in["values"] = values;
+    Json& node_affinity = affinity["nodeAffinity"];
+    if (!node_affinity.is_object()) node_affinity = Json::object();
+    Json& required = node_affinity["requiredDuringSchedulingIgnoredDuringExecution"];
+    if (!required.is_object()) required = Json::object();
+    Json& terms = required["nodeSelectorTerms"];
+    if (!terms.is_array() || terms.size() == 0) terms = Json::array({Json::object()});
+    for (Json& term : terms.as_array()) {
+      if (!term.is_object()) continue;
+      Json& expressions = term["matchExpressions"];
+      if (!expressions.is_array()) expressions = Json::array();
+      expressions[expressions.size()] = not_in;
+    }
+  }
+  Json term = Json::object();
+  term["weight"] = Json::number(100);
+  term["podAffinityTerm"] = Json::object();
+  term["podAffinityTerm"]["labelSelector"] = Json::object();
+  term["podAffinityTerm"]["labelSelector"]["matchLabels"] = Labels(job, "task");
+  term["podAffinityTerm"]["topologyKey"] = Str("kubernetes.io/hostname");
+  Json& anti = affinity["podAntiAffinity"];
+  if (!anti.is_object()) anti = Json::object();
+  Json& preferred = anti["preferredDuringSchedulingIgnoredDuringExecution"];
+  if (!preferred.is_array()) preferred = Json::array();
+  preferred[preferred.size()] = term;
+  return affinity;
+}
+
 }  // namespace
 
 std::string SecretName(const std::string& job) { return job + "-token"; }
@@ -130,7 +170,8 @@ Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::stri
 }
 
 Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
-                           const CoordinatorPlacement& placement, const std::string& token) {
+                           const CoordinatorPlacement& placement, const std::string& token,
+                           const std::vector<std::string>& avoid_nodes) {
   const std::string name = MetaString(job, "name");
   const CoordinationSpec& c = spec.coordination;
   Json container = Json::object();
@@ -181,17 +222,23 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
   container["livenessProbe"] = Json::parse(absl::StrCat(
       R"({"grpc":{"port":)", placement.port,
       R"(},"initialDelaySeconds":10,"periodSeconds":10,"timeoutSeconds":5,"failureThreshold":3})"));
-  // Small guaranteed requests, so a busy node still schedules and keeps it; memory limit =
-  // request: the coordinator's memory is bounded by design (per-job KV quota 64 MiB by default,
-  // capped barrier and session state: 2000 sessions measured 53 MiB), so 256 MiB is about 2x
-  // its worst case, and a leak or a runaway is OOM-killed and recreated rather than starving the
-  // node. No CPU limit: throttling would delay heartbeat handling and fail healthy tasks.
+  // Small guaranteed resources (requests = limits: QoS Guaranteed), so a busy node still
+  // schedules it and, under memory pressure, evicts it last. The coordinator's memory is bounded
+  // by design (per-job KV quota 64 MiB by default, capped barrier and session state: 2000
+  // sessions measured 53 MiB), so 256 MiB is about 2x its worst case, and a leak or a runaway is
+  // OOM-killed and recreated rather than starving the node. The CPU limit can throttle a
+  // coordinator of a very large job (late heartbeats fail healthy tasks): such a job sets
+  // spec.coordinator.resources, which replaces all of this.
   Json resources = Json::object();
-  resources["requests"] = Json::object();
-  resources["requests"]["cpu"] = Str(placement.cpu_request);
-  resources["requests"]["memory"] = Str(placement.memory);
-  resources["limits"] = Json::object();
-  resources["limits"]["memory"] = Str(placement.memory);
+  if (spec.coordinator.resources.is_object()) {
+    resources = spec.coordinator.resources;
+  } else {
+    for (const char* kind : {"requests", "limits"}) {
+      resources[kind] = Json::object();
+      resources[kind]["cpu"] = Str(placement.cpu);
+      resources[kind]["memory"] = Str(placement.memory);
+    }
+  }
   container["resources"] = resources;
 
   Json pod = Json::object();
@@ -210,9 +257,28 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
       R"({"runAsNonRoot":true,"runAsUser":65532,"runAsGroup":65532,
           "seccompProfile":{"type":"RuntimeDefault"}})");
   if (!spec.scheduler_name.empty()) pod["spec"]["schedulerName"] = Str(spec.scheduler_name);
-  if (!spec.priority_class_name.empty()) {
-    pod["spec"]["priorityClassName"] = Str(spec.priority_class_name);
+  const CoordinatorSpec& user = spec.coordinator;
+  const std::string& priority =
+      user.priority_class_name.empty() ? spec.priority_class_name : user.priority_class_name;
+  if (!priority.empty()) pod["spec"]["priorityClassName"] = Str(priority);
+  if (user.node_selector.is_object()) pod["spec"]["nodeSelector"] = user.node_selector;
+  if (user.tolerations.is_array()) pod["spec"]["tolerations"] = user.tolerations;
+  if (!user.service_account_name.empty()) {
+    pod["spec"]["serviceAccountName"] = Str(user.service_account_name);
   }
+  if (!user.image_pull_secrets.empty()) {
+    Json secrets = Json::array();
+    for (const std::string& secret : user.image_pull_secrets) {
+      Json ref = Json::object();
+      ref["name"] = Str(secret);
+      secrets[secrets.size()] = ref;
+    }
+    pod["spec"]["imagePullSecrets"] = secrets;
+  }
+  if (user.annotations.is_object() && user.annotations.size() > 0) {
+    pod["metadata"]["annotations"] = user.annotations;
+  }
+  pod["spec"]["affinity"] = CoordinatorAffinity(name, user.affinity, avoid_nodes);
   return pod;
 }
 
@@ -373,6 +439,12 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
       if (!container.is_object()) continue;
       MergeEnv(container, env);
       MergeNamed(container, "volumeMounts", TokenMount());
+      // A failed task's log tail becomes its termination message, which the operator copies to
+      // status.tasks[].lastFailureMessage and the TaskRestarted Event (the user's own policy,
+      // if set, stands).
+      if (!container.has_field("terminationMessagePolicy")) {
+        container["terminationMessagePolicy"] = Str("FallbackToLogsOnError");
+      }
     }
   }
   pod["spec"] = pod_spec;

@@ -45,9 +45,10 @@ struct CoordinatorPlacement {
   std::string image = "ghcr.io/phalanx-dev/phalanx-coordinator:0.1";
   std::vector<std::string> command = {"phalanx-coordinator"};
   int port = 8470;  // gRPC; metrics on port + 1
-  // The coordinator container's CPU request and memory request (= its limit); see
-  // DesiredCoordinatorPod for why.
-  std::string cpu_request = "100m";
+  // The coordinator container's CPU and memory, each both its request and its limit
+  // (Guaranteed QoS) unless spec.coordinator.resources says otherwise; see DesiredCoordinatorPod
+  // for why.
+  std::string cpu = "100m";
   std::string memory = "256Mi";
   // Tasks reach the coordinator by its pod IP instead of its Service's DNS name (clusters
   // without DNS, such as the local cluster).
@@ -61,8 +62,14 @@ Json OwnerReferenceTo(const Json& job);
 Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::string& token);
 // `token` is only hashed: the coordinator refuses a mounted token with another SHA-256 (a
 // Secret the operator did not write, which it cannot check itself since it never reads Secrets).
+// spec.coordinator's settings apply, merged with the operator's scheduling rules: a required
+// node affinity `kubernetes.io/hostname NotIn avoid_nodes` (the nodes under a preemption notice:
+// a coordinator started there would have to move again; added to each of the user's required
+// node selector terms, which are ORed) and a preferred pod anti-affinity to the job's task pods
+// (a node's loss then takes the coordinator or tasks, less often both).
 Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
-                           const CoordinatorPlacement& placement, const std::string& token);
+                           const CoordinatorPlacement& placement, const std::string& token,
+                           const std::vector<std::string>& avoid_nodes = {});
 // Who may reach the coordinator pod's ports: the job's own pods and pods matching
 // `operator_pods` (label key=value pairs; in `operator_namespace` when it is set) on the gRPC
 // port; the metrics port is open to `metrics_from` (a namespace's name; "" closes it, "*"

@@ -99,7 +99,7 @@ TEST(DesiredCoordinatorPod, PassesPodSecurityRestricted) {
 }
 
 // Issue 16 items 1 and 2: a wedged coordinator is restarted by its gRPC liveness probe, and its
-// memory is bounded by a limit (requests small and guaranteed, no CPU limit).
+// memory is bounded by a limit (requests small and guaranteed: requests = limits).
 TEST(DesiredCoordinatorPod, HasAGrpcLivenessProbeAndBoundedResources) {
   CoordinatorPlacement placement;
   placement.port = 20470;
@@ -114,7 +114,7 @@ TEST(DesiredCoordinatorPod, HasAGrpcLivenessProbeAndBoundedResources) {
   EXPECT_EQ(resources.at("requests").at("cpu").as_string(), "100m");
   EXPECT_EQ(resources.at("requests").at("memory").as_string(), "256Mi");
   EXPECT_EQ(resources.at("limits").at("memory").as_string(), "256Mi");
-  EXPECT_FALSE(resources.at("limits").has_field("cpu"));
+  EXPECT_EQ(resources.at("limits").at("cpu").as_string(), "100m");  // Guaranteed (issue 13)
 }
 
 TEST(RestrictedViolations, CatchesWhatThePodSecurityPluginRefuses) {

@@ -5,8 +5,10 @@
 //
 //   observe        observe_tasks.h    sort the pods into one record per task
 //   suspend        suspend_policy.h   suspend / resume; a finished job only cleans up
+//   coordinator move coordinator_move.h move the coordinator off a node under a notice
 //   children       children.h         Secret, Services, coordinator pod and its address
 //   task states    task_state.h       each task's state and what happened to it, from its pod
+//   schedulability schedulability.h   Unschedulable condition while a task pod finds no node
 //   task pods      children.h         create the task pods that do not exist yet
 //   fatal          failure_policy.h   a fatal failure fails the job
 //   preemption     preemption_policy.h checkpoint, then move preempted tasks
@@ -50,6 +52,8 @@ struct TaskRecord {
   PodView failure;                // kFailed/kFatal: the pod as it failed (or a stand-in)
   // The node agent's deadline for the task's node (absl::InfiniteFuture(): none known).
   absl::Time node_deadline = absl::InfiniteFuture();
+  // The task-state stage looks again at this time (a bound it waits on ends then).
+  absl::Time recheck_at = absl::InfiniteFuture();
 };
 
 struct JobPass {
@@ -87,11 +91,13 @@ std::string Describe(const PodView& pod);
 void RequeueWithin(JobPass& pass, absl::Duration d);
 // Deletes every task pod that has not ended and the coordinator pod.
 void DeleteActivePods(const PlanInputs& in, JobPass& pass);
-// Phase Failed, conditions Failed=True/Running=False, a Warning Event, every pod deleted,
-// nothing created.
+// Phase Failed, conditions Failed=True/Running=False, a Warning Event, every pod that did not end
+// deleted, terminal task states (terminal_tasks.h), nothing created.
 void FailJob(const PlanInputs& in, JobPass& pass, const std::string& reason,
              const std::string& message);
-// Replaces task `i` by its next incarnation: deletes its pod, counts a task restart, records
+// Replaces task `i` by its next incarnation: deletes its pod (a failed one may be kept:
+// failed_pods.h), counts a task restart (status.tasks[i].restarts; the job's status.restarts
+// is the caller's), records
 // `reason` and `exit_code`, and creates the new pod once the coordinator's address is known.
 void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& reason,
                  std::optional<int> exit_code);

@@ -2,11 +2,13 @@
 
 #include "operator/controller/accounting.h"
 #include "operator/controller/children.h"
+#include "operator/controller/coordinator_move.h"
 #include "operator/controller/failure_policy.h"
 #include "operator/controller/observe_tasks.h"
 #include "operator/controller/pass.h"
 #include "operator/controller/phase.h"
 #include "operator/controller/preemption_policy.h"
+#include "operator/controller/schedulability.h"
 #include "operator/controller/success_policy.h"
 #include "operator/controller/suspend_policy.h"
 #include "operator/controller/task_state.h"
@@ -15,10 +17,16 @@ namespace phalanx::op {
 namespace {
 
 constexpr Stage kStages[] = {
-    {"suspend", ApplySuspend},        {"children", EnsureJobChildren},
-    {"task states", ClassifyTasks},   {"task pods", EnsureTaskPods},
-    {"fatal", FailOnFatal},           {"preemption", ApplyPreemptions},
-    {"failures", RestartFailedTasks}, {"success", ApplySuccessPolicy},
+    {"suspend", ApplySuspend},
+    {"coordinator move", MoveCoordinator},
+    {"children", EnsureJobChildren},
+    {"task states", ClassifyTasks},
+    {"schedulability", MarkUnschedulable},
+    {"task pods", EnsureTaskPods},
+    {"fatal", FailOnFatal},
+    {"preemption", ApplyPreemptions},
+    {"failures", RestartFailedTasks},
+    {"success", ApplySuccessPolicy},
     {"phase", SetPhaseAndConditions},
 };
 
@@ -41,8 +49,9 @@ ReconcilePlan PlanReconcile(const PlanInputs& in) {
   }
   ReconcilePlan plan = std::move(pass.out);
   plan.notices = PreemptionNotices(pass.tasks, in.spec.preemption);
+  const GoodputFacts goodput = GoodputFactsOf(in, pass.tasks);
   for (TaskRecord& record : pass.tasks) plan.status.tasks.push_back(std::move(record.status));
-  AccountTime(in.previous, plan.status, in.now);
+  AccountTime(in.previous, plan.status, in.now, goodput);
   return plan;
 }
 

@@ -115,11 +115,24 @@ JobObservation Reconciler::ObserveChildren(const Json& job) const {
       world.coordinator = view;
     } else if (role == "task") {
       world.task_pods.push_back(view);
-      if (!view.node.empty()) {
-        std::optional<Json> node = informers_.nodes.Get("", view.node);
-        if (node.has_value() && NodeIsBeingPreempted(*node)) {
-          world.preempting_nodes[view.node] = NodePreemptionDeadline(*node);
-        }
+    } else {
+      continue;
+    }
+    // The nodes of the job's pods under a notice: their tasks checkpoint and move, their
+    // coordinator moves (coordinator_move.h).
+    if (!view.node.empty()) {
+      std::optional<Json> node = informers_.nodes.Get("", view.node);
+      if (node.has_value() && NodeIsBeingPreempted(*node)) {
+        world.preempting_nodes[view.node] = NodePreemptionDeadline(*node);
+      }
+    }
+  }
+  // A coordinator pod is about to be created: it must avoid every node under a notice, not only
+  // the job's (a scan of the node cache, only in the rare pass that creates one).
+  if (!world.coordinator.has_value()) {
+    for (const Json& node : informers_.nodes.List()) {
+      if (NodeIsBeingPreempted(node)) {
+        world.preempting_nodes[kube::MetaString(node, "name")] = NodePreemptionDeadline(node);
       }
     }
   }
