@@ -38,6 +38,8 @@ PodView ViewOfPod(const Json& pod) {
   PodView v;
   v.name = kube::MetaString(pod, "name");
   v.uid = kube::MetaString(pod, "uid");
+  v.created = kube::ParseKubeTime(kube::MetaString(pod, "creationTimestamp"))
+                  .value_or(absl::InfiniteFuture());
   const std::map<std::string, std::string> labels = kube::LabelsOf(pod);
   v.index = LabelNumber(labels, kTaskLabel, -1);
   v.incarnation = LabelNumber(labels, kIncarnationLabel, base::kNoIncarnation);
@@ -56,6 +58,14 @@ PodView ViewOfPod(const Json& pod) {
   v.being_deleted = kube::IsBeingDeleted(pod);
   v.ready = ConditionTrue(pod, "Ready");
   v.disruption_target = ConditionTrue(pod, "DisruptionTarget");
+  for (const Json& c :
+       kube::ArrayOrEmpty(kube::FieldOrNull(pod, "status"), "conditions").as_array()) {
+    if (kube::StringAt(c, "type") == "PodScheduled" && kube::StringAt(c, "status") == "False" &&
+        kube::StringAt(c, "reason") == "Unschedulable") {
+      v.unschedulable = true;
+      v.unschedulable_message = kube::StringAt(c, "message");
+    }
+  }
   const Json& statuses = kube::ArrayOrEmpty(kube::FieldOrNull(pod, "status"), "containerStatuses");
   if (statuses.size() > 0) {
     const Json& terminated =
@@ -64,6 +74,12 @@ PodView ViewOfPod(const Json& pod) {
     if (code.is_integer()) v.exit_code = code.as_integer();
     v.reason = kube::StringAt(terminated, "reason");
     v.message = kube::StringAt(terminated, "message");  // the termination message, if any
+    if (std::string finished = kube::StringAt(terminated, "finishedAt"); !finished.empty()) {
+      v.finished_at = kube::ParseKubeTime(finished);
+    }
+    const Json& waiting = kube::FieldOrNull(kube::FieldOrNull(statuses.at(0), "state"), "waiting");
+    v.waiting_reason = kube::StringAt(waiting, "reason");
+    v.waiting_message = kube::StringAt(waiting, "message");
   }
   if (v.reason.empty()) v.reason = kube::StringAt(pod, "status.reason");  // e.g. Evicted
   return v;

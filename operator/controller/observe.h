@@ -40,6 +40,20 @@ struct PodView {
   std::optional<int> exit_code;    // first container's terminated state
   std::string reason;              // its reason (Error, Completed, OOMKilled, ...)
   std::string message;             // more about it, for Events (the coordinator's words)
+  // Its terminated state's finishedAt, when the kubelet gave one: when the task stopped, for
+  // goodput (controller/accounting.h).
+  std::optional<absl::Time> finished_at;
+  // The first container's state.waiting, while it cannot start (InvalidImageName,
+  // ImagePullBackOff, CreateContainerConfigError, ...): reason and message.
+  std::string waiting_reason;
+  std::string waiting_message;
+  // metadata.creationTimestamp (absl::InfiniteFuture() when unknown): how long a pod has been
+  // unable to start is measured from it.
+  absl::Time created = absl::InfiniteFuture();
+  // PodScheduled=False with reason Unschedulable: the scheduler found no node; its message
+  // ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.") says why.
+  bool unschedulable = false;
+  std::string unschedulable_message;
 
   bool ended() const { return phase == PodPhase::kSucceeded || phase == PodPhase::kFailed; }
 };
@@ -51,6 +65,17 @@ PodView ViewOfPod(const Json& pod);
 struct CoordinatorFailure {
   Incarnation incarnation = 0;  // the incarnation it declared failed
   std::string reason;           // its words: "heartbeat timeout", "session broken: ..."
+  // When the coordinator last heard from that incarnation (its last heartbeat for a hang, the
+  // session's end for a crash); absl::InfinitePast() when it did not say. Goodput counts the
+  // time from here to the operator's reaction as lost.
+  absl::Time last_heard = absl::InfinitePast();
+};
+
+// The coordinator's total of the work the job's workers reported discarding when they rolled
+// back to a checkpoint (ReportRolledBack), and which coordinator (its random id) counted it.
+struct RolledBackReport {
+  std::string coordinator_id;
+  double seconds = 0;
 };
 
 struct JobObservation {
@@ -65,6 +90,7 @@ struct JobObservation {
   bool has_tasks_service = false;
   // task index → what the coordinator reported about it.
   std::map<int, CoordinatorFailure> coordinator_failed;
+  std::optional<RolledBackReport> rolled_back;  // nullopt: the coordinator has not answered
   // Nodes about to go away (termination/maintenance taints, or cordoned) → when, as the node
   // agent announced it (kube/node_preemption.h); absl::InfiniteFuture() when nobody said.
   std::map<std::string, absl::Time> preempting_nodes;

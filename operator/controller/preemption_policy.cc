@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/kube/object_meta.h"
+#include "operator/controller/move_budget.h"
 
 namespace phalanx::op {
 namespace {
@@ -30,15 +31,18 @@ bool Move(const PlanInputs& in, JobPass& pass, const std::vector<int>& moved) {
   const int count = static_cast<int>(moved.size());
   st.preemptions += count;
   if (policy.preemptions_count_toward_max_restarts) {
-    if (st.restarts + count > policy.max_restarts) {
+    // Counted as the failures stage counts: one restart per pass, however many tasks move.
+    if (st.restarts >= policy.max_restarts) {
       FailJob(in, pass, "MaxRestartsExceeded",
-              absl::StrCat("task ", moved.front(), " was preempted; maxRestarts (",
-                           policy.max_restarts, ") is exhausted and preemptions count toward it"));
+              absl::StrCat("task ", moved.front(), " was preempted; the job was already restarted ",
+                           st.restarts, st.restarts == 1 ? " time" : " times", " (maxRestarts ",
+                           policy.max_restarts, ") and preemptions count toward it"));
       return false;
     }
-    st.restarts += count;
+    ++st.restarts;
   }
   st.last_restart_time = in.now;
+  for (int i : moved) RecordMove(pass.tasks[static_cast<size_t>(i)].status, in.now);
   for (int i : moved) {
     pass.out.events.push_back(
         {true, "TaskPreempted",
@@ -51,6 +55,24 @@ bool Move(const PlanInputs& in, JobPass& pass, const std::vector<int>& moved) {
     for (int i : moved) RestartTask(in, pass, i, "Preempted", std::nullopt);
   }
   return true;
+}
+
+// Keeps `record` where it is (Preempting) until the move budget allows the move; a Warning Event
+// when a hold starts (or its end moves), not on every pass of it.
+void Hold(const PlanInputs& in, JobPass& pass, TaskRecord& record, absl::Time until) {
+  TaskStatus& task = record.status;
+  task.state = TaskState::kPreempting;
+  if (task.move_held_until != until) {
+    pass.out.events.push_back({
+        true,
+        "MoveLimitReached",
+        absl::StrCat("task ", task.index, " was moved off a preemption ", kMaxMovesPerWindow,
+                     " times within ", absl::FormatDuration(kMoveWindow), " (the most allowed); ",
+                     "its next move waits until ", kube::FormatKubeTime(until)),
+    });
+  }
+  task.move_held_until = until;
+  RequeueWithin(pass, until - in.now);
 }
 
 }  // namespace
@@ -72,6 +94,24 @@ Next ApplyPreemptions(const PlanInputs& in, JobPass& pass) {
       RequeueWithin(pass, deadline - in.now);
     }
   }
+  std::vector<int> allowed;
+  for (TaskRecord& record : pass.tasks) {
+    TaskStatus& task = record.status;
+    ForgetOldMoves(task, in.now);
+    std::optional<absl::Time> until = MoveHeldUntil(task, in.now);
+    if (std::find(moved.begin(), moved.end(), task.index) == moved.end()) {
+      // Not moving this pass. A hold is kept until it ends even so: a node that flaps gets
+      // one MoveLimitReached Event per hold, not one per flap.
+      if (task.move_held_until.has_value() && *task.move_held_until <= in.now) {
+        task.move_held_until.reset();
+      }
+    } else if (until.has_value()) {
+      Hold(in, pass, record, *until);
+    } else {
+      allowed.push_back(task.index);
+    }
+  }
+  moved = std::move(allowed);
   if (moved.empty()) return Next::kContinue;
   pass.moved = moved;
   return Move(in, pass, moved) ? Next::kContinue : Next::kDone;

@@ -8,7 +8,8 @@
 // own deadline as the node agent announced it (kube/node_preemption.h): a GCE VM gets 30 s whatever
 // the grace says. Moves count as preemptions, and toward maxRestarts only when
 // failurePolicy.preemptionsCountTowardMaxRestarts says so (then past it the job fails). With
-// restartScope Job every task restarts. Pure.
+// restartScope Job every task restarts. A task is moved at most kMaxMovesPerWindow times a minute
+// (move_budget.h); past that it waits, Preempting. Pure.
 #pragma once
 
 #include <vector>
