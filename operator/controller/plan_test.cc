@@ -10,6 +10,7 @@
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
 #include "operator/controller/blocked.h"
+#include "operator/controller/task_state.h"
 
 namespace phalanx::op {
 namespace {
@@ -50,6 +51,7 @@ JobObservation Healthy(int replicas = 2) {
   coordinator.name = "j-coordinator";
   coordinator.phase = PodPhase::kRunning;
   coordinator.ip = "10.0.0.9";
+  coordinator.ready = true;  // a coordinator that is down costs goodput (accounting.h)
   w.coordinator = coordinator;
   for (int i = 0; i < replicas; ++i) w.task_pods.push_back(TaskPod(i, 0, PodPhase::kRunning));
   return w;
@@ -131,7 +133,7 @@ TEST(PlanTest, TaskScopeRestartsOnlyTheFailedTaskWithTheNextIncarnation) {
   world.task_pods[1].exit_code = 1;
   world.task_pods[1].reason = "Error";
   ReconcilePlan plan = Plan(Spec(), {}, world);
-  EXPECT_THAT(plan.delete_pods, ::testing::ElementsAre("j-task-1-0"));
+  EXPECT_TRUE(plan.delete_pods.empty());  // the failed pod is kept for its logs (keepFailedPods)
   EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-1-1"));
   EXPECT_EQ(plan.status.restarts, 1);
   EXPECT_EQ(plan.status.tasks[1].incarnation, 1);
@@ -151,7 +153,8 @@ TEST(PlanTest, JobScopeRestartsEveryTask) {
   JobObservation world = Healthy();
   world.task_pods[0].phase = PodPhase::kFailed;
   ReconcilePlan plan = Plan(spec, {}, world);
-  EXPECT_THAT(plan.delete_pods, ::testing::UnorderedElementsAre("j-task-0-0", "j-task-1-0"));
+  // The failed pod is kept (keepFailedPods); the running one is deleted.
+  EXPECT_THAT(plan.delete_pods, ::testing::UnorderedElementsAre("j-task-1-0"));
   EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-0-1", "j-task-1-1"));
   EXPECT_EQ(plan.status.restarts, 1);
 }
@@ -159,7 +162,11 @@ TEST(PlanTest, JobScopeRestartsEveryTask) {
 TEST(PlanTest, CoordinatorReportedFailureRestartsAPodThatLooksRunning) {
   JobObservation world = Healthy();
   world.coordinator_failed[0] = {0, "heartbeat timeout"};
-  ReconcilePlan plan = Plan(Spec(), {}, world);
+  // Once the wait for the pod's own exit status (task_state.h) has passed.
+  TrainingJobStatus previous;
+  previous.tasks.resize(2);
+  previous.tasks[0].failure_reported_at = kNow - kExitStatusWait;
+  ReconcilePlan plan = Plan(Spec(), previous, world);
   EXPECT_THAT(plan.delete_pods, ::testing::ElementsAre("j-task-0-0"));
   EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-0-1"));
   EXPECT_EQ(plan.status.tasks[0].last_failure_reason, "CoordinatorDeclaredFailed");

@@ -97,14 +97,13 @@ class PodBuilder {
     pod_.ready = true;
     pod_.node = "node-0";
   }
-  // The coordinator pod of `job`: Running at 10.0.0.9.
+  // The coordinator pod of `job`: Running and ready at 10.0.0.9.
   static PodBuilder Coordinator(const std::string& job) {
     PodBuilder b(job, -1);
     b.pod_.index = -1;
     b.pod_.incarnation = base::kNoIncarnation;
     b.pod_.name = CoordinatorName(job);
     b.pod_.ip = "10.0.0.9";
-    b.pod_.ready = false;
     return b;
   }
   PodBuilder& Phase(PodPhase phase) {
