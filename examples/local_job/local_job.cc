@@ -73,10 +73,19 @@ absl::Status LocalJob::StartCoordinator(int port) {
   return absl::OkStatus();
 }
 
-absl::Status LocalJob::RestartCoordinator() {
-  coordinator_->Signal(SIGKILL);
-  coordinator_->Wait(absl::Seconds(10));
-  return StartCoordinator(port_);
+absl::Status LocalJob::StopCoordinator(int signal) {
+  coordinator_->Signal(signal);
+  // A SIGTERMed coordinator gives in-flight calls 1 s before it exits.
+  if (!coordinator_->Wait(absl::Seconds(30)).has_value()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the coordinator did not exit within 30 s of signal ", signal));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalJob::RestartCoordinator(int signal) {
+  if (absl::Status s = StopCoordinator(signal); !s.ok()) return s;
+  return StartNewCoordinator();
 }
 
 absl::Status LocalJob::StartWorker(int task, std::map<std::string, std::string> extra_env) {

@@ -5,6 +5,7 @@
 // Thread-safe for reading events while the owner drives the job.
 #pragma once
 
+#include <csignal>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,8 +48,14 @@ class LocalJob {
 
   // Starts task `task` with the next incarnation (the old process must be gone or is killed).
   absl::Status StartWorker(int task, std::map<std::string, std::string> extra_env = {});
-  // SIGKILLs the coordinator and starts a new one on the same port.
-  absl::Status RestartCoordinator();
+  // Sends `signal` to the coordinator and waits for it to exit (SIGTERM: a graceful stop, as
+  // a pod eviction does; SIGKILL: a crash). The workers keep running and retry.
+  absl::Status StopCoordinator(int signal);
+  // Starts a new coordinator on the same port (after StopCoordinator): a fresh one, which
+  // knows nothing of the old one's state.
+  absl::Status StartNewCoordinator() { return StartCoordinator(port_); }
+  // StopCoordinator(signal), then StartNewCoordinator().
+  absl::Status RestartCoordinator(int signal = SIGKILL);
 
   // Every event of `task` across its incarnations, in order.
   std::vector<WorkerEvent> Events(int task);

@@ -160,6 +160,18 @@ absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time de
   return Epoch{epoch, resume, seen};
 }
 
+absl::Status SampleTrainer::ShutdownBarrier() {
+  const absl::Time deadline = absl::Now() + options_.recovery_timeout;
+  while (true) {
+    absl::Status status = client().Shutdown(std::max(absl::Seconds(1), deadline - absl::Now()));
+    // Unavailable: the coordinator went away mid-barrier; its successor runs a fresh one that
+    // every task re-enters once it has re-registered.
+    if (!absl::IsUnavailable(status) || absl::Now() >= deadline) return status;
+    Event(task_, "shutdown_retry", absl::StrCat("reason=\"", status.message(), "\""));
+    if (absl::Status s = client().WaitUntilConnected(deadline - absl::Now()); !s.ok()) return s;
+  }
+}
+
 absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::Recover() {
   const absl::Time deadline = absl::Now() + options_.recovery_timeout;
   while (true) {
@@ -191,6 +203,7 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
   Event(me, "start", absl::StrCat("resume_step=", step, " epoch=", epoch->id));
 
   bool barrier_failed = false;
+  bool coordinator_lost = false;
   while (step < options_.steps) {
     // The sync point before a membership change: the task a round names checkpoints at the
     // agreed step and leaves at once, so its failure may reach us after we passed the step's
@@ -217,7 +230,7 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
       }
     }
 
-    if (barrier_failed || MembershipChanges() != seen_changes) {
+    if (barrier_failed || coordinator_lost || MembershipChanges() != seen_changes) {
       absl::StatusOr<Epoch> next = Recover();
       if (!next.ok()) return next.status();
       seen_changes = next->changes_seen;
@@ -240,6 +253,7 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
         epoch = next;
       }
       barrier_failed = false;
+      coordinator_lost = false;
       continue;
     }
 
@@ -252,6 +266,13 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
             absl::StrCat("step=", step, " code=", absl::StatusCodeToString(passed.code()),
                          " reason=\"", passed.message(), "\""));
       if (absl::IsAborted(passed)) return passed;
+      if (absl::IsUnavailable(passed)) {
+        // The coordinator stopped, moved or restarted: never a reason to fail. Recovery waits
+        // for the client to re-register with it and agrees on the step again (its barriers
+        // and key-value data may be gone).
+        coordinator_lost = true;
+        continue;
+      }
       // A membership change is handled by recovery at the top of the loop; only a failure
       // with the membership unchanged (a timeout) counts against the barrier.
       barrier_failed = MembershipChanges() == seen_changes;
@@ -263,7 +284,7 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
       if (absl::Status s = Checkpoint(step, "periodic"); !s.ok()) return s;
     }
   }
-  if (absl::Status s = client().Shutdown(absl::Seconds(60)); !s.ok()) return s;
+  if (absl::Status s = ShutdownBarrier(); !s.ok()) return s;
   Event(me, "done", absl::StrFormat("steps=%d state=%016x", step, state_));
   return absl::OkStatus();
 }

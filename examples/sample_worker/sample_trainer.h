@@ -8,6 +8,10 @@
 //   2. publish this task's newest checkpoint step under recovery/<epoch>/<task>;
 //   3. barrier recovery/<epoch>; resume from the smallest published step (a checkpoint
 //      every task has). Step barriers are named <epoch>/step-<n>, fresh for every epoch.
+// A coordinator that stops, moves or restarts never fails the task: any call that meets it
+// returns Unavailable, and the task waits for its client to re-register with the successor,
+// re-runs recovery (the successor lost the key-value data and barriers) and goes on; the
+// shutdown barrier is re-entered.
 // A preemption round makes every task checkpoint at the same agreed step. A task the round
 // names as about to be preempted then leaves (Run returns with LeftForPreemption() true), as a
 // JAX program does at its preemption sync point: its peers wait in that step's barrier and
@@ -82,6 +86,8 @@ class SampleTrainer {
   absl::StatusOr<Epoch> Recover();
   absl::StatusOr<Epoch> TryRecoverOnce(absl::Time deadline);
   absl::Status Checkpoint(int64_t step, const char* why);
+  // The job's shutdown barrier, re-entered after the coordinator restarts (Unavailable).
+  absl::Status ShutdownBarrier();
 
   client::CoordinationClient& client() { return *client_.load(); }
 

@@ -34,6 +34,12 @@ class ScriptedClient final : public client::CoordinationClient {
 
   std::vector<int64_t> sync_checks;    // the steps ReachedSyncPoint was asked about
   std::vector<std::string> published;  // this task's recovery entries, in order
+  // The coordinator going away: the first barrier whose id ends in `unavailable_barrier`, and
+  // the first `unavailable_shutdowns` shutdown barriers, fail with Unavailable, as a stopping
+  // or restarting coordinator answers.
+  std::string unavailable_barrier;
+  int unavailable_shutdowns = 0;
+  int shutdown_calls = 0;
 
   client::TaskRef task() const override { return {0, 0}; }
   int num_tasks() const override { return 2; }
@@ -43,6 +49,11 @@ class ScriptedClient final : public client::CoordinationClient {
 
   void BarrierAsync(const std::string& id, absl::Duration, const std::vector<int>&,
                     absl::AnyInvocable<void(absl::Status) &&> done) override {
+    if (!unavailable_barrier.empty() && absl::EndsWith(id, unavailable_barrier)) {
+      unavailable_barrier.clear();
+      std::move(done)(absl::UnavailableError("coordinator is shutting down; retry"));
+      return;
+    }
     const bool peer_leaves =
         !peer_left_ && absl::EndsWith(id, absl::StrCat("/step-", sync_step_ - 1));
     std::move(done)(absl::OkStatus());
@@ -84,7 +95,12 @@ class ScriptedClient final : public client::CoordinationClient {
     entries.emplace_back(directory + "/1", absl::StrCat(peer_latest_));
     return entries;
   }
-  absl::Status Shutdown(absl::Duration) override { return absl::OkStatus(); }
+  absl::Status Shutdown(absl::Duration) override {
+    if (shutdown_calls++ < unavailable_shutdowns) {
+      return absl::UnavailableError("coordinator is shutting down; retry");
+    }
+    return absl::OkStatus();
+  }
 
   // Not used by the trainer in this script.
   absl::Status Barrier(const std::string&, absl::Duration, const std::vector<int>&) override {
@@ -146,6 +162,31 @@ TEST(SampleTrainer, PeerLeavingAtTheSyncStep_StillCheckpointsThereBeforeRecoveri
   EXPECT_THAT(CheckpointStore(dir, 0).Load(kSyncStep), IsOk());
   EXPECT_THAT(client.published, Contains(absl::StrCat(kSyncStep)))
       << "after the peer left, this task must publish the sync step's checkpoint";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SampleTrainer, CoordinatorGoingAway_IsRetriedNeverAFailure) {
+  // A step barrier and the shutdown barrier meet a stopping coordinator (Unavailable) while the
+  // membership is unchanged: the task re-runs recovery, re-enters the barriers and finishes
+  // (issue 13: a coordinator restart must never fail a task).
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          absl::StrCat("phalanx-trainer-unavailable-", ::getpid());
+  std::filesystem::remove_all(dir);
+  TrainerOptions options;
+  options.steps = 6;
+  options.step_time = absl::ZeroDuration();
+  options.checkpoint_every = 2;
+  options.checkpoint_dir = dir;
+  SampleTrainer trainer(options, {0, 0});
+  ScriptedClient client(trainer.Callbacks(), /*sync_step=*/1000);  // no preemption round
+  client.unavailable_barrier = "/step-3";
+  client.unavailable_shutdowns = 2;
+
+  ASSERT_THAT(trainer.Run(client), IsOk());
+
+  EXPECT_EQ(client.shutdown_calls, 3) << "the shutdown barrier is re-entered after Unavailable";
+  EXPECT_GE(client.published.size(), 2u) << "Unavailable sends the task through recovery";
+  EXPECT_THAT(CheckpointStore(dir, 0).Load(6), IsOk()) << "it trained to the last step";
   std::filesystem::remove_all(dir);
 }
 

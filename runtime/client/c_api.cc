@@ -43,6 +43,8 @@ struct phalanx_client {
   phalanx_preemption_fn preemption_fn ABSL_GUARDED_BY(mu) = nullptr;
   phalanx_preemption2_fn preemption2_fn ABSL_GUARDED_BY(mu) = nullptr;
   void* preemption_user ABSL_GUARDED_BY(mu) = nullptr;
+  phalanx_reconnect_fn reconnect_fn ABSL_GUARDED_BY(mu) = nullptr;
+  void* reconnect_user ABSL_GUARDED_BY(mu) = nullptr;
   std::unique_ptr<GrpcCoordinationClient> impl;
 };
 
@@ -83,6 +85,16 @@ int Create(ClientConfig config, phalanx_client** out) {
     } else if (fn != nullptr) {
       fn(user, round.round, deadline, round.reason.c_str());
     }
+  };
+  callbacks.on_reconnect = [client](bool coordinator_restarted) {
+    phalanx_reconnect_fn fn;
+    void* user;
+    {
+      absl::MutexLock lock(&client->mu);
+      fn = client->reconnect_fn;
+      user = client->reconnect_user;
+    }
+    if (fn != nullptr) fn(user, coordinator_restarted ? 1 : 0);
   };
   auto impl = GrpcCoordinationClient::Create(std::move(config), std::move(callbacks));
   if (!impl.ok()) {
@@ -157,6 +169,13 @@ void phalanx_set_preemption_callback2(phalanx_client* client, phalanx_preemption
   client->preemption_user = user;
 }
 
+void phalanx_set_reconnect_callback(phalanx_client* client, phalanx_reconnect_fn fn, void* user) {
+  if (client == nullptr) return;
+  absl::MutexLock lock(&client->mu);
+  client->reconnect_fn = fn;
+  client->reconnect_user = user;
+}
+
 int phalanx_task_id(const phalanx_client* client) {
   return client == nullptr ? -1 : client->impl->task().task_id;
 }
@@ -170,6 +189,15 @@ uint64_t phalanx_incarnation(const phalanx_client* client) {
 int phalanx_connect(phalanx_client* client, int64_t timeout_ms) {
   if (client == nullptr) return InvalidArgument("client is NULL");
   return Report(client->impl->Connect(Millis(timeout_ms)));
+}
+
+int phalanx_wait_until_connected(phalanx_client* client, int64_t timeout_ms) {
+  if (client == nullptr) return InvalidArgument("client is NULL");
+  return Report(client->impl->WaitUntilConnected(Millis(timeout_ms)));
+}
+
+int phalanx_connected(const phalanx_client* client) {
+  return client != nullptr && client->impl->connected() ? 1 : 0;
 }
 
 int phalanx_barrier(phalanx_client* client, const char* id, int64_t timeout_ms, const int* tasks,

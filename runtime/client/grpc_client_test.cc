@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "runtime/client/test_coordinator.h"
+#include "runtime/coordination/grpc_status.h"
 #include "runtime/coordination/service.h"
 #include "runtime/coordination/token_auth.h"
 #include "runtime/proto/coordination.grpc.pb.h"
@@ -244,6 +245,23 @@ TEST(GrpcClient, NewIncarnation_SupersedesOldClient_WhichIsToldWhy) {
   EXPECT_THAT(why, StatusIs(absl::StatusCode::kAborted, HasSubstr("superseded by 1")));
   EXPECT_THAT(old_client->KvTryGet("x"), StatusIs(absl::StatusCode::kNotFound));  // still usable
   EXPECT_THAT(old_client->Barrier("b", absl::Seconds(1)), StatusIs(absl::StatusCode::kAborted));
+}
+
+TEST(GrpcStatus, CancelledFromGrpcItself_IsUnavailable_ButTheServicesOwnCancelledIsKept) {
+  // gRPC cancels what is still in flight when a server shuts down; an older coordinator also
+  // answered Cancelled when stopping. The client never cancels a call whose result reaches a
+  // caller, so to it such a Cancelled means the coordinator went away: retry (issue 13).
+  EXPECT_THAT(coord::FromGrpcStatus(grpc::Status(grpc::StatusCode::CANCELLED, "Cancelled")),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("retry")));
+  EXPECT_THAT(coord::FromGrpcStatus(
+                  grpc::Status(grpc::StatusCode::CANCELLED, "coordinator is shutting down")),
+              StatusIs(absl::StatusCode::kUnavailable));
+  // A cancellation the service decided on (a peer cancelled the barrier) stays Cancelled.
+  EXPECT_THAT(coord::FromGrpcStatus(
+                  coord::ToGrpcStatus(absl::CancelledError("barrier 'b' cancelled by task 1"))),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled by task 1")));
+  EXPECT_THAT(coord::FromGrpcStatus(coord::ToGrpcStatus(absl::AbortedError("task restarted"))),
+              StatusIs(absl::StatusCode::kAborted));
 }
 
 TEST(GrpcClient, CoordinatorRestart_ClientReconnectsAndReRegisters) {

@@ -59,6 +59,11 @@ typedef void (*phalanx_preemption2_fn)(void* user, uint64_t round, int64_t deadl
                                        const char* reason, const int* affected_tasks,
                                        size_t num_affected);
 
+/* The session came back after a break. `coordinator_restarted` is 1 when the coordinator is a
+   new one (it lost its key-value data, barriers and rounds: re-publish and re-run recovery), 0
+   when the same coordinator answered again. */
+typedef void (*phalanx_reconnect_fn)(void* user, int coordinator_restarted);
+
 typedef struct {
   char* key;
   void* value;
@@ -86,11 +91,22 @@ PHALANX_API void phalanx_set_preemption_callback(phalanx_client* client, phalanx
 PHALANX_API void phalanx_set_preemption_callback2(phalanx_client* client, phalanx_preemption2_fn fn,
                                                   void* user);
 
+/* Called on the session thread after each reconnect; keep it short (no blocking calls). */
+PHALANX_API void phalanx_set_reconnect_callback(phalanx_client* client, phalanx_reconnect_fn fn,
+                                                void* user);
+
 PHALANX_API int phalanx_task_id(const phalanx_client* client);
 PHALANX_API int phalanx_num_tasks(const phalanx_client* client);
 PHALANX_API uint64_t phalanx_incarnation(const phalanx_client* client);
 
 PHALANX_API int phalanx_connect(phalanx_client* client, int64_t timeout_ms);
+/* After a call returned PHALANX_UNAVAILABLE (the coordinator stopped, moved or restarted): waits
+ * until the client has re-registered this task (same incarnation) and its session is open again,
+ * then the call can be retried. PHALANX_DEADLINE_EXCEEDED when not back within timeout_ms,
+ * PHALANX_ABORTED when this incarnation can no longer take part. */
+PHALANX_API int phalanx_wait_until_connected(phalanx_client* client, int64_t timeout_ms);
+/* 1 while the task is registered and its session is open, else 0. */
+PHALANX_API int phalanx_connected(const phalanx_client* client);
 /* tasks == NULL / num_tasks == 0: every task. */
 PHALANX_API int phalanx_barrier(phalanx_client* client, const char* id, int64_t timeout_ms,
                                 const int* tasks, size_t num_tasks);
