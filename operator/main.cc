@@ -29,6 +29,7 @@
 #include "operator/controller/node_watch.h"
 #include "operator/controller/operator_key.h"
 #include "operator/controller/reconciler.h"
+#include "operator/controller/schedulability.h"
 #include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig file (empty: in-cluster service account)");
@@ -232,11 +233,14 @@ int main(int argc, char** argv) {
   base::PeriodicRunner gauges(clock, absl::Seconds(5), [&](absl::Time) {
     metrics.SetQueueDepth(controller.queue_depth());
     std::map<std::string, int> phases;
+    int unschedulable = 0;
     for (const kube::Json& job : jobs->List()) {
       const std::string phase = kube::StringAt(job, "status.phase");
       ++phases[phase.empty() ? "Pending" : phase];
+      if (op::JobIsUnschedulable(job)) ++unschedulable;
     }
     metrics.SetJobsByPhase(phases);
+    metrics.SetUnschedulableJobs(unschedulable);
   });
   std::cout << "ready metrics=127.0.0.1:" << (*status_server)->port() << std::endl;
 

@@ -33,6 +33,12 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                 .Name("phalanx_operator_jobs")
                 .Help("TrainingJobs by phase")
                 .Register(registry)),
+      unschedulable_jobs_(prometheus::BuildGauge()
+                              .Name("phalanx_operator_jobs_unschedulable")
+                              .Help("TrainingJobs with condition Unschedulable=True: a task pod "
+                                    "that no node can take")
+                              .Register(registry)
+                              .Add({})),
       restarts_(prometheus::BuildCounter()
                     .Name("phalanx_operator_task_restarts_total")
                     .Help("Task restarts by reason")

@@ -23,6 +23,10 @@ class OperatorMetrics {
   void Reconciled(bool ok, absl::Duration took);
   void SetQueueDepth(int depth) { queue_depth_.Set(depth); }
   void SetJobsByPhase(const std::map<std::string, int>& counts);
+  // Jobs whose condition Unschedulable is True (a task pod no node can take): sampled like the
+  // phases, for the PhalanxJobStuckRestarting alert (a job stuck in Starting or Pending on a
+  // replacement that cannot be scheduled is not Restarting).
+  void SetUnschedulableJobs(int count) { unschedulable_jobs_.Set(count); }
   void TaskRestarted(const std::string& reason);
   void Preempted(const std::string& reason);
   // Failure observed → replacement pod created.
@@ -39,6 +43,7 @@ class OperatorMetrics {
   prometheus::Histogram& reconcile_seconds_;
   prometheus::Gauge& queue_depth_;
   prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Gauge& unschedulable_jobs_;
   prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Counter>& preemptions_;
   prometheus::Histogram& replacement_seconds_;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/kube/object_meta.h"
 
 namespace phalanx::op {
 namespace {
@@ -19,6 +20,14 @@ const Condition* Find(const std::vector<Condition>& conditions, const std::strin
 }
 
 }  // namespace
+
+bool JobIsUnschedulable(const Json& job) {
+  for (const Json& c :
+       kube::ArrayOrEmpty(kube::FieldOrNull(job, "status"), "conditions").as_array()) {
+    if (kube::StringAt(c, "type") == kCondition) return kube::StringAt(c, "status") == "True";
+  }
+  return false;
+}
 
 Next MarkUnschedulable(const PlanInputs& in, JobPass& pass) {
   std::vector<std::string> named;

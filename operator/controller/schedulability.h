@@ -21,4 +21,8 @@ inline constexpr size_t kMaxSchedulerMessage = 256;
 
 Next MarkUnschedulable(const PlanInputs& in, JobPass& pass);
 
+// True when the TrainingJob object's status carries Unschedulable=True (for the operator's
+// phalanx_operator_jobs_unschedulable gauge).
+bool JobIsUnschedulable(const Json& job);
+
 }  // namespace phalanx::op

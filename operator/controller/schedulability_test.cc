@@ -120,5 +120,14 @@ TEST(MarkUnschedulable, ReadsThePodsPodScheduledCondition) {
   EXPECT_THAT(Reasons(plan.events), ::testing::Contains("Unschedulable"));
 }
 
+TEST(JobIsUnschedulable, ReadsTheJobsCondition) {
+  EXPECT_FALSE(JobIsUnschedulable(Json::parse(R"({"metadata":{"name":"j"}})")));
+  EXPECT_TRUE(JobIsUnschedulable(Json::parse(
+      R"({"status":{"conditions":[{"type":"Running","status":"False"},
+          {"type":"Unschedulable","status":"True"}]}})")));
+  EXPECT_FALSE(JobIsUnschedulable(
+      Json::parse(R"({"status":{"conditions":[{"type":"Unschedulable","status":"False"}]}})")));
+}
+
 }  // namespace
 }  // namespace phalanx::op

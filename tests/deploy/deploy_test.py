@@ -570,6 +570,14 @@ def check_metrics(src, binary_dir):
         used |= names
         bad += [f"{where}: {n}" for n in sorted(names - allowed)]
     check(not bad, "metrics Phalanx does not export:\n  " + "\n  ".join(bad))
+    # A replacement no node can take leaves its job in Starting, not Restarting (issue 13): the
+    # stuck-job alert must count the operator's Unschedulable gauge too.
+    stuck = [r["expr"] for g in rules["groups"] for r in g["rules"]
+             if r["alert"] == "PhalanxJobStuckRestarting"]
+    check(stuck and {"phalanx_operator_jobs", "phalanx_operator_jobs_unschedulable"}
+          <= promql_metrics(stuck[0]),
+          "alert PhalanxJobStuckRestarting must use phalanx_operator_jobs (Restarting) and "
+          "phalanx_operator_jobs_unschedulable (a job stuck in Starting on an unschedulable pod)")
     print(f"{len(exprs)} expressions use {len(used)} metrics, all exported "
           f"({len(exported)} families found in the sources)")
 
