@@ -5,7 +5,8 @@
 // from 1 s again once a coordinator stayed up 10 min — so a coordinator that cannot start does
 // not spin; each end is counted once in status.coordinator (restarts, exit code, reason,
 // message) and told in a CoordinatorRestarted Warning Event. The coordinator's address is settled
-// (by pod IP: only once the pod runs). Pods of older incarnations are deleted. Then, after the
+// (by pod IP: only once the pod runs). Pods of older incarnations are deleted, but for the newest
+// failed ones failurePolicy.keepFailedPods keeps (failed_pods.h). Then, after the
 // task-state stage, each task without a pod gets one at its incarnation, once the coordinator's
 // address is known. Names are deterministic (desired_state.h), so a create that raced an earlier
 // one is an AlreadyExists the reconciler ignores. Pure.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace phalanx::op {
 namespace {
@@ -38,6 +39,12 @@ Next FailOnFatal(const PlanInputs& in, JobPass& pass) {
   const std::vector<int> fatal = TasksWith(pass, TaskEvent::kFatal);
   if (fatal.empty()) return Next::kContinue;
   const int i = fatal.front();
+  // The task's record says why the job ended, as a restart's would.
+  TaskRecord& record = pass.tasks[static_cast<size_t>(i)];
+  record.status.last_failure_reason =
+      record.failure.reason.empty() ? "Failed" : record.failure.reason;
+  record.status.last_exit_code = record.failure.exit_code;
+  record.status.last_failure_message = record.failure.message;
   FailJob(in, pass, "FatalFailure",
           absl::StrCat("task ", i, " ", Describe(pass.tasks[static_cast<size_t>(i)].failure),
                        ", which the failure policy treats as fatal"));
@@ -53,11 +60,25 @@ Next RestartFailedTasks(const PlanInputs& in, JobPass& pass) {
     return pass.tasks[static_cast<size_t>(i)].failure;
   };
   const bool job_scope = policy.restart_scope == RestartScope::kJob;
-  const int needed = job_scope ? 1 : static_cast<int>(failed.size());
-  if (st.restarts + needed > policy.max_restarts) {
+  // One restart per pass that replaces failed tasks, however many failed together and in either
+  // scope: status.restarts (the RESTARTS column) counts the times the job was restarted, the
+  // budget maxRestarts bounds, and the message below names that same count.
+  if (st.restarts >= policy.max_restarts) {
+    for (int i : failed) {
+      TaskStatus& task = pass.tasks[static_cast<size_t>(i)].status;
+      task.last_failure_reason = failure(i).reason.empty() ? "Failed" : failure(i).reason;
+      task.last_exit_code = failure(i).exit_code;
+      task.last_failure_message = failure(i).message;
+    }
+    const std::vector<int> others(failed.begin() + 1, failed.end());
     FailJob(in, pass, "MaxRestartsExceeded",
             absl::StrCat("task ", failed.front(), " ", Describe(failure(failed.front())),
-                         "; maxRestarts (", policy.max_restarts, ") is exhausted"));
+                         others.empty() ? ""
+                                        : absl::StrCat(", and task", others.size() > 1 ? "s " : " ",
+                                                       absl::StrJoin(others, ", "), " failed too"),
+                         "; the job was already restarted ", st.restarts,
+                         st.restarts == 1 ? " time" : " times", " (maxRestarts ",
+                         policy.max_restarts, ")"));
     return Next::kDone;
   }
   const absl::Duration backoff = RestartBackoff(policy.backoff, st.restarts);
@@ -66,10 +87,10 @@ Next RestartFailedTasks(const PlanInputs& in, JobPass& pass) {
   if (in.now < not_before) {
     for (int i : failed) pass.tasks[static_cast<size_t>(i)].status.state = TaskState::kBackingOff;
     st.phase = kPhaseRestarting;
-    pass.out.requeue_after = not_before - in.now;
+    RequeueWithin(pass, not_before - in.now);
     return Next::kDone;
   }
-  st.restarts += needed;
+  ++st.restarts;
   st.last_restart_time = in.now;
   for (int i : failed) {
     pass.out.events.push_back(
@@ -85,6 +106,10 @@ Next RestartFailedTasks(const PlanInputs& in, JobPass& pass) {
       const PodView& pod = failure(i);
       RestartTask(in, pass, i, pod.reason.empty() ? "Failed" : pod.reason, pod.exit_code);
     }
+  }
+  // Why each failed, in its pod's (or the coordinator's) words; RestartTask cleared the others'.
+  for (int i : failed) {
+    pass.tasks[static_cast<size_t>(i)].status.last_failure_message = failure(i).message;
   }
   return Next::kContinue;
 }

@@ -112,19 +112,19 @@ TEST(RestartFailedTasks, Table) {
     std::vector<TaskState> want_states = {};
   };
   const Case cases[] = {
-      {"taskScopeReplacesOnlyTheFailedTask",
+      {"taskScopeReplacesOnlyTheFailedTask",  // its failed pod is kept (keepFailedPods)
        [](TestPass&) {},
        Next::kContinue,
        "",
        {"j-task-1-1"},
-       {"j-task-1-0"},
+       {},
        1},
       {"jobScopeReplacesEveryTaskForOneRestart",
        [](TestPass& t) { t.spec.failure_policy.restart_scope = RestartScope::kJob; },
        Next::kContinue,
        "",
        {"j-task-0-1", "j-task-1-1"},
-       {"j-task-0-0", "j-task-1-0"},
+       {"j-task-0-0"},
        1},
       {"backingOffWaitsAndSaysSo",
        [](TestPass& t) {
@@ -148,7 +148,7 @@ TEST(RestartFailedTasks, Table) {
        Next::kContinue,
        "",
        {"j-task-1-1"},
-       {"j-task-1-0"},
+       {},
        2},
       {"maxRestartsExhaustedFailsTheJob",
        [](TestPass& t) {

@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
+#include "operator/controller/failed_pods.h"
+#include "operator/controller/terminal_tasks.h"
 
 namespace phalanx::op {
 
@@ -51,6 +53,7 @@ void FailJob(const PlanInputs& in, JobPass& pass, const std::string& reason,
   Mark(pass, "Running", false, reason, message, in.now);
   pass.out.events.push_back({true, reason, message});
   DeleteActivePods(in, pass);
+  SettleTaskStates(pass);
   pass.out.create.clear();
   pass.out.requeue_after = absl::ZeroDuration();
 }
@@ -59,13 +62,17 @@ void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& 
                  std::optional<int> exit_code) {
   TaskRecord& record = pass.tasks[static_cast<size_t>(i)];
   TaskStatus& task = record.status;
-  if (record.pod.has_value() && !record.pod->being_deleted) {
+  // A failed pod stays for its logs (failed_pods.h); the children stage bounds how many.
+  if (record.pod.has_value() && !record.pod->being_deleted &&
+      !KeepWhenReplaced(*record.pod, in.spec.failure_policy.keep_failed_pods)) {
     pass.out.delete_pods.push_back(record.pod->name);
   }
   ++task.incarnation;
   ++task.restarts;
   task.last_failure_reason = reason;
   task.last_exit_code = exit_code;
+  task.last_failure_message.clear();  // the failure stage fills it in for a failed task
+  task.failure_reported_at.reset();
   task.preempting_since.reset();
   task.state = TaskState::kRestarting;
   const bool preemption = reason == "Preempted" && !record.preemption_reason.empty();

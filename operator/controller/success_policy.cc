@@ -1,5 +1,7 @@
 #include "operator/controller/success_policy.h"
 
+#include "operator/controller/terminal_tasks.h"
+
 namespace phalanx::op {
 
 Next ApplySuccessPolicy(const PlanInputs& in, JobPass& pass) {
@@ -15,6 +17,7 @@ Next ApplySuccessPolicy(const PlanInputs& in, JobPass& pass) {
   Mark(pass, "Running", false, "Completed", "", in.now);
   pass.out.events.push_back({false, "Completed", "job succeeded"});
   DeleteActivePods(in, pass);
+  SettleTaskStates(pass);
   pass.out.create.clear();
   return Next::kDone;
 }

@@ -2,8 +2,10 @@
 // a job): while spec.suspend is set the job has no pods, only its status. Suspending records a
 // Suspended Event and gives every task its next incarnation (a resumed task is a new process,
 // neither a failure nor a restart to count); resuming records a Resumed Event and starts over
-// from Pending. A finished job (Succeeded or Failed) only has its leftover pods deleted. Sets
-// the Suspended condition every pass. Pure.
+// from Pending. A finished job (Succeeded or Failed) only has its leftover pods deleted and its
+// task states settled (terminal_tasks.h). Sets the Suspended condition every pass: True reason
+// Suspended while suspended; False reason Resumed once a suspended job was resumed (and from then
+// on); False reason NotSuspended for a job that was never suspended. Pure.
 #pragma once
 
 #include "operator/controller/pass.h"

@@ -25,6 +25,7 @@ TEST(ApplySuspend, Table) {
     Incarnation want_incarnation;  // of every task
     TaskState want_state;          // of every task
     std::string want_condition;
+    std::string previous_condition = "";  // "status/reason" of Suspended before the pass
   };
   const std::vector<std::string> everything = {"j-task-0-0", "j-task-1-0", "j-coordinator"};
   const Case cases[] = {
@@ -58,7 +59,7 @@ TEST(ApplySuspend, Table) {
        0,
        TaskState::kRunning,
        "False/Resumed"},
-      {"aRunningJobGoesOn",
+      {"aRunningJobNeverSuspendedSaysNotSuspended",
        false,
        kPhaseRunning,
        Next::kContinue,
@@ -67,8 +68,19 @@ TEST(ApplySuspend, Table) {
        {},
        0,
        TaskState::kRunning,
+       "False/NotSuspended"},
+      {"aResumedJobStaysResumed",
+       false,
+       kPhaseRunning,
+       Next::kContinue,
+       kPhaseRunning,
+       {},
+       {},
+       0,
+       TaskState::kRunning,
+       "False/Resumed",
        "False/Resumed"},
-      {"aFinishedJobOnlyCleansUp",
+      {"aFinishedJobOnlyCleansUpAndItsTasksEndStopped",
        false,
        kPhaseSucceeded,
        Next::kDone,
@@ -76,8 +88,8 @@ TEST(ApplySuspend, Table) {
        {},
        everything,
        0,
-       TaskState::kRunning,
-       "False/Resumed"},
+       TaskState::kStopped,
+       "False/NotSuspended"},
       {"aFinishedJobIsNotSuspended",
        true,
        kPhaseFailed,
@@ -86,7 +98,7 @@ TEST(ApplySuspend, Table) {
        {},
        everything,
        0,
-       TaskState::kRunning,
+       TaskState::kStopped,
        "True/Suspended"},
   };
   for (const Case& c : cases) {
@@ -96,6 +108,11 @@ TEST(ApplySuspend, Table) {
     t.previous.ready_tasks = 2;
     t.previous.tasks.resize(2);
     for (TaskStatus& task : t.previous.tasks) task.state = TaskState::kRunning;
+    if (!c.previous_condition.empty()) {
+      const size_t slash = c.previous_condition.find('/');
+      t.previous.conditions.push_back({"Suspended", c.previous_condition.substr(0, slash),
+                                       c.previous_condition.substr(slash + 1), "", kNow, 3});
+    }
     JobPass pass = t.Before("suspend");
     EXPECT_EQ(ApplySuspend(t.Inputs(), pass), c.want_next);
     EXPECT_EQ(pass.out.status.phase, c.want_phase);
