@@ -1,9 +1,33 @@
 #include "operator/controller/task_state.h"
 
+#include <utility>
+
 #include "operator/controller/failure_policy.h"
+#include "operator/controller/waiting_failure.h"
 
 namespace phalanx::op {
 namespace {
+
+// `message` cut to status.tasks[].lastFailureMessage's bound, keeping the end (a log's last
+// lines say most), never splitting a UTF-8 sequence.
+std::string Bounded(const std::string& message) {
+  if (message.size() <= kMaxFailureMessageBytes) return message;
+  static constexpr char kCut[] = "...";
+  size_t from = message.size() - (kMaxFailureMessageBytes - (sizeof(kCut) - 1));
+  while (from < message.size() && (static_cast<unsigned char>(message[from]) & 0xC0) == 0x80) {
+    ++from;
+  }
+  return kCut + message.substr(from);
+}
+
+// Fills in `record`'s failure as `failure` and classifies it by the failure policy.
+void Fail(const PlanInputs& in, TaskRecord& record, PodView failure) {
+  failure.message = Bounded(failure.message);
+  record.event = ClassifyFailure(in.spec.failure_policy, failure) == FailureClass::kFatal
+                     ? TaskEvent::kFatal
+                     : TaskEvent::kFailed;
+  record.failure = std::move(failure);
+}
 
 bool RanBefore(const PlanInputs& in, const TaskStatus& task) {
   return task.pod == TaskPodName(JobName(in), task.index, task.incarnation) &&
@@ -30,6 +54,8 @@ void ClassifyMissingPod(const PlanInputs& in, TaskRecord& record) {
 
 void ClassifyTask(const PlanInputs& in, TaskRecord& record) {
   TaskStatus& task = record.status;
+  // Kept only while the coordinator's report still waits on the pod (below).
+  const std::optional<absl::Time> reported_at = std::exchange(task.failure_reported_at, {});
   if (!record.pod.has_value()) return ClassifyMissingPod(in, record);
   const PodView& pod = *record.pod;
   const PreemptionPolicy& policy = in.spec.preemption;
@@ -57,25 +83,45 @@ void ClassifyTask(const PlanInputs& in, TaskRecord& record) {
     record.preemption_reason = on_preempted_node ? "NodePreempted"
                                : disrupted       ? "DisruptionTarget"
                                                  : "Evicted";
-  } else if (failed || coordinator_says_failed) {
-    record.failure = pod;
-    if (!failed) {
-      // The pod looks fine; the coordinator saw the task hang, lose its session or report an
-      // error. Say so, with the coordinator's words, in the reason and the Event.
-      record.failure.reason = "CoordinatorDeclaredFailed";
-      record.failure.message = reported->second.reason;
+  } else if (failed) {
+    PodView failure = pod;
+    // The pod's own words first; the coordinator's when the pod has none.
+    if (failure.message.empty() && coordinator_says_failed) {
+      failure.message = reported->second.reason;
     }
-    record.event = ClassifyFailure(in.spec.failure_policy, pod) == FailureClass::kFatal
-                       ? TaskEvent::kFatal
-                       : TaskEvent::kFailed;
+    Fail(in, record, std::move(failure));
+  } else if (const WaitingVerdict waiting = JudgeWaiting(pod, in.now); waiting.failed) {
+    Fail(in, record, WaitingFailure(pod));
+  } else if (coordinator_says_failed) {
+    // The coordinator saw the task crash, hang, lose its session or report an error. Its report
+    // usually arrives before the pod's terminal status (the kubelet's update lags about a
+    // second), and only the pod's status has the exit code and reason (OOMKilled, ...) the
+    // failure policy classifies by: wait for it, briefly. A hung process never exits, so past
+    // the bound the task fails as the coordinator said (its pod is then deleted).
+    const absl::Time since = reported_at.value_or(in.now);
+    if (in.now < since + kExitStatusWait) {
+      task.failure_reported_at = since;
+      task.state = TaskState::kAwaitingExit;
+      record.recheck_at = since + kExitStatusWait;
+      return;
+    }
+    task.failure_reported_at = since;  // the bound stays passed during a back-off
+    PodView failure = pod;
+    failure.reason = "CoordinatorDeclaredFailed";
+    failure.message = reported->second.reason;
+    Fail(in, record, std::move(failure));
   } else {
     task.state = pod.phase == PodPhase::kRunning ? TaskState::kRunning : TaskState::kPending;
+    record.recheck_at = waiting.fails_at;
   }
 }
 
 Next ClassifyTasks(const PlanInputs& in, JobPass& pass) {
   for (TaskRecord& record : pass.tasks) {
     ClassifyTask(in, record);
+    if (record.recheck_at != absl::InfiniteFuture()) {
+      RequeueWithin(pass, std::max(record.recheck_at - in.now, absl::ZeroDuration()));
+    }
     if (record.event != TaskEvent::kNone || !record.pod.has_value() || record.pod->being_deleted) {
       continue;  // only a pod that is running or done counts
     }

@@ -7,11 +7,14 @@
 #include <functional>
 
 #include "operator/controller/plan_testing.h"
+#include "operator/controller/waiting_failure.h"
 
 namespace phalanx::op {
 namespace {
 
 using namespace builders;  // NOLINT
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 TEST(ClassifyTask, Table) {
   const absl::Time node_deadline = kNow + absl::Seconds(20);
@@ -46,11 +49,6 @@ TEST(ClassifyTask, Table) {
          pod0(t) = PodBuilder("j", 0).Failed(42).Build();
        },
        TaskState::kUnknown, TaskEvent::kFatal},
-      {"declaredFailedByTheCoordinator",
-       [](TestPass& t) {
-         t.world.coordinator_failed[0] = {0, "heartbeat timeout"};
-       },
-       TaskState::kUnknown, TaskEvent::kFailed, "", "CoordinatorDeclaredFailed"},
       {"aCoordinatorReportOfAnOlderIncarnationIsIgnored",
        [](TestPass& t) {
          t.world.coordinator_failed[0] = {0, "old"};
@@ -99,6 +97,56 @@ TEST(ClassifyTask, Table) {
        kNow - absl::Seconds(1)},
       {"aPodCreatedButNotSeenYetIsNotVanished", [&](TestPass& t) { ran(t, TaskState::kPending); },
        TaskState::kPending, TaskEvent::kNoPod},
+      // The coordinator's report arrives before the pod's terminal status: wait for it.
+      {"declaredFailedWhileThePodRunsAwaitsItsExit",
+       [](TestPass& t) {
+         t.world.coordinator_failed[0] = {0, "session broken"};
+       },
+       TaskState::kAwaitingExit, TaskEvent::kNone},
+      {"declaredFailedAndThePodFailedClassifiesByThePod",
+       [&](TestPass& t) {
+         t.world.coordinator_failed[0] = {0, "session broken"};
+         t.spec.failure_policy.fatal_reasons = {"OOMKilled"};
+         pod0(t) = PodBuilder("j", 0).Failed(137, "OOMKilled").Build();
+       },
+       TaskState::kUnknown, TaskEvent::kFatal, "", "OOMKilled"},
+      {"declaredFailedPastTheExitStatusWait",
+       [](TestPass& t) {
+         t.world.coordinator_failed[0] = {0, "heartbeat timeout"};
+         t.previous.tasks.resize(2);
+         t.previous.tasks[0].failure_reported_at = kNow - kExitStatusWait;
+       },
+       TaskState::kUnknown, TaskEvent::kFailed, "", "CoordinatorDeclaredFailed"},
+      // Waiting reasons that never clear (waiting_failure.h) are failures, classified by them.
+      {"invalidImageNameIsFatalByDefault",
+       [&](TestPass& t) {
+         pod0(t).phase = PodPhase::kPending;
+         pod0(t).waiting_reason = "InvalidImageName";
+         pod0(t).created = kNow;
+       },
+       TaskState::kUnknown, TaskEvent::kFatal, "", "InvalidImageName"},
+      {"imagePullBackOffWithinTheBoundWaits",
+       [&](TestPass& t) {
+         pod0(t).phase = PodPhase::kPending;
+         pod0(t).waiting_reason = "ImagePullBackOff";
+         pod0(t).created = kNow - kStuckWaitingBound + absl::Seconds(1);
+       },
+       TaskState::kPending, TaskEvent::kNone},
+      {"imagePullBackOffPastTheBoundIsRetryable",
+       [&](TestPass& t) {
+         pod0(t).phase = PodPhase::kPending;
+         pod0(t).waiting_reason = "ImagePullBackOff";
+         pod0(t).created = kNow - kStuckWaitingBound;
+       },
+       TaskState::kUnknown, TaskEvent::kFailed, "", "ImagePullBackOff"},
+      {"createContainerConfigErrorPastTheBoundMatchesFatalReasons",
+       [&](TestPass& t) {
+         t.spec.failure_policy.fatal_reasons = {"CreateContainerConfigError"};
+         pod0(t).phase = PodPhase::kPending;
+         pod0(t).waiting_reason = "CreateContainerConfigError";
+         pod0(t).created = kNow - absl::Minutes(6);
+       },
+       TaskState::kUnknown, TaskEvent::kFatal, "", "CreateContainerConfigError"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -114,6 +162,82 @@ TEST(ClassifyTask, Table) {
     EXPECT_EQ(record.node_deadline, c.want_node_deadline);
     EXPECT_EQ(record.status.preempting_since, c.want_since);
   }
+}
+
+// The exit-code race, pass by pass on fake times: the coordinator declares task 0 failed
+// (its session broke) before the kubelet's update says the pod failed.
+class ExitStatusRace : public ::testing::Test {
+ protected:
+  ExitStatusRace() : t_(TrainingJobBuilder("j").Tasks(2)) {
+    t_.spec.failure_policy.fatal_reasons = {"OOMKilled"};
+    t_.world.coordinator_failed[0] = {0, "session broken: connection reset"};
+  }
+  // One pass at kNow + `at`, from the status the last one wrote.
+  ReconcilePlan PassAt(absl::Duration at) {
+    t_.now = kNow + at;
+    ReconcilePlan plan = PlanReconcile(t_.Inputs());
+    t_.previous = plan.status;
+    return plan;
+  }
+
+  TestPass t_;
+};
+
+TEST_F(ExitStatusRace, ReportAheadOfThePod_WaitsForItsStatus_ThenItsOOMKilledIsFatal) {
+  ReconcilePlan first = PassAt(absl::ZeroDuration());
+  EXPECT_EQ(first.status.tasks[0].state, TaskState::kAwaitingExit);
+  EXPECT_EQ(first.status.tasks[0].failure_reported_at, kNow);
+  EXPECT_THAT(first.delete_pods, ::testing::IsEmpty());  // the pod is not deleted meanwhile
+  EXPECT_THAT(first.replacements, ::testing::IsEmpty());
+  EXPECT_EQ(first.requeue_after, kExitStatusWait);
+  EXPECT_EQ(first.status.phase, kPhaseRestarting);
+  EXPECT_EQ(first.status.restarts, 0);
+
+  // The pod's status arrives a second later: exit 137, OOMKilled, which the policy calls fatal.
+  t_.world.task_pods[0] = PodBuilder("j", 0).Failed(137, "OOMKilled").Build();
+  ReconcilePlan second = PassAt(absl::Seconds(1));
+  EXPECT_EQ(second.status.phase, kPhaseFailed);
+  EXPECT_EQ(ConditionOf(second.status, "Failed"), "True/FatalFailure");
+  EXPECT_EQ(second.status.tasks[0].last_failure_reason, "OOMKilled");
+  EXPECT_EQ(second.status.tasks[0].last_exit_code, 137);
+  EXPECT_EQ(second.status.tasks[0].failure_reported_at, std::nullopt);
+  ASSERT_FALSE(second.events.empty());
+  EXPECT_THAT(second.events.back().message, HasSubstr("code 137 (OOMKilled)"));
+}
+
+TEST_F(ExitStatusRace, ThePodNeverEnds_RestartsAsCoordinatorDeclaredFailedAtTheBound) {
+  PassAt(absl::ZeroDuration());
+  // An operator restart in between reads the wait's start back from status.
+  ReconcilePlan waiting = PassAt(kExitStatusWait - absl::Milliseconds(1));
+  EXPECT_EQ(waiting.status.tasks[0].state, TaskState::kAwaitingExit);
+  EXPECT_EQ(waiting.requeue_after, absl::Milliseconds(1));
+  EXPECT_THAT(waiting.delete_pods, ::testing::IsEmpty());
+
+  ReconcilePlan restarted = PassAt(kExitStatusWait);  // a hung process: its pod never ends
+  EXPECT_THAT(restarted.delete_pods, ElementsAre("j-task-0-0"));
+  EXPECT_EQ(restarted.status.restarts, 1);
+  const TaskStatus& task = restarted.status.tasks[0];
+  EXPECT_EQ(task.incarnation, 1);
+  EXPECT_EQ(task.last_failure_reason, "CoordinatorDeclaredFailed");
+  EXPECT_EQ(task.last_exit_code, std::nullopt);
+  EXPECT_EQ(task.last_failure_message, "session broken: connection reset");
+  EXPECT_EQ(task.failure_reported_at, std::nullopt);
+  EXPECT_THAT(Reasons(restarted.events), ElementsAre("TaskRestarted"));
+  EXPECT_THAT(restarted.events[0].message, HasSubstr("session broken: connection reset"));
+}
+
+TEST(FailureMessage, IsTheTerminationMessage_BoundedToItsEnd) {
+  TestPass t(TrainingJobBuilder("j").Tasks(2));
+  PodView failed = PodBuilder("j", 1).Failed(1, "Error").Build();
+  failed.message = std::string(3000, 'x') + "\nTraceback: ValueError: bad shard";
+  t.world.task_pods[1] = failed;
+  ReconcilePlan plan = PlanReconcile(t.Inputs());
+  const std::string& message = plan.status.tasks[1].last_failure_message;
+  EXPECT_LE(message.size(), kMaxFailureMessageBytes);
+  EXPECT_THAT(message, ::testing::StartsWith("..."));
+  EXPECT_THAT(message, ::testing::EndsWith("ValueError: bad shard"));
+  ASSERT_THAT(Reasons(plan.events), ElementsAre("TaskRestarted"));
+  EXPECT_THAT(plan.events[0].message, HasSubstr("ValueError: bad shard"));
 }
 
 TEST(ClassifyTasks, CountsRunningReadyAndSucceededPods) {
