@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -236,6 +237,24 @@ absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
   options.working_dir = working_dir;
   options.kill_group_on_exit = true;  // a container's processes end with it
   return options;
+}
+
+absl::Status CheckImageReference(const std::string& image) {
+  if (image.empty()) return absl::OkStatus();
+  // github.com/distribution/reference's grammar (ReferenceRegexp), without IPv6 hosts.
+  static const std::regex kReference(
+      R"(^(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|)"
+      R"([a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/)?)"
+      R"([a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+      R"((?::[\w][\w.-]{0,127})?)"
+      R"((?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$)");
+  const std::string name = image.substr(0, image.find_first_of(":@"));
+  if (image.size() <= 4096 && name.size() <= 255 && std::regex_match(image, kReference)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("Failed to apply default image tag \"", image,
+                                                 "\": couldn't parse image reference \"", image,
+                                                 "\": invalid reference format"));
 }
 
 }  // namespace phalanx::localcluster

@@ -41,4 +41,11 @@ absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
     const std::map<std::string, std::string>& extra_env, const SecretLookup& secret_value = nullptr,
     const std::string& volume_dir = "");
 
+// Whether `image` parses as an image reference ([domain[:port]/]path[:tag][@digest], the
+// grammar container runtimes use: lower-case path components, a tag of at most 128 word
+// characters, dots and dashes). InvalidArgument, worded as a kubelet words InvalidImageName's
+// message, when it does not. The image is never pulled here, so this is all a pod's image is
+// checked for; an empty image (which the API server refuses) is not judged.
+absl::Status CheckImageReference(const std::string& image);
+
 }  // namespace phalanx::localcluster

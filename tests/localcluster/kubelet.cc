@@ -206,11 +206,18 @@ void Kubelet::SyncOnce() {
   }
   const absl::Time now = clock_.Now();
   if (options_.run_scheduler) SchedulePending(access_, clock_);
-  if (!next_full_resync_.has_value() || now >= *next_full_resync_) {
-    for (const NodeConfig& node : options_.nodes) {
-      if (absl::Status s = SyncNode(node, now); !s.ok() && !absl::IsAborted(s)) {
-        PHX_LOG(WARNING) << "kubelet: node " << node.name << ": " << s;
-      }
+  const bool resync = !next_full_resync_.has_value() || now >= *next_full_resync_;
+  for (const NodeConfig& node : options_.nodes) {
+    bool preempting = false;
+    {
+      absl::MutexLock lock(&mu_);
+      preempting = nodes_[node.name].evict_at.has_value();
+    }
+    // A node being preempted is looked at every pass, not only on a resync: its taint removed
+    // by hand must call the preemption off before this pass evicts anything more there.
+    if (!resync && !preempting) continue;
+    if (absl::Status s = SyncNode(node, now); !s.ok() && !absl::IsAborted(s)) {
+      PHX_LOG(WARNING) << "kubelet: node " << node.name << ": " << s;
     }
   }
   for (const auto& [key, pod] : CollectWork(now)) SyncPod(key, pod, now);
@@ -440,6 +447,20 @@ void Kubelet::StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time n
     }
     return decoded;
   };
+  const Json& containers = kube::FieldOrNull(kube::FieldOrNull(pod, "spec"), "containers");
+  if (containers.is_array() && containers.size() > 0) {
+    if (absl::Status image = CheckImageReference(StringAt(containers.at(0), "image"));
+        !image.ok()) {
+      // As a kubelet does: the container waits (InvalidImageName) and the pod stays Pending;
+      // only a new pod can fix it. Checked again each sync, like a pull that failed.
+      if (rt.waiting_reason != "InvalidImageName") {
+        PHX_LOG(WARNING) << "kubelet: " << ns << "/" << name << " waits: " << image;
+      }
+      rt.waiting_reason = "InvalidImageName";
+      rt.waiting_message = std::string(image.message());
+      return;
+    }
+  }
   const std::string log_path = absl::StrCat(options_.log_dir, "/", ns, "_", name, ".log");
   std::error_code size_error;
   const std::uintmax_t log_size = std::filesystem::file_size(log_path, size_error);
@@ -538,14 +559,33 @@ absl::Status Kubelet::SyncNode(const NodeConfig& config, absl::Time now) {
   if (!node.ok()) return node.status();
   NodeReport report{config.name, config.gpus, config.simulated, true};
   bool preempting = false;
+  bool taint_seen = false;
   {
     absl::MutexLock lock(&mu_);
     report.ready = nodes_[config.name].ready;
     preempting = nodes_[config.name].evict_at.has_value();
+    taint_seen = nodes_[config.name].taint_seen;
   }
-  if (preempting && AddPreemptionTaint(*node, now)) {
-    node = access_.Update("nodes", "", *node, /*status=*/false);
+  Json tainted = *node;
+  const bool has_taint = !AddPreemptionTaint(tainted, now);
+  if (preempting && !has_taint && taint_seen) {
+    PHX_LOG(INFO) << "kubelet: node " << config.name
+                  << ": preemption taint removed by hand; the preemption is called off";
+    absl::MutexLock lock(&mu_);
+    NodeState& state = nodes_[config.name];
+    state.evict_at.reset();
+    state.taint_seen = false;
+    for (auto& [key, rt] : pods_) {
+      if (rt->node == config.name) rt->dirty = true;  // DisruptionTarget goes
+    }
+  } else if (preempting && !has_taint) {
+    node = access_.Update("nodes", "", tainted, /*status=*/false);
     if (!node.ok()) return node.status();
+    absl::MutexLock lock(&mu_);
+    nodes_[config.name].taint_seen = true;
+  } else if (preempting) {
+    absl::MutexLock lock(&mu_);
+    nodes_[config.name].taint_seen = true;
   }
   const Json& old_status = Field(*node, "status");
   Json status = NodeStatus(old_status, report, now, options_.full_resync_interval);

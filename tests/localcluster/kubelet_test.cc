@@ -401,6 +401,37 @@ TEST_F(KubeletTest, MissingCommand_ContainerCannotRun) {
   EXPECT_THAT(StringAt(Container("nocmd"), "state.terminated.message"), HasSubstr("no command"));
 }
 
+// A real kubelet cannot parse such an image and leaves the container waiting with
+// InvalidImageName for ever (the pod never fails); the operator's failure policy acts on it.
+TEST_F(KubeletTest, InvalidImageReference_WaitsWithInvalidImageName) {
+  Make();
+  Json pod = ShellPod("badimage", "exit 0");
+  pod["spec"]["containers"][0]["image"] = Json::string("Registry.Example/Team/Trainer:v1");
+  Create(pod);
+  Create(ShellPod("goodimage", "exit 0"));
+  ASSERT_TRUE(SyncUntil([&] { return Phase("goodimage") == "Succeeded"; }));
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Phase("badimage"), "Pending");
+  EXPECT_EQ(StringAt(Container("badimage"), "state.waiting.reason"), "InvalidImageName");
+  EXPECT_THAT(StringAt(Container("badimage"), "state.waiting.message"),
+              HasSubstr("couldn't parse image reference"));
+}
+
+TEST(CheckImageReference, Table) {
+  for (const char* good :
+       {"ignored:latest", "busybox", "registry.example.com:5000/team/trainer:v1.2-rc_3",
+        "localhost/a__b/c-d", "ghcr.io/org/img@sha256:0123456789abcdef0123456789abcdef",
+        "Registry.Example/team/x"}) {
+    SCOPED_TRACE(good);
+    EXPECT_THAT(CheckImageReference(good), IsOk());
+  }
+  for (const char* bad : {"Team/Trainer", "trainer:", "a b", "img:tag:tag", "-lead", "x@sha256:zz",
+                          "trainer:-dash"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(CheckImageReference(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+}
+
 TEST_F(KubeletTest, OnFailure_RestartsAfterBackOff_CountingRestarts) {
   Make();
   // Fails on its first run, succeeds on its second.
@@ -538,6 +569,50 @@ TEST_F(KubeletTest, PreemptNode_TaintsMarksThenEvictsAfterGrace) {
   ASSERT_TRUE(Pod("worker").has_value());
   EXPECT_TRUE(kube::IsBeingDeleted(*Pod("worker")));
   ASSERT_TRUE(SyncUntil([&] { return !Pod("worker").has_value(); }));
+}
+
+// Issue 13: a preemption taint removed by hand came back at the next resync, and every pod the
+// scheduler placed on the untainted node in between was evicted at once (the operator moved a
+// task six times in a second). Removing it calls the preemption off.
+TEST_F(KubeletTest, PreemptionTaintRemovedByHand_CallsThePreemptionOff) {
+  Make({NodeConfig{"node-a", 4, {}, {}, true}, NodeConfig{"node-b", 4, {}, {}, true}});
+  Create(ShellPod("first", "ignored", "Always"));
+  kubelet_->SyncOnce();
+  ASSERT_EQ(StringAt(*Pod("first"), "spec.nodeName"), "node-a");
+  ASSERT_THAT(kubelet_->PreemptNode("node-a", absl::Seconds(10)), IsOk());
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Condition("first", "DisruptionTarget"), "True");
+
+  // kubectl taint nodes node-a cloud.google.com/impending-node-termination-
+  clock_.Advance(absl::Seconds(2));
+  Json node = *store_.Get("nodes", "", "node-a");
+  node["spec"]["taints"] = Json::array();
+  ASSERT_THAT(store_.Update("nodes", "", node, false), IsOk());
+  // A new pod lands on the untainted node (node-a wins the tie by name).
+  Create(ShellPod("replacement", "ignored", "Always"));
+  kubelet_->SyncOnce();
+  ASSERT_EQ(StringAt(*Pod("replacement"), "spec.nodeName"), "node-a");
+  std::cerr << "DBG " << Pod("first")->serialize() << "\nNODE " << store_.Get("nodes", "", "node-a")->serialize() << std::endl;
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(absl::Seconds(5));  // past the grace, and past a full resync each time
+    kubelet_->SyncOnce();
+  }
+  for (const char* name : {"first", "replacement"}) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(Pod(name).has_value()) << "evicted";
+    EXPECT_FALSE(kube::IsBeingDeleted(*Pod(name))) << "evicted";
+    EXPECT_EQ(Phase(name), "Running");
+    EXPECT_NE(Condition(name, "DisruptionTarget"), "True");
+  }
+  EXPECT_EQ(Condition("first", "DisruptionTarget", "reason"), "PreemptionCancelled");
+  EXPECT_EQ(store_.Get("nodes", "", "node-a")->at("spec").at("taints").size(), 0u)
+      << "tainted again";
+
+  // A later preemption of the same node works as the first did.
+  ASSERT_THAT(kubelet_->PreemptNode("node-a", absl::Seconds(10)), IsOk());
+  EXPECT_EQ(store_.Get("nodes", "", "node-a")->at("spec").at("taints").size(), 1u);
+  kubelet_->SyncOnce();
+  EXPECT_EQ(Condition("replacement", "DisruptionTarget"), "True");
 }
 
 TEST_F(KubeletTest, SimulatedNode_RunningWithoutProcess_FailPodAndDeleteAtOnce) {
