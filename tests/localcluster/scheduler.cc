@@ -62,6 +62,124 @@ bool PodTolerates(const Json& pod, const std::string& key, const std::string& va
   return false;
 }
 
+// core/v1 NodeSelectorRequirement against a node's labels (matchExpressions) or fields
+// (matchFields: only metadata.name exists).
+bool RequirementMatches(const Json& req, const std::map<std::string, std::string>& values) {
+  const std::string op = StringAt(req, "operator");
+  auto it = values.find(StringAt(req, "key"));
+  const bool has = it != values.end();
+  std::vector<std::string> listed;
+  for (const Json& v : Array(req, "values").as_array()) {
+    if (v.is_string()) listed.push_back(v.as_string());
+  }
+  const bool in = has && std::find(listed.begin(), listed.end(), it->second) != listed.end();
+  if (op == "In") return in;
+  if (op == "NotIn") return !in;
+  if (op == "Exists") return has;
+  if (op == "DoesNotExist") return !has;
+  if ((op == "Gt" || op == "Lt") && has && listed.size() == 1) {
+    int64_t have = 0, bound = 0;
+    if (!absl::SimpleAtoi(it->second, &have) || !absl::SimpleAtoi(listed[0], &bound)) return false;
+    return op == "Gt" ? have > bound : have < bound;
+  }
+  return false;
+}
+
+// core/v1 NodeSelectorTerm: every requirement holds; an empty term matches no node.
+bool TermMatches(const Json& term, const Json& node) {
+  const Json& expressions = Array(term, "matchExpressions");
+  const Json& fields = Array(term, "matchFields");
+  if (expressions.size() == 0 && fields.size() == 0) return false;
+  const std::map<std::string, std::string> labels = kube::LabelsOf(node);
+  for (const Json& req : expressions.as_array()) {
+    if (!RequirementMatches(req, labels)) return false;
+  }
+  const std::map<std::string, std::string> names = {{"metadata.name", MetaString(node, "name")}};
+  for (const Json& req : fields.as_array()) {
+    if (!RequirementMatches(req, names)) return false;
+  }
+  return true;
+}
+
+const Json& AffinityOf(const Json& pod, const char* kind) {
+  return Field(Field(Field(pod, "spec"), "affinity"), kind);
+}
+
+// requiredDuringSchedulingIgnoredDuringExecution of the pod's node affinity: any term (they are
+// ORed) matches; no such field matches every node.
+bool RequiredNodeAffinityMatches(const Json& pod, const Json& node) {
+  const Json& required =
+      Field(AffinityOf(pod, "nodeAffinity"), "requiredDuringSchedulingIgnoredDuringExecution");
+  if (!required.is_object()) return true;
+  for (const Json& term : Array(required, "nodeSelectorTerms").as_array()) {
+    if (TermMatches(term, node)) return true;
+  }
+  return false;
+}
+
+// metav1.LabelSelector (matchLabels, and matchExpressions In/NotIn/Exists/DoesNotExist) against
+// `labels`; a null selector matches nothing, an empty one everything.
+bool SelectorMatches(const Json& selector, const std::map<std::string, std::string>& labels) {
+  if (!selector.is_object()) return false;
+  const Json& match = Field(selector, "matchLabels");
+  if (match.is_object()) {
+    for (const auto& [k, v] : match.as_object()) {
+      auto it = labels.find(k);
+      if (it == labels.end() || !v.is_string() || it->second != v.as_string()) return false;
+    }
+  }
+  for (const Json& req : Array(selector, "matchExpressions").as_array()) {
+    if (!RequirementMatches(req, labels)) return false;
+  }
+  return true;
+}
+
+// How much `node` suits the pod's preferences (kube-scheduler's NodeAffinity and
+// InterPodAffinity scores, unnormalized): the weights of the preferred node affinity terms it
+// matches, less the weights of the preferred pod anti-affinity terms it would break (a matching
+// pod of the same namespace, not terminated, in the same topology domain). `pods` are the pods
+// bound to nodes; `nodes` all nodes (for the topology domains).
+int64_t Preference(const Json& pod, const Json& node, const std::vector<Json>& nodes,
+                   const std::vector<Json>& pods) {
+  int64_t score = 0;
+  for (const Json& term :
+       Array(AffinityOf(pod, "nodeAffinity"), "preferredDuringSchedulingIgnoredDuringExecution")
+           .as_array()) {
+    const Json& weight = Field(term, "weight");
+    if (weight.is_integer() && TermMatches(Field(term, "preference"), node)) {
+      score += weight.as_integer();
+    }
+  }
+  const std::string ns = MetaString(pod, "namespace");
+  for (const Json& term :
+       Array(AffinityOf(pod, "podAntiAffinity"), "preferredDuringSchedulingIgnoredDuringExecution")
+           .as_array()) {
+    const Json& weight = Field(term, "weight");
+    const Json& affinity_term = Field(term, "podAffinityTerm");
+    const std::string key = StringAt(affinity_term, "topologyKey");
+    const std::map<std::string, std::string> node_labels = kube::LabelsOf(node);
+    auto domain = node_labels.find(key);
+    if (!weight.is_integer() || domain == node_labels.end()) continue;
+    std::map<std::string, std::string> domain_of;  // node name → its value of `key`
+    for (const Json& n : nodes) {
+      const std::map<std::string, std::string> labels = kube::LabelsOf(n);
+      if (auto v = labels.find(key); v != labels.end())
+        domain_of[MetaString(n, "name")] = v->second;
+    }
+    for (const Json& other : pods) {
+      auto d = domain_of.find(StringAt(other, "spec.nodeName"));
+      if (d == domain_of.end() || d->second != domain->second || IsTerminated(other) ||
+          MetaString(other, "namespace") != ns ||
+          !SelectorMatches(Field(affinity_term, "labelSelector"), kube::LabelsOf(other))) {
+        continue;
+      }
+      score -= weight.as_integer();
+      break;
+    }
+  }
+  return score;
+}
+
 // Why `node` cannot take `pod` (a kube-scheduler reason, counted per node), or "" if it can.
 // Checks run in kube-scheduler's plugin order and the first failure is the node's reason.
 std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t gpus_wanted) {
@@ -91,6 +209,9 @@ std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t
       }
     }
   }
+  if (!RequiredNodeAffinityMatches(pod, node)) {
+    return "node(s) didn't match Pod's node affinity/selector";
+  }
   const int64_t allocatable = Quantity(Field(Field(Field(node, "status"), "allocatable"), kGpu));
   if (gpus_wanted > 0 && gpus_used + gpus_wanted > allocatable) {
     return absl::StrCat("Insufficient ", kGpu);
@@ -98,16 +219,18 @@ std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t
   return "";
 }
 
-// ChooseNode with the GPUs in use per node already summed (the pass keeps them up to date).
+// ChooseNode with the GPUs in use per node already summed (the pass keeps them up to date);
+// `pods` are the pods on nodes (for pod anti-affinity).
 std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Json>& nodes,
                                            const std::map<std::string, int64_t>& gpus_used,
-                                           std::string* why_not) {
+                                           const std::vector<Json>& pods, std::string* why_not) {
   if (nodes.empty()) {
     if (why_not != nullptr) *why_not = "no nodes available to schedule pods";
     return std::nullopt;
   }
   const int64_t wanted = PodGpuRequest(pod);
-  std::optional<std::tuple<int64_t, std::string>> best;  // (GPUs free after, name)
+  // (less preferred, GPUs free after, name): preferences first, then bin packing.
+  std::optional<std::tuple<int64_t, int64_t, std::string>> best;
   std::map<std::string, int> reasons;
   for (const Json& node : nodes) {
     const std::string name = MetaString(node, "name");
@@ -119,10 +242,11 @@ std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Js
       continue;
     }
     const int64_t allocatable = Quantity(Field(Field(Field(node, "status"), "allocatable"), kGpu));
-    std::tuple<int64_t, std::string> score{allocatable - used - wanted, name};
+    std::tuple<int64_t, int64_t, std::string> score{-Preference(pod, node, nodes, pods),
+                                                    allocatable - used - wanted, name};
     if (!best.has_value() || score < *best) best = std::move(score);
   }
-  if (best.has_value()) return std::get<1>(*best);
+  if (best.has_value()) return std::get<2>(*best);
   if (why_not != nullptr) {
     // kube-scheduler sorts the "<count> <reason>" strings.
     std::vector<std::string> parts;
@@ -188,7 +312,7 @@ std::optional<std::string> ChooseNode(const Json& pod, const std::vector<Json>& 
                                       std::string* why_not) {
   std::map<std::string, int64_t> gpus_used;
   for (const Json& other : pods_on_nodes) AddUsage(other, gpus_used);
-  return ChooseWithUsage(pod, nodes, gpus_used, why_not);
+  return ChooseWithUsage(pod, nodes, gpus_used, pods_on_nodes, why_not);
 }
 
 int SchedulePending(ClusterAccess& access, base::Clock& clock) {
@@ -213,14 +337,19 @@ int SchedulePending(ClusterAccess& access, base::Clock& clock) {
   absl::StatusOr<ListResult> all = access.List("pods", kube::ObjectFilter{});
   if (!nodes.ok() || !all.ok()) return 0;
   std::map<std::string, int64_t> gpus_used;
-  for (const Json& pod : all->items) AddUsage(pod, gpus_used);
+  std::vector<Json> on_nodes;  // for pod anti-affinity; grows with what this pass binds
+  for (Json& pod : all->items) {
+    AddUsage(pod, gpus_used);
+    if (!StringAt(pod, "spec.nodeName").empty()) on_nodes.push_back(std::move(pod));
+  }
 
   int bound = 0;
   const absl::Time now = clock.Now();
   for (Json& pod : queue) {
     const std::string ns = MetaString(pod, "namespace");
     std::string why_not;
-    std::optional<std::string> node = ChooseWithUsage(pod, nodes->items, gpus_used, &why_not);
+    std::optional<std::string> node =
+        ChooseWithUsage(pod, nodes->items, gpus_used, on_nodes, &why_not);
     if (!node.has_value()) {
       if (SetScheduledCondition(pod, false, why_not, now)) {
         // A conflict means someone else changed the pod; the next pass re-reads it.
@@ -238,6 +367,7 @@ int SchedulePending(ClusterAccess& access, base::Clock& clock) {
     }
     ++bound;
     AddUsage(*updated, gpus_used);
+    on_nodes.push_back(*updated);
   }
   return bound;
 }

@@ -25,10 +25,14 @@ int64_t PodGpuRequest(const Json& pod);
 // The node for `pod` among `nodes`, or nullopt with a kube-scheduler-like reason in *why_not
 // ("0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint
 // {k: v}."; may be null). A node fits when it is Ready, not spec.unschedulable, every
-// NoSchedule/NoExecute taint is tolerated, spec.nodeSelector matches its labels, and the GPUs
-// of the non-terminated pods bound to it (from `pods_on_nodes`) plus this pod's fit
-// status.allocatable. Among fitting nodes the one left with the fewest free GPUs wins, ties by
-// name, so the choice is deterministic.
+// NoSchedule/NoExecute taint is tolerated, spec.nodeSelector matches its labels, the required
+// node affinity matches (nodeSelectorTerms ORed; matchExpressions In/NotIn/Exists/DoesNotExist/
+// Gt/Lt on labels, matchFields on metadata.name), and the GPUs of the non-terminated pods bound
+// to it (from `pods_on_nodes`) plus this pod's fit status.allocatable. Among fitting nodes the
+// one that best suits the pod's preferences wins (preferred node affinity weights, less the
+// weights of preferred pod anti-affinity terms a pod in `pods_on_nodes` would break), then the
+// one left with the fewest free GPUs, ties by name, so the choice is deterministic. Required pod
+// (anti-)affinity is not implemented (Phalanx emits none).
 std::optional<std::string> ChooseNode(const Json& pod, const std::vector<Json>& nodes,
                                       const std::vector<Json>& pods_on_nodes, std::string* why_not);
 

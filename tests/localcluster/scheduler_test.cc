@@ -1,5 +1,6 @@
 #include "tests/localcluster/scheduler.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/kube/object_meta.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
@@ -94,6 +95,19 @@ class PodBuilder {
     Json& list = pod_["spec"]["tolerations"];
     if (!list.is_array()) list = Json::array();
     list[list.size()] = t;
+    return *this;
+  }
+  // spec.affinity, as JSON.
+  PodBuilder& Affinity(const std::string& json) {
+    pod_["spec"]["affinity"] = Json::parse(json);
+    return *this;
+  }
+  PodBuilder& Label(const std::string& k, const std::string& v) {
+    pod_["metadata"]["labels"][k] = Json::string(v);
+    return *this;
+  }
+  PodBuilder& Namespace(const std::string& ns) {
+    pod_["metadata"]["namespace"] = Json::string(ns);
     return *this;
   }
   Json Build() const { return pod_; }
@@ -235,6 +249,143 @@ TEST(ChooseNodeTest, Table) {
   }
 }
 
+// Required node affinity as the operator writes it for a coordinator (issue 13): one term per
+// `expressions` JSON array.
+std::string Required(const std::vector<std::string>& expressions) {
+  std::string terms;
+  for (const std::string& e : expressions) {
+    absl::StrAppend(&terms, terms.empty() ? "" : ",", R"({"matchExpressions":)", e, "}");
+  }
+  return absl::StrCat(
+      R"({"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[)",
+      terms, "]}}}");
+}
+
+// The coordinator's preferred anti-affinity to its job's task pods.
+constexpr char kAwayFromTasks[] =
+    R"({"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,)"
+    R"("podAffinityTerm":{"labelSelector":{"matchLabels":{"job":"j","role":"task"}},)"
+    R"("topologyKey":"kubernetes.io/hostname"}}]}})";
+
+NodeBuilder Host(const std::string& name) {
+  NodeBuilder node(name);
+  node.Label("kubernetes.io/hostname", name);
+  return node;
+}
+
+TEST(ChooseNodeTest, Affinity) {
+  const Json task_on_a =
+      PodBuilder("t").Label("job", "j").Label("role", "task").OnNode("a").Build();
+  const std::vector<ChooseCase> cases = {
+      {"NotIn hostname keeps the pod off a node under a notice",
+       PodBuilder("p")
+           .Affinity(Required({R"([{"key":"kubernetes.io/hostname",)"
+                               R"("operator":"NotIn","values":["a"]}])"}))
+           .Build(),
+       {Host("a").Build(), Host("b").Build()},
+       {},
+       "b",
+       ""},
+      {"NotIn every node: nothing fits",
+       PodBuilder("p")
+           .Affinity(Required({R"([{"key":"kubernetes.io/hostname",)"
+                               R"("operator":"NotIn","values":["a","b"]}])"}))
+           .Build(),
+       {Host("a").Build(), Host("b").Build()},
+       {},
+       std::nullopt,
+       "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."},
+      {"expressions of a term are ANDed",
+       PodBuilder("p")
+           .Affinity(Required({R"([{"key":"pool","operator":"In","values":["cpu"]},)"
+                               R"({"key":"kubernetes.io/hostname","operator":"NotIn",)"
+                               R"("values":["a"]}])"}))
+           .Build(),
+       {Host("a").Label("pool", "cpu").Build(), Host("b").Build(),
+        Host("c").Label("pool", "cpu").Build()},
+       {},
+       "c",
+       ""},
+      {"terms are ORed",
+       PodBuilder("p")
+           .Affinity(Required({R"([{"key":"pool","operator":"In","values":["x"]}])",
+                               R"([{"key":"zone","operator":"Exists"}])"}))
+           .Build(),
+       {Host("a").Build(), Host("b").Label("zone", "z1").Build()},
+       {},
+       "b",
+       ""},
+      {"DoesNotExist and Gt",
+       PodBuilder("p")
+           .Affinity(Required({R"([{"key":"spot","operator":"DoesNotExist"},)"
+                               R"({"key":"cores","operator":"Gt","values":["8"]}])"}))
+           .Build(),
+       {Host("a").Label("cores", "16").Label("spot", "1").Build(),
+        Host("b").Label("cores", "4").Build(), Host("c").Label("cores", "32").Build()},
+       {},
+       "c",
+       ""},
+      {"matchFields on metadata.name",
+       PodBuilder("p")
+           .Affinity(
+               R"({"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":)"
+               R"([{"matchFields":[{"key":"metadata.name","operator":"In","values":["b"]}]}]}}})")
+           .Build(),
+       {Host("a").Build(), Host("b").Build()},
+       {},
+       "b",
+       ""},
+      {"an empty term matches no node",
+       PodBuilder("p").Affinity(Required({"[]"})).Build(),
+       {Host("a").Build()},
+       {},
+       std::nullopt,
+       "didn't match Pod's node affinity/selector"},
+      {"preferred anti-affinity avoids the node of a matching pod",
+       PodBuilder("p").Affinity(kAwayFromTasks).Build(),
+       {Host("a").Build(), Host("b").Build()},
+       {task_on_a},
+       "b",
+       ""},
+      {"preferred anti-affinity is only a preference",
+       PodBuilder("p").Affinity(kAwayFromTasks).Build(),
+       {Host("a").Build()},
+       {task_on_a},
+       "a",
+       ""},
+      {"anti-affinity ignores other namespaces and ended pods",
+       PodBuilder("p").Affinity(kAwayFromTasks).Build(),
+       {Host("a").Build(), Host("b").Build()},
+       {PodBuilder("t")
+            .Label("job", "j")
+            .Label("role", "task")
+            .Namespace("other")
+            .OnNode("a")
+            .Build(),
+        PodBuilder("u").Label("job", "j").Label("role", "task").OnNode("a", "Failed").Build()},
+       "a",
+       ""},
+      {"preferred node affinity wins over bin packing",
+       PodBuilder("p")
+           .Affinity(R"({"nodeAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":)"
+                     R"([{"weight":10,"preference":{"matchExpressions":[{"key":"pool",)"
+                     R"("operator":"In","values":["cpu"]}]}}]}})")
+           .Build(),
+       {Host("a").Build(), Host("b").Label("pool", "cpu").Gpus("8").Build()},
+       {},
+       "b",
+       ""},
+  };
+  for (const ChooseCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string why_not;
+    EXPECT_EQ(ChooseNode(c.pod, c.nodes, c.pods_on_nodes, &why_not), c.want);
+    if (!c.want.has_value()) {
+      EXPECT_THAT(why_not, HasSubstr(c.want_why));
+    }
+  }
+}
+
 class SchedulePendingTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -290,6 +441,25 @@ TEST_F(SchedulePendingTest, Unschedulable_MarkedOnce_ThenBoundWhenRoomAppears) {
   EXPECT_EQ(SchedulePending(access_, clock_), 1);
   EXPECT_EQ(kube::StringAt(Get("big"), "spec.nodeName"), "b");
   EXPECT_EQ(Scheduled(Get("big"), "status"), "True");
+}
+
+// A pod bound earlier in the same pass counts for the anti-affinity of the pods after it.
+TEST_F(SchedulePendingTest, AntiAffinitySeesPodsBoundInTheSamePass) {
+  ASSERT_THAT(store_.Create("pods", "ns",
+                            PodBuilder("task").Label("job", "j").Label("role", "task").Build()),
+              IsOk());
+  clock_.Advance(absl::Seconds(1));  // created after the task (creation order)
+  ASSERT_THAT(
+      store_.Create("pods", "ns", PodBuilder("coordinator").Affinity(kAwayFromTasks).Build()),
+      IsOk());
+  for (const char* node : {"a", "b"}) {
+    Json n = *store_.Get("nodes", "", node);
+    n["metadata"]["labels"]["kubernetes.io/hostname"] = Json::string(node);
+    ASSERT_THAT(store_.Update("nodes", "", n, false), IsOk());
+  }
+  EXPECT_EQ(SchedulePending(access_, clock_), 2);
+  EXPECT_EQ(kube::StringAt(Get("task"), "spec.nodeName"), "a");  // bin packing: the fuller node
+  EXPECT_EQ(kube::StringAt(Get("coordinator"), "spec.nodeName"), "b");
 }
 
 TEST_F(SchedulePendingTest, SkipsPodsBeingDeleted) {
