@@ -16,13 +16,18 @@ What it shows:
       2. publish this task's newest checkpoint step under ``recovery/<epoch>/<task>``;
       3. barrier ``recovery/<epoch>``, then resume from the smallest published step (the newest
          checkpoint every task has). Step barriers are ``<epoch>/step-<n>``, fresh per epoch.
+  * a coordinator that stops, moves or restarts never fails the task: calls meeting it raise
+    ``Unavailable``; the task waits for the client to re-register (``wait_until_connected``),
+    re-runs recovery (the new coordinator lost the key-value data and barriers) and goes on;
+    ``on_reconnect`` tells it even when no call was in flight;
   * ``reached_sync_point(step)`` every step: when a preemption round opens, every task
     checkpoints at the same agreed step; a task the round names then leaves with exit code 4
     (as a JAX program does at its preemption sync point) and its peers wait for it.
 
 Output: one ``EVENT t_ms=<unix ms> task=<id> inc=<n> kind=<kind> ...`` line per event on
 stdout (kinds: connected, start, checkpoint, sync_checkpoint, preemption_notice, peer_failed,
-peer_changed, recovered, recovery_retry, barrier_failed, left_for_preemption, done, failed).
+peer_changed, reconnected, recovered, recovery_retry, barrier_failed, shutdown_retry,
+left_for_preemption, done, failed).
 
 Exit codes (as the C++ sample worker): 0 done, 2 bad configuration, 3 this incarnation was
 superseded (restart it), 4 left at a preemption sync point, 1 any other failure.
@@ -109,6 +114,8 @@ class Trainer:
         self.waiters = []  # barrier threads, joined before the client is closed
         client.on_peer_change(self.on_peer_change)
         client.on_preemption(self.on_preemption)
+        if hasattr(client, "on_reconnect"):
+            client.on_reconnect(self.on_reconnect)
 
     # -- events and callbacks (callbacks run on the session thread: quick, no blocking calls) --
 
@@ -136,6 +143,14 @@ class Trainer:
             self.client.cancel_barrier(barrier)
         except phalanx.Error:
             pass
+
+    def on_reconnect(self, coordinator_restarted):
+        # A new coordinator has none of the old one's barriers or key-value data: whatever this
+        # task waits in is gone, so recover (the barrier wait gives way to a membership change).
+        self.event("reconnected", "coordinator_restarted=%d" % (1 if coordinator_restarted else 0))
+        with self.cond:
+            self.membership_changes += 1
+            self.cond.notify_all()
 
     def on_preemption(self, round_):
         if round_.affected_tasks is None:
@@ -218,7 +233,30 @@ class Trainer:
                     raise
                 if not isinstance(e, phalanx.Unavailable) or "alive" not in e.message:
                     self.event("recovery_retry", 'reason="%s"' % e.message)
+                if isinstance(e, phalanx.Unavailable):
+                    self.wait_for_coordinator(deadline)
                 time.sleep(0.2)  # a peer is not back yet, or the coordinator is restarting
+
+    def wait_for_coordinator(self, deadline):
+        """After ``Unavailable``: wait (bounded by ``deadline``) until the client has
+        re-registered this task with the coordinator, old or new."""
+        try:
+            self.client.wait_until_connected(max(0.1, deadline - time.time()))
+        except phalanx.DeadlineExceeded:
+            pass  # the caller's own deadline check decides
+
+    def shutdown(self):
+        """The shutdown barrier, re-entered when the coordinator restarts during it."""
+        deadline = time.time() + self.args.recovery_timeout
+        while True:
+            try:
+                self.client.shutdown(timeout=max(1.0, deadline - time.time()))
+                return
+            except phalanx.Unavailable as e:
+                if time.time() >= deadline:
+                    raise
+                self.event("shutdown_retry", 'reason="%s"' % e.message)
+                self.wait_for_coordinator(deadline)
 
     def checkpoint(self, step, why):
         self.store.save(step, self.state)
@@ -236,6 +274,7 @@ class Trainer:
         self.restore(step)
         self.event("start", "resume_step=%d epoch=%s" % (step, epoch))
         barrier_failed = False
+        coordinator_lost = False
         while step < self.args.steps:
             # The sync point before a membership change: the task a round names checkpoints
             # at the agreed step and leaves at once, so its failure may reach us after the
@@ -259,7 +298,7 @@ class Trainer:
                     self.event("left_for_preemption", "step=%d" % step)
                     return EXIT_PREEMPTED
 
-            if barrier_failed or self.changes() != seen:
+            if barrier_failed or coordinator_lost or self.changes() != seen:
                 next_epoch, resume, seen = self.recover()
                 if next_epoch == epoch:
                     if barrier_failed:
@@ -273,7 +312,7 @@ class Trainer:
                         step, resume, step - resume, next_epoch))
                     step, epoch = resume, next_epoch
                     self.restore(step)
-                barrier_failed = False
+                barrier_failed = coordinator_lost = False
                 continue
 
             time.sleep(self.args.step_time)  # "compute"
@@ -285,6 +324,11 @@ class Trainer:
             except phalanx.Error as e:
                 self.event("barrier_failed", 'step=%d code=%s reason="%s"' % (
                     step, type(e).__name__, e.message))
+                if isinstance(e, phalanx.Unavailable):
+                    # The coordinator stopped, moved or restarted: never a failure. Recovery
+                    # waits for the client to re-register and agrees on the step again.
+                    coordinator_lost = True
+                    continue
                 # A membership change is handled by recovery; only a failure with the
                 # membership unchanged (a timeout) counts against the barrier.
                 barrier_failed = self.changes() == seen
@@ -293,7 +337,7 @@ class Trainer:
             step += 1
             if step % self.args.checkpoint_every == 0 or step == self.args.steps:
                 self.checkpoint(step, "periodic")
-        self.client.shutdown(timeout=60)
+        self.shutdown()
         self.event("done", "steps=%d state=%016x" % (step, self.state))
         return EXIT_DONE
 

@@ -36,7 +36,7 @@ __all__ = [
     "init", "client", "initialized", "task_id", "num_tasks", "incarnation", "barrier",
     "cancel_barrier", "kv_set", "kv_get", "kv_try_get", "kv_dir", "kv_delete", "alive_tasks",
     "reached_sync_point", "notify_preemption", "on_peer_change", "on_preemption",
-    "report_error", "shutdown", "close", "find_library",
+    "on_reconnect", "wait_until_connected", "report_error", "shutdown", "close", "find_library",
     "Client", "TaskRef", "PeerChange", "PreemptionRound", "TaskState", "DEFAULT_TIMEOUT",
     "Error", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
@@ -48,6 +48,7 @@ _lock = threading.Lock()
 _default = None
 _pending_peer = []
 _pending_preemption = []
+_pending_reconnect = []
 
 
 def find_library():
@@ -77,7 +78,9 @@ def init(timeout=60.0, connect=True):
                 c.on_peer_change(cb)
             for cb in _pending_preemption:
                 c.on_preemption(cb)
-            del _pending_peer[:], _pending_preemption[:]
+            for cb in _pending_reconnect:
+                c.on_reconnect(cb)
+            del _pending_peer[:], _pending_preemption[:], _pending_reconnect[:]
             _default = c
         c = _default
     if connect:
@@ -180,6 +183,21 @@ def on_preemption(callback):
             _pending_preemption.append(callback)
             return callback
     return _default.on_preemption(callback)
+
+
+def on_reconnect(callback):
+    """Registers ``callback(coordinator_restarted)`` (see :meth:`Client.on_reconnect`); same
+    rules as :func:`on_peer_change`."""
+    with _lock:
+        if _default is None:
+            _pending_reconnect.append(callback)
+            return callback
+    return _default.on_reconnect(callback)
+
+
+def wait_until_connected(timeout=60.0):
+    """See :meth:`Client.wait_until_connected`: the retry path after ``Unavailable``."""
+    client().wait_until_connected(timeout)
 
 
 def report_error(message):

@@ -20,6 +20,9 @@ PREEMPTION_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.
 PREEMPTION2_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64,
                                   ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.c_size_t)
 
+# phalanx_set_reconnect_callback: (user, coordinator_restarted).
+RECONNECT_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int)
+
 
 class KvEntry(ctypes.Structure):
     _fields_ = [("key", ctypes.c_char_p), ("value", ctypes.c_void_p),
@@ -68,6 +71,10 @@ def _declare(lib):
     fn("phalanx_set_preemption_callback", None, client_p, PREEMPTION_FN, c_void_p)
     if hasattr(lib, "phalanx_set_preemption_callback2"):
         fn("phalanx_set_preemption_callback2", None, client_p, PREEMPTION2_FN, c_void_p)
+    if hasattr(lib, "phalanx_set_reconnect_callback"):
+        fn("phalanx_set_reconnect_callback", None, client_p, RECONNECT_FN, c_void_p)
+        fn("phalanx_wait_until_connected", c_int, client_p, c_int64)
+        fn("phalanx_connected", c_int, client_p)
     fn("phalanx_task_id", c_int, client_p)
     fn("phalanx_num_tasks", c_int, client_p)
     fn("phalanx_incarnation", c_uint64, client_p)

@@ -126,6 +126,7 @@ class Client:
         self._lock = threading.Lock()
         self._peer_callbacks = []
         self._preemption_callbacks = []
+        self._reconnect_callbacks = []
         self._callback_thread = None
         self._handle = None
         handle = ctypes.c_void_p()
@@ -149,6 +150,10 @@ class Client:
             self._preemption_trampoline = _native.PREEMPTION_FN(self._on_preemption_c)
             self._lib.phalanx_set_preemption_callback(self._handle, self._preemption_trampoline,
                                                       None)
+        if hasattr(self._lib, "phalanx_set_reconnect_callback"):
+            self._reconnect_trampoline = _native.RECONNECT_FN(self._on_reconnect_c)
+            self._lib.phalanx_set_reconnect_callback(self._handle, self._reconnect_trampoline,
+                                                     None)
         _live_clients.add(self)
 
     @classmethod
@@ -200,6 +205,9 @@ class Client:
         self._run_callbacks(self._preemption_callbacks,
                             self._preemption_event(round_, deadline_ms, reason, affected))
 
+    def _on_reconnect_c(self, _user, coordinator_restarted):
+        self._run_callbacks(self._reconnect_callbacks, bool(coordinator_restarted))
+
     # -- identity ---------------------------------------------------------------------------
 
     @property
@@ -235,6 +243,14 @@ class Client:
         self._preemption_callbacks.append(callback)
         return callback
 
+    def on_reconnect(self, callback):
+        """Calls ``callback(coordinator_restarted)`` each time the session comes back after a
+        break. ``coordinator_restarted`` is True when the coordinator is a new one (it stopped,
+        moved or restarted): its key-value data, barriers and preemption round are gone, so
+        re-publish what peers read and re-run recovery. Same rules as :meth:`on_peer_change`."""
+        self._reconnect_callbacks.append(callback)
+        return callback
+
     # -- calls ------------------------------------------------------------------------------
 
     def connect(self, timeout=60.0):
@@ -244,6 +260,21 @@ class Client:
         incarnation of this task exists), ``Unauthenticated`` (wrong token).
         """
         self._check(self._lib.phalanx_connect(self._h(), _ms(timeout)))
+
+    def wait_until_connected(self, timeout=60.0):
+        """Waits until the task is registered again and its session is open: the retry path
+        after ``Unavailable`` (the coordinator stopped, moved or restarted). The client
+        re-registers the same task at the same incarnation by itself; this only waits for it.
+
+        Raises ``DeadlineExceeded`` (not back in time), ``Aborted`` (this incarnation can no
+        longer take part: exit).
+        """
+        self._check(self._lib.phalanx_wait_until_connected(self._h(), _ms(timeout)))
+
+    @property
+    def connected(self):
+        """True while the task is registered and its session is open."""
+        return bool(self._lib.phalanx_connected(self._h()))
 
     def barrier(self, name, timeout=DEFAULT_TIMEOUT, tasks=None):
         """Waits until every task (or every task in ``tasks``) has reached barrier ``name``.

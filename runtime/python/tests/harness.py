@@ -67,22 +67,32 @@ class Coordinator:
                  extra_args=()):
         self.job, self.token, self.num_tasks = job, token, num_tasks
         self.dir = tempfile.mkdtemp(prefix="phalanx-py-coord-")
-        token_file = os.path.join(self.dir, "token")
-        with open(token_file, "w") as f:
+        self.token_file = os.path.join(self.dir, "token")
+        with open(self.token_file, "w") as f:
             f.write(token + "\n")
-        binary = os.path.join(BUILD, "runtime", "coordination", "phalanx-coordinator")
         self.stderr = open(os.path.join(self.dir, "coordinator.log"), "wb")
-        self.proc = subprocess.Popen(
-            [binary, "--listen=127.0.0.1:0", "--metrics_listen=", "--job=" + job,
-             "--num_tasks=%d" % num_tasks, "--token_file=" + token_file,
-             "--heartbeat_timeout=" + heartbeat_timeout, "--heartbeat_interval=200ms"]
-            + list(extra_args),
-            stdout=subprocess.PIPE, stderr=self.stderr)
+        self.args = ["--metrics_listen=", "--job=" + job, "--num_tasks=%d" % num_tasks,
+                     "--token_file=" + self.token_file, "--heartbeat_timeout=" + heartbeat_timeout,
+                     "--heartbeat_interval=200ms"] + list(extra_args)
+        self._start("127.0.0.1:0")
+
+    def _start(self, listen):
+        binary = os.path.join(BUILD, "runtime", "coordination", "phalanx-coordinator")
+        self.proc = subprocess.Popen([binary, "--listen=" + listen] + self.args,
+                                     stdout=subprocess.PIPE, stderr=self.stderr)
         line = read_line(self.proc, "ready ", 20)
         if line is None:
             stop(self.proc)
             raise RuntimeError("phalanx-coordinator did not print ready; see %s" % self.dir)
         self.address = line.split("grpc=")[1].split()[0]
+
+    def restart(self, downtime=0.0):
+        """Stops the coordinator with SIGTERM (a graceful stop, as a pod eviction does), waits
+        ``downtime`` seconds, and starts a new one on the same address: it knows nothing of the
+        old one's state."""
+        stop(self.proc)
+        time.sleep(downtime)
+        self._start(self.address)
 
     def env(self, task_id, incarnation=0, token=None):
         """The PHALANX_* environment the operator would inject for ``task_id``."""
