@@ -113,6 +113,9 @@ echo
   fail "task 2 is not at incarnation 1"
 kubectl get events --field-selector involvedObject.name=sample,reason=TaskRestarted \
   | grep -q 'task 2' || fail "no TaskRestarted event for task 2"
+kubectl get tj sample -o jsonpath='{range .status.tasks[*]}{.index} {.lastFailureReason} {.lastExitCode} {.lastFailureMessage}{"\n"}{end}'
+[[ $(kubectl get tj sample -o jsonpath='{.status.tasks[2].lastFailureMessage}') == *heartbeat* ]] ||
+  fail "task 2's lastFailureMessage does not quote the coordinator's heartbeat timeout"
 wait_for 60 phase_is Running
 
 step "operations: a crashed task (SIGKILL)"
