@@ -118,7 +118,12 @@ class Kubelet {
   // Spot-VM preemption: taints the node (cloud.google.com/impending-node-termination=true:
   // NoSchedule), marks its pods DisruptionTarget=True, and once `grace` passes on the clock
   // deletes them gracefully (their own grace period applies). The taint is written before
-  // this returns (or by a later pass if the write failed); the pods follow in passes.
+  // this returns (or by a later pass if the write failed); the pods follow in passes. Removing
+  // the taint by hand (kubectl taint nodes N cloud.google.com/impending-node-termination-) calls
+  // the preemption off at the next pass: the node is not tainted again, its pods are no longer
+  // DisruptionTarget and nothing bound to it later is evicted. (Before, the taint came back at
+  // the next resync while every pod the scheduler placed on the untainted node in between was
+  // evicted at once: with the operator moving each, a task moved six times in a second.)
   absl::Status PreemptNode(const std::string& node, absl::Duration grace);
   // The node's Ready condition; its pods report Ready=False while it is not. Processes keep
   // running.
@@ -133,6 +138,9 @@ class Kubelet {
   struct NodeState {
     bool ready = true;
     std::optional<absl::Time> evict_at;  // set by PreemptNode
+    // The preemption taint was on the Node once: if it is gone now, someone removed it by hand,
+    // and that calls the preemption off (SyncNode) instead of being put back.
+    bool taint_seen = false;
   };
   // What a pass does for one pod after deciding under mu_.
   struct Action {
@@ -143,7 +151,8 @@ class Kubelet {
 
   void Loop();
   absl::Status ValidateOptions() const;
-  // Creates the Node if missing; adds the preemption taint when due; writes status when the
+  // Creates the Node if missing; adds the preemption taint when due (or, when it was there and
+  // is gone, calls the preemption off: no re-taint, no more evictions); writes status when the
   // Ready condition changed or the heartbeat is older than the resync interval; renews the
   // node's Lease.
   absl::Status SyncNode(const NodeConfig& config, absl::Time now);

@@ -117,6 +117,18 @@ Json PodStatus(const Json& pod, const PodReport& report, absl::Time now) {
   if (report.disruption_target) {
     SetCondition(status, "DisruptionTarget", true, "TerminationByKubelet",
                  "node is being preempted", now);
+  } else if (HasCondition(status, "DisruptionTarget")) {
+    // Only the mark this kubelet set: a preemption called off (its taint removed by hand) no
+    // longer disrupts the pod, as kube-controller-manager's pod GC resets a stale
+    // DisruptionTarget. Marks from evictions through the API are not ours to clear.
+    for (const Json& c : Field(status, "conditions").as_array()) {
+      if (StringAt(c, "type") == "DisruptionTarget" && StringAt(c, "status") == "True" &&
+          StringAt(c, "reason") == "TerminationByKubelet") {
+        SetCondition(status, "DisruptionTarget", false, "PreemptionCancelled",
+                     "the node's preemption was called off", now);
+        break;
+      }
+    }
   }
 
   Json statuses = Json::array();

@@ -592,7 +592,6 @@ TEST_F(KubeletTest, PreemptionTaintRemovedByHand_CallsThePreemptionOff) {
   Create(ShellPod("replacement", "ignored", "Always"));
   kubelet_->SyncOnce();
   ASSERT_EQ(StringAt(*Pod("replacement"), "spec.nodeName"), "node-a");
-  std::cerr << "DBG " << Pod("first")->serialize() << "\nNODE " << store_.Get("nodes", "", "node-a")->serialize() << std::endl;
   for (int i = 0; i < 4; ++i) {
     clock_.Advance(absl::Seconds(5));  // past the grace, and past a full resync each time
     kubelet_->SyncOnce();
