@@ -120,7 +120,8 @@ TEST_F(ReconcilerTest, AJobRunsLosesATaskToAFailureAndSucceeds) {
   CatchUp();
   clock_.Advance(absl::Seconds(5));
   Pass();
-  EXPECT_THAT(PodNames(), ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-1"));
+  // Its failed pod stays for its logs (failurePolicy.keepFailedPods).
+  EXPECT_THAT(PodNames(), ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-0", "j-task-1-1"));
   status = DecodeStatus(Stored());
   EXPECT_EQ(status.phase, kPhaseRestarting);
   EXPECT_EQ(status.restarts, 1);
@@ -152,7 +153,9 @@ TEST_F(ReconcilerTest, AJobRunsLosesATaskToAFailureAndSucceeds) {
   EXPECT_EQ(status.completion_time, clock_.Now());
   EXPECT_EQ(status.restarts, 1);
   EXPECT_EQ(FindCondition(status.conditions, "Succeeded")->status, "True");
-  EXPECT_THAT(PodNames(), ElementsAre("j-task-0-0", "j-task-1-1"));
+  EXPECT_THAT(PodNames(), ElementsAre("j-task-0-0", "j-task-1-0", "j-task-1-1"));
+  EXPECT_EQ(status.tasks[1].state, TaskState::kSucceeded);
+  EXPECT_EQ(FindCondition(status.conditions, "Suspended")->reason, "NotSuspended");
   EXPECT_THAT(EventReasons(), ::testing::Contains("Completed"));
   ExpectIdlePassWritesNothing();
 }
