@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "operator/api/codec.h"
+#include "operator/controller/metrics.h"
 #include "operator/controller/plan_testing.h"
 
 namespace phalanx::op {
@@ -283,6 +284,27 @@ TEST(GoodputTimeline, AHangAnOutageAndARollbackAreLostExactly) {
 TEST(GoodputTimeline, AnOperatorRestartedBeforeEveryPassBooksTheSame) {
   GoodputTimeline t(/*fresh_operator=*/true);
   RunTimeline(t);
+}
+
+// The metrics follow the status: productive time moved to lost makes the productive change
+// negative, which a counter cannot follow; it counts as rebooked instead, so that productive -
+// rebooked is what status.productiveSeconds says.
+double CounterValue(prometheus::Registry& registry, const std::string& name) {
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.name == name) return family.metric.at(0).counter.value;
+  }
+  return -1;
+}
+
+TEST(OperatorMetricsGoodput, ProductiveTimeFoundLostCountsAsRebooked) {
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  metrics.Goodput(31, 0);  // Running 10-41 booked
+  metrics.Goodput(-5, 5);  // the hang found: 5 s of it moved
+  EXPECT_DOUBLE_EQ(CounterValue(registry, "phalanx_operator_productive_seconds_total") -
+                       CounterValue(registry, "phalanx_operator_rebooked_seconds_total"),
+                   26);
+  EXPECT_DOUBLE_EQ(CounterValue(registry, "phalanx_operator_lost_seconds_total"), 5);
 }
 
 }  // namespace

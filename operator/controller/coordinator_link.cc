@@ -84,6 +84,7 @@ struct CoordinatorLink::Watch {
   absl::Duration retry_delay = kFirstRetryDelay;
   absl::Time retry_at = absl::InfiniteFuture();  // while backing off: its key in backing_off_
   std::map<int, FailedTask> failed;
+  std::optional<RolledBack> rolled_back;
 };
 
 CoordinatorLink::CoordinatorLink(base::Clock& clock, Wake wake)
@@ -224,11 +225,16 @@ void CoordinatorLink::OnPollDone(Watch* watch, bool ok) {
     watch->known_version = state.version();
     for (const pb::TaskInfo& task : state.tasks()) {
       if (task.state() == pb::TASK_STATE_FAILED) {
-        failed[task.task_id()] = {static_cast<int>(task.incarnation()), task.reason()};
+        failed[task.task_id()] = {static_cast<int>(task.incarnation()), task.reason(),
+                                  task.last_heard_unix_micros() > 0
+                                      ? absl::FromUnixMicros(task.last_heard_unix_micros())
+                                      : absl::InfinitePast()};
       }
     }
-    changed = failed != watch->failed;
+    const RolledBack rolled_back{state.coordinator_id(), state.rolled_back_seconds()};
+    changed = failed != watch->failed || rolled_back != watch->rolled_back;
     watch->failed = failed;
+    watch->rolled_back = rolled_back;
     key = watch->key;
   }
   if (changed && !failed.empty()) {
@@ -279,6 +285,12 @@ std::map<int, CoordinatorLink::FailedTask> CoordinatorLink::FailedTasks(const st
   absl::MutexLock lock(&mu_);
   auto it = watches_.find(key);
   return it == watches_.end() ? std::map<int, FailedTask>{} : it->second->failed;
+}
+
+std::optional<CoordinatorLink::RolledBack> CoordinatorLink::RolledBackWork(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = watches_.find(key);
+  return it == watches_.end() ? std::nullopt : it->second->rolled_back;
 }
 
 absl::Status CoordinatorLink::NotifyPreemption(const std::string& key,

@@ -26,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -58,10 +59,20 @@ class CoordinatorLink {
   struct FailedTask {
     int incarnation = 0;
     std::string reason;  // the coordinator's words: "heartbeat timeout", "session broken: ..."
+    // When the coordinator last heard from it (its clock; InfinitePast: it did not say).
+    absl::Time last_heard = absl::InfinitePast();
     friend bool operator==(const FailedTask&, const FailedTask&) = default;
   };
   // task index → the incarnation the coordinator declared failed, and why (one snapshot).
   std::map<int, FailedTask> FailedTasks(const std::string& key);
+  struct RolledBack {
+    std::string coordinator_id;  // the coordinator start that counted it
+    double seconds = 0;          // the workers' reported rolled-back work, in total
+    friend bool operator==(const RolledBack&, const RolledBack&) = default;
+  };
+  // The coordinator's last answer on the work rolled back (nullopt: no answer yet). A change
+  // wakes the job, as a change of the failed set does.
+  std::optional<RolledBack> RolledBackWork(const std::string& key);
   // Opens (or joins) a preemption round for `tasks` that must checkpoint before `deadline`.
   // Blocks up to 5 s. Unavailable when `key` is not watched or the coordinator did not answer.
   absl::Status NotifyPreemption(const std::string& key, const std::vector<int>& tasks,

@@ -128,6 +128,23 @@ TEST_F(CoordinatorLinkTest, FailedTask_ShowsWithItsIncarnationAndReason_AndWakes
   EXPECT_TRUE(link_.FailedTasks("ns/other").empty());
 }
 
+TEST_F(CoordinatorLinkTest, CarriesWhenAFailedTaskWasLastHeardAndTheRolledBackTotal) {
+  Coordinator coordinator(coordinator_clock_);
+  link_.Ensure("ns/a", coordinator.address(), kToken, "uid-1");
+  ASSERT_TRUE(Eventually([&] { return link_.RolledBackWork("ns/a").has_value(); }, kWait));
+  EXPECT_DOUBLE_EQ(link_.RolledBackWork("ns/a")->seconds, 0);
+  ASSERT_THAT(coordinator.service().Register({0, 0}), IsOk());
+  ASSERT_THAT(coordinator.service().ReportRolledBack({0, 0}, "e1", absl::Milliseconds(2500)),
+              IsOk());
+  ASSERT_TRUE(Eventually([&] { return link_.RolledBackWork("ns/a")->seconds == 2.5; }, kWait));
+  EXPECT_EQ(link_.RolledBackWork("ns/a")->coordinator_id,
+            coordinator.service().Snapshot().coordinator_id);
+  const absl::Time registered = coordinator_clock_.Now();
+  coordinator.FailSilently(2, 0);  // registered at the clock's now, never heard of again
+  ASSERT_TRUE(Eventually([&] { return ShowsFailed("ns/a", 2); }, kWait));
+  EXPECT_EQ(link_.FailedTasks("ns/a").at(2).last_heard, registered);
+}
+
 TEST_F(CoordinatorLinkTest, NotifyPreemption_OpensARoundOnTheCoordinator) {
   Coordinator coordinator(coordinator_clock_);
   link_.Ensure("ns/a", coordinator.address(), kToken, "uid-1");
@@ -191,9 +208,11 @@ TEST_F(CoordinatorLinkTest, CoordinatorGoneAndBack_IsRePolledWithDoublingBackoff
         return false;
       },
       kWait));
-  EXPECT_THAT(
-      link_.FailedTasks("ns/a"),
-      ElementsAre(std::pair(0, CoordinatorLink::FailedTask{2, "no session opened within 3s"})));
+  // Last heard of when it registered, before FailSilently's wait.
+  const absl::Time registered = coordinator_clock_.Now() - kHeartbeatTimeout - absl::Seconds(1);
+  EXPECT_THAT(link_.FailedTasks("ns/a"),
+              ElementsAre(std::pair(
+                  0, CoordinatorLink::FailedTask{2, "no session opened within 3s", registered})));
 
   // An answer resets the back-off: the next outage starts again at 1 s.
   coordinator.reset();

@@ -63,9 +63,16 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                               .Add({})),
       lost_seconds_(prometheus::BuildCounter()
                         .Name("phalanx_operator_lost_seconds_total")
-                        .Help("Job-seconds lost to restarts and preemptions, all jobs")
+                        .Help("Job-seconds lost to failures, restarts, preemptions, coordinator "
+                              "outages and rolled-back work, all jobs")
                         .Register(registry)
-                        .Add({})) {}
+                        .Add({})),
+      rebooked_seconds_(prometheus::BuildCounter()
+                            .Name("phalanx_operator_rebooked_seconds_total")
+                            .Help("Job-seconds first counted productive, then found lost (a "
+                                  "failure found late, rolled-back work), all jobs")
+                            .Register(registry)
+                            .Add({})) {}
 
 void OperatorMetrics::Reconciled(bool ok, absl::Duration took) {
   (ok ? reconciles_ok_ : reconciles_error_).Increment();
@@ -102,6 +109,7 @@ void OperatorMetrics::ReplacementCreated(absl::Duration since_failure_seen) {
 
 void OperatorMetrics::Goodput(double productive_seconds, double lost_seconds) {
   if (productive_seconds > 0) productive_seconds_.Increment(productive_seconds);
+  if (productive_seconds < 0) rebooked_seconds_.Increment(-productive_seconds);
   if (lost_seconds > 0) lost_seconds_.Increment(lost_seconds);
 }
 

@@ -32,7 +32,9 @@ class OperatorMetrics {
   // Failure observed → replacement pod created.
   void ReplacementCreated(absl::Duration since_failure_seen);
   void ApiRequest(const std::string& verb, int code);
-  // Goodput booked by a status write: seconds every task ran vs seconds lost to restarts.
+  // Goodput booked by a status write: the changes of status.productiveSeconds and lostSeconds.
+  // Productive time found lost later (controller/accounting.h) makes the first negative: a
+  // counter cannot go down, so that part counts in phalanx_operator_rebooked_seconds_total.
   void Goodput(double productive_seconds, double lost_seconds);
 
  private:
@@ -50,6 +52,7 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Counter>& api_requests_;
   prometheus::Counter& productive_seconds_;
   prometheus::Counter& lost_seconds_;
+  prometheus::Counter& rebooked_seconds_;
   absl::Mutex mu_;
   std::map<std::string, prometheus::Counter*> restart_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> preemption_counters_ ABSL_GUARDED_BY(mu_);

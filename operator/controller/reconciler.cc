@@ -198,7 +198,10 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
       link_->Ensure(key, address, token, world.coordinator->uid);
       linked = world.coordinator->uid;
       for (const auto& [task, failure] : link_->FailedTasks(key)) {
-        world.coordinator_failed[task] = {failure.incarnation, failure.reason};
+        world.coordinator_failed[task] = {failure.incarnation, failure.reason, failure.last_heard};
+      }
+      if (std::optional<CoordinatorLink::RolledBack> rolled_back = link_->RolledBackWork(key)) {
+        world.rolled_back = RolledBackReport{rolled_back->coordinator_id, rolled_back->seconds};
       }
     }
   }

@@ -109,6 +109,12 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
     return Unary(ctx, "ReportSyncStep", ForTask(req->task().task_id()),
                  [&](Finisher done) { handler_.ReportSyncStep(*req, resp, std::move(done)); });
   }
+  grpc::ServerUnaryReactor* ReportRolledBack(grpc::CallbackServerContext* ctx,
+                                             const pb::ReportRolledBackRequest* req,
+                                             pb::ReportRolledBackResponse* resp) override {
+    return Unary(ctx, "ReportRolledBack", ForTask(req->task().task_id()),
+                 [&](Finisher done) { done(handler_.ReportRolledBack(*req, resp)); });
+  }
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx,
                                      const pb::ShutdownRequest* req,
                                      pb::ShutdownResponse*) override {

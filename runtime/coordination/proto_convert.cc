@@ -57,14 +57,20 @@ pb::TaskInfo ToProto(const TaskInfo& info) {
   out.set_state(ToProto(info.state));
   out.set_reason(info.reason);
   out.set_changed_unix_micros(ToUnixMicrosOrZero(info.changed));
+  out.set_last_heard_unix_micros(ToUnixMicrosOrZero(info.last_heard));
   return out;
 }
 
 TaskInfo FromProto(const pb::TaskInfo& info) {
-  return TaskInfo{info.task_id(), info.incarnation(), FromProto(info.state()), info.reason(),
-                  info.changed_unix_micros() == 0
-                      ? absl::InfinitePast()
-                      : absl::FromUnixMicros(info.changed_unix_micros())};
+  return TaskInfo{
+      info.task_id(),
+      info.incarnation(),
+      FromProto(info.state()),
+      info.reason(),
+      info.changed_unix_micros() == 0 ? absl::InfinitePast()
+                                      : absl::FromUnixMicros(info.changed_unix_micros()),
+      info.last_heard_unix_micros() == 0 ? absl::InfinitePast()
+                                         : absl::FromUnixMicros(info.last_heard_unix_micros())};
 }
 
 pb::JobState ToProto(const JobSnapshot& snapshot) {
@@ -72,12 +78,14 @@ pb::JobState ToProto(const JobSnapshot& snapshot) {
   out.set_job(snapshot.job);
   out.set_version(snapshot.version);
   out.set_coordinator_id(snapshot.coordinator_id);
+  out.set_rolled_back_seconds(snapshot.rolled_back_seconds);
   for (const TaskInfo& task : snapshot.tasks) *out.add_tasks() = ToProto(task);
   return out;
 }
 
 JobSnapshot FromProto(const pb::JobState& state) {
-  JobSnapshot out{state.job(), state.version(), {}, state.coordinator_id()};
+  JobSnapshot out{
+      state.job(), state.version(), {}, state.coordinator_id(), state.rolled_back_seconds()};
   for (const pb::TaskInfo& task : state.tasks()) out.tasks.push_back(FromProto(task));
   return out;
 }

@@ -1,5 +1,7 @@
 #include "runtime/coordination/rpc_handler.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/coordination/proto_convert.h"
 
@@ -143,6 +145,22 @@ absl::Status RpcHandler::NotifyPreemption(const pb::NotifyPreemptionRequest& req
   if (!round.ok()) return round.status();
   resp->set_round(round->first.round);
   resp->set_already_open(round->second);
+  return absl::OkStatus();
+}
+
+absl::Status RpcHandler::ReportRolledBack(const pb::ReportRolledBackRequest& req,
+                                          pb::ReportRolledBackResponse* resp) {
+  if (!req.has_task()) return MissingTask();
+  if (!std::isfinite(req.seconds()) || req.seconds() < 0 ||
+      req.seconds() > absl::ToDoubleSeconds(RollbackLedger::kMaxReport)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rolled-back seconds must be finite and between 0 and ",
+                     absl::ToDoubleSeconds(RollbackLedger::kMaxReport)));
+  }
+  absl::StatusOr<double> total = service_.ReportRolledBack(FromProto(req.task()), req.recovery(),
+                                                           absl::Seconds(req.seconds()));
+  if (!total.ok()) return total.status();
+  resp->set_total_seconds(*total);
   return absl::OkStatus();
 }
 

@@ -42,6 +42,8 @@ class RpcHandler {
                      Done done);
   absl::Status NotifyPreemption(const pb::NotifyPreemptionRequest& req,
                                 pb::NotifyPreemptionResponse* resp);
+  absl::Status ReportRolledBack(const pb::ReportRolledBackRequest& req,
+                                pb::ReportRolledBackResponse* resp);
   void ReportSyncStep(const pb::ReportSyncStepRequest& req, pb::ReportSyncStepResponse* resp,
                       Done done);
   void Shutdown(const pb::ShutdownRequest& req, Done done);

@@ -184,6 +184,7 @@ void CoordinationService::CloseSession(uint64_t session_id, const absl::Status& 
   task.session_id = 0;
   task.outbox.reset();
   if (task.info.state == TaskState::kConnected && !stopped_) {
+    task.last_seen = clock_.Now();  // hearing it go: for a crash, when it stopped
     metrics_.SessionBroken();
     FailTaskLocked(task, FailureKind::kSessionBroken,
                    absl::StrCat("session broken: ",
@@ -204,6 +205,7 @@ absl::Status CoordinationService::ReportError(TaskRef ref, std::string message) 
   // The report and the failure it causes go out together (at once, unless something went out
   // this tick already).
   const bool now = !peer_events_.holding();
+  tasks_[ref.task_id].last_seen = clock_.Now();
   peer_events_.Hold();
   TellPeersLocked(ErrorReport{ref, message}, out);
   FailTaskLocked(tasks_[ref.task_id], FailureKind::kReportedError,
@@ -373,6 +375,21 @@ void CoordinationService::ReportSyncStep(TaskRef ref, uint64_t round, int64_t st
     return;
   }
   sync_.Report(ref, round, step, std::move(done), AliveFnLocked(), out);
+}
+
+absl::StatusOr<double> CoordinationService::ReportRolledBack(TaskRef ref,
+                                                             const std::string& recovery,
+                                                             absl::Duration rolled_back) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckCallerLocked(ref); !s.ok()) return s;
+  absl::StatusOr<bool> changed = rollbacks_.Report(recovery, rolled_back);
+  if (!changed.ok()) return changed.status();
+  if (*changed) {
+    ++version_;
+    AnswerWatchersLocked(out);
+  }
+  return rollbacks_.total_seconds();
 }
 
 void CoordinationService::Shutdown(TaskRef ref, absl::Duration timeout, StatusCallback done) {
@@ -582,14 +599,17 @@ void CoordinationService::SetStateLocked(Task& task, TaskState state, std::strin
   // Membership changed: agreements waiting on this task may now complete.
   alive_.Reevaluate(AliveFnLocked(), out);
   sync_.Reevaluate(AliveFnLocked(), out);
-  if (!watchers_.empty()) {
-    JobSnapshot snapshot = SnapshotLocked();
-    for (Watcher& w : watchers_) {
-      out.Add([done = std::move(w.done), snapshot]() mutable { std::move(done)(snapshot); });
-    }
-    watchers_.clear();
-  }
+  AnswerWatchersLocked(out);
   UpdateGaugesLocked();
+}
+
+void CoordinationService::AnswerWatchersLocked(Completions& out) {
+  if (watchers_.empty()) return;
+  JobSnapshot snapshot = SnapshotLocked();
+  for (Watcher& w : watchers_) {
+    out.Add([done = std::move(w.done), snapshot]() mutable { std::move(done)(snapshot); });
+  }
+  watchers_.clear();
 }
 
 void CoordinationService::FailTaskLocked(Task& task, FailureKind kind, std::string reason,
@@ -648,9 +668,15 @@ void CoordinationService::FlushPeerEventsLocked(Completions& out) {
 }
 
 JobSnapshot CoordinationService::SnapshotLocked() const {
-  JobSnapshot snapshot{options_.job, version_, {}, options_.coordinator_id};
+  JobSnapshot snapshot{
+      options_.job, version_, {}, options_.coordinator_id, rollbacks_.total_seconds()};
   snapshot.tasks.reserve(tasks_.size());
-  for (const Task& task : tasks_) snapshot.tasks.push_back(task.info);
+  for (const Task& task : tasks_) {
+    snapshot.tasks.push_back(task.info);
+    if (task.info.state != TaskState::kUnregistered) {
+      snapshot.tasks.back().last_heard = task.last_seen;
+    }
+  }
   return snapshot;
 }
 

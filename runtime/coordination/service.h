@@ -51,6 +51,7 @@
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/peer_events.h"
 #include "runtime/coordination/preemption_sync.h"
+#include "runtime/coordination/rollback_ledger.h"
 #include "runtime/coordination/session_outbox.h"
 #include "runtime/coordination/types.h"
 
@@ -151,6 +152,13 @@ class CoordinationService {
   // Errors: FailedPrecondition (round not open), DeadlineExceeded, as CheckCaller.
   void ReportSyncStep(TaskRef task, uint64_t round, int64_t step, SyncStepCallback done);
 
+  // `task` resumed from a checkpoint in recovery `recovery` and so discarded `rolled_back` of
+  // work (rollback_ledger.h: each recovery counts once). Returns the job's total in seconds; a
+  // change bumps the job's version, so WatchJobState (the operator's goodput) hears of it.
+  // Errors: InvalidArgument (see RollbackLedger::Report), as CheckCaller.
+  absl::StatusOr<double> ReportRolledBack(TaskRef task, const std::string& recovery,
+                                          absl::Duration rolled_back);
+
   // The shutdown barrier: when every task arrives they all become SHUTDOWN.
   // Errors: as Barrier.
   void Shutdown(TaskRef task, absl::Duration timeout, StatusCallback done);
@@ -190,6 +198,8 @@ class CoordinationService {
 
   void SetStateLocked(Task& task, TaskState state, std::string reason, Completions& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers every WatchJobState waiting on the version that just changed.
+  void AnswerWatchersLocked(Completions& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailTaskLocked(Task& task, FailureKind kind, std::string reason, Completions& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends everything the incarnation `gone` had open: its session and pending calls.
@@ -223,6 +233,7 @@ class CoordinationService {
   KvStore kv_ ABSL_GUARDED_BY(mu_);
   AliveTasksAgreement alive_ ABSL_GUARDED_BY(mu_);
   PreemptionSync sync_ ABSL_GUARDED_BY(mu_);
+  RollbackLedger rollbacks_ ABSL_GUARDED_BY(mu_);
   struct Watcher {
     uint64_t known_version;
     absl::Time deadline;

@@ -31,6 +31,9 @@ struct TaskInfo {
   TaskState state = TaskState::kUnregistered;
   std::string reason;
   absl::Time changed = absl::InfinitePast();
+  // When the service last heard from this incarnation (registration, a session message, a
+  // reported error, its session ending); InfinitePast: never. Filled in snapshots.
+  absl::Time last_heard = absl::InfinitePast();
 };
 
 struct JobSnapshot {
@@ -38,6 +41,7 @@ struct JobSnapshot {
   uint64_t version = 0;
   std::vector<TaskInfo> tasks;
   std::string coordinator_id;
+  double rolled_back_seconds = 0;  // rollback_ledger.h: the job's total since this start
 };
 
 struct ErrorReport {
