@@ -13,6 +13,12 @@ bool Contains(const std::vector<T>& v, const T& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+// The job is about to fail: no task's exit status is awaited any more (task_state.h), so no
+// failureReportedAt stays behind on a finished job.
+void StopAwaitingExits(JobPass& pass) {
+  for (TaskRecord& record : pass.tasks) record.status.failure_reported_at.reset();
+}
+
 }  // namespace
 
 absl::Duration RestartBackoff(const BackoffSpec& backoff, int restarts_so_far) {
@@ -45,6 +51,7 @@ Next FailOnFatal(const PlanInputs& in, JobPass& pass) {
       record.failure.reason.empty() ? "Failed" : record.failure.reason;
   record.status.last_exit_code = record.failure.exit_code;
   record.status.last_failure_message = record.failure.message;
+  StopAwaitingExits(pass);
   FailJob(in, pass, "FatalFailure",
           absl::StrCat("task ", i, " ", Describe(pass.tasks[static_cast<size_t>(i)].failure),
                        ", which the failure policy treats as fatal"));
@@ -71,6 +78,7 @@ Next RestartFailedTasks(const PlanInputs& in, JobPass& pass) {
       task.last_failure_message = failure(i).message;
     }
     const std::vector<int> others(failed.begin() + 1, failed.end());
+    StopAwaitingExits(pass);
     FailJob(in, pass, "MaxRestartsExceeded",
             absl::StrCat("task ", failed.front(), " ", Describe(failure(failed.front())),
                          others.empty() ? ""

@@ -226,6 +226,14 @@ TEST_F(ExitStatusRace, ThePodNeverEnds_RestartsAsCoordinatorDeclaredFailedAtTheB
   EXPECT_THAT(restarted.events[0].message, HasSubstr("session broken: connection reset"));
 }
 
+TEST_F(ExitStatusRace, AJobThatFailsMeanwhile_LeavesNoWaitBehind) {
+  t_.spec.failure_policy.max_restarts = 0;
+  t_.world.task_pods[1] = PodBuilder("j", 1).Failed(1, "Error").Build();
+  ReconcilePlan plan = PassAt(absl::ZeroDuration());
+  EXPECT_EQ(plan.status.phase, kPhaseFailed);
+  EXPECT_EQ(plan.status.tasks[0].failure_reported_at, std::nullopt);
+}
+
 TEST(FailureMessage, IsTheTerminationMessage_BoundedToItsEnd) {
   TestPass t(TrainingJobBuilder("j").Tasks(2));
   PodView failed = PodBuilder("j", 1).Failed(1, "Error").Build();
