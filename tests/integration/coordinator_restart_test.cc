@@ -121,8 +121,9 @@ class InFlight {
 // Unavailable (the old coordinator answered Cancelled, which the sample programs took as fatal)
 // without waiting out its timeout; the tasks re-register with the coordinator started on the
 // same port, hear on_reconnect(coordinator_restarted=true), and the retried calls complete.
-TEST_F(CoordinatorRestart, SigtermWithBlockingCallsInFlight_AllGetUnavailable_ThenRetryCompletes) {
-  auto job = LocalJob::Start(Options(3, /*start_workers=*/false));
+void BlockingCallsInFlight_AllGetUnavailable_ThenRetryCompletes(LocalJobOptions options,
+                                                                int signal) {
+  auto job = LocalJob::Start(std::move(options));
   ASSERT_THAT(job, IsOk());
   auto t0 = ConnectTask(**job, 0);
   auto t1 = ConnectTask(**job, 1);
@@ -143,7 +144,7 @@ TEST_F(CoordinatorRestart, SigtermWithBlockingCallsInFlight_AllGetUnavailable_Th
   ASSERT_FALSE(barrier->result().has_value()) << barrier->result()->ToString();
   ASSERT_FALSE(alive->result().has_value()) << alive->result()->ToString();
   ASSERT_FALSE(get->result().has_value()) << get->result()->ToString();
-  ASSERT_THAT((*job)->StopCoordinator(SIGTERM), IsOk());
+  ASSERT_THAT((*job)->StopCoordinator(signal), IsOk());
 
   for (auto [name, call] :
        {std::pair{"barrier", barrier.get()}, std::pair{"alive_tasks", alive.get()},
@@ -175,6 +176,16 @@ TEST_F(CoordinatorRestart, SigtermWithBlockingCallsInFlight_AllGetUnavailable_Th
     ASSERT_TRUE(Eventually([&] { return call->result().has_value(); }, kTimeout));
     EXPECT_THAT(*call->result(), IsOk());
   }
+}
+
+TEST_F(CoordinatorRestart, SigtermWithBlockingCallsInFlight_AllGetUnavailable_ThenRetryCompletes) {
+  BlockingCallsInFlight_AllGetUnavailable_ThenRetryCompletes(Options(3, false), SIGTERM);
+}
+
+// The same for a coordinator that crashes (or whose node vanishes with its process): the
+// connection breaks, and the calls end at once rather than at their timeouts.
+TEST_F(CoordinatorRestart, SigkillWithBlockingCallsInFlight_AllGetUnavailable_ThenRetryCompletes) {
+  BlockingCallsInFlight_AllGetUnavailable_ThenRetryCompletes(Options(3, false), SIGKILL);
 }
 
 // Row "key-value data": a restart loses every key (the new coordinator starts empty); a task
