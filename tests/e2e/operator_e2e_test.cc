@@ -241,6 +241,9 @@ TEST_F(OperatorE2eTest, HungTaskDeclaredFailedByTheCoordinatorIsRestartedWhileIt
   EXPECT_EQ(Job().at("status").at("tasks").at(1).at("incarnation").as_integer(), 0);
   EXPECT_EQ(Job().at("status").at("tasks").at(0).at("lastFailureReason").as_string(),
             "CoordinatorDeclaredFailed");
+  // The coordinator's words, after the operator waited in vain for an exit status.
+  EXPECT_THAT(kube::StringAt(Job().at("status").at("tasks").at(0), "lastFailureMessage"),
+              ::testing::HasSubstr("heartbeat"));
 }
 
 TEST_F(OperatorE2eTest, SuspendDeletesThePodsAndResumeFinishesTheJob) {
