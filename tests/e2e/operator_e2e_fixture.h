@@ -131,7 +131,8 @@ class OperatorE2eTest : public ::testing::Test {
     std::string coordination = "{}";
     std::string restart_scope = "Task";
     std::string preemption = "{}";
-    int gpus = 0;  // nvidia.com/gpu each task asks for
+    int gpus = 0;             // nvidia.com/gpu each task asks for
+    std::string coordinator;  // spec.coordinator (JSON), if any
   };
 
   // A job of sample workers, named "train".
@@ -146,7 +147,8 @@ class OperatorE2eTest : public ::testing::Test {
         o.replicas, R"(,"failurePolicy":{"maxRestarts":3,"restartScope":")", o.restart_scope,
         R"(","backoff":)", o.backoff, R"(},
               "coordination":)",
-        o.coordination, R"(,"preemption":)", o.preemption, R"(,
+        o.coordination, R"(,"preemption":)", o.preemption,
+        o.coordinator.empty() ? "" : absl::StrCat(R"(,"coordinator":)", o.coordinator), R"(,
               "template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[{"name":"worker","image":"sample","command":[")",
         worker, R"("],"args":["--steps=)", o.steps,
         R"(","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
