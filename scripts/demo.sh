@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The Phalanx demo on the local cluster: phalanx-localcluster (3 nodes, 4 GPUs each) on a real
+# The Phalanx demo on the local cluster: phalanx-localcluster (4 nodes, 4 GPUs each) on a real
 # control plane (etcd + kube-apiserver + kube-controller-manager) where the envtest assets are
 # found (KUBEBUILDER_ASSETS, or ../shared/envtest unpacked by the build), else on its built-in API
 # server,
 # phalanx-operator, and a 4-task TrainingJob of sample workers applied with kubectl. One task is
-# killed, then one node is preempted; the job keeps going and finishes. Prints `kubectl get tj -w`,
+# killed, then one node is preempted, then the node that hosts the coordinator (the operator
+# moves the coordinator off it before the node goes); the job keeps going and finishes with no
+# restart spent on the coordinator's move. Prints `kubectl get tj -w`,
 # the job's Events and a timeline with goodput. Ends on its own (well under two minutes).
 #   scripts/demo.sh BUILD_DIR [--keep]   --keep: leave the cluster running and print KUBECONFIG
 set -euo pipefail
@@ -46,9 +48,9 @@ wait_for() {
 job_field() { $KUBECTL get tj sample -o "jsonpath={$1}" 2>/dev/null; }
 phase_is() { [[ "$(job_field .status.phase)" == "$1" ]]; }
 
-say "starting the local cluster (3 process nodes x 4 GPUs; each task asks for 2)"
+say "starting the local cluster (4 process nodes x 4 GPUs; each task asks for 2)"
 "$BUILD/tests/localcluster/phalanx-localcluster" --kubeconfig-out "$KUBECONFIG" \
-  --work-dir "$WORK/cluster" --nodes 3 --gpus-per-node 4 >"$WORK/cluster.out" 2>"$WORK/cluster.log" &
+  --work-dir "$WORK/cluster" --nodes 4 --gpus-per-node 4 >"$WORK/cluster.out" 2>"$WORK/cluster.log" &
 PIDS+=($!)
 if ! wait_for 120 grep -q '^ready ' "$WORK/cluster.out"; then
   echo "demo: the local cluster did not start; its log ($WORK/cluster.log) ends:" >&2
@@ -74,16 +76,18 @@ wait_for 30 grep -q '^ready ' "$WORK/operator.out"
 say "operator ready ($(cat "$WORK/operator.out"))"
 
 # One node agent per virtual node, each with a fake inventory of 4 GPUs.
-for n in 0 1 2; do
+for n in 0 1 2 3; do
   "$BUILD/node_agent/phalanx-agent" --kubeconfig "$KUBECONFIG" --node_name "node-$n" \
     --fake_gpus 4 --clique_socket "$WORK/agent-$n.sock" --metrics_listen 127.0.0.1:0 \
     >"$WORK/agent-$n.out" 2>"$WORK/agent-$n.log" &
   PIDS+=($!)
 done
-for n in 0 1 2; do wait_for 30 grep -q '^ready ' "$WORK/agent-$n.out"; done
-say "node agents ready on node-0..2 (4 fake GPUs each; GPU health, preemption notices)"
+for n in 0 1 2 3; do wait_for 30 grep -q '^ready ' "$WORK/agent-$n.out"; done
+say "node agents ready on node-0..3 (4 fake GPUs each; GPU health, preemption notices)"
 
-sed "s#/tmp/phalanx-checkpoints/sample#$WORK/checkpoints#; s#--step_time=100ms#--step_time=60ms#" \
+# 450 steps of 60 ms: long enough to still be training at the third fault.
+sed "s#/tmp/phalanx-checkpoints/sample#$WORK/checkpoints#; s#--step_time=100ms#--step_time=60ms#;
+     s#--steps=300#--steps=450#" \
   "$SRC/examples/trainingjob.yaml" >"$WORK/trainingjob.yaml"
 $KUBECTL get tj -w >"$WORK/watch.log" 2>&1 &
 PIDS+=($!)
@@ -108,6 +112,27 @@ say "preempting node $node (tasks on it get DisruptionTarget; evicted after 5 s)
 "$BUILD/tests/localcluster/phalanx-localcluster" admin preempt-node "$node" --grace-seconds 5 >/dev/null
 wait_for 60 bash -c "[[ \$($KUBECTL get tj sample -o jsonpath='{.status.preemptions}') -ge 1 ]]"
 say "preempted tasks moved to the other node: $(job_field .status.preemptions) preemption(s)"
+wait_for 60 phase_is Running
+
+# The coordinator's own node: the operator moves the coordinator off it at once (before the
+# node's pods are evicted), the tasks reconnect to its successor; a move is not a restart.
+coordinator_node=$($KUBECTL get pod sample-coordinator -o jsonpath='{.spec.nodeName}')
+coordinator_uid=$($KUBECTL get pod sample-coordinator -o jsonpath='{.metadata.uid}')
+restarts_before=$(job_field .status.restarts)
+on_it=$($KUBECTL get pods -l phalanx.dev/role=task --field-selector "spec.nodeName=$coordinator_node,status.phase=Running" \
+  -o jsonpath='{range .items[*]}{.metadata.name}{" "}{end}' 2>/dev/null)
+say "preempting node $coordinator_node, which hosts the coordinator (and tasks: ${on_it:-none}; evicted after 10 s)"
+MOVE_AT=$(date +%s.%N)
+"$BUILD/tests/localcluster/phalanx-localcluster" admin preempt-node "$coordinator_node" --grace-seconds 10 >/dev/null
+successor_running() {
+  [[ "$($KUBECTL get pod sample-coordinator -o jsonpath='{.metadata.uid} {.status.phase}')" == *" Running" &&
+     "$($KUBECTL get pod sample-coordinator -o jsonpath='{.metadata.uid}')" != "$coordinator_uid" ]]
+}
+wait_for 60 successor_running
+MOVED_AT=$(date +%s.%N)
+successor_node=$($KUBECTL get pod sample-coordinator -o jsonpath='{.spec.nodeName}')
+MOVE_MS=$(calc %d "($MOVED_AT - $MOVE_AT) * 1000")
+say "coordinator moved $coordinator_node -> $successor_node: successor running $MOVE_MS ms after the notice (the node's pods go at 10 s); restarts still $(job_field .status.restarts)"
 
 wait_for 100 bash -c "p=\$($KUBECTL get tj sample -o jsonpath='{.status.phase}'); [[ \$p == Succeeded || \$p == Failed ]]"
 say "job $(job_field .status.phase)"
@@ -125,6 +150,9 @@ productive=$(job_field .status.productiveSeconds)
 lost=$(job_field .status.lostSeconds)
 echo "  task failure: kill → replacement pod created in $(calc %d "($REPLACED_AT - $KILL_AT) * 1000") ms"
 echo "  restarts: $(job_field .status.restarts), preemptions: $(job_field .status.preemptions)"
+echo "  coordinator: node $coordinator_node preempted -> moved to $successor_node in $MOVE_MS ms;" \
+  "moves $(job_field .status.coordinator.moves), coordinator restarts $(job_field .status.coordinator.restarts)," \
+  "job restarts $restarts_before before and $(job_field .status.restarts) after"
 printf '  goodput: %.1f s productive, %.1f s lost (%.0f%%)\n' "${productive:-0}" "${lost:-0}" \
   "$(calc %.1f "100 * ${productive:-0} / (${productive:-0} + ${lost:-0} + 0.0001)")"
 logs="$WORK/cluster/logs"
@@ -143,3 +171,5 @@ echo "  node agents: PhalanxGpuHealthy per node: ${healthy:-(not reported)}"
 echo "  logs: $WORK (cluster.log, operator.log, agent-<n>.log, cluster/logs/<pod>.log)"
 say "demo finished"
 [[ "$(job_field .status.phase)" == Succeeded ]]
+# No restart was spent on the coordinator's move.
+[[ "$(job_field .status.restarts)" == "$restarts_before" && "$(job_field .status.coordinator.restarts)" == 0 ]]
