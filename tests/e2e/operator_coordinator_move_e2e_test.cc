@@ -125,6 +125,27 @@ TEST_F(CoordinatorMoveE2eTest, ACoordinatorSharingAPreemptedNodeWithATaskMovesWi
   const kube::Json done = PreemptTheCoordinatorsNodeAndSucceed(node);
   // Task 0 was preempted and moved; that is a preemption, not a restart.
   EXPECT_GE(done.at("status").at("preemptions").as_integer(), 1) << done.serialize();
+  // Its checkpoint round survived the coordinator's move (or was re-opened on the successor,
+  // whose pod UID differs): task 0 left at an agreed sync step it checkpointed at, and its
+  // replacement resumed from a checkpoint at or after it.
+  EXPECT_THAT(JobEvents("CheckpointRoundOpened"),
+              ::testing::Contains(::testing::HasSubstr("task(s) 0")));
+  const auto left = WorkerEvents("left_for_preemption");
+  ASSERT_TRUE(left.contains("default_train-task-0-0")) << "task 0 never left at a sync step";
+  const std::string left_at = EventField(left.at("default_train-task-0-0").front(), "step");
+  const auto sync = WorkerEvents("sync_checkpoint");
+  ASSERT_TRUE(sync.contains("default_train-task-0-0"));
+  std::set<std::string> synced;
+  for (const std::string& line : sync.at("default_train-task-0-0")) {
+    synced.insert(EventField(line, "step"));
+  }
+  EXPECT_TRUE(synced.contains(left_at)) << left_at;
+  for (const auto& [pod, lines] : WorkerEvents("start")) {
+    if (!absl::StartsWith(pod, "default_train-task-0-") || absl::EndsWith(pod, "-0")) continue;
+    for (const std::string& line : lines) {
+      EXPECT_GE(std::stoi(EventField(line, "resume_step")), std::stoi(left_at)) << line;
+    }
+  }
 }
 
 }  // namespace
