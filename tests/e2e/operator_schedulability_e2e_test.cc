@@ -1,0 +1,151 @@
+// The operator end to end on the local cluster when pods cannot be placed or nodes flap
+// (issue 13 part F): a job whose tasks ask for more GPUs than any node has shows
+// Unschedulable=True with the scheduler's message (and the operator's gauge counts it, which is
+// what the PhalanxJobStuckRestarting alert reads); a preemption taint removed by hand while a
+// task is being moved does not move the task again and again.
+#include <cstdio>
+
+#include "tests/e2e/operator_e2e_fixture.h"
+
+namespace phalanx::e2e {
+namespace {
+
+// Three nodes with 2 GPUs each.
+class OperatorSchedulabilityE2eTest : public OperatorE2eTest {
+ protected:
+  OperatorSchedulabilityE2eTest() {
+    nodes_ = 3;
+    gpus_per_node_ = 2;
+  }
+
+  // The job's condition `type`: {status, message}, or {"", ""}.
+  std::pair<std::string, std::string> JobCondition(const std::string& type) {
+    const kube::Json job = Job();
+    for (const kube::Json& c :
+         kube::ArrayOrEmpty(kube::FieldOrNull(job, "status"), "conditions").as_array()) {
+      if (kube::StringAt(c, "type") == type) {
+        return {kube::StringAt(c, "status"), kube::StringAt(c, "message")};
+      }
+    }
+    return {"", ""};
+  }
+
+  int OperatorMetricsPort() {
+    for (const std::string& line : operator_->Lines()) {
+      const size_t at = line.find("ready metrics=127.0.0.1:");
+      if (at != std::string::npos) return std::stoi(line.substr(at + 24));
+    }
+    return 0;
+  }
+
+  // Event reasons recorded about the job, in any order.
+  std::multiset<std::string> JobEventReasons() {
+    std::multiset<std::string> reasons;
+    absl::StatusOr<kube::ObjectList> events = client_->List(kube::kEvents, "default", {});
+    if (!events.ok()) return reasons;
+    for (const kube::Json& e : events->items) {
+      if (kube::StringAt(e, "involvedObject.kind") == "TrainingJob") {
+        reasons.insert(kube::StringAt(e, "reason"));
+      }
+    }
+    return reasons;
+  }
+};
+
+TEST_F(OperatorSchedulabilityE2eTest, TasksAskingForMoreGpusThanAnyNodeHasShowUnschedulable) {
+  ASSERT_OK_JOB(CreateJob(JobOptions{.steps = 20, .gpus = 4}));
+  // Both tasks, once the scheduler has tried each (one pass may see only the first).
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const auto [status, message] = JobCondition("Unschedulable");
+        return status == "True" && absl::StrContains(message, "task 1: ");
+      },
+      absl::Seconds(90)))
+      << Job().serialize();
+  const std::string message = JobCondition("Unschedulable").second;
+  EXPECT_THAT(message, ::testing::HasSubstr("task 0: 0/3 nodes are available: 3 Insufficient "
+                                            "nvidia.com/gpu."));
+  EXPECT_TRUE(
+      Eventually([&] { return JobEventReasons().count("Unschedulable") == 1; }, absl::Seconds(30)));
+  const std::string phase = kube::StringAt(Job(), "status.phase");
+  EXPECT_TRUE(phase == "Pending" || phase == "Starting") << phase;
+
+  // The gauge the PhalanxJobStuckRestarting alert reads (sampled every 5 s).
+  const int port = OperatorMetricsPort();
+  ASSERT_GT(port, 0);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto metrics = phalanx::testing::HttpGet(port, "/metrics");
+        return metrics.has_value() &&
+               absl::StrContains(metrics->body, "\nphalanx_operator_jobs_unschedulable 1");
+      },
+      absl::Seconds(30)));
+
+  // kubectl still lists the job (the condition's message does not break its table).
+  if (access("/usr/bin/kubectl", X_OK) == 0) {
+    const std::string command =
+        absl::StrCat("/usr/bin/kubectl --kubeconfig ", kubeconfig_, " get tj -n default 2>&1");
+    std::string out;
+    ASSERT_TRUE(Eventually(
+        [&] {
+          out.clear();
+          FILE* pipe = popen(command.c_str(), "r");
+          if (pipe == nullptr) return false;
+          char buffer[512];
+          while (fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
+          return pclose(pipe) == 0 && absl::StrContains(out, "train");
+        },
+        absl::Seconds(30)))
+        << out;
+  }
+}
+
+// Issue 13: removing a node's preemption taint by hand while its task was being moved made the
+// local cluster evict every replacement the scheduler put back on that node until it re-tainted
+// it, and the operator moved the task six times in one second. Now the removal calls the
+// preemption off, and the operator moves a task at most 3 times a minute whatever happens.
+TEST_F(OperatorSchedulabilityE2eTest,
+       APreemptionTaintRemovedByHandDoesNotMoveTheTaskAgainAndAgain) {
+  ASSERT_OK_JOB(CreateJob(JobOptions{.steps = 400, .gpus = 2}));
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(90)));
+  absl::StatusOr<kube::Json> victim = client_->Get(op::kPods, "default", "train-task-0-0");
+  ASSERT_TRUE(victim.ok());
+  const std::string node = kube::StringAt(*victim, "spec.nodeName");
+  // The cloud's notice with a 1 s grace: the task is moved almost at once.
+  ASSERT_TRUE(
+      client_->Raw("POST", absl::StrCat("/admin/nodes/", node, "/preempt?graceSeconds=1")).ok());
+  ASSERT_TRUE(Eventually([&] { return !PodExists("train-task-0-0"); }, absl::Seconds(60)));
+  // kubectl taint nodes <node> cloud.google.com/impending-node-termination-
+  ASSERT_TRUE(Eventually(
+      [&] {
+        absl::StatusOr<kube::Json> n = client_->Get(kube::kNodes, "", node);
+        if (!n.ok()) return false;
+        kube::Json taints = kube::Json::array();
+        for (const kube::Json& t :
+             kube::ArrayOrEmpty(kube::FieldOrNull(*n, "spec"), "taints").as_array()) {
+          if (kube::StringAt(t, "key") != "cloud.google.com/impending-node-termination") {
+            taints[taints.size()] = t;
+          }
+        }
+        (*n)["spec"]["taints"] = taints;
+        return client_->Update(kube::kNodes, "", *n).ok();  // a conflict: read and try again
+      },
+      absl::Seconds(30)));
+  // Give a loop time to show: 20 s is hundreds of passes.
+  absl::SleepFor(absl::Seconds(20));
+  const kube::Json job = Job();
+  const int preemptions = static_cast<int>(job.at("status").at("preemptions").as_integer());
+  EXPECT_GE(preemptions, 1) << job.serialize();
+  EXPECT_LE(preemptions, 2) << "moved again and again: " << job.serialize();
+  absl::StatusOr<kube::Json> n = client_->Get(kube::kNodes, "", node);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(kube::ArrayOrEmpty(kube::FieldOrNull(*n, "spec"), "taints").size(), 0u)
+      << "the local cluster tainted the node again: " << n->serialize();
+  EXPECT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
+                         absl::Seconds(60)))
+      << Job().serialize();
+}
+
+}  // namespace
+}  // namespace phalanx::e2e
