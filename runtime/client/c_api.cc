@@ -1,5 +1,6 @@
 // The C ABI (phalanx_c.h) over GrpcCoordinationClient. Converts statuses to codes plus a
 // thread-local message; never lets a C++ exception cross into C.
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -285,6 +286,15 @@ int phalanx_report_error(phalanx_client* client, const char* message) {
   if (client == nullptr || message == nullptr)
     return InvalidArgument("client and message are required");
   return Report(client->impl->ReportError(message));
+}
+
+int phalanx_report_rolled_back(phalanx_client* client, const char* recovery, double seconds) {
+  if (client == nullptr || recovery == nullptr)
+    return InvalidArgument("client and recovery are required");
+  if (!std::isfinite(seconds) || seconds < 0) {
+    return InvalidArgument("seconds must be finite and not negative");
+  }
+  return Report(client->impl->ReportRolledBack(recovery, absl::Seconds(seconds)));
 }
 
 int phalanx_alive_tasks(phalanx_client* client, const int* tasks, size_t num_tasks,

@@ -108,6 +108,18 @@ class CoordinationClient {
 
   // The shutdown barrier; after it passes the session ends without counting as a failure.
   virtual absl::Status Shutdown(absl::Duration timeout) = 0;
+
+  // After resuming from a checkpoint: this task discarded `rolled_back` of work (the wall time
+  // it had spent on the steps it now runs again, not the time it waited after the failure).
+  // Every task of one recovery passes the same `recovery` name (e.g. the new membership's
+  // epoch); the coordinator counts each recovery once and the operator books the job's total
+  // as lost goodput. InvalidArgument for an empty name or a negative amount. The default is
+  // Unimplemented, for test doubles that do not take part.
+  virtual absl::Status ReportRolledBack(const std::string& recovery, absl::Duration rolled_back) {
+    (void)recovery;
+    (void)rolled_back;
+    return absl::UnimplementedError("ReportRolledBack");
+  }
 };
 
 }  // namespace phalanx::client

@@ -282,6 +282,15 @@ absl::Status GrpcCoordinationClient::ReportError(const std::string& message) {
   return rpc_->Call(&Stub::async::ReportError, request, config_.short_call_timeout).status();
 }
 
+absl::Status GrpcCoordinationClient::ReportRolledBack(const std::string& recovery,
+                                                      absl::Duration rolled_back) {
+  pb::ReportRolledBackRequest request;
+  *request.mutable_task() = ToProto(task());
+  request.set_recovery(recovery);
+  request.set_seconds(absl::ToDoubleSeconds(rolled_back));
+  return rpc_->Call(&Stub::async::ReportRolledBack, request, config_.short_call_timeout).status();
+}
+
 absl::StatusOr<JobSnapshot> GrpcCoordinationClient::WatchJobState(uint64_t known_version,
                                                                   absl::Duration timeout) {
   pb::WatchJobStateRequest request;

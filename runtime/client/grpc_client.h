@@ -62,6 +62,7 @@ class GrpcCoordinationClient final : public CoordinationClient, private SessionC
       const std::string& directory) override;
   absl::StatusOr<int> KvDelete(const std::string& key) override;
   absl::Status ReportError(const std::string& message) override;
+  absl::Status ReportRolledBack(const std::string& recovery, absl::Duration rolled_back) override;
   absl::StatusOr<JobSnapshot> WatchJobState(uint64_t known_version,
                                             absl::Duration timeout) override;
   absl::StatusOr<std::vector<TaskRef>> GetAliveTasks(const std::vector<int>& tasks,

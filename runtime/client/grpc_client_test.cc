@@ -359,6 +359,19 @@ TEST(GrpcClient, Shutdown_AllTasks_LeavesNoFailure) {
   EXPECT_TRUE(coordinator.service().AllTasksShutDown());
 }
 
+TEST(GrpcClient, ReportRolledBack_ReachesTheJobStateOnce) {
+  Coordinator coordinator(2);
+  auto a = Connected(coordinator.port(), 0, 2);
+  auto b = Connected(coordinator.port(), 1, 2);
+  ASSERT_THAT(a->ReportRolledBack("e1", absl::Milliseconds(1500)), IsOk());
+  ASSERT_THAT(b->ReportRolledBack("e1", absl::Milliseconds(1200)), IsOk());
+  auto state = a->WatchJobState(0, absl::Seconds(1));
+  ASSERT_THAT(state, IsOk());
+  EXPECT_DOUBLE_EQ(state->rolled_back_seconds, 1.5);
+  EXPECT_THAT(a->ReportRolledBack("e2", -absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(GrpcClient, AliveTasks_AndWatchJobState) {
   Coordinator coordinator(2);
   auto a = Connected(coordinator.port(), 0, 2);

@@ -127,6 +127,11 @@ PHALANX_API void phalanx_kv_entries_free(phalanx_kv_entry* entries, size_t count
 PHALANX_API int phalanx_kv_delete(phalanx_client* client, const char* key, int* deleted);
 
 PHALANX_API int phalanx_report_error(phalanx_client* client, const char* message);
+/* After resuming from a checkpoint: the wall time (seconds) this task had spent on the steps it
+ * now runs again. Every task of one recovery passes the same `recovery` name (e.g. its epoch);
+ * the coordinator counts each recovery once and the operator books it as lost goodput. */
+PHALANX_API int phalanx_report_rolled_back(phalanx_client* client, const char* recovery,
+                                           double seconds);
 /* Writes up to `capacity` alive tasks; *count is how many there are. */
 PHALANX_API int phalanx_alive_tasks(phalanx_client* client, const int* tasks, size_t num_tasks,
                                     int64_t timeout_ms, int* task_ids, uint64_t* incarnations,

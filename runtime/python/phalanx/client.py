@@ -354,6 +354,14 @@ class Client:
         restarts the task."""
         self._check(self._lib.phalanx_report_error(self._h(), _bytes(message, "message")))
 
+    def report_rolled_back(self, recovery, seconds):
+        """After resuming from a checkpoint: ``seconds`` of wall time this task had spent on the
+        steps it now runs again (not the time it waited after the failure). Every task of one
+        recovery passes the same ``recovery`` name; the coordinator counts it once and the
+        operator books it as lost goodput."""
+        self._check(self._lib.phalanx_report_rolled_back(
+            self._h(), _bytes(recovery, "recovery"), float(seconds)))
+
     def alive_tasks(self, tasks=None, timeout=DEFAULT_TIMEOUT):
         """The alive tasks among ``tasks`` (default: all) as a list of :class:`TaskRef`.
 
