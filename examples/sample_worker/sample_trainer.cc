@@ -118,6 +118,23 @@ absl::Status SampleTrainer::Checkpoint(int64_t step, const char* why) {
   return status;
 }
 
+void SampleTrainer::Reached(int64_t step) {
+  reached_at_.erase(reached_at_.upper_bound(step), reached_at_.end());  // after a rollback
+  reached_at_[step] = absl::Now();
+  // A recovery resumes from a checkpoint every task has: a few intervals back at most.
+  constexpr size_t kKept = 1024;
+  while (reached_at_.size() > kKept) reached_at_.erase(reached_at_.begin());
+}
+
+absl::Duration SampleTrainer::WorkSince(int64_t to, int64_t from) const {
+  auto end = reached_at_.find(from);
+  auto begin = reached_at_.lower_bound(to);  // the earliest known when `to` is older
+  if (end == reached_at_.end() || begin == reached_at_.end() || begin->first >= from) {
+    return absl::ZeroDuration();
+  }
+  return end->second - begin->second;
+}
+
 absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time deadline) {
   if (absl::Status s = client().WaitUntilConnected(deadline - absl::Now()); !s.ok()) return s;
   const uint64_t seen = MembershipChanges();  // before the snapshot the epoch is built from
@@ -201,6 +218,7 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
     state_ = *state;
   }
   Event(me, "start", absl::StrCat("resume_step=", step, " epoch=", epoch->id));
+  Reached(step);
 
   bool barrier_failed = false;
   bool coordinator_lost = false;
@@ -243,10 +261,19 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
           return absl::InternalError(message);
         }
       } else {
+        const absl::Duration discarded = WorkSince(next->resume_step, step);
         Event(me, "recovered",
               absl::StrCat("from_step=", step, " resume_step=", next->resume_step,
-                           " lost=", step - next->resume_step, " epoch=", next->id));
+                           " lost=", step - next->resume_step, " epoch=", next->id,
+                           " rolled_back_ms=", absl::ToInt64Milliseconds(discarded)));
+        if (discarded > absl::ZeroDuration()) {
+          // For goodput only: a coordinator that cannot take it must not stop training.
+          if (absl::Status s = client().ReportRolledBack(next->id, discarded); !s.ok()) {
+            Event(me, "rolled_back_report_failed", absl::StrCat("reason=\"", s.message(), "\""));
+          }
+        }
         step = next->resume_step;
+        Reached(step);
         absl::StatusOr<uint64_t> state = step > 0 ? store_.Load(step) : absl::StatusOr<uint64_t>(0);
         if (!state.ok()) return state.status();
         state_ = *state;
@@ -280,6 +307,7 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
     }
     state_ = next_state;
     ++step;
+    Reached(step);
     if (step % options_.checkpoint_every == 0 || step == options_.steps) {
       if (absl::Status s = Checkpoint(step, "periodic"); !s.ok()) return s;
     }

@@ -12,6 +12,9 @@
 // returns Unavailable, and the task waits for its client to re-register with the successor,
 // re-runs recovery (the successor lost the key-value data and barriers) and goes on; the
 // shutdown barrier is re-entered.
+// A recovery that resumes from a step before the one it was at reports the wall time it had
+// spent on the discarded steps (ReportRolledBack, named by the new epoch so every task of the
+// recovery counts once): the operator books it as lost goodput.
 // A preemption round makes every task checkpoint at the same agreed step. A task the round
 // names as about to be preempted then leaves (Run returns with LeftForPreemption() true), as a
 // JAX program does at its preemption sync point: its peers wait in that step's barrier and
@@ -25,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -86,6 +90,10 @@ class SampleTrainer {
   absl::StatusOr<Epoch> Recover();
   absl::StatusOr<Epoch> TryRecoverOnce(absl::Time deadline);
   absl::Status Checkpoint(int64_t step, const char* why);
+  // When each step since the oldest one a recovery may resume from was reached (bounded).
+  void Reached(int64_t step);
+  // The wall time spent getting from step `to` to step `from` (what resuming at `to` discards).
+  absl::Duration WorkSince(int64_t to, int64_t from) const;
   // The job's shutdown barrier, re-entered after the coordinator restarts (Unavailable).
   absl::Status ShutdownBarrier();
 
@@ -96,6 +104,7 @@ class SampleTrainer {
   std::atomic<client::CoordinationClient*> client_{nullptr};
   CheckpointStore store_;
   uint64_t state_ = 0;
+  std::map<int64_t, absl::Time> reached_at_;
   bool left_for_preemption_ = false;
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };

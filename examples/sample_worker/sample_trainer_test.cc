@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -40,6 +41,15 @@ class ScriptedClient final : public client::CoordinationClient {
   std::string unavailable_barrier;
   int unavailable_shutdowns = 0;
   int shutdown_calls = 0;
+  // The step the peer's replacement publishes (default: the sync step, so nothing is lost),
+  // and the rolled-back reports this task made.
+  std::optional<int64_t> peer_checkpoint;
+  std::vector<std::pair<std::string, absl::Duration>> rolled_back;
+
+  absl::Status ReportRolledBack(const std::string& recovery, absl::Duration d) override {
+    rolled_back.emplace_back(recovery, d);
+    return absl::OkStatus();
+  }
 
   client::TaskRef task() const override { return {0, 0}; }
   int num_tasks() const override { return 2; }
@@ -60,7 +70,7 @@ class ScriptedClient final : public client::CoordinationClient {
     if (peer_leaves) {
       // The peer passed this barrier with us, checkpointed at the sync step and left.
       peer_left_ = true;
-      peer_latest_ = sync_step_;
+      peer_latest_ = peer_checkpoint.value_or(sync_step_);
       callbacks_.on_peer_change(client::TaskInfo{1, 0, client::TaskState::kFailed,
                                                  "session broken: stream closed by the task"});
     }
@@ -162,6 +172,29 @@ TEST(SampleTrainer, PeerLeavingAtTheSyncStep_StillCheckpointsThereBeforeRecoveri
   EXPECT_THAT(CheckpointStore(dir, 0).Load(kSyncStep), IsOk());
   EXPECT_THAT(client.published, Contains(absl::StrCat(kSyncStep)))
       << "after the peer left, this task must publish the sync step's checkpoint";
+  EXPECT_TRUE(client.rolled_back.empty()) << "resuming where it was discards nothing";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SampleTrainer, ARollbackReportsTheWorkItDiscardedOnce) {
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          absl::StrCat("phalanx-trainer-rollback-", ::getpid());
+  std::filesystem::remove_all(dir);
+  TrainerOptions options;
+  options.steps = 5;
+  options.step_time = absl::Milliseconds(20);
+  options.checkpoint_every = 100;
+  options.checkpoint_dir = dir;
+  SampleTrainer trainer(options, {0, 0});
+  ScriptedClient client(trainer.Callbacks(), /*sync_step=*/3);
+  client.peer_checkpoint = 0;  // the peer's replacement has nothing: all resume from step 0
+
+  ASSERT_THAT(trainer.Run(client), IsOk());
+
+  // Steps 0-3 were run and thrown away: at least their compute time, reported once.
+  ASSERT_EQ(client.rolled_back.size(), 1u);
+  EXPECT_FALSE(client.rolled_back[0].first.empty());
+  EXPECT_GE(client.rolled_back[0].second, 3 * options.step_time);
   std::filesystem::remove_all(dir);
 }
 
