@@ -244,6 +244,14 @@ TEST_F(OperatorE2eTest, HungTaskDeclaredFailedByTheCoordinatorIsRestartedWhileIt
   // The coordinator's words, after the operator waited in vain for an exit status.
   EXPECT_THAT(kube::StringAt(Job().at("status").at("tasks").at(0), "lastFailureMessage"),
               ::testing::HasSubstr("heartbeat"));
+  // Goodput: the job looked Running from the task's last heartbeat (or from when it became
+  // Running, if later) until the coordinator's heartbeat timeout declared the task failed; that
+  // span is lost, not productive (before: 0, booked productive).
+  const kube::Json status = Job().at("status");
+  const kube::Json goodput = kube::FieldOrNull(status, "goodput");
+  ASSERT_TRUE(goodput.is_object()) << status.serialize();
+  EXPECT_GT(goodput.at("detectionSeconds").as_double(), 0.0) << goodput.serialize();
+  EXPECT_GE(status.at("lostSeconds").as_double(), goodput.at("detectionSeconds").as_double());
 }
 
 TEST_F(OperatorE2eTest, SuspendDeletesThePodsAndResumeFinishesTheJob) {
