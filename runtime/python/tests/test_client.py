@@ -207,6 +207,15 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(harness.eventually(
             lambda: any(p.task_id == 1 and "NaN" in p.reason for p in peers), 10), peers)
 
+    def test_report_rolled_back_is_accepted_and_garbage_refused(self):
+        a, b = self.client(0), self.client(1)
+        a.report_rolled_back("e1", 2.5)
+        b.report_rolled_back("e1", 3)  # the same recovery: the coordinator counts it once
+        with self.assertRaises(phalanx.InvalidArgument):
+            a.report_rolled_back("e2", -1)
+        with self.assertRaises(phalanx.InvalidArgument):
+            a.report_rolled_back("", 1)
+
     def test_shutdown_barrier_then_close(self):
         a, b = self.client(0), self.client(1)
         join = in_thread(b.shutdown, 20)
