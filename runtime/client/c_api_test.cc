@@ -67,7 +67,7 @@ TEST(CApi, ReportRolledBack_CountsEachRecoveryOnceOnTheCoordinator) {
   Coordinator coordinator(2);
   phalanx_client* a = Connected(coordinator.port(), 0, 2);
   phalanx_client* b = Connected(coordinator.port(), 1, 2);
-  EXPECT_EQ(phalanx_report_rolled_back(a, "e1", 2.5), PHALANX_OK) << "err: " << phalanx_last_error();
+  EXPECT_EQ(phalanx_report_rolled_back(a, "e1", 2.5), PHALANX_OK) << phalanx_last_error();
   EXPECT_EQ(phalanx_report_rolled_back(b, "e1", 3.0), PHALANX_OK) << phalanx_last_error();
   EXPECT_DOUBLE_EQ(coordinator.service().Snapshot().rolled_back_seconds, 3.0);
   EXPECT_EQ(phalanx_report_rolled_back(a, "e2", -1), PHALANX_INVALID_ARGUMENT);
