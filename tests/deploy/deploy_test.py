@@ -211,6 +211,40 @@ def args_of(container):
     return dict(a.split("=", 1) if "=" in a else (a, "") for a in container.get("args", []))
 
 
+def check_agent_node_binding(src, helm):
+    """ADR 0003: agent.nodeBinding=auto installs the ValidatingAdmissionPolicy that binds each
+    agent to its own Node only where the API is served (Kubernetes >= 1.30); true forces it,
+    false never. (The envtest control plane is 1.26, so the policy itself cannot run here.)"""
+    vap = ("--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+    def policy_objects(extra):
+        objs = objects(helm_template(helm, src, extra=extra))
+        return [o for o in objs if o["kind"] in kinds]
+
+    check(not policy_objects(("--kube-version", "1.26.0")), "nodeBinding auto: no policy on 1.26")
+    found = policy_objects(("--kube-version", "1.30.0", *vap))
+    check(sorted(o["kind"] for o in found) == sorted(kinds), f"nodeBinding auto on 1.30: {found}")
+    policy = next(o for o in found if o["kind"] == "ValidatingAdmissionPolicy")
+    binding = next(o for o in found if o["kind"] == "ValidatingAdmissionPolicyBinding")
+    check(binding["spec"]["policyName"] == policy["metadata"]["name"], "binding names the policy")
+    check(binding["spec"]["validationActions"] == ["Deny"], "binding denies")
+    check(policy["spec"]["failurePolicy"] == "Fail", "policy fails closed")
+    match = policy["spec"]["matchConditions"][0]["expression"]
+    check(f"system:serviceaccount:{NAMESPACE}:" in match and "-agent" in match,
+          f"policy matches the agent's ServiceAccount only: {match}")
+    rules = policy["spec"]["matchConstraints"]["resourceRules"][0]
+    check(set(rules["resources"]) == {"nodes", "nodes/status"} and rules["operations"] == ["UPDATE"],
+          f"policy covers Node updates: {rules}")
+    exprs = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    check("authentication.kubernetes.io/node-name" in exprs, "policy checks the token's node")
+    check("phalanx.dev/" in exprs, "policy limits taint changes to phalanx.dev/")
+    check(not policy_objects(("--kube-version", "1.30.0", *vap, "--set", "agent.nodeBinding=false")),
+          "nodeBinding false: no policy")
+    check(len(policy_objects(("--kube-version", "1.26.0", "--set", "agent.nodeBinding=true"))) == 2,
+          "nodeBinding true: the policy whatever the server says")
+
+
 def check_render(src, binary_dir, helm):
     chart = os.path.join(src, CHART)
     custom = os.path.join(src, "tests", "deploy", "values-custom.yaml")
@@ -224,6 +258,7 @@ def check_render(src, binary_dir, helm):
     helm_template(helm, src, extra=("--kube-version", "1.26.0"))
     cmd = [helm, "template", RELEASE, chart, "--kube-version", "1.25.16"]
     check(run(cmd).returncode != 0, "chart installs on Kubernetes 1.25 (CEL rules are alpha there)")
+    check_agent_node_binding(src, helm)
 
     # Default values.
     objs = objects(helm_template(helm, src))

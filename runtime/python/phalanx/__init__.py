@@ -36,7 +36,8 @@ __all__ = [
     "init", "client", "initialized", "task_id", "num_tasks", "incarnation", "barrier",
     "cancel_barrier", "kv_set", "kv_get", "kv_try_get", "kv_dir", "kv_delete", "alive_tasks",
     "reached_sync_point", "notify_preemption", "on_peer_change", "on_preemption",
-    "on_reconnect", "wait_until_connected", "report_error", "shutdown", "close", "find_library",
+    "on_reconnect", "wait_until_connected", "report_error", "report_rolled_back", "shutdown",
+    "close", "find_library",
     "Client", "TaskRef", "PeerChange", "PreemptionRound", "TaskState", "DEFAULT_TIMEOUT",
     "Error", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
@@ -203,6 +204,11 @@ def wait_until_connected(timeout=60.0):
 def report_error(message):
     """See :meth:`Client.report_error`."""
     client().report_error(message)
+
+
+def report_rolled_back(recovery, seconds):
+    """See :meth:`Client.report_rolled_back`."""
+    client().report_rolled_back(recovery, seconds)
 
 
 def shutdown(timeout=60.0):
