@@ -42,6 +42,12 @@ struct Principal {
 // Compares in constant time so a credential cannot be guessed byte by byte from timings.
 absl::StatusOr<Principal> Authenticate(absl::string_view job_token, absl::string_view presented);
 
+// The coordinator's exit code when the token it was given is not the one its --token_sha256
+// names: the job's token Secret was not written by the operator (an object squatting its name).
+// The operator turns this exit into a ChildConflict on the Secret, since it may not read Secrets
+// to find out itself (ADR 0003). 78 is sysexits' EX_CONFIG; no other coordinator exit uses it.
+inline constexpr int kExitTokenMismatch = 78;
+
 // True when a and b are equal; time depends only on their lengths.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/credentials.h"
 #include "operator/controller/coordinator_move.h"
 #include "operator/controller/failed_pods.h"
 
@@ -72,6 +73,19 @@ Next EnsureJobChildren(const PlanInputs& in, JobPass& pass) {
     coordinator_ip = world.coordinator->ip;
   }
   pass.coordinator_address = CoordinatorAddress(in.job, in.placement, coordinator_ip);
+  // The refusal stands until a coordinator pod created after it is seen (a move is no refusal).
+  const CoordinatorStatus& c = out.status.coordinator;
+  const bool refused_pod_is_the_last = world.coordinator.has_value()
+                                           ? world.coordinator->uid == c.last_failed_pod
+                                           : c.moving_from.empty();
+  if (c.last_exit_code == auth::kExitTokenMismatch && refused_pod_is_the_last) {
+    out.secret_conflict = absl::StrCat(
+        "it exists, and its coordinator refused the token in it (exit code ",
+        auth::kExitTokenMismatch,
+        ": not the one the operator derived for this job); something "
+        "other than the operator wrote a Secret of that name. Delete it: the operator creates "
+        "its own");
+  }
   for (const TaskRecord& record : pass.tasks) {
     for (std::string& name :
          StalePodsToDelete(record.stale, in.spec.failure_policy.keep_failed_pods)) {

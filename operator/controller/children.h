@@ -8,8 +8,9 @@
 // (by pod IP: only once the pod runs). Pods of older incarnations are deleted, but for the newest
 // failed ones failurePolicy.keepFailedPods keeps (failed_pods.h). Then, after the
 // task-state stage, each task without a pod gets one at its incarnation, once the coordinator's
-// address is known. Names are deterministic (desired_state.h), so a create that raced an earlier
-// one is an AlreadyExists the reconciler ignores. Pure.
+// address is known. Names are deterministic (desired_state.h): an AlreadyExists is accepted only
+// for a child this job controls (the reconciler checks). A coordinator that refused the token
+// Secret's token (auth::kExitTokenMismatch) marks the plan's secret_conflict. Pure.
 #pragma once
 
 #include "operator/controller/pass.h"

@@ -53,6 +53,11 @@ struct ReconcilePlan {
   TrainingJobStatus status;
   std::vector<EventNote> events;
   std::vector<PreemptionNotice> notices;  // for the coordinator, every pass while they last
+  // Set while the coordinator refuses the token in the job's Secret (it last exited with
+  // auth::kExitTokenMismatch and none runs since): a Secret the operator did not write holds the
+  // name. Reported as a ChildConflict on the Secret like any squatted child; the operator may not
+  // read Secrets to find out itself (ADR 0003).
+  std::string secret_conflict;
   absl::Duration requeue_after = absl::ZeroDuration();  // zero: only on the next change
 };
 

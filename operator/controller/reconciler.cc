@@ -338,6 +338,7 @@ std::vector<ChildFailure> Reconciler::Execute(const Json& job, const ReconcilePl
   // After a conflict on the Secret, a Service or the coordinator pod no pod is created this
   // pass: it would read the squatter's token or reach the squatter instead of the coordinator.
   bool conflicted = false;
+  bool secret_created = false;  // then the coordinator's last refusal was of the squatter's
   for (const Json& object : plan.create) {
     const std::string kind = kube::StringAt(object, "kind");
     const std::string name = kube::MetaString(object, "name");
@@ -347,12 +348,17 @@ std::vector<ChildFailure> Reconciler::Execute(const Json& job, const ReconcilePl
                                                         : kPods;
     if (conflicted && kind == "Pod") continue;
     absl::StatusOr<Json> created = client_.Create(r, ns, object);
-    if (created.ok()) continue;
+    if (created.ok()) {
+      secret_created |= kind == "Secret";
+      continue;
+    }
     if (absl::IsAlreadyExists(created.status()) && kind == "Secret") {
       // The operator may not read Secrets (ADR 0003), so it cannot tell its own from a
       // squatter's here. It need not: the coordinator refuses a token whose SHA-256 is not the
-      // one in its --token_sha256, and a task credential from another token is refused by the
-      // coordinator, so a squatting Secret stops the job with a clear error but is never used.
+      // one in its --token_sha256 (exiting auth::kExitTokenMismatch, which the plan reports as
+      // a ChildConflict on the Secret), and a task credential from another token is refused by
+      // the coordinator, so a squatting Secret stops the job with a clear error but is never
+      // used.
       continue;
     }
     if (absl::IsAlreadyExists(created.status())) {
@@ -364,6 +370,11 @@ std::vector<ChildFailure> Reconciler::Execute(const Json& job, const ReconcilePl
       continue;
     }
     if (failed(false, kind, name, created.status())) return failures;
+  }
+  if (!plan.secret_conflict.empty() && !secret_created) {
+    const std::string secret = SecretName(kube::MetaString(job, "name"));
+    PHX_LOG(WARNING) << "Secret " << secret << ": " << plan.secret_conflict;
+    failures.push_back({false, "Secret", secret, absl::AlreadyExistsError(plan.secret_conflict)});
   }
   return failures;
 }

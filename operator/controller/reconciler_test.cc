@@ -19,6 +19,7 @@
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
 #include "operator/api/codec.h"
+#include "operator/controller/children.h"
 #include "operator/controller/reconciler_testing.h"
 
 namespace phalanx::op {
@@ -294,6 +295,42 @@ TEST_F(ReconcilerTest, ASquattingSecretIsNeverAdoptedAndTheCoordinatorKnowsTheRe
   EXPECT_THAT(coordinator, ::testing::Not(HasSubstr(auth::Sha256Hex("attacker"))));
   // The job's NetworkPolicy was created with its coordinator.
   EXPECT_THAT(store_.Get(kNetworkPolicies.Qualified(), "ns", "j-coordinator").status(), IsOk());
+
+  // The coordinator reads the squatter's token and refuses it (its exit code says so): the
+  // operator, which may not read the Secret, reports the conflict on it like any other squatter.
+  SetPod("j-coordinator", "Failed", auth::kExitTokenMismatch);
+  CatchUp();
+  const absl::Status refused = reconciler_.Reconcile("ns/j").status();
+  EXPECT_TRUE(absl::IsAlreadyExists(refused)) << refused;
+  CatchUp();
+  TrainingJobStatus status = DecodeStatus(Stored());
+  std::optional<Condition> ready = FindCondition(status.conditions, kConditionChildrenReady);
+  ASSERT_TRUE(ready.has_value());
+  EXPECT_EQ(ready->status, "False");
+  EXPECT_EQ(ready->reason, kReasonChildConflict);
+  EXPECT_THAT(ready->message, HasSubstr("Secret j-token"));
+  EXPECT_THAT(ready->message, HasSubstr("Delete it"));
+  EXPECT_THAT(EventReasons(), ::testing::Contains(kReasonChildConflict));
+  EXPECT_EQ(status.coordinator.last_exit_code, auth::kExitTokenMismatch);
+  // While the coordinator backs off (it is gone, none runs) the conflict stays on the job.
+  EXPECT_FALSE(store_.Get(kPods.Qualified(), "ns", "j-coordinator").ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(reconciler_.Reconcile("ns/j").status()));
+
+  // The user deletes the squatter: the operator writes its own Secret and a new coordinator,
+  // which starts; the conflict clears.
+  ASSERT_THAT(store_.Delete(kSecrets.Qualified(), "ns", "j-token").status(), IsOk());
+  clock_.Advance(kCoordinatorMaxBackoff);
+  CatchUp();
+  Pass();
+  const Json ours = *store_.Get(kSecrets.Qualified(), "ns", "j-token");
+  ASSERT_TRUE(kube::ControllerOf(ours).has_value());
+  EXPECT_EQ(kube::ControllerOf(ours)->uid, kube::MetaString(Stored(), "uid"));
+  SetPod("j-coordinator", "Running");
+  CatchUp();
+  Pass();
+  ready = FindCondition(DecodeStatus(Stored()).conditions, kConditionChildrenReady);
+  ASSERT_TRUE(ready.has_value());
+  EXPECT_EQ(ready->status, "True");
 }
 
 // A Service named like the coordinator's that the job does not control would receive the tasks'

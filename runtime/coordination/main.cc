@@ -142,6 +142,10 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_num_tasks) < 1) return Fail("--num_tasks must be at least 1");
   if (absl::GetFlag(FLAGS_tick) <= absl::ZeroDuration()) return Fail("--tick must be positive");
   absl::StatusOr<std::string> token = ReadToken();
+  if (absl::IsPermissionDenied(token.status())) {
+    Fail(std::string(token.status().message()));
+    return phalanx::auth::kExitTokenMismatch;  // the operator reads this as a squatted Secret
+  }
   if (!token.ok()) return Fail(std::string(token.status().message()));
   if (absl::GetFlag(FLAGS_max_connections) < 0) return Fail("--max_connections must be >= 0");
   if (absl::GetFlag(FLAGS_unauthenticated_timeout) <= absl::ZeroDuration()) {

@@ -2,7 +2,7 @@
 // `ulimit -n`, flooded with raw TCP connections and idle HTTP/2 prefaces on 127.0.0.1, it must
 // keep serving valid clients once the flood is gone; idle unauthenticated connections are
 // closed; grpc.health.v1 answers without a token; /healthz reports whether a loopback RPC
-// through the gRPC port answers.
+// through the gRPC port answers; a token that is not the job's stops it with a known exit code.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/auth/credentials.h"
 #include "common/process/subprocess.h"
 #include "common/testing/eventually.h"
 #include "common/testing/http_get.h"
@@ -253,6 +254,37 @@ TEST(CoordinatorLimits, StartUp_RaisesTheSoftFdLimitToTheHardLimit) {
   while (std::getline(limits, line) && line.rfind("Max open files", 0) != 0) {
   }
   EXPECT_TRUE(std::regex_search(line, std::regex("Max open files +700 +700"))) << line;
+}
+
+// A token Secret squatted by someone else gives the coordinator a token that is not the job's:
+// it refuses to serve, with the exit code the operator turns into a ChildConflict (it may not
+// read Secrets itself), and says why on stderr (the pod's termination message).
+TEST(CoordinatorLimits, StartUp_ATokenThatIsNotTheJobsExitsWithTheTokenMismatchCode) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("phalanx-limits-", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string token_path = dir / "squatted-token";
+  std::ofstream(token_path) << "the-squatters-token";
+  process::SubprocessOptions options;
+  options.argv = {CoordinatorBinary(),
+                  "--job=limits",
+                  "--num_tasks=2",
+                  "--token_file=" + token_path,
+                  "--token_sha256=" + auth::Sha256Hex(kToken),  // what the operator expects
+                  "--listen=127.0.0.1:0",
+                  "--metrics_listen=127.0.0.1:0"};
+  options.stderr_path = dir / "token-mismatch.log";
+  auto child = process::Subprocess::Start(std::move(options));
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_TRUE((*child)->Wait(kTimeout).has_value()) << "the coordinator kept running";
+  EXPECT_EQ((*child)->ExitCode(), auth::kExitTokenMismatch);
+  std::ifstream log(dir / "token-mismatch.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("does not match --token_sha256"), std::string::npos) << text;
+
+  // The right token with its fingerprint starts as usual.
+  Coordinator ok = StartCoordinator("true", {"--token_sha256=" + auth::Sha256Hex(kToken)});
+  EXPECT_NE(ok.grpc_port, 0);
 }
 
 TEST(CoordinatorLimits, IdleUnauthenticatedConnections_AreClosed_AuthenticatedOnesStay) {
