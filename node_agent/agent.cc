@@ -65,7 +65,43 @@ void Agent::ClearNotice(const std::string& why) {
   notice_.reset();
 }
 
+void Agent::FindLeftoverTaint() {
+  absl::StatusOr<std::optional<FoundTaint>> found = marker_->FindTaint(kPreemptingTaint);
+  if (!found.ok()) {
+    PHX_LOG(WARNING) << "could not read node " << marker_->node_name()
+                     << " for a taint an earlier agent left (retrying next tick): "
+                     << found.status();
+    return;
+  }
+  leftover_checked_ = true;
+  if (!found->has_value() || (*found)->notice_kind != kMaintenanceNotice) return;
+  for (const std::unique_ptr<NoticeSource>& source : sources_) {
+    if (source->name() != (*found)->value) continue;
+    leftover_source_ = source->name();
+    PHX_LOG(INFO) << "node " << marker_->node_name() << " has the " << kPreemptingTaint
+                  << " taint of a maintenance notice from " << leftover_source_
+                  << " (an earlier agent's): lifted once that source no longer reports it";
+  }
+}
+
+void Agent::LiftLeftoverTaintIfOver(const NoticeSource& source,
+                                    const std::optional<NodeNotice>& seen) {
+  if (leftover_source_.empty() || source.name() != leftover_source_ || !source.answered()) return;
+  leftover_source_.clear();  // decided now: lifted, or this process's own notice from here on
+  if (seen.has_value() && seen->kind == kMaintenanceNotice) return;
+  PHX_LOG(INFO) << "the maintenance notice an earlier agent marked is over ("
+                << (seen.has_value() ? seen->detail : "no longer reported") << ")";
+  if (events_) {
+    events_(false, "PreemptionNoticeCleared",
+            absl::StrCat("maintenance notice from ", source.name(),
+                         " (marked before the agent restarted) is over: the node takes new tasks "
+                         "again"));
+  }
+  unmark_pending_ = true;  // lifted below unless another notice holds the node
+}
+
 void Agent::PollSources(absl::Time now) {
+  if (!leftover_checked_ && marker_ != nullptr) FindLeftoverTaint();
   for (const std::unique_ptr<NoticeSource>& source : sources_) {
     absl::StatusOr<std::optional<NodeNotice>> polled = source->Poll(now);
     if (!polled.ok()) {
@@ -81,6 +117,7 @@ void Agent::PollSources(absl::Time now) {
       PHX_LOG(INFO) << *line;
     }
     const std::optional<NodeNotice>& seen = *polled;
+    LiftLeftoverTaintIfOver(*source, seen);
     // A maintenance window that its own source no longer reports is over; a preemption is not.
     if (notice_.has_value() && notice_->kind == kMaintenanceNotice &&
         notice_->source == source->name() &&
@@ -104,7 +141,7 @@ void Agent::PollSources(absl::Time now) {
   if (notice_.has_value() && !marked_ && marker_ != nullptr) {
     // The deadline goes with the taint: the operator gives the job's checkpoint the earlier of
     // it and its own grace (a GCE VM has 30 s whatever checkpointGraceSeconds says).
-    std::map<std::string, std::string> annotations;
+    std::map<std::string, std::string> annotations = {{kNoticeKindAnnotation, notice_->kind}};
     if (notice_->deadline != absl::InfiniteFuture()) {
       annotations[kube::kPreemptionDeadlineAnnotation] = kube::FormatKubeTime(notice_->deadline);
     }

@@ -11,7 +11,9 @@
 //      A taint that failed to land is retried on the next tick. A preemption notice is sticky
 //      (the node goes away); a maintenance notice ends when its source stops reporting it (GCE
 //      maintenance-event back to NONE, a drain undone): the agent then lifts its taint, so the
-//      node takes new tasks again. A preemption notice replaces a maintenance one. Failures
+//      node takes new tasks again — also when the window began under an earlier agent process
+//      (the taint's notice-kind annotation says maintenance and names the source). A
+//      preemption notice replaces a maintenance one. Failures
 //      are counted every poll and logged by kind, rate-limited (source_error_log.h). Sources
 //      that do I/O run on threads of their own (preemption/background_source.h), so this tick
 //      never waits on a slow metadata or API server.
@@ -70,6 +72,8 @@ class Agent {
   void PollSources(absl::Time now);
   void TakeNotice(NodeNotice notice);
   void ClearNotice(const std::string& why);
+  void FindLeftoverTaint();
+  void LiftLeftoverTaintIfOver(const NoticeSource& source, const std::optional<NodeNotice>& seen);
   void TickGpus(absl::Time now);
   std::vector<NodeCondition> Conditions(const std::vector<CheckResult>& checks) const;
 
@@ -85,6 +89,11 @@ class Agent {
   std::optional<NodeNotice> notice_;
   bool marked_ = false;
   bool unmark_pending_ = false;  // a cleared notice's taint still to lift
+  // A maintenance taint an earlier agent process on this node left (it crashed or was restarted
+  // during the window): looked up once at start, and lifted by the rule for this process's own
+  // (its source, answering, no longer reports maintenance). A preemption's taint stays.
+  bool leftover_checked_ = false;
+  std::string leftover_source_;  // the source that marked it; "" when there is none to watch
   std::vector<GpuHealthTracker::FailedGpu> failed_gpus_;
   std::vector<std::string> gpu_taints_pending_;  // failed GPUs whose taint did not land yet
   std::map<uint64_t, uint64_t> xids_seen_;

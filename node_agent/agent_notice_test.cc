@@ -1,7 +1,8 @@
 // The agent's notices against the scripted metadata server: a GCE maintenance event that ends
 // (maintenance-event back to NONE, or FALSE) lifts the agent's taint while a preemption stays;
 // a hanging metadata server does not hold up the tick or the other sources; and huge,
-// header-flood and drip answers are each logged (not hidden behind an earlier error's code).
+// header-flood and drip answers are each logged (not hidden behind an earlier error's code); a
+// maintenance taint an earlier agent process left is lifted once the window is over.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -115,6 +116,73 @@ TEST_F(AgentNoticeTest, AMaintenanceEventThatEndsLiftsTheTaint_APreemptionStays)
   agent->Tick(clock_.Now());
   EXPECT_THAT(TaintKeys(), Contains(kPreemptingTaint));
   EXPECT_EQ(agent->notice()->kind, kPreemptionNotice);
+}
+
+// The agent crashed or was restarted during a maintenance window: the taint it left names the
+// source and the kind of notice, so the next agent lifts it once the window is over (and not
+// before its source answered). A preemption's taint, and one the agent did not write, stay.
+TEST_F(AgentNoticeTest, AMaintenanceTaintAnEarlierAgentLeftIsLiftedOnceTheWindowIsOver) {
+  auto agent_with_gce = [&] {
+    std::vector<std::unique_ptr<NoticeSource>> sources;
+    sources.push_back(Gce(*server_));
+    return MakeAgent(std::move(sources));
+  };
+  Answer("FALSE", "TERMINATE_ON_HOST_MAINTENANCE");
+  agent_with_gce()->Tick(clock_.Now());  // marks the node, then "crashes"
+  ASSERT_THAT(TaintKeys(), Contains(kPreemptingTaint));
+  EXPECT_EQ(kube::FieldOrNull(
+                kube::FieldOrNull(kube::FieldOrNull(*client_.Get(kNodes, "", "n1"), "metadata"),
+                                  "annotations"),
+                kNoticeKindAnnotation)
+                .as_string(),
+            kMaintenanceNotice);
+
+  // Restarted while the window lasts: the taint is this agent's notice now.
+  auto second = agent_with_gce();
+  second->Tick(clock_.Now());
+  EXPECT_THAT(TaintKeys(), Contains(kPreemptingTaint));
+  ASSERT_TRUE(second->notice().has_value());
+  second.reset();
+
+  // Restarted after the window ended: lifted on the first tick the source answers.
+  Answer("FALSE", "NONE");
+  events_.clear();
+  agent_with_gce()->Tick(clock_.Now());
+  EXPECT_THAT(TaintKeys(), Not(Contains(kPreemptingTaint)));
+  EXPECT_THAT(events_, Contains("PreemptionNoticeCleared"));
+
+  // ... but not while its background source has not answered yet (nothing known is no news).
+  Answer("FALSE", "TERMINATE_ON_HOST_MAINTENANCE");
+  agent_with_gce()->Tick(clock_.Now());
+  ASSERT_THAT(TaintKeys(), Contains(kPreemptingTaint));
+  Answer("FALSE", "NONE");
+  server_->Set("GET", kMaintenance, ScriptedResponse::Ok("NONE").After(absl::Hours(1)));
+  {
+    std::vector<std::unique_ptr<NoticeSource>> sources;
+    sources.push_back(std::make_unique<BackgroundSource>(Gce(*server_, absl::Minutes(10)), clock_,
+                                                         absl::Seconds(1), absl::Minutes(1)));
+    auto waiting = MakeAgent(std::move(sources));
+    waiting->Tick(clock_.Now());
+    EXPECT_THAT(TaintKeys(), Contains(kPreemptingTaint));
+    server_.reset();  // ends the hanging answer before the source's thread is joined
+  }
+  server_ = *FakeMetadataServer::Start();
+
+  // A preemption's taint stays after a restart: the VM is going.
+  ASSERT_TRUE(marker_.Untaint(kPreemptingTaint).ok());
+  Answer("TRUE", "NONE");
+  agent_with_gce()->Tick(clock_.Now());
+  ASSERT_THAT(TaintKeys(), Contains(kPreemptingTaint));
+  Answer("FALSE", "NONE");
+  agent_with_gce()->Tick(clock_.Now());
+  EXPECT_THAT(TaintKeys(), Contains(kPreemptingTaint));
+
+  // A taint someone else wrote (by hand, with a value that names no source) is not the agent's.
+  ASSERT_TRUE(marker_.Untaint(kPreemptingTaint).ok());
+  ASSERT_TRUE(
+      marker_.Taint(kPreemptingTaint, "manual", {{kNoticeKindAnnotation, "maintenance"}}).ok());
+  agent_with_gce()->Tick(clock_.Now());
+  EXPECT_THAT(TaintKeys(), Contains(kPreemptingTaint));
 }
 
 TEST_F(AgentNoticeTest, AHangingMetadataServerDoesNotHoldUpTheTickOrOtherSources) {

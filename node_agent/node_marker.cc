@@ -102,6 +102,19 @@ absl::Status NodeMarker::Untaint(const std::string& key) {
       [&](const Json& node) { return client_.Update(kNodes, "", node).status(); });
 }
 
+absl::StatusOr<std::optional<FoundTaint>> NodeMarker::FindTaint(const std::string& key) {
+  absl::StatusOr<Json> node = client_.Get(kNodes, "", node_name_);
+  if (!node.ok()) return node.status();
+  for (const Json& t : kube::ArrayOrEmpty(kube::FieldOrNull(*node, "spec"), "taints").as_array()) {
+    if (kube::StringAt(t, "key") != key) continue;
+    const Json& kind =
+        kube::FieldOrNull(kube::FieldOrNull(kube::FieldOrNull(*node, "metadata"), "annotations"),
+                          kNoticeKindAnnotation);  // keys hold dots: no StringAt path
+    return FoundTaint{kube::StringAt(t, "value"), kind.is_string() ? kind.as_string() : ""};
+  }
+  return std::optional<FoundTaint>();
+}
+
 absl::Status NodeMarker::SetConditions(const std::vector<NodeCondition>& conditions,
                                        absl::Time now) {
   const std::string stamp = kube::FormatKubeTime(now);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,16 @@ namespace phalanx::agent {
 
 inline constexpr char kPreemptingTaint[] = "phalanx.dev/preempting";
 inline constexpr char kGpuFailedTaint[] = "phalanx.dev/gpu-failed";
+// Written with the agent's phalanx.dev/preempting taint: the kind of notice it marks
+// ("preemption" or "maintenance"), so that an agent that restarted during a maintenance window
+// knows the taint it finds is one to lift once the window is over (a preemption's stays).
+inline constexpr char kNoticeKindAnnotation[] = "phalanx.dev/preemption-notice-kind";
+
+// A taint found on the node, with the node's notice-kind annotation.
+struct FoundTaint {
+  std::string value;
+  std::string notice_kind;  // kNoticeKindAnnotation's value; "" when the node has none
+};
 
 struct NodeCondition {
   std::string type;    // e.g. PhalanxGpuHealthy
@@ -44,6 +55,8 @@ class NodeMarker {
                      const std::map<std::string, std::string>& annotations = {});
   // Removes the taint with `key`, if any.
   absl::Status Untaint(const std::string& key);
+  // The taint with `key`, if the node has one (one GET).
+  absl::StatusOr<std::optional<FoundTaint>> FindTaint(const std::string& key);
   // Sets these conditions (by type) in status.conditions; lastTransitionTime moves only when a
   // condition's status flips, lastHeartbeatTime on every write. No write when nothing changed.
   absl::Status SetConditions(const std::vector<NodeCondition>& conditions, absl::Time now);

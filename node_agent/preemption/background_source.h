@@ -34,6 +34,7 @@ class BackgroundSource final : public NoticeSource {
 
   std::string name() const override { return name_; }
   absl::StatusOr<std::optional<NodeNotice>> Poll(absl::Time now) override;
+  bool answered() const override { return completed_polls() > 0; }
 
   // Polls of the wrapped source that have finished (for tests and logs).
   int completed_polls() const;

@@ -48,6 +48,7 @@ TEST(BackgroundSourceTest, AHangingServerDoesNotHoldUpPoll) {
   absl::StatusOr<std::optional<NodeNotice>> polled = source.Poll(clock.Now());
   ASSERT_TRUE(polled.ok()) << polled.status();
   EXPECT_EQ(*polled, std::nullopt);
+  EXPECT_FALSE(source.answered());  // that nullopt is "nothing known", not "no notice"
   EXPECT_TRUE(source.in_flight());
   // Hanging past stale_after is an error the agent counts and logs.
   clock.Advance(absl::Seconds(11));
@@ -64,6 +65,7 @@ TEST(BackgroundSourceTest, PollsOnItsOwnScheduleAndPassesResultsThrough) {
   BackgroundSource source(Gce(*server, absl::Seconds(30)), clock, absl::Seconds(1),
                           absl::Seconds(10));
   ASSERT_TRUE(Eventually([&] { return source.completed_polls() == 1; }, absl::Seconds(30)));
+  EXPECT_TRUE(source.answered());
   absl::StatusOr<std::optional<NodeNotice>> polled = source.Poll(clock.Now());
   ASSERT_TRUE(polled.ok() && polled->has_value());
   EXPECT_EQ((*polled)->kind, kPreemptionNotice);

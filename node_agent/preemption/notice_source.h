@@ -61,6 +61,10 @@ class NoticeSource {
   // `now` is the agent's Clock time for this tick; deadlines a source computes ("30 s after
   // preempted=TRUE was first seen") are measured from it.
   virtual absl::StatusOr<std::optional<NodeNotice>> Poll(absl::Time now) = 0;
+
+  // False while a Poll's "no notice" only means "nothing known yet" (a source polled in the
+  // background before its first answer): the agent must not take it as "the notice is over".
+  virtual bool answered() const { return true; }
 };
 
 // Remembers when a source first saw the notice it keeps seeing, so the deadline it computes from
