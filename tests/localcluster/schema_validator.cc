@@ -248,7 +248,8 @@ class Validator {
       if (properties != nullptr && properties->has_field(key)) {
         Visit(properties->at(key), child, ChildPath(path, key), false, depth + 1);
       } else if (additional_is_schema) {
-        Visit(*additional, child, absl::StrCat(path, "[", key, "]"), false, depth + 1);
+        // kube-apiserver names a map entry like a property ("spec.labels.app"), not "[app]".
+        Visit(*additional, child, ChildPath(path, key), false, depth + 1);
       }
     }
   }

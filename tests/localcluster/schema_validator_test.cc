@@ -271,8 +271,8 @@ TEST(ValidateAndDefault, ErrorPaths_NameArrayIndicesAndMapKeys) {
       ValidateAndDefault(schema, object),
       ElementsAre(
           FieldError{
-              kTypeInvalid, "spec.labels[app]",
-              R"(Invalid value: "integer": spec.labels[app] in body must be of type string: "integer")"},
+              kTypeInvalid, "spec.labels.app",
+              R"(Invalid value: "integer": spec.labels.app in body must be of type string: "integer")"},
           FieldError{
               kInvalid, "spec.tasks[2].name",
               R"(Invalid value: "x": spec.tasks[2].name in body should be at least 2 chars long)"}));

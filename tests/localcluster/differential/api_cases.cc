@@ -430,7 +430,11 @@ std::vector<Case> TrainingJobCases() {
        {Post(kJobs, Job("train", "2"), Ok(201, {{"spec.replicas", "2"}})),
         Post(kJobs, Job("zero", "0"), Fails(422, "Invalid", {"spec.replicas"})),
         Post(absl::StrCat(kJobs, "?fieldValidation=Strict"), Job("typo", "1", R"(,"replicaz":1)"),
-             Fails(400, "BadRequest", {}, R"(unknown field "spec.replicaz")"))}},
+             Fails(400, "BadRequest", {}, R"(unknown field "spec.replicaz")")),
+        // A map entry of the wrong type is named "<map>.<key>" (not "<map>[<key>]").
+        Post(kJobs, Job("selector", "1", R"(,"coordinator":{"nodeSelector":{"pool":1}})"),
+             Fails(422, "Invalid", {"spec.coordinator.nodeSelector.pool"},
+                   "spec.coordinator.nodeSelector.pool in body must be of type string"))}},
       {"TrainingJob_StatusSubresource",
        "",
        {Post(kJobs, Job("train", "1"), Ok(201, {{"metadata.generation", "1"}})),
