@@ -10,7 +10,11 @@
 // agent lets only that key read or change this task's entries, and never sees the credential.
 //
 // Wiring: create it after the client, call OnPeerChange from ClientCallbacks::on_peer_change
-// (cheap: no RPC, no wait), then Acquire a key per communicator. Thread-safe.
+// (cheap: no RPC, no wait), then Acquire a key per communicator. Teardown: stop forwarding
+// on_peer_change to it (under a lock the forwarding callback holds) before destroying it, then
+// destroy the client: the client's session thread delivers events until the client is gone,
+// and this object uses the client until it is gone (job_cliques_test.cc's Task does this).
+// Thread-safe.
 #pragma once
 
 #include <map>

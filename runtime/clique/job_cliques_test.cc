@@ -7,8 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
-
+#include "absl/synchronization/mutex.h"
 #include "common/testing/eventually.h"
 #include "node_agent/cliques/clique_socket.h"
 #include "runtime/client/grpc_client.h"
@@ -24,9 +23,28 @@ using ::phalanx::testing::Eventually;
 
 constexpr int kTasks = 3;
 
-// One task's process: its client and its cliques.
+// One task's process: its client and its cliques. The client's session thread calls
+// OnPeerChange until the client is gone, and the cliques use the client until they are gone, so
+// neither can simply go first: the callback holds `mu` while it uses the cliques, and teardown
+// unhooks them under `mu` before destroying them (without it a peer event that arrived during
+// teardown ran on freed cliques: a rare abort of ReportsToTheAgentAreRefreshedWhileTheCliqueLives).
 struct Task {
-  std::atomic<JobCliques*> cliques{nullptr};
+  ~Task() {
+    Unhook();
+    job_cliques.reset();
+    client.reset();
+  }
+  void Unhook() {
+    absl::MutexLock lock(&mu);
+    cliques = nullptr;
+  }
+  void OnPeerChange(const client::TaskInfo& info) {
+    absl::MutexLock lock(&mu);
+    if (cliques != nullptr) cliques->OnPeerChange(info);
+  }
+
+  absl::Mutex mu;
+  JobCliques* cliques ABSL_GUARDED_BY(mu) = nullptr;
   std::unique_ptr<client::GrpcCoordinationClient> client;
   std::unique_ptr<JobCliques> job_cliques;
   CliqueId id = 0;
@@ -52,16 +70,17 @@ class JobCliquesTest : public ::testing::Test {
     config.token = kToken;
     client::ClientCallbacks callbacks;
     Task* raw = task.get();
-    callbacks.on_peer_change = [raw](const client::TaskInfo& info) {
-      if (JobCliques* c = raw->cliques.load(); c != nullptr) c->OnPeerChange(info);
-    };
+    callbacks.on_peer_change = [raw](const client::TaskInfo& info) { raw->OnPeerChange(info); };
     auto created = client::GrpcCoordinationClient::Create(config, std::move(callbacks));
     ASSERT_TRUE(created.ok()) << created.status();
     task->client = *std::move(created);
     ASSERT_TRUE(task->client->Connect(absl::Seconds(20)).ok());
     task->job_cliques =
         std::make_unique<JobCliques>(*task->client, nccl_, base::RealClock::Get(), options_);
-    task->cliques = task->job_cliques.get();
+    {
+      absl::MutexLock lock(&task->mu);
+      task->cliques = task->job_cliques.get();
+    }
     tasks_[static_cast<size_t>(t)] = std::move(task);
   }
 
@@ -93,7 +112,6 @@ TEST_F(JobCliquesTest, FormsThroughTheKeyValueStore_AndReformsWhenATaskRestarts)
   ASSERT_TRUE(Eventually([&] { return AllReadyOn(first); }, absl::Seconds(30)));
 
   // Task 1 dies and comes back as incarnation 1 (a new process: a new client and manager).
-  tasks_[1]->cliques = nullptr;
   tasks_[1].reset();
   StartTask(1, 1);
   const CliqueKey second = KeyFor({0, 1, 0});
