@@ -210,5 +210,20 @@ TEST(RestartFailedTasks, RecordsTheFailureOnTheTaskAndForMetrics) {
             "task 1 pod j-task-1-0 exited with code 3 (Error); restarting it as incarnation 1");
 }
 
+// The kubelet's FallbackToLogsOnError message is the log's last lines: the Event reads as one
+// line (kubectl get events prints it in a table), the task's status keeps the lines.
+TEST(RestartFailedTasks, AManyLineMessageIsOneLineInTheEventAndWholeInTheStatus) {
+  TestPass t(TrainingJobBuilder("j").Tasks(2));
+  const std::string log = "step=20 checkpoint\n  step=40 checkpoint  \n\nloss is NaN\n";
+  t.world.task_pods[1] = PodBuilder("j", 1).Failed(1, "Error").Message(log).Build();
+  JobPass pass = t.Before("failures");
+  RestartFailedTasks(t.Inputs(), pass);
+  EXPECT_EQ(pass.tasks[1].status.last_failure_message, log);
+  ASSERT_EQ(pass.out.events.size(), 1u);
+  EXPECT_EQ(pass.out.events[0].message,
+            "task 1 pod j-task-1-0 exited with code 1 (Error): step=20 checkpoint | step=40 "
+            "checkpoint | loss is NaN; restarting it as incarnation 1");
+}
+
 }  // namespace
 }  // namespace phalanx::op

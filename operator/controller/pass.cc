@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
 #include "operator/controller/failed_pods.h"
@@ -27,7 +30,15 @@ std::string Describe(const PodView& pod) {
   std::string what = absl::StrCat("pod ", pod.name);
   if (pod.exit_code.has_value()) absl::StrAppend(&what, " exited with code ", *pod.exit_code);
   if (!pod.reason.empty()) absl::StrAppend(&what, " (", pod.reason, ")");
-  if (!pod.message.empty()) absl::StrAppend(&what, ": ", pod.message);
+  // A termination message, or the log tail the kubelet falls back to, has many lines; an Event
+  // or condition message is read as one line (kubectl get events), so they are joined with " | "
+  // (status.tasks[].lastFailureMessage keeps them as they were).
+  std::vector<absl::string_view> lines;
+  for (absl::string_view line : absl::StrSplit(pod.message, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (!line.empty()) lines.push_back(line);
+  }
+  if (!lines.empty()) absl::StrAppend(&what, ": ", absl::StrJoin(lines, " | "));
   return what;
 }
 

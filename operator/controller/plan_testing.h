@@ -136,6 +136,10 @@ class PodBuilder {
     pod_.reason = std::move(reason);
     return *this;
   }
+  PodBuilder& Message(std::string message) {
+    pod_.message = std::move(message);
+    return *this;
+  }
   PodView Build() const { return pod_; }
 
  private:
