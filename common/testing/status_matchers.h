@@ -36,6 +36,16 @@ MATCHER_P2(StatusIs, code, message_matcher,
          ::testing::ExplainMatchResult(message_matcher, std::string(s.message()), result_listener);
 }
 
+// An OK StatusOr whose value equals `value`.
+MATCHER_P(IsOkAndHolds, value, "is OK and holds " + ::testing::PrintToString(value)) {
+  if (!arg.ok()) {
+    *result_listener << "status is " << arg.status();
+    return false;
+  }
+  *result_listener << "holds " << ::testing::PrintToString(*arg);
+  return *arg == value;
+}
+
 }  // namespace phalanx::testing
 
 namespace absl {

@@ -282,6 +282,37 @@ int phalanx_kv_delete(phalanx_client* client, const char* key, int* deleted) {
   return Report(absl::OkStatus());
 }
 
+int phalanx_kv_add(phalanx_client* client, const char* key, int64_t delta, int64_t* value) {
+  if (client == nullptr || key == nullptr || value == nullptr) {
+    return InvalidArgument("client, key and value are required");
+  }
+  absl::StatusOr<int64_t> sum = client->impl->KvAdd(key, delta);
+  if (!sum.ok()) return Report(sum.status());
+  *value = *sum;
+  return Report(absl::OkStatus());
+}
+
+int phalanx_kv_compare_set(phalanx_client* client, const char* key, const void* expected,
+                           size_t expected_len, const void* desired, size_t desired_len,
+                           int* swapped, int* present, void** value, size_t* value_len) {
+  if (client == nullptr || key == nullptr || (desired == nullptr && desired_len > 0) ||
+      swapped == nullptr || present == nullptr || value == nullptr || value_len == nullptr) {
+    return InvalidArgument(
+        "client, key, desired, swapped, present, value and value_len are required");
+  }
+  std::optional<std::string> want;
+  if (expected != nullptr) want.emplace(static_cast<const char*>(expected), expected_len);
+  const std::string put(desired == nullptr ? "" : static_cast<const char*>(desired), desired_len);
+  auto result = client->impl->KvCompareAndSet(key, want, put);
+  if (!result.ok()) return Report(result.status());
+  *swapped = result->swapped ? 1 : 0;
+  *present = result->value.has_value() ? 1 : 0;
+  *value = nullptr;
+  *value_len = 0;
+  if (!result->value.has_value()) return Report(absl::OkStatus());
+  return ReturnValue(*std::move(result->value), value, value_len);
+}
+
 int phalanx_report_error(phalanx_client* client, const char* message) {
   if (client == nullptr || message == nullptr)
     return InvalidArgument("client and message are required");

@@ -76,6 +76,43 @@ TEST(CApi, ReportRolledBack_CountsEachRecoveryOnceOnTheCoordinator) {
   phalanx_client_destroy(b);
 }
 
+TEST(CApi, KvAddAndCompareSet_ThroughTheCoordinator) {
+  Coordinator coordinator(1);
+  phalanx_client* c = Connected(coordinator.port(), 0, 1);
+  int64_t value = 0;
+  ASSERT_EQ(phalanx_kv_add(c, "n", 5, &value), PHALANX_OK) << phalanx_last_error();
+  EXPECT_EQ(value, 5);
+  ASSERT_EQ(phalanx_kv_add(c, "n", -2, &value), PHALANX_OK) << phalanx_last_error();
+  EXPECT_EQ(value, 3);
+  ASSERT_EQ(phalanx_kv_set(c, "s", "x", 1, 0), PHALANX_OK);
+  EXPECT_EQ(phalanx_kv_add(c, "s", 1, &value), PHALANX_FAILED_PRECONDITION);
+  EXPECT_EQ(phalanx_kv_add(c, "n", 1, nullptr), PHALANX_INVALID_ARGUMENT);
+
+  int swapped = -1, present = -1;
+  void* got = nullptr;
+  size_t len = 0;
+  // expected NULL: only if absent.
+  ASSERT_EQ(phalanx_kv_compare_set(c, "k", nullptr, 0, "a", 1, &swapped, &present, &got, &len),
+            PHALANX_OK)
+      << phalanx_last_error();
+  EXPECT_EQ(swapped, 1);
+  ASSERT_EQ(present, 1);
+  EXPECT_EQ(std::string(static_cast<char*>(got), len), "a");
+  phalanx_free(got);
+  // An empty expected value is a value: no match with "a".
+  ASSERT_EQ(phalanx_kv_compare_set(c, "k", "", 0, "b", 1, &swapped, &present, &got, &len),
+            PHALANX_OK);
+  EXPECT_EQ(swapped, 0);
+  EXPECT_EQ(std::string(static_cast<char*>(got), len), "a");
+  phalanx_free(got);
+  ASSERT_EQ(phalanx_kv_compare_set(c, "gone", "a", 1, "b", 1, &swapped, &present, &got, &len),
+            PHALANX_OK);
+  EXPECT_EQ(swapped, 0);
+  EXPECT_EQ(present, 0);
+  EXPECT_EQ(got, nullptr);
+  phalanx_client_destroy(c);
+}
+
 TEST(CApi, CreateFromEnv_MissingVariables_IsInvalidArgument) {
   unsetenv("PHALANX_COORDINATOR");
   phalanx_client* c = reinterpret_cast<phalanx_client*>(0x1);

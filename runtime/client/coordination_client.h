@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,6 +92,27 @@ class CoordinationClient {
   virtual absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KvGetDir(
       const std::string& directory) = 0;
   virtual absl::StatusOr<int> KvDelete(const std::string& key) = 0;
+  // Atomic counter: the value under `key` is a decimal int64 (absent: 0); stores and returns
+  // value + delta. FailedPrecondition when the value is not a decimal integer, OutOfRange on
+  // overflow. Never retried by the client: an Unavailable may or may not have added.
+  virtual absl::StatusOr<int64_t> KvAdd(const std::string& key, int64_t delta) {
+    (void)key;
+    (void)delta;
+    return absl::UnimplementedError("KvAdd");
+  }
+  struct CompareSetResult {
+    bool swapped = false;
+    std::optional<std::string> value;  // what `key` holds afterwards; nullopt: absent
+  };
+  // Stores `desired` when `key` holds `expected` (nullopt: when `key` is absent).
+  virtual absl::StatusOr<CompareSetResult> KvCompareAndSet(
+      const std::string& key, const std::optional<std::string>& expected,
+      const std::string& desired) {
+    (void)key;
+    (void)expected;
+    (void)desired;
+    return absl::UnimplementedError("KvCompareAndSet");
+  }
 
   // Declares this task failed with `message`; every peer hears of it.
   virtual absl::Status ReportError(const std::string& message) = 0;

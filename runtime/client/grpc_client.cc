@@ -275,6 +275,32 @@ absl::StatusOr<int> GrpcCoordinationClient::KvDelete(const std::string& key) {
   return response->deleted();
 }
 
+absl::StatusOr<int64_t> GrpcCoordinationClient::KvAdd(const std::string& key, int64_t delta) {
+  pb::KeyValueAddRequest request;
+  request.set_key(key);
+  request.set_delta(delta);
+  absl::StatusOr<pb::KeyValueAddResponse> response =
+      rpc_->Call(&Stub::async::KeyValueAdd, request, config_.short_call_timeout);
+  if (!response.ok()) return response.status();
+  return response->value();
+}
+
+absl::StatusOr<CoordinationClient::CompareSetResult> GrpcCoordinationClient::KvCompareAndSet(
+    const std::string& key, const std::optional<std::string>& expected,
+    const std::string& desired) {
+  pb::KeyValueCompareAndSetRequest request;
+  request.set_key(key);
+  if (expected.has_value()) request.set_expected(*expected);
+  request.set_desired(desired);
+  absl::StatusOr<pb::KeyValueCompareAndSetResponse> response =
+      rpc_->Call(&Stub::async::KeyValueCompareAndSet, request, config_.short_call_timeout);
+  if (!response.ok()) return response.status();
+  CompareSetResult result;
+  result.swapped = response->swapped();
+  if (response->has_value()) result.value = std::move(*response->mutable_value());
+  return result;
+}
+
 absl::Status GrpcCoordinationClient::ReportError(const std::string& message) {
   pb::ReportErrorRequest request;
   *request.mutable_task() = ToProto(task());

@@ -61,6 +61,10 @@ class GrpcCoordinationClient final : public CoordinationClient, private SessionC
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KvGetDir(
       const std::string& directory) override;
   absl::StatusOr<int> KvDelete(const std::string& key) override;
+  absl::StatusOr<int64_t> KvAdd(const std::string& key, int64_t delta) override;
+  absl::StatusOr<CompareSetResult> KvCompareAndSet(const std::string& key,
+                                                   const std::optional<std::string>& expected,
+                                                   const std::string& desired) override;
   absl::Status ReportError(const std::string& message) override;
   absl::Status ReportRolledBack(const std::string& recovery, absl::Duration rolled_back) override;
   absl::StatusOr<JobSnapshot> WatchJobState(uint64_t known_version,

@@ -24,6 +24,7 @@ namespace {
 
 using ::phalanx::testing::Eventually;
 using ::phalanx::testing::IsOk;
+using ::phalanx::testing::IsOkAndHolds;
 using ::phalanx::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -123,6 +124,37 @@ TEST(GrpcClient, BarrierAndKeyValue_AcrossThreeTasks) {
   EXPECT_EQ(dir->size(), 1u);
   EXPECT_EQ(*clients[2]->KvDelete("nccl"), 1);
   EXPECT_THAT(clients[2]->KvTryGet("nccl/clique/id"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+// Add and compare-and-set through the real server: tasks counting arrivals and electing one.
+TEST(GrpcClient, KvAddAndCompareAndSet_CountAndElectAcrossTasks) {
+  Coordinator coordinator(3);
+  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  for (int t = 0; t < 3; ++t) clients.push_back(Connected(coordinator.port(), t, 3));
+  std::vector<std::thread> adders;
+  for (int t = 0; t < 3; ++t) {
+    adders.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) ASSERT_THAT(clients[t]->KvAdd("arrived", 1), IsOk());
+    });
+  }
+  for (std::thread& a : adders) a.join();
+  EXPECT_EQ(*clients[0]->KvTryGet("arrived"), "150");  // no add lost
+  EXPECT_THAT(clients[1]->KvAdd("arrived", -150), IsOkAndHolds(int64_t{0}));
+  ASSERT_THAT(clients[0]->KvInsert("name", "w", false), IsOk());
+  EXPECT_THAT(clients[0]->KvAdd("name", 1), StatusIs(absl::StatusCode::kFailedPrecondition));
+
+  int winners = 0;
+  for (int t = 0; t < 3; ++t) {
+    auto r = clients[t]->KvCompareAndSet("leader", std::nullopt, absl::StrCat("task-", t));
+    ASSERT_THAT(r, IsOk());
+    winners += r->swapped ? 1 : 0;
+    EXPECT_EQ(r->value, "task-0");  // the first one's, whoever asks
+  }
+  EXPECT_EQ(winners, 1);
+  auto none = clients[2]->KvCompareAndSet("absent", std::string("x"), "y");
+  ASSERT_THAT(none, IsOk());
+  EXPECT_FALSE(none->swapped);
+  EXPECT_EQ(none->value, std::nullopt);
 }
 
 // Quotas reach a client through the real server as RESOURCE_EXHAUSTED with their message.

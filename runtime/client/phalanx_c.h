@@ -125,6 +125,17 @@ PHALANX_API int phalanx_kv_dir(phalanx_client* client, const char* directory,
                                phalanx_kv_entry** entries, size_t* count);
 PHALANX_API void phalanx_kv_entries_free(phalanx_kv_entry* entries, size_t count);
 PHALANX_API int phalanx_kv_delete(phalanx_client* client, const char* key, int* deleted);
+/* Atomic counter: the value under `key` is a decimal integer (absent: 0); stores value + delta
+ * and writes it to *value. PHALANX_FAILED_PRECONDITION when the value is not an integer. */
+PHALANX_API int phalanx_kv_add(phalanx_client* client, const char* key, int64_t delta,
+                               int64_t* value);
+/* Stores `desired` when `key` holds `expected` (expected NULL: when `key` is absent). *swapped
+ * says whether it did; *present whether `key` exists afterwards, and then *value (malloc'ed,
+ * NUL-terminated, free with phalanx_free) is what it holds, else NULL. */
+PHALANX_API int phalanx_kv_compare_set(phalanx_client* client, const char* key,
+                                       const void* expected, size_t expected_len,
+                                       const void* desired, size_t desired_len, int* swapped,
+                                       int* present, void** value, size_t* value_len);
 
 PHALANX_API int phalanx_report_error(phalanx_client* client, const char* message);
 /* After resuming from a checkpoint: the wall time (seconds) this task had spent on the steps it

@@ -85,6 +85,18 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
     return Unary(ctx, "KeyValueDelete", JobWide(),
                  [&](Finisher done) { done(handler_.KvDelete(*req, resp)); });
   }
+  grpc::ServerUnaryReactor* KeyValueAdd(grpc::CallbackServerContext* ctx,
+                                        const pb::KeyValueAddRequest* req,
+                                        pb::KeyValueAddResponse* resp) override {
+    return Unary(ctx, "KeyValueAdd", JobWide(),
+                 [&](Finisher done) { done(handler_.KvAdd(*req, resp)); });
+  }
+  grpc::ServerUnaryReactor* KeyValueCompareAndSet(
+      grpc::CallbackServerContext* ctx, const pb::KeyValueCompareAndSetRequest* req,
+      pb::KeyValueCompareAndSetResponse* resp) override {
+    return Unary(ctx, "KeyValueCompareAndSet", JobWide(),
+                 [&](Finisher done) { done(handler_.KvCompareAndSet(*req, resp)); });
+  }
   grpc::ServerUnaryReactor* WatchJobState(grpc::CallbackServerContext* ctx,
                                           const pb::WatchJobStateRequest* req,
                                           pb::WatchJobStateResponse* resp) override {

@@ -1,5 +1,6 @@
 #include "runtime/coordination/kv_store.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace phalanx::coord {
@@ -91,6 +92,44 @@ absl::Status KvStore::Insert(const std::string& key, std::string value, bool all
   }
   waiters_.erase(first, last);
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> KvStore::Add(const std::string& key, int64_t delta, Completions& out) {
+  if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  int64_t current = 0;
+  if (auto it = data_.find(key); it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key '", key, "' holds ", it->second.size(),
+        " bytes that are not a decimal integer; add needs a counter (or an absent key)"));
+  }
+  int64_t sum = 0;
+  if (__builtin_add_overflow(current, delta, &sum)) {
+    return absl::OutOfRangeError(
+        absl::StrCat("adding ", delta, " to '", key, "' (", current, ") overflows int64"));
+  }
+  if (absl::Status s = Insert(key, absl::StrCat(sum), /*allow_overwrite=*/true, out); !s.ok()) {
+    return s;
+  }
+  return sum;
+}
+
+absl::StatusOr<KvStore::CompareSetResult> KvStore::CompareAndSet(
+    const std::string& key, const std::optional<std::string>& expected, std::string desired,
+    Completions& out) {
+  if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  auto it = data_.find(key);
+  const bool matches =
+      it == data_.end() ? !expected.has_value() : expected.has_value() && *expected == it->second;
+  if (!matches) {
+    CompareSetResult kept;
+    if (it != data_.end()) kept.value = it->second;
+    return kept;
+  }
+  std::string stored = desired;
+  if (absl::Status s = Insert(key, std::move(desired), /*allow_overwrite=*/true, out); !s.ok()) {
+    return s;
+  }
+  return CompareSetResult{true, std::move(stored)};
 }
 
 void KvStore::Get(const std::string& key, std::optional<TaskRef> waiter, absl::Time deadline,

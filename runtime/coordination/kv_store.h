@@ -14,6 +14,7 @@
 // `Completions` and run after the lock is released.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -62,6 +63,22 @@ class KvStore {
   // use and its flag) when the entry would pass max_keys or max_bytes. Wakes blocked getters.
   absl::Status Insert(const std::string& key, std::string value, bool allow_overwrite,
                       Completions& out);
+  // Atomic read-modify-writes for counters and elections (torch.distributed's Store add and
+  // compare_set sit on them). Both store through Insert (its limits; blocked gets wake).
+  //
+  // Add: the value under `key` is a decimal int64 (what torch's TCPStore keeps, so a plain get
+  // reads "3"); absent counts as 0. Stores and returns value + delta. FailedPrecondition when
+  // the value is not a decimal integer, OutOfRange when the sum overflows.
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta, Completions& out);
+  struct CompareSetResult {
+    bool swapped = false;
+    std::optional<std::string> value;  // the value stored afterwards; nullopt: absent
+  };
+  // Stores `desired` when the value under `key` is `expected` (nullopt: when the key is absent);
+  // says whether it did and what is stored afterwards either way.
+  absl::StatusOr<CompareSetResult> CompareAndSet(const std::string& key,
+                                                 const std::optional<std::string>& expected,
+                                                 std::string desired, Completions& out);
   // Answers at once when the key exists; otherwise waits. `waiter` (if set) is the task whose
   // death aborts the wait. Fails InvalidArgument (bad key), DeadlineExceeded, or
   // ResourceExhausted when max_waiters gets are waiting already.

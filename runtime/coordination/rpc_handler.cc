@@ -111,6 +111,25 @@ absl::Status RpcHandler::KvDelete(const pb::KeyValueDeleteRequest& req,
   return absl::OkStatus();
 }
 
+absl::Status RpcHandler::KvAdd(const pb::KeyValueAddRequest& req, pb::KeyValueAddResponse* resp) {
+  absl::StatusOr<int64_t> sum = service_.KvAdd(req.key(), req.delta());
+  if (!sum.ok()) return sum.status();
+  resp->set_value(*sum);
+  return absl::OkStatus();
+}
+
+absl::Status RpcHandler::KvCompareAndSet(const pb::KeyValueCompareAndSetRequest& req,
+                                         pb::KeyValueCompareAndSetResponse* resp) {
+  std::optional<std::string> expected;
+  if (req.has_expected()) expected = req.expected();
+  absl::StatusOr<KvStore::CompareSetResult> result =
+      service_.KvCompareAndSet(req.key(), expected, req.desired());
+  if (!result.ok()) return result.status();
+  resp->set_swapped(result->swapped);
+  if (result->value.has_value()) resp->set_value(*std::move(result->value));
+  return absl::OkStatus();
+}
+
 void RpcHandler::WatchJobState(const pb::WatchJobStateRequest& req, pb::WatchJobStateResponse* resp,
                                Done done) {
   service_.WatchJobState(req.known_version(), Millis(req.timeout_ms()),

@@ -36,6 +36,9 @@ class RpcHandler {
   absl::Status KvTryGet(const pb::KeyValueTryGetRequest& req, pb::KeyValueGetResponse* resp);
   absl::Status KvGetDir(const pb::KeyValueGetDirRequest& req, pb::KeyValueGetDirResponse* resp);
   absl::Status KvDelete(const pb::KeyValueDeleteRequest& req, pb::KeyValueDeleteResponse* resp);
+  absl::Status KvAdd(const pb::KeyValueAddRequest& req, pb::KeyValueAddResponse* resp);
+  absl::Status KvCompareAndSet(const pb::KeyValueCompareAndSetRequest& req,
+                               pb::KeyValueCompareAndSetResponse* resp);
   void WatchJobState(const pb::WatchJobStateRequest& req, pb::WatchJobStateResponse* resp,
                      Done done);
   void GetAliveTasks(const pb::GetAliveTasksRequest& req, pb::GetAliveTasksResponse* resp,

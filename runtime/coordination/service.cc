@@ -256,6 +256,24 @@ absl::Status CoordinationService::KvInsert(const std::string& key, std::string v
   return status;
 }
 
+absl::StatusOr<int64_t> CoordinationService::KvAdd(const std::string& key, int64_t delta) {
+  Completions out;  // runs the woken gets after the lock is released
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<int64_t> sum = kv_.Add(key, delta, out);
+  metrics_.SetKv(kv_.entries(), kv_.bytes());
+  return sum;
+}
+
+absl::StatusOr<KvStore::CompareSetResult> CoordinationService::KvCompareAndSet(
+    const std::string& key, const std::optional<std::string>& expected, std::string desired) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<KvStore::CompareSetResult> result =
+      kv_.CompareAndSet(key, expected, std::move(desired), out);
+  metrics_.SetKv(kv_.entries(), kv_.bytes());
+  return result;
+}
+
 void CoordinationService::KvGet(const std::string& key, std::optional<TaskRef> waiter,
                                 absl::Duration timeout, ValueCallback done) {
   Completions out;

@@ -17,6 +17,7 @@ namespace {
 using ::phalanx::coord::testing::RecordingSession;
 using ::phalanx::coord::testing::Slot;
 using ::phalanx::testing::IsOk;
+using ::phalanx::testing::IsOkAndHolds;
 using ::phalanx::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -314,6 +315,61 @@ TEST_F(ServiceTest, Kv_InsertOverwriteDirDelete) {
   EXPECT_EQ(*service_->KvDelete("a"), 2);
   EXPECT_EQ(*service_->KvTryGet("ab"), "4");
   EXPECT_EQ(*service_->KvDelete("missing"), 0);
+}
+
+// Store.add and Store.compare_set of torch.distributed sit on these: a counter kept as decimal
+// text (a plain get reads it), and a compare-and-set that can also mean "only if absent".
+TEST_F(ServiceTest, Kv_AddCountsInDecimal_WakesWaiters_AndRefusesWhatIsNotACounter) {
+  Slot<absl::StatusOr<std::string>> waiting;
+  service_->KvGet("rdzv/arrived", std::nullopt, absl::Seconds(10), waiting.Callback());
+  EXPECT_THAT(service_->KvAdd("rdzv/arrived", 1), IsOkAndHolds(1));  // absent counts as 0
+  ASSERT_TRUE(waiting.done());
+  EXPECT_EQ(*waiting.value(), "1");
+  EXPECT_THAT(service_->KvAdd("rdzv/arrived", 41), IsOkAndHolds(42));
+  EXPECT_THAT(service_->KvAdd("rdzv/arrived", -50), IsOkAndHolds(-8));
+  EXPECT_THAT(service_->KvAdd("rdzv/arrived", 0), IsOkAndHolds(-8));
+  EXPECT_EQ(*service_->KvTryGet("rdzv/arrived"), "-8");
+  ASSERT_THAT(service_->KvInsert("name", "worker", false), IsOk());
+  EXPECT_THAT(service_->KvAdd("name", 1),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not a decimal integer")));
+  ASSERT_THAT(service_->KvInsert("big", "9223372036854775807", false), IsOk());
+  EXPECT_THAT(service_->KvAdd("big", 1), StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_EQ(*service_->KvTryGet("big"), "9223372036854775807");  // unchanged
+  EXPECT_THAT(service_->KvAdd("bad key", 1), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(ServiceTest, Kv_CompareAndSet_SwapsOnlyOnAMatch_AndCanMeanOnlyIfAbsent) {
+  // Absent and expected absent: set.
+  auto set = service_->KvCompareAndSet("leader", std::nullopt, "task-0");
+  ASSERT_THAT(set, IsOk());
+  EXPECT_TRUE(set->swapped);
+  EXPECT_EQ(set->value, "task-0");
+  // Present, expected absent: kept, and the caller learns the winner.
+  auto lost = service_->KvCompareAndSet("leader", std::nullopt, "task-1");
+  ASSERT_THAT(lost, IsOk());
+  EXPECT_FALSE(lost->swapped);
+  EXPECT_EQ(lost->value, "task-0");
+  // A match swaps; a mismatch keeps.
+  auto swapped = service_->KvCompareAndSet("leader", std::string("task-0"), "task-2");
+  ASSERT_THAT(swapped, IsOk());
+  EXPECT_TRUE(swapped->swapped);
+  EXPECT_EQ(*service_->KvTryGet("leader"), "task-2");
+  auto kept = service_->KvCompareAndSet("leader", std::string("task-0"), "task-3");
+  ASSERT_THAT(kept, IsOk());
+  EXPECT_FALSE(kept->swapped);
+  EXPECT_EQ(kept->value, "task-2");
+  // Absent but a value expected: nothing stored, and absent said.
+  auto none = service_->KvCompareAndSet("nobody", std::string(""), "x");
+  ASSERT_THAT(none, IsOk());
+  EXPECT_FALSE(none->swapped);
+  EXPECT_EQ(none->value, std::nullopt);
+  EXPECT_THAT(service_->KvTryGet("nobody"), StatusIs(absl::StatusCode::kNotFound));
+  // An empty value is a value, not "absent".
+  ASSERT_THAT(service_->KvInsert("empty", "", false), IsOk());
+  EXPECT_TRUE(service_->KvCompareAndSet("empty", std::string(""), "full")->swapped);
+  // The store's limits hold for the value it would store.
+  EXPECT_THAT(service_->KvCompareAndSet("big", std::nullopt, std::string((1 << 20) + 1, 'x')),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limit")));
 }
 
 TEST_F(ServiceTest, Kv_BadKeysAndOversizedValues_AreInvalidArgument) {

@@ -34,7 +34,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "init", "client", "initialized", "task_id", "num_tasks", "incarnation", "barrier",
-    "cancel_barrier", "kv_set", "kv_get", "kv_try_get", "kv_dir", "kv_delete", "alive_tasks",
+    "cancel_barrier", "kv_set", "kv_get", "kv_try_get", "kv_dir", "kv_delete", "kv_add",
+    "kv_compare_set", "alive_tasks",
     "reached_sync_point", "notify_preemption", "on_peer_change", "on_preemption",
     "on_reconnect", "wait_until_connected", "report_error", "report_rolled_back", "shutdown",
     "close", "find_library",
@@ -145,6 +146,16 @@ def kv_try_get(key, default=None):
 def kv_dir(directory):
     """See :meth:`Client.kv_dir`."""
     return client().kv_dir(directory)
+
+
+def kv_add(key, delta=1):
+    """See :meth:`Client.kv_add`."""
+    return client().kv_add(key, delta)
+
+
+def kv_compare_set(key, expected, desired):
+    """See :meth:`Client.kv_compare_set`."""
+    return client().kv_compare_set(key, expected, desired)
 
 
 def kv_delete(key):

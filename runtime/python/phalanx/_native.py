@@ -87,6 +87,9 @@ def _declare(lib):
     fn("phalanx_kv_dir", c_int, client_p, c_char_p, P(P(KvEntry)), P(c_size_t))
     fn("phalanx_kv_entries_free", None, P(KvEntry), c_size_t)
     fn("phalanx_kv_delete", c_int, client_p, c_char_p, P(c_int))
+    fn("phalanx_kv_add", c_int, client_p, c_char_p, c_int64, P(c_int64))
+    fn("phalanx_kv_compare_set", c_int, client_p, c_char_p, c_void_p, c_size_t, c_void_p,
+       c_size_t, P(c_int), P(c_int), P(c_void_p), P(c_size_t))
     fn("phalanx_report_error", c_int, client_p, c_char_p)
     if hasattr(lib, "phalanx_report_rolled_back"):
         fn("phalanx_report_rolled_back", c_int, client_p, c_char_p, ctypes.c_double)

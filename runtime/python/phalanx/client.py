@@ -349,6 +349,36 @@ class Client:
                                                 ctypes.byref(deleted)))
         return deleted.value
 
+    def kv_add(self, key, delta=1):
+        """Atomically adds ``delta`` to the integer under ``key`` (stored as decimal text, so
+        ``kv_get`` reads e.g. ``b"3"``; an absent key counts as 0) and returns the new value.
+
+        Raises ``FailedPrecondition`` when the key holds something that is not an integer. Not
+        retried: after ``Unavailable`` the add may or may not have happened.
+        """
+        value = ctypes.c_int64(0)
+        self._check(self._lib.phalanx_kv_add(self._h(), _bytes(key, "key"), int(delta),
+                                             ctypes.byref(value)))
+        return value.value
+
+    def kv_compare_set(self, key, expected, desired):
+        """Sets ``key`` to ``desired`` if it holds ``expected`` (``None``: if it is absent), in
+        one step. Returns ``(swapped, value)``: whether it did, and what ``key`` holds afterwards
+        (bytes, or ``None`` when absent)."""
+        want = None if expected is None else _bytes(expected, "expected")
+        put = _bytes(desired, "desired")
+        # An empty expected value is not "absent": it still needs a pointer (a 1-byte buffer).
+        want_buf = ctypes.create_string_buffer(want, max(1, len(want))) if want is not None else None
+        put_buf = ctypes.create_string_buffer(put, len(put)) if put else None
+        swapped, present = ctypes.c_int(0), ctypes.c_int(0)
+        ptr, length = ctypes.c_void_p(), ctypes.c_size_t()
+        self._check(self._lib.phalanx_kv_compare_set(
+            self._h(), _bytes(key, "key"), want_buf, 0 if want is None else len(want), put_buf,
+            len(put), ctypes.byref(swapped), ctypes.byref(present), ctypes.byref(ptr),
+            ctypes.byref(length)))
+        value = self._take_value(ptr, length) if present.value else None
+        return bool(swapped.value), value
+
     def report_error(self, message):
         """Declares this task failed with ``message``; every peer hears of it and the operator
         restarts the task."""

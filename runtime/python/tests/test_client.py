@@ -97,6 +97,21 @@ class ClientTest(unittest.TestCase):
                          [phalanx.TaskRef(0, 0), phalanx.TaskRef(1, 0)])
         self.assertEqual(len(join()), 2)
 
+    def test_kv_add_and_compare_set_count_and_elect(self):
+        a, b = self.client(0), self.client(1)
+        self.assertEqual(a.kv_add("arrived"), 1)
+        self.assertEqual(b.kv_add("arrived", 2), 3)
+        self.assertEqual(a.kv_get("arrived", timeout=5), b"3")  # a counter is decimal text
+        a.kv_set("name", "w")
+        with self.assertRaises(phalanx.FailedPrecondition):
+            a.kv_add("name")
+        self.assertEqual(a.kv_compare_set("leader", None, "task-0"), (True, b"task-0"))
+        self.assertEqual(b.kv_compare_set("leader", None, "task-1"), (False, b"task-0"))
+        self.assertEqual(b.kv_compare_set("leader", b"task-0", "task-1"), (True, b"task-1"))
+        self.assertEqual(a.kv_compare_set("absent", "x", "y"), (False, None))
+        a.kv_set("empty", b"")
+        self.assertEqual(a.kv_compare_set("empty", b"", "full"), (True, b"full"))
+
     def test_kv_quota_and_paged_directory_through_a_real_coordinator(self):
         # A coordinator whose directory answers hold two 1000-byte entries and whose store
         # holds 12 keys: kv_dir still returns the whole directory (the C++ client pages), and
