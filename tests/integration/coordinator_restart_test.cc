@@ -146,9 +146,10 @@ void BlockingCallsInFlight_AllGetUnavailable_ThenRetryCompletes(LocalJobOptions 
   ASSERT_FALSE(get->result().has_value()) << get->result()->ToString();
   ASSERT_THAT((*job)->StopCoordinator(signal), IsOk());
 
-  for (auto [name, call] :
+  for (auto [name, pending] :
        {std::pair{"barrier", barrier.get()}, std::pair{"alive_tasks", alive.get()},
         std::pair{"blocking get", get.get()}}) {
+    auto* call = pending;  // clang 14 cannot capture a structured binding in a lambda
     ASSERT_TRUE(Eventually([&] { return call->result().has_value(); }, kTimeout))
         << name << " waited past the coordinator's exit";
     EXPECT_THAT(*call->result(), StatusIs(absl::StatusCode::kUnavailable)) << name;
