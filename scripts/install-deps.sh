@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev clang clang-format python3 python3-yaml unzip
   etcd-server                   # the local cluster's real control plane, with ../shared/envtest
   buildah ca-certificates       # make images: daemonless builds, the images' CA bundle
+  python3-torch                 # torch.distributed on Phalanx (label torch; CPU, gloo)
 )
 
 missing=()
