@@ -194,17 +194,7 @@ TEST_F(ReconcilerTest, ASquattingTaskPodIsNeverAdopted) {
       "spec":{"containers":[{"name":"x","image":"attacker.example/x:1"}]}})");
   ASSERT_THAT(store_.Create(kPods.Qualified(), "ns", squatter).status(), IsOk());
   CatchUp();
-  const absl::Status conflicted = reconciler_.Reconcile("ns/j").status();
-  EXPECT_TRUE(absl::IsAlreadyExists(conflicted)) << conflicted;  // retried with back-off
-  CatchUp();
-  TrainingJobStatus status = DecodeStatus(Stored());
-  std::optional<Condition> ready = FindCondition(status.conditions, kConditionChildrenReady);
-  ASSERT_TRUE(ready.has_value());
-  EXPECT_EQ(ready->status, "False");
-  EXPECT_EQ(ready->reason, kReasonChildConflict);
-  EXPECT_THAT(ready->message, HasSubstr("j-task-1-0"));
-  EXPECT_THAT(ready->message, HasSubstr("no controller"));
-  EXPECT_THAT(EventReasons(), ::testing::Contains(kReasonChildConflict));
+  TrainingJobStatus status = PassMeetsAChildConflict({"j-task-1-0", "no controller"});
   EXPECT_FALSE(kube::ControllerOf(*store_.Get(kPods.Qualified(), "ns", "j-task-1-0")).has_value());
 
   // The squatter "runs": it is not task 1, so the job is not Running.
@@ -300,17 +290,7 @@ TEST_F(ReconcilerTest, ASquattingSecretIsNeverAdoptedAndTheCoordinatorKnowsTheRe
   // operator, which may not read the Secret, reports the conflict on it like any other squatter.
   SetPod("j-coordinator", "Failed", auth::kExitTokenMismatch);
   CatchUp();
-  const absl::Status refused = reconciler_.Reconcile("ns/j").status();
-  EXPECT_TRUE(absl::IsAlreadyExists(refused)) << refused;
-  CatchUp();
-  TrainingJobStatus status = DecodeStatus(Stored());
-  std::optional<Condition> ready = FindCondition(status.conditions, kConditionChildrenReady);
-  ASSERT_TRUE(ready.has_value());
-  EXPECT_EQ(ready->status, "False");
-  EXPECT_EQ(ready->reason, kReasonChildConflict);
-  EXPECT_THAT(ready->message, HasSubstr("Secret j-token"));
-  EXPECT_THAT(ready->message, HasSubstr("Delete it"));
-  EXPECT_THAT(EventReasons(), ::testing::Contains(kReasonChildConflict));
+  const TrainingJobStatus status = PassMeetsAChildConflict({"Secret j-token", "Delete it"});
   EXPECT_EQ(status.coordinator.last_exit_code, auth::kExitTokenMismatch);
   // While the coordinator backs off (it is gone, none runs) the conflict stays on the job.
   EXPECT_FALSE(store_.Get(kPods.Qualified(), "ns", "j-coordinator").ok());
@@ -328,7 +308,8 @@ TEST_F(ReconcilerTest, ASquattingSecretIsNeverAdoptedAndTheCoordinatorKnowsTheRe
   SetPod("j-coordinator", "Running");
   CatchUp();
   Pass();
-  ready = FindCondition(DecodeStatus(Stored()).conditions, kConditionChildrenReady);
+  const std::optional<Condition> ready =
+      FindCondition(DecodeStatus(Stored()).conditions, kConditionChildrenReady);
   ASSERT_TRUE(ready.has_value());
   EXPECT_EQ(ready->status, "True");
 }

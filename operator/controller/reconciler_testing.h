@@ -123,6 +123,25 @@ class ReconcilerTest : public ::testing::Test {
     EXPECT_EQ(EventReasons().size(), events);
   }
 
+  // A pass that meets a child squatted by someone else: it ends AlreadyExists (retried with
+  // back-off), and the job shows ChildrenReady=False/ChildConflict, its message holding every
+  // string of `names`, with a ChildConflict Event. Returns the job's status after it.
+  TrainingJobStatus PassMeetsAChildConflict(const std::vector<std::string>& names) {
+    const absl::Status conflicted = reconciler_.Reconcile("ns/j").status();
+    EXPECT_TRUE(absl::IsAlreadyExists(conflicted)) << conflicted;
+    CatchUp();
+    const TrainingJobStatus status = DecodeStatus(Stored());
+    const std::optional<Condition> ready = FindCondition(status.conditions, "ChildrenReady");
+    EXPECT_TRUE(ready.has_value());
+    if (ready.has_value()) {
+      EXPECT_EQ(ready->status, "False");
+      EXPECT_EQ(ready->reason, "ChildConflict");
+      for (const std::string& name : names) EXPECT_THAT(ready->message, ::testing::HasSubstr(name));
+    }
+    EXPECT_THAT(EventReasons(), ::testing::Contains("ChildConflict"));
+    return status;
+  }
+
   std::vector<std::string> EventReasons() {
     std::vector<std::string> out;
     auto events = store_.List("events", "ns", {}, 0, "");
