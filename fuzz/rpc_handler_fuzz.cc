@@ -4,10 +4,12 @@
 // barriers, keys, sessions):
 //   byte 0: the job's task count (1..8)
 //   then records: [method byte][length: 2 bytes big-endian][serialized request]
-// The method byte's low 4 bits pick the RPC (15 = a Session stream message), its high 4 bits how
-// many seconds the clock moves before the service's Tick. Bytes that do not parse as the request
-// message are refused, as gRPC would. At the end the service stops; every stored callback must
-// have completed exactly once (CONVENTIONS.md).
+// The method byte's low 4 bits pick the RPC (15 = a Session stream message); with its top bit
+// set, low bits 0, 1 and 2 pick the calls added since the table filled up (KeyValueAdd,
+// KeyValueCompareAndSet, ReportRolledBack) and other low bits the same RPC as without it; bits
+// 4-6 are how many seconds the clock moves before the service's Tick. Bytes that do not parse as
+// the request message are refused, as gRPC would. At the end the service stops; every stored
+// callback must have completed exactly once (CONVENTIONS.md).
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -86,8 +88,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t len = std::min<size_t>(data[at + 1] << 8 | data[at + 2], size - at - 3);
     const std::string bytes(reinterpret_cast<const char*>(data + at + 3), len);
     at += 3 + len;
-    clock.Advance(absl::Seconds(method >> 4));
+    clock.Advance(absl::Seconds((method >> 4) & 0x7));
     (*service)->Tick(clock.Now());
+    if ((method & 0x80) != 0 && (method & 0xf) < 3) {
+      switch (method & 0xf) {
+        case 0: {
+          pb::KeyValueAddRequest req;
+          if (Parse(req, bytes)) handler.KvAdd(req, Keep<pb::KeyValueAddResponse>(responses));
+          break;
+        }
+        case 1: {
+          pb::KeyValueCompareAndSetRequest req;
+          if (Parse(req, bytes)) {
+            handler.KvCompareAndSet(req, Keep<pb::KeyValueCompareAndSetResponse>(responses));
+          }
+          break;
+        }
+        default: {
+          pb::ReportRolledBackRequest req;
+          if (Parse(req, bytes)) {
+            handler.ReportRolledBack(req, Keep<pb::ReportRolledBackResponse>(responses));
+          }
+          break;
+        }
+      }
+      continue;
+    }
     switch (method & 0xf) {
       case 0: {
         pb::RegisterRequest req;
