@@ -25,6 +25,7 @@
 
 namespace phalanx::client {
 
+using coord::CompareSetResult;
 using coord::ErrorReport;
 using coord::JobSnapshot;
 using coord::PreemptionNotice;
@@ -100,10 +101,6 @@ class CoordinationClient {
     (void)delta;
     return absl::UnimplementedError("KvAdd");
   }
-  struct CompareSetResult {
-    bool swapped = false;
-    std::optional<std::string> value;  // what `key` holds afterwards; nullopt: absent
-  };
   // Stores `desired` when `key` holds `expected` (nullopt: when `key` is absent).
   virtual absl::StatusOr<CompareSetResult> KvCompareAndSet(
       const std::string& key, const std::optional<std::string>& expected,

@@ -285,7 +285,7 @@ absl::StatusOr<int64_t> GrpcCoordinationClient::KvAdd(const std::string& key, in
   return response->value();
 }
 
-absl::StatusOr<CoordinationClient::CompareSetResult> GrpcCoordinationClient::KvCompareAndSet(
+absl::StatusOr<CompareSetResult> GrpcCoordinationClient::KvCompareAndSet(
     const std::string& key, const std::optional<std::string>& expected,
     const std::string& desired) {
   pb::KeyValueCompareAndSetRequest request;

@@ -113,9 +113,9 @@ absl::StatusOr<int64_t> KvStore::Add(const std::string& key, int64_t delta, Comp
   return sum;
 }
 
-absl::StatusOr<KvStore::CompareSetResult> KvStore::CompareAndSet(
-    const std::string& key, const std::optional<std::string>& expected, std::string desired,
-    Completions& out) {
+absl::StatusOr<CompareSetResult> KvStore::CompareAndSet(const std::string& key,
+                                                        const std::optional<std::string>& expected,
+                                                        std::string desired, Completions& out) {
   if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   auto it = data_.find(key);
   const bool matches =

@@ -70,10 +70,6 @@ class KvStore {
   // reads "3"); absent counts as 0. Stores and returns value + delta. FailedPrecondition when
   // the value is not a decimal integer, OutOfRange when the sum overflows.
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta, Completions& out);
-  struct CompareSetResult {
-    bool swapped = false;
-    std::optional<std::string> value;  // the value stored afterwards; nullopt: absent
-  };
   // Stores `desired` when the value under `key` is `expected` (nullopt: when the key is absent);
   // says whether it did and what is stored afterwards either way.
   absl::StatusOr<CompareSetResult> CompareAndSet(const std::string& key,

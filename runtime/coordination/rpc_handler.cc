@@ -122,7 +122,7 @@ absl::Status RpcHandler::KvCompareAndSet(const pb::KeyValueCompareAndSetRequest&
                                          pb::KeyValueCompareAndSetResponse* resp) {
   std::optional<std::string> expected;
   if (req.has_expected()) expected = req.expected();
-  absl::StatusOr<KvStore::CompareSetResult> result =
+  absl::StatusOr<CompareSetResult> result =
       service_.KvCompareAndSet(req.key(), expected, req.desired());
   if (!result.ok()) return result.status();
   resp->set_swapped(result->swapped);

@@ -264,11 +264,11 @@ absl::StatusOr<int64_t> CoordinationService::KvAdd(const std::string& key, int64
   return sum;
 }
 
-absl::StatusOr<KvStore::CompareSetResult> CoordinationService::KvCompareAndSet(
+absl::StatusOr<CompareSetResult> CoordinationService::KvCompareAndSet(
     const std::string& key, const std::optional<std::string>& expected, std::string desired) {
   Completions out;
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<KvStore::CompareSetResult> result =
+  absl::StatusOr<CompareSetResult> result =
       kv_.CompareAndSet(key, expected, std::move(desired), out);
   metrics_.SetKv(kv_.entries(), kv_.bytes());
   return result;

@@ -137,8 +137,9 @@ class CoordinationService {
   absl::StatusOr<int> KvDelete(const std::string& key);
   // Atomic counter and compare-and-set (KvStore::Add, KvStore::CompareAndSet).
   absl::StatusOr<int64_t> KvAdd(const std::string& key, int64_t delta);
-  absl::StatusOr<KvStore::CompareSetResult> KvCompareAndSet(
-      const std::string& key, const std::optional<std::string>& expected, std::string desired);
+  absl::StatusOr<CompareSetResult> KvCompareAndSet(const std::string& key,
+                                                   const std::optional<std::string>& expected,
+                                                   std::string desired);
 
   // Long poll: answers when the job's version differs from `known_version`, or with the
   // unchanged state when `timeout` passes. Never fails (Stop() answers with the last state).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -60,6 +61,13 @@ struct PreemptionRound {
   absl::Time deadline = absl::InfiniteFuture();
   std::string reason;
   std::vector<int> affected_tasks;
+};
+
+// The outcome of a key-value compare-and-set (KvStore::CompareAndSet, the client's
+// KvCompareAndSet).
+struct CompareSetResult {
+  bool swapped = false;
+  std::optional<std::string> value;  // what the key holds afterwards; nullopt: absent
 };
 
 struct HeartbeatAck {
