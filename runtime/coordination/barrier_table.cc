@@ -1,5 +1,7 @@
 #include "runtime/coordination/barrier_table.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -9,6 +11,10 @@ namespace {
 
 size_t ResultBytes(const std::string& id, const absl::Status& result) {
   return id.size() + result.message().size();
+}
+
+absl::Status ForBarrier(const std::string& id, const absl::Status& why) {
+  return absl::Status(why.code(), absl::StrCat("barrier '", id, "' failed: ", why.message()));
 }
 
 }  // namespace
@@ -105,6 +111,34 @@ void BarrierTable::DropTask(TaskRef gone, const absl::Status& why, Completions& 
     barrier.arrivals.erase(arrival);
     --waiting_;
   }
+}
+
+void BarrierTable::FailParticipant(int task_id, const absl::Status& why, absl::Time now,
+                                   Completions& out) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const std::vector<int>& participants = it->second.participants;
+    if (it->first.front() == ' ' ||
+        !std::binary_search(participants.begin(), participants.end(), task_id)) {
+      ++it;
+      continue;
+    }
+    Finish(it->first, it->second, ForBarrier(it->first, why), now, out);
+    it = pending_.erase(it);
+  }
+}
+
+void BarrierTable::FailNow(const std::string& id, const absl::Status& why, absl::Time now,
+                           StatusCallback done, Completions& out) {
+  absl::Status result = ForBarrier(id, why);
+  if (auto finished = finished_.find(id); finished != finished_.end()) {
+    result = finished->second.result;
+  } else if (auto pending = pending_.find(id); pending != pending_.end()) {
+    Finish(id, pending->second, result, now, out);
+    pending_.erase(pending);
+  } else {
+    Remember(id, result);
+  }
+  out.Add([done = std::move(done), result]() mutable { std::move(done)(result); });
 }
 
 void BarrierTable::Expire(absl::Time now, const DescribeTask& describe, Completions& out) {

@@ -6,7 +6,9 @@
 //              first arrival                 every participant arrived
 //   (absent) ───────────────▶ PENDING ───────────────────────────────▶ PASSED
 //                               │  │ deadline passed                     (arrivals later: OK)
-//                               │  └───────────────▶ TIMED_OUT (DeadlineExceeded, names missing)
+//                               │  ├───────────────▶ TIMED_OUT (DeadlineExceeded, names missing)
+//                               │  └─ a participant ▶ PEER_FAILED (Cancelled, names the task)
+//                               │     failed
 //                               └─ CancelBarrier ──▶ CANCELLED (Cancelled, names who cancelled)
 //
 // Ids are single use: a finished barrier answers every later arrival with its result (so a
@@ -16,8 +18,12 @@
 // the memory is bounded however many barriers a job runs. The consequence: an arrival at a
 // barrier forgotten since (thousands of barriers later) starts it afresh and waits for the
 // others until its timeout, ending DeadlineExceeded, instead of getting the old result.
-// An arrival belongs to one incarnation: when that incarnation dies (DropTask) the arrival is
-// removed and no longer counts; the restarted task must arrive again.
+// An arrival belongs to one incarnation: when that incarnation dies (DropTask) its own wait ends
+// with the reason. Fail fast: the barrier fails for every other waiter at once as well
+// (FailParticipant), and an arrival at a barrier one of whose participants is failed right now
+// fails it (FailNow), so a plain training loop goes straight to recovery instead of waiting out
+// the timeout (XLA's coordination service does the same). The service's own barriers (ids that
+// start with a space: the shutdown barrier) are exempt; they wait for the restarted task.
 #pragma once
 
 #include <deque>
@@ -63,6 +69,13 @@ class BarrierTable {
   absl::Status Cancel(TaskRef by, const std::string& id, Completions& out);
   // The incarnation `gone` is dead: its arrivals stop counting, its waits fail with `why`.
   void DropTask(TaskRef gone, const absl::Status& why, Completions& out);
+  // Task `task_id`'s current incarnation failed: every pending barrier it takes part in (except
+  // the service's own) fails for all its waiters with `why`, prefixed with the barrier's id.
+  void FailParticipant(int task_id, const absl::Status& why, absl::Time now, Completions& out);
+  // `task` arrived at `id` while a participant is failed (`why` names it): the barrier fails
+  // for everyone now, unless it has finished already (then `done` gets that result).
+  void FailNow(const std::string& id, const absl::Status& why, absl::Time now,
+               StatusCallback done, Completions& out);
   void Expire(absl::Time now, const DescribeTask& describe, Completions& out);
   void FailAll(const absl::Status& why, Completions& out);
   // Drops the remembered result of `id` if it failed, so the id can be used again (the

@@ -223,6 +223,21 @@ void KvStore::DropTask(TaskRef gone, const absl::Status& why, Completions& out) 
   }
 }
 
+void KvStore::FailTaskWaits(const absl::Status& why, Completions& out) {
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (!it->second.task.has_value()) {
+      ++it;
+      continue;
+    }
+    out.Add([done = std::move(it->second.done),
+             status = absl::Status(why.code(), absl::StrCat("get of key '", it->first,
+                                                            "' failed: ", why.message()))]() mutable {
+      std::move(done)(status);
+    });
+    it = waiters_.erase(it);
+  }
+}
+
 void KvStore::Expire(absl::Time now, Completions& out) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->second.deadline <= now) {

@@ -3,7 +3,8 @@
 // Keys are 1..limits.max_key_bytes printable ASCII characters without spaces, '/'-separated
 // into directories ("nccl/clique-3/id"); no empty segment, no leading or trailing '/'. Values are
 // bytes, at most limits.max_value_bytes. A blocking Get waits until the key is inserted or its
-// deadline passes.
+// deadline passes, or a task of the job fails while it waits (FailTaskWaits: any peer may be the
+// one that would have set the key, and its failure sends the job to recovery anyway).
 //
 // Memory is bounded per job (any token holder can write): at most `max_keys` entries and
 // `max_bytes` of keys plus values, counted exactly (a delete or a smaller overwrite gives the
@@ -93,6 +94,9 @@ class KvStore {
   int Delete(const std::string& key, size_t* freed_bytes = nullptr);
 
   void DropTask(TaskRef gone, const absl::Status& why, Completions& out);
+  // A task of the job failed: every get a task waits in fails with `why`, prefixed with its key.
+  // Gets of callers that are not tasks (tools, the operator) keep waiting.
+  void FailTaskWaits(const absl::Status& why, Completions& out);
   void Expire(absl::Time now, Completions& out);
   void FailAll(const absl::Status& why, Completions& out);
 

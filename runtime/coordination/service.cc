@@ -125,6 +125,11 @@ absl::StatusOr<CoordinationService::Registration> CoordinationService::Register(
           absl::AbortedError(absl::StrCat("task ", ref.task_id, " restarted: incarnation ",
                                           info.incarnation, " superseded by ", ref.incarnation)),
           out);
+      // A connected incarnation replaced without a failure seen: it died unnoticed.
+      if (info.state == TaskState::kConnected) {
+        FailPeerWaitsLocked({ref.task_id, info.incarnation},
+                            absl::StrCat("restarted as incarnation ", ref.incarnation), out);
+      }
     }
     const std::string reason =
         known ? absl::StrCat("registered, replacing incarnation ", info.incarnation)
@@ -233,6 +238,14 @@ void CoordinationService::Barrier(TaskRef ref, std::string id, absl::Duration ti
     return;
   }
   const absl::Time now = clock_.Now();
+  for (int participant : *subset) {
+    const TaskInfo& info = tasks_[participant].info;
+    if (info.state == TaskState::kFailed) {
+      barriers_.FailNow(id, PeerFailedError({participant, info.incarnation}, info.reason), now,
+                        std::move(done), out);
+      return;
+    }
+  }
   barriers_.Arrive(ref, id, *std::move(subset), now + *resolved, now, std::move(done), out);
 }
 
@@ -639,7 +652,20 @@ void CoordinationService::FailTaskLocked(Task& task, FailureKind kind, std::stri
       absl::AbortedError(absl::StrCat("task ", task.info.task_id, " incarnation ",
                                       task.info.incarnation, " was declared failed: ", reason)),
       out);
+  FailPeerWaitsLocked({task.info.task_id, task.info.incarnation}, reason, out);
   SetStateLocked(task, TaskState::kFailed, std::move(reason), out);
+}
+
+absl::Status CoordinationService::PeerFailedError(TaskRef failed, const std::string& reason) {
+  return absl::CancelledError(absl::StrCat("peer task ", failed.task_id, " (incarnation ",
+                                           failed.incarnation, ") failed: ", reason));
+}
+
+void CoordinationService::FailPeerWaitsLocked(TaskRef failed, const std::string& reason,
+                                              Completions& out) {
+  const absl::Status why = PeerFailedError(failed, reason);
+  barriers_.FailParticipant(failed.task_id, why, clock_.Now(), out);
+  kv_.FailTaskWaits(why, out);
 }
 
 void CoordinationService::RetireIncarnationLocked(Task& task, const absl::Status& why,

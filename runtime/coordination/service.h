@@ -208,6 +208,12 @@ class CoordinationService {
   void FailTaskLocked(Task& task, FailureKind kind, std::string reason, Completions& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends everything the incarnation `gone` had open: its session and pending calls.
+  // Fail fast: `failed` (a task's current incarnation) is dead, so every barrier it takes part
+  // in and every get another task waits in fails now with PeerFailedError, not at its timeout.
+  void FailPeerWaitsLocked(TaskRef failed, const std::string& reason, Completions& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancelled("peer task N (incarnation I) failed: reason"): what a wait fails with.
+  static absl::Status PeerFailedError(TaskRef failed, const std::string& reason);
   void RetireIncarnationLocked(Task& task, const absl::Status& why, Completions& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushLocked(Task& task, SessionEvent event, Completions& out)

@@ -19,6 +19,7 @@ using ::phalanx::coord::testing::Slot;
 using ::phalanx::testing::IsOk;
 using ::phalanx::testing::IsOkAndHolds;
 using ::phalanx::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
@@ -197,42 +198,83 @@ TEST_F(ServiceTest, Barrier_AllArrive_Passes) {
   }
 }
 
-TEST_F(ServiceTest, Barrier_RestartedTaskArrival_DoesNotCount) {
+TEST_F(ServiceTest, Barrier_AParticipantsFailure_FailsItForEveryWaiterAtOnce) {
   JoinAll();
   std::vector<Slot<absl::Status>> slots(4);
-  for (int i = 0; i < 4; ++i) {
-    if (i == 2) continue;
-    service_->Barrier({i, 0}, "b", absl::ZeroDuration(), {}, slots[i].Callback());
-  }
-  // Task 1 dies and comes back: its old arrival must not let the barrier pass.
+  for (int i : {0, 1, 3}) service_->Barrier({i, 0}, "b", absl::Hours(1), {}, slots[i].Callback());
+  Slot<absl::Status> pair;  // a barrier task 1 is not part of keeps waiting
+  service_->Barrier({0, 0}, "pair", absl::Hours(1), {0, 2}, pair.Callback());
   service_->CloseSession(session_ids_[1], absl::UnavailableError("killed"));
-  Join(1, 1);
-  service_->Barrier({2, 0}, "b", absl::ZeroDuration(), {}, slots[2].Callback());
-  EXPECT_FALSE(slots[0].done());
+  // No time passed: the survivors hear of it now, not at the deadline, and the error names it.
+  for (int i : {0, 3}) {
+    ASSERT_TRUE(slots[i].done()) << i;
+    EXPECT_THAT(slots[i].value(),
+                StatusIs(absl::StatusCode::kCancelled,
+                         AllOf(HasSubstr("barrier 'b' failed"),
+                               HasSubstr("peer task 1 (incarnation 0) failed: session broken"))));
+  }
   EXPECT_THAT(slots[1].value(), StatusIs(absl::StatusCode::kAborted));
-  Slot<absl::Status> reborn;
-  service_->Barrier({1, 1}, "b", absl::ZeroDuration(), {}, reborn.Callback());
-  ASSERT_TRUE(slots[0].done());
-  EXPECT_THAT(slots[0].value(), IsOk());
-  EXPECT_THAT(reborn.value(), IsOk());
+  EXPECT_FALSE(pair.done());
+  // The id is single use: late arrivals, the restarted task's too, get the same failure.
+  Join(1, 1);
+  Slot<absl::Status> late, reborn;
+  service_->Barrier({2, 0}, "b", absl::Hours(1), {}, late.Callback());
+  service_->Barrier({1, 1}, "b", absl::Hours(1), {}, reborn.Callback());
+  EXPECT_EQ(late.value(), slots[0].value());
+  EXPECT_EQ(reborn.value(), slots[0].value());
+  // The next epoch's barrier, with the new incarnation, passes.
+  std::vector<Slot<absl::Status>> next(4);
+  for (int i = 0; i < 4; ++i) {
+    service_->Barrier({i, i == 1 ? 1u : 0u}, "b2", absl::Hours(1), {}, next[i].Callback());
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_THAT(next[i].value(), IsOk()) << i;
+}
+
+TEST_F(ServiceTest, Barrier_ArrivingWhileAParticipantIsFailed_FailsAtOnceForEveryone) {
+  JoinAll();
+  Slot<absl::Status> early;  // arrived before the failure, waits for task 2 only
+  service_->Barrier({0, 0}, "c", absl::Hours(1), {0, 1, 3}, early.Callback());
+  service_->CloseSession(session_ids_[2], absl::UnavailableError("killed"));
+  EXPECT_FALSE(early.done());
+  Slot<absl::Status> now, pending_one;
+  service_->Barrier({0, 0}, "d", absl::Hours(1), {}, now.Callback());
+  EXPECT_THAT(now.value(), StatusIs(absl::StatusCode::kCancelled,
+                                    AllOf(HasSubstr("barrier 'd' failed"),
+                                          HasSubstr("peer task 2 (incarnation 0) failed"))));
+  // A subset without the failed task is not affected.
+  service_->Barrier({1, 0}, "c", absl::Hours(1), {0, 1, 3}, pending_one.Callback());
+  EXPECT_FALSE(early.done());
+  // Once task 2 is back (a new incarnation), a barrier that includes it waits for it as usual.
+  Join(2, 1);
+  Slot<absl::Status> waits;
+  service_->Barrier({0, 0}, "e", absl::Hours(1), {0, 2}, waits.Callback());
+  EXPECT_FALSE(waits.done());
+}
+
+TEST_F(ServiceTest, Barrier_ShutdownBarrierWaitsThroughAFailure_ForTheRestartedTask) {
+  Join(0, 0);
+  Join(1, 0);
+  Slot<absl::Status> first;
+  service_->Shutdown({0, 0}, absl::Hours(1), first.Callback());
+  service_->CloseSession(session_ids_[1], absl::UnavailableError("killed"));
+  EXPECT_FALSE(first.done());
 }
 
 TEST_F(ServiceTest, Barrier_Timeout_NamesTasksThatNeverArrived) {
   JoinAll();
-  service_->CloseSession(session_ids_[3], absl::UnavailableError("killed"));
   Slot<absl::Status> a, b;
   service_->Barrier({0, 0}, "b", absl::Seconds(5), {}, a.Callback());
   service_->Barrier({1, 0}, "b", absl::Seconds(5), {}, b.Callback());
   for (int second = 0; second < 4; ++second) {
-    for (int t : {0, 1, 2}) service_->Heartbeat(session_ids_[t], 0);
+    for (int t : {0, 1, 2, 3}) service_->Heartbeat(session_ids_[t], 0);
     AdvanceAndTick(absl::Seconds(1));
   }
   EXPECT_FALSE(a.done());
-  for (int t : {0, 1, 2}) service_->Heartbeat(session_ids_[t], 0);
+  for (int t : {0, 1, 2, 3}) service_->Heartbeat(session_ids_[t], 0);
   AdvanceAndTick(absl::Seconds(1));
   ASSERT_TRUE(a.done());
-  EXPECT_THAT(a.value(), StatusIs(absl::StatusCode::kDeadlineExceeded,
-                                  HasSubstr("never arrived: 2, 3 (failed: session broken")));
+  EXPECT_THAT(a.value(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("never arrived: 2, 3")));
   EXPECT_EQ(a.value(), b.value());
 }
 
@@ -298,6 +340,28 @@ TEST_F(ServiceTest, Kv_BlockingGet_WakesOnInsert_AndTimesOut) {
   EXPECT_EQ(*waiting.value(), "abc");
   AdvanceAndTick(absl::Seconds(1));
   EXPECT_THAT(expiring.value(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+}
+
+TEST_F(ServiceTest, Kv_BlockingGetOfATask_FailsAtOnceWhenAPeerFails) {
+  JoinAll();
+  Slot<absl::StatusOr<std::string>> task_get, tool_get;
+  service_->KvGet("addr/3", TaskRef{0, 0}, absl::Hours(1), task_get.Callback());
+  service_->KvGet("addr/3", std::nullopt, absl::Hours(1), tool_get.Callback());
+  ASSERT_THAT(service_->ReportError({3, 0}, "bad input"), IsOk());
+  ASSERT_TRUE(task_get.done());
+  EXPECT_THAT(task_get.value(),
+              StatusIs(absl::StatusCode::kCancelled,
+                       AllOf(HasSubstr("get of key 'addr/3' failed"),
+                             HasSubstr("peer task 3 (incarnation 0) failed: reported error"))));
+  EXPECT_FALSE(tool_get.done());  // not a task: nothing to recover
+  // A get started after the failure waits (any task, the restarted one too, may set the key).
+  Slot<absl::StatusOr<std::string>> after;
+  service_->KvGet("addr/3", TaskRef{0, 0}, absl::Hours(1), after.Callback());
+  EXPECT_FALSE(after.done());
+  Join(3, 1);
+  ASSERT_THAT(service_->KvInsert("addr/3", "x", false), IsOk());
+  EXPECT_THAT(after.value(), IsOkAndHolds("x"));
+  EXPECT_THAT(tool_get.value(), IsOkAndHolds("x"));
 }
 
 TEST_F(ServiceTest, Kv_InsertOverwriteDirDelete) {
