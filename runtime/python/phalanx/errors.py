@@ -30,8 +30,16 @@ class Error(Exception):
 
 
 class Cancelled(Error):
-    """The operation was cancelled (e.g. a peer cancelled the barrier, or the client shut down)."""
+    """The operation was cancelled: a peer task failed while it waited (fail fast: barriers and
+    ``kv_get`` end at once, not at their timeout; ``failed_tasks`` names the task), a peer
+    cancelled the barrier, or the client shut down. Go to recovery."""
     code = 1
+
+    @property
+    def failed_tasks(self):
+        """Ids of the peer tasks whose failure ended the wait ("peer task N (incarnation I)
+        failed: ..."); empty for a cancel or a shutdown."""
+        return [int(t) for t in re.findall(r"peer task (\d+) \(incarnation", self.message)]
 
 
 class Unknown(Error):

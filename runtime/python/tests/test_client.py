@@ -214,6 +214,32 @@ class ClientTest(unittest.TestCase):
             lambda: any(p.task_id == 1 and p.state == phalanx.TaskState.FAILED for p in peers), 10),
             peers)
 
+    def test_a_killed_peer_fails_the_barrier_at_once_naming_it(self):
+        """Fail fast: a SIGKILLed peer process ends the survivor's barrier right away (Cancelled
+        naming the task), not at its 300 s timeout, whether the survivor arrived before the kill
+        or after it (the order is not controlled here; the service tests pin both, and the
+        blocking get's, deterministically)."""
+        env = dict(os.environ, **self.coordinator.env(1), PYTHONPATH=harness.PYTHON_DIR)
+        peer = subprocess.Popen(
+            [sys.executable, "-c", "import phalanx, sys, time; phalanx.init(timeout=20); "
+             "print('ready', flush=True); time.sleep(600)"],
+            env=env, stdout=subprocess.PIPE)
+        try:
+            self.assertIsNotNone(harness.read_line(peer, "ready", 30), "the peer did not connect")
+            a = self.client(0)
+            barrier = in_thread(a.barrier, "step-1", 300)
+            peer.kill()
+            peer.wait(10)
+            with self.assertRaises(phalanx.Cancelled) as caught:
+                barrier(60)  # far below the 300 s timeout
+            self.assertEqual(caught.exception.failed_tasks, [1], caught.exception.message)
+            self.assertIn("peer task 1 (incarnation 0) failed", caught.exception.message)
+            with self.assertRaises(phalanx.Cancelled) as caught:
+                a.barrier("step-2", 300)  # task 1 is still failed: no wait at all
+            self.assertEqual(caught.exception.failed_tasks, [1])
+        finally:
+            harness.stop(peer)
+
     def test_report_error_fails_the_task_for_its_peers(self):
         a, b = self.client(0), self.client(1)
         peers = []
