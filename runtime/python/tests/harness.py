@@ -86,10 +86,13 @@ class Coordinator:
             raise RuntimeError("phalanx-coordinator did not print ready; see %s" % self.dir)
         self.address = line.split("grpc=")[1].split()[0]
 
-    def restart(self, downtime=0.0):
-        """Stops the coordinator with SIGTERM (a graceful stop, as a pod eviction does), waits
-        ``downtime`` seconds, and starts a new one on the same address: it knows nothing of the
-        old one's state."""
+    def restart(self, downtime=0.0, kill=False):
+        """Stops the coordinator with SIGTERM (a graceful stop, as a pod eviction does; SIGKILL
+        with ``kill``, a crash), waits ``downtime`` seconds, and starts a new one on the same
+        address: it knows nothing of the old one's state."""
+        if kill and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
         stop(self.proc)
         time.sleep(downtime)
         self._start(self.address)

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""A real PyTorch data-parallel job on Phalanx that survives faults in place (CPU, gloo).
+
+A small MLP (fixed seed) learns a fixed linear map from synthetic batches derived from the step
+number and the rank, with SGD + momentum, wrapped in ``DistributedDataParallel`` by
+:class:`phalanx.torch_recovery.Manager`. When a rank dies or hangs the survivors keep their model
+in memory, re-form the group with the replacement and hand it their state, so the final
+parameters are bitwise those of an undisturbed run: the last line says so with a SHA-256 of them
+(``kind=final params_sha256=...``), which the oracle test and ``make demo`` compare.
+
+Run it as a TrainingJob's command (``restartScope: Task``; the operator injects ``PHALANX_*``) or
+under any supervisor that restarts a dead rank with ``PHALANX_INCARNATION`` + 1. Set
+``GLOO_SOCKET_IFNAME`` where the default interface is not the one peers reach.
+
+Exit codes: 0 done, 2 bad configuration (no torch, missing env), 3 superseded, 4 left at a
+preemption sync point, 1 any other failure.
+"""
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+
+EXIT_BAD_CONFIG = 2
+
+
+def event(task, kind, **fields):
+    # One token per field: spaces in a value (an error text) become '_'.
+    text = "".join(" %s=%s" % (k, "_".join(str(v).split())) for k, v in fields.items())
+    line = "EVENT t_ms=%d task=%s inc=%s kind=%s%s\n" % (
+        int(time.time() * 1000), task, os.environ.get("PHALANX_INCARNATION", "0"), kind, text)
+    os.write(1, line.encode())
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--step_time", type=float, default=0.05,
+                   help="seconds of simulated compute per step (a sleep), so faults land mid-run")
+    p.add_argument("--checkpoint_dir", default="",
+                   help="shared folder for checkpoints (needed only if every rank is lost)")
+    p.add_argument("--checkpoint_every", type=int, default=0)
+    p.add_argument("--collective_timeout", type=float, default=60.0)
+    p.add_argument("--preempt_at", type=int, default=-1,
+                   help="test hook: task 0's first incarnation opens a preemption round naming "
+                        "--preempt_task when it reaches this step (the node agent's job)")
+    p.add_argument("--preempt_task", type=int, default=1)
+    return p.parse_args(argv)
+
+
+def build_model(torch):
+    torch.manual_seed(1234)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+
+
+def batch(torch, step, rank):
+    """The same batch for (step, rank) in every run and every incarnation."""
+    g = torch.Generator().manual_seed(step * 1009 + rank)
+    x = torch.randn(32, 16, generator=g)
+    target = torch.Generator().manual_seed(7)
+    w = torch.randn(16, 4, generator=target)
+    return x, x @ w + 0.01 * torch.randn(32, 4, generator=g)
+
+
+def params_sha256(model):
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        import torch
+    except ImportError as e:
+        sys.stderr.write("torch_train: PyTorch is not installed (%s)\n" % e)
+        return EXIT_BAD_CONFIG
+    import phalanx
+    from phalanx.torch_recovery import Manager
+
+    try:
+        client = phalanx.init(timeout=120)
+    except phalanx.InvalidArgument as e:
+        sys.stderr.write("torch_train: %s\n" % e)
+        return EXIT_BAD_CONFIG
+    me = client.task_id
+    torch.set_num_threads(1)  # many ranks on few cores; also keeps the math single-threaded
+
+    def on_event(manager, kind, fields):
+        event(me, kind, **fields)
+
+    @client.on_peer_change
+    def _(peer):  # what a supervisor watches for a hung rank (the operator uses its own watch)
+        event(me, "peer_change", peer=peer.task_id, peer_inc=peer.incarnation,
+              state=peer.state_name)
+
+    model = build_model(torch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    manager = Manager(model, optimizer, client=client, checkpoint_dir=args.checkpoint_dir or None,
+                      checkpoint_every=args.checkpoint_every,
+                      collective_timeout=args.collective_timeout, on_event=on_event)
+    loss_fn = torch.nn.MSELoss()
+
+    def train_step(step):
+        if (args.preempt_at >= 0 and step == args.preempt_at and me == 0
+                and client.incarnation == 0):
+            client.notify_preemption(reason="test: node going away",
+                                     tasks=[args.preempt_task])
+        x, y = batch(torch, step, me)
+        optimizer.zero_grad()
+        loss = loss_fn(manager.model(x), y)
+        loss.backward()
+        optimizer.step()
+        event(me, "step", step=step + 1, loss="%.6f" % loss.item())
+        if args.step_time > 0:
+            time.sleep(args.step_time)
+
+    manager.run(train_step, args.steps)
+    event(me, "final", steps=manager.step, params_sha256=params_sha256(model))
+    manager.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

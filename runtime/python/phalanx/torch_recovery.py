@@ -1,0 +1,473 @@
+"""In-place recovery for ``torch.distributed`` training on Phalanx (issue 14, item 3).
+
+torchrun restarts every worker when one dies. With :class:`Manager` the survivors keep their
+process, model and optimizer in memory; only the failed task is restarted (``restartScope:
+Task``), and the group re-forms around it::
+
+    import torch, phalanx
+    from phalanx.torch_recovery import Manager
+
+    model = MyModel()                                   # the same seed on every task
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    manager = Manager(model, optimizer)                 # PHALANX_* from the environment
+
+    def train_step(step):                               # the body of your old loop
+        x, y = batch_for(step, manager.rank)            # data from the step, not from a stream
+        optimizer.zero_grad()
+        loss_fn(manager.model(x), y).backward()         # manager.model: DDP on the live group
+        optimizer.step()
+
+    manager.run(train_step, steps=1000)
+    manager.shutdown()
+
+What :meth:`Manager.run` does around ``train_step``:
+
+1. **Forms the group** through the coordination service: every task waits until all tasks are
+   registered (``alive_tasks``), publishes what it holds (the step its in-memory state is at, or
+   its newest checkpoint), and after one barrier all agree on the *source*: the task holding the
+   newest state (in memory before on disk, lowest task id on a tie). The process group is
+   ``init_process_group(store=PhalanxStore(prefix="torch/<epoch>/pg"))``, where the epoch is the
+   tasks' incarnations joined, so each re-formation has fresh rendezvous keys.
+2. **Restores state from the source**: model, optimizer, the step, and every object in
+   ``stateful`` (``state_dict``/``load_state_dict``), broadcast as one ``torch.save`` blob over the
+   new group, so a replacement starts bitwise identical to the survivors. Everyone resumes at the
+   source's step.
+3. **Runs steps**. A peer that dies makes the collective in the step fail (gloo: the connection
+   closes; a hung peer is declared failed by the coordinator's heartbeat timeout and killed by the
+   operator, which closes its connections). The manager then destroys the group, keeps the
+   model, and goes back to 1: the survivors wait for the replacement (incarnation + 1), which
+   receives the state from a live peer. A survivor that finished the step before the failure
+   (its all-reduce completed) is ahead: it becomes the source, so no step is run twice with
+   different results.
+4. **Preemption rounds**: at the step every task agreed on (``reached_sync_point``) each task
+   writes a checkpoint (when ``checkpoint_dir`` is set); the tasks the round names then exit with
+   code 4, and the others re-form with their replacements as above.
+
+Exit codes (the operator's conventions): 3 when this incarnation was superseded or declared failed
+(``Aborted``), 4 after the sync checkpoint when a preemption round names this task.
+
+What it needs from the training step: deterministic data and randomness derived from the step
+(and rank), so a step run again after a recovery computes the same thing; ``optimizer.zero_grad``
+at the start of the step (the manager clears gradients after a recovery, too). An exception that
+is not a communication failure (a bug) is reported to the coordinator (``report_error``) and
+re-raised, unless a peer failure was seen within ``failure_grace`` seconds.
+
+Needs ``torch`` (imported here, not by ``phalanx``).
+"""
+
+import datetime
+import gc
+import io
+import os
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from .errors import Aborted, Cancelled, DeadlineExceeded, Error, Unavailable
+from .torch_store import PhalanxStore
+
+__all__ = ["Manager", "ordered_allreduce_hook", "EXIT_SUPERSEDED", "EXIT_PREEMPTED"]
+
+EXIT_SUPERSEDED = 3
+EXIT_PREEMPTED = 4
+
+# Messages of torch's transport errors: a peer is gone or unreachable, not a bug in the step.
+_TRANSPORT_MARKERS = ("gloo/transport", "Connection closed", "Connection reset", "Connection refused",
+                      "Broken pipe", "Timed out", "timed out", "NCCL", "ProcessGroup", "Socket")
+
+
+def ordered_allreduce_hook(state, bucket):
+    """A DDP communication hook that averages gradients the same way bit for bit whatever the
+    bucket layout: every rank's bucket is all-gathered and summed in rank order. DDP's own
+    all-reduce sums each element in an order that depends on where it sits in the bucket, and a
+    re-created DDP (after a re-formation) lays its first buckets out differently from one that
+    has run (it rebuilds them in gradient-ready order), so the last bits of a resumed run would
+    drift from an undisturbed one. Costs world-size/2 times the traffic of a ring all-reduce."""
+    tensor = bucket.buffer()
+    world = dist.get_world_size()
+    gathered = [torch.empty_like(tensor) for _ in range(world)]
+    future = dist.all_gather(gathered, tensor, async_op=True).get_future()
+
+    def reduce(done):
+        # torch runs the callback even when the all-gather failed (a peer died), and DDP then
+        # uses whatever the callback returned: value() raises the error so that backward does.
+        done.value()
+        total = gathered[0].clone()
+        for other in gathered[1:]:
+            total.add_(other)
+        return total.div_(world)
+    return future.then(reduce)
+
+
+def _default_event(manager, kind, fields):
+    text = " ".join("%s=%s" % (k, v) for k, v in fields.items())
+    sys.stderr.write("phalanx.torch: task=%d inc=%d %s %s\n" % (
+        manager.rank, manager.incarnation, kind, text))
+    sys.stderr.flush()
+
+
+class RecoveryFailed(Error):
+    """The group could not be re-formed in ``recovery_timeout`` seconds."""
+    code = 4
+
+
+class Manager:
+    """Keeps a data-parallel torch job training through peer failures, in place.
+
+    ``model`` (an ``nn.Module``) and ``optimizer`` are the user's; the manager wraps the model in
+    ``DistributedDataParallel`` over the current group (``ddp=False``: use :attr:`group` yourself)
+    and exposes it as :attr:`model`. ``client``: a connected :class:`phalanx.Client` (default:
+    :func:`phalanx.init`). ``stateful``: ``{name: object}`` with ``state_dict``/
+    ``load_state_dict`` (an LR scheduler, a data sampler) carried with the model.
+    ``checkpoint_dir``: a path every task can read (a shared volume); checkpoints go to
+    ``<dir>/task-<id>/step-<N>.pt`` every ``checkpoint_every`` steps (0: only at preemption sync
+    points) and are used only when no task holds the state in memory. ``collective_timeout``:
+    the process group's timeout, seconds. ``deterministic`` (default): DDP averages gradients
+    with :func:`ordered_allreduce_hook`, so a run through re-formations ends bitwise where an
+    undisturbed one does; ``False``: DDP's own all-reduce (less traffic for large models; the
+    last bits may then differ after a re-formation). ``on_event(manager, kind, fields)``: progress reports
+    (``formed``, ``failure``, ``recovered``, ``checkpoint``, ``leaving``); default: a line on
+    stderr.
+    """
+
+    def __init__(self, model, optimizer=None, *, client=None, backend="gloo", ddp=True,
+                 ddp_kwargs=None, stateful=None, checkpoint_dir=None, checkpoint_every=0,
+                 collective_timeout=60.0, recovery_timeout=600.0, failure_grace=30.0,
+                 prefix="torch", deterministic=True, on_event=None):
+        if client is None:
+            import phalanx
+            client = phalanx.init()
+        self._client = client
+        self._module = model
+        self._optimizer = optimizer
+        self._backend = backend
+        self._ddp = ddp
+        self._ddp_kwargs = dict(ddp_kwargs or {})
+        self._deterministic = deterministic
+        self._stateful = dict(stateful or {})
+        self._checkpoint_dir = checkpoint_dir
+        self._checkpoint_every = int(checkpoint_every)
+        self._collective_timeout = float(collective_timeout)
+        self._recovery_timeout = float(recovery_timeout)
+        self._failure_grace = float(failure_grace)
+        self._prefix = prefix.strip("/")
+        self._on_event = on_event or _default_event
+        self.step = 0
+        self.model = None
+        self.group = None
+        self._have_state = False  # whether self.step's state is in memory (not before forming)
+        self._cond = threading.Condition()
+        self._changes = 0         # peer changes seen (failures, new incarnations)
+        self._coordinator_restarts = 0
+        self._leaving_round = None
+        client.on_peer_change(self._peer_changed)
+        client.on_preemption(self._preemption)
+        client.on_reconnect(self._reconnected)
+
+    # -- what the user reads ------------------------------------------------------------------
+
+    @property
+    def rank(self):
+        return self._client.task_id
+
+    @property
+    def world_size(self):
+        return self._client.num_tasks
+
+    @property
+    def incarnation(self):
+        return self._client.incarnation
+
+    @property
+    def client(self):
+        return self._client
+
+    # -- callbacks (the client's session thread: quick, no blocking calls) ---------------------
+
+    def _peer_changed(self, peer):
+        with self._cond:
+            self._changes += 1
+            self._cond.notify_all()
+
+    def _preemption(self, round_):
+        affected = round_.affected_tasks
+        if affected is not None and self.rank in affected:
+            with self._cond:
+                self._leaving_round = round_.round
+
+    def _reconnected(self, coordinator_restarted):
+        if coordinator_restarted:
+            with self._cond:
+                self._coordinator_restarts += 1
+                self._cond.notify_all()
+
+    def _event(self, kind, **fields):
+        try:
+            self._on_event(self, kind, fields)
+        except Exception:  # a reporting hook must not stop training
+            pass
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self, step_fn, steps):
+        """Runs ``step_fn(step)`` for every step up to ``steps``, recovering in place after peer
+        failures; returns the number of steps done (``steps``)."""
+        done = self._client.kv_try_get(self._done_key())
+        if done is not None and int(done) >= steps:
+            # A replacement started after every task finished: nothing left to train.
+            self._event("already_done", steps=int(done))
+            return steps
+        self._recover(None)
+        while self.step < steps:
+            try:
+                if self._reached_sync_point():
+                    self._at_sync_point()
+                step_fn(self.step)
+            except Aborted:
+                self._exit(EXIT_SUPERSEDED, "superseded")
+            except Exception as e:  # noqa: BLE001 - classified below
+                if not self._is_peer_failure(e):
+                    self._fatal(e)
+                    raise
+                self._recover(e)
+                continue
+            self.step += 1
+            if self._checkpoint_every and self.step % self._checkpoint_every == 0:
+                self._checkpoint("interval")
+        self._client.kv_set(self._done_key(), str(self.step), overwrite=True)
+        return self.step
+
+    def shutdown(self, timeout=300.0):
+        """The job's shutdown barrier (retried across coordinator restarts), then the group goes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._client.shutdown(timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except Unavailable:
+                self._client.wait_until_connected(timeout=max(1.0, deadline - time.monotonic()))
+        self._teardown()
+
+    def state_dict(self):
+        """Everything a replacement needs: model, optimizer, step and the stateful objects."""
+        state = {"step": self.step, "model": self._module.state_dict(),
+                 "stateful": {k: v.state_dict() for k, v in self._stateful.items()}}
+        if self._optimizer is not None:
+            state["optimizer"] = self._optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state):
+        self._module.load_state_dict(state["model"])
+        if self._optimizer is not None and "optimizer" in state:
+            self._optimizer.load_state_dict(state["optimizer"])
+        for name, obj in self._stateful.items():
+            if name in state.get("stateful", {}):
+                obj.load_state_dict(state["stateful"][name])
+        self.step = int(state["step"])
+
+    # -- failure handling ---------------------------------------------------------------------
+
+    def _reached_sync_point(self):
+        try:
+            return self._client.reached_sync_point(self.step)
+        except Unavailable:  # the coordinator is restarting; the round is gone with it
+            return False
+
+    def _is_peer_failure(self, error):
+        if isinstance(error, (Cancelled, Unavailable, DeadlineExceeded)):
+            return True
+        if not isinstance(error, RuntimeError):
+            return False
+        message = str(error)
+        if any(marker in message for marker in _TRANSPORT_MARKERS):
+            return True
+        # Some other error out of a collective: a peer failure if the coordinator reports one
+        # soon (its heartbeat timeout), a bug in the step otherwise.
+        with self._cond:
+            seen = self._changes
+            return self._cond.wait_for(lambda: self._changes != seen, self._failure_grace)
+
+    def _fatal(self, error):
+        self._event("fatal", error=repr(str(error)[:200]))
+        try:
+            self._client.report_error("training step failed: %s" % (str(error)[:500],))
+        except Error:
+            pass
+
+    def _exit(self, code, why):
+        self._event("exit", code=code, why=why)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # os._exit: the process group's destructor would wait for collectives a dead peer holds.
+        os._exit(code)
+
+    # -- recovery -----------------------------------------------------------------------------
+
+    def _recover(self, cause):
+        started = time.monotonic()
+        if cause is not None:
+            self._event("failure", step=self.step, error=repr(str(cause)[:160]))
+        self._teardown()
+        deadline = started + self._recovery_timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._fatal(RecoveryFailed("could not re-form the group in %.0f s"
+                                           % self._recovery_timeout))
+                raise RecoveryFailed("could not re-form the process group in %.0f s"
+                                     % self._recovery_timeout)
+            try:
+                with self._cond:
+                    changes, restarts = self._changes, self._coordinator_restarts
+                epoch = self._agree_on_members(deadline)
+                source, step, from_disk = self._agree_on_source(epoch, remaining)
+                self._form_group(epoch)
+                self._restore(source, step, from_disk)
+                self._event("recovered" if cause is not None else "formed", epoch=epoch,
+                            step=self.step, source=source, took_s="%.3f" % (
+                                time.monotonic() - started))
+                return
+            except Aborted:
+                self._exit(EXIT_SUPERSEDED, "superseded")
+            except Unavailable:
+                self._teardown()
+                self._client.wait_until_connected(timeout=max(1.0, deadline - time.monotonic()))
+            except (Cancelled, DeadlineExceeded):
+                self._teardown()  # membership changed during the agreement: agree again
+            except RuntimeError as e:  # the group could not form or broadcast
+                self._teardown()
+                with self._cond:
+                    moved = (self._changes != changes or self._coordinator_restarts != restarts)
+                    if not moved:
+                        moved = self._cond.wait_for(
+                            lambda: self._changes != changes, self._failure_grace)
+                if not moved:
+                    self._fatal(e)
+                    raise
+                self._event("retry", error=repr(str(e)[:160]))
+
+    def _agree_on_members(self, deadline):
+        """Waits until every task is registered; returns the epoch (incarnations joined)."""
+        while True:
+            with self._cond:
+                seen = self._changes
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DeadlineExceeded("not every task came back")
+            alive = self._client.alive_tasks(timeout=max(1.0, min(remaining, 120.0)))
+            if len(alive) == self.world_size:
+                return ".".join(str(t.incarnation) for t in alive)
+            # A replacement is not registered yet: its registration is a peer change.
+            with self._cond:
+                self._cond.wait_for(lambda: self._changes != seen, min(5.0, max(0.0, remaining)))
+
+    def _agree_on_source(self, epoch, timeout):
+        """Every task publishes what it holds; all pick the same source: (task, step, from_disk)."""
+        directory = "%s/%s/holds" % (self._prefix, epoch)
+        live = self.step if self._have_state else -1
+        on_disk = self._newest_checkpoint()
+        self._client.kv_set("%s/%d" % (directory, self.rank), "%d %d" % (live, on_disk),
+                            overwrite=True)
+        self._client.barrier("%s/%s/agreed" % (self._prefix, epoch), timeout=max(1.0, timeout))
+        best = (-1, 0, 0)  # (step, in memory, -task)
+        for key, value in self._client.kv_dir(directory):
+            task = int(key.rsplit("/", 1)[1])
+            live_step, disk_step = (int(v) for v in value.split())
+            best = max(best, (live_step, 1, -task), (disk_step, 0, -task))
+        step, in_memory, neg_task = best
+        if step < 0:
+            return 0, 0, False  # a fresh start: task 0's initial state for everyone
+        return -neg_task, step, not in_memory
+
+    def _form_group(self, epoch):
+        store = PhalanxStore(self._client, prefix="%s/%s/pg" % (self._prefix, epoch),
+                             timeout=self._collective_timeout)
+        dist.init_process_group(self._backend, store=store, rank=self.rank,
+                                world_size=self.world_size,
+                                timeout=datetime.timedelta(seconds=self._collective_timeout))
+        self.group = dist.group.WORLD
+
+    def _restore(self, source, step, from_disk):
+        if self.rank == source:
+            if from_disk:
+                self.load_state_dict(torch.load(self._checkpoint_path(step)))
+            elif not self._have_state:
+                self.step = 0  # fresh start: this process's initial state is the job's
+            buffer = io.BytesIO()
+            torch.save(self.state_dict(), buffer)
+            payload = torch.frombuffer(bytearray(buffer.getbuffer()), dtype=torch.uint8)
+            size = torch.tensor([payload.numel()], dtype=torch.int64)
+        else:
+            size = torch.zeros(1, dtype=torch.int64)
+        dist.broadcast(size, src=source)
+        if self.rank != source:
+            payload = torch.empty(int(size.item()), dtype=torch.uint8)
+        dist.broadcast(payload, src=source)
+        if self.rank != source and not (self._have_state and self.step == step and not from_disk):
+            self.load_state_dict(torch.load(io.BytesIO(payload.numpy().tobytes())))
+        self._have_state = True
+        self.step = step
+        self._module.zero_grad(set_to_none=True)
+        if self._ddp:
+            self.model = torch.nn.parallel.DistributedDataParallel(self._module,
+                                                                   **self._ddp_kwargs)
+            if self._deterministic:
+                self.model.register_comm_hook(None, ordered_allreduce_hook)
+        else:
+            self.model = self._module
+
+    def _teardown(self):
+        """Drops DDP and the process group; the module and optimizer stay."""
+        self.model = None
+        self.group = None
+        gc.collect()  # DDP's reducer holds the group: let it go before destroying the group
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def _at_sync_point(self):
+        self._checkpoint("preemption")
+        with self._cond:
+            leaving = self._leaving_round is not None
+        if leaving:
+            self._event("leaving", step=self.step)
+            self._exit(EXIT_PREEMPTED, "preempted")
+
+    def _checkpoint_path(self, step):
+        return os.path.join(self._checkpoint_dir, "task-%d" % self.rank, "step-%d.pt" % step)
+
+    def _checkpoint(self, why):
+        if not self._checkpoint_dir:
+            return
+        path = self._checkpoint_path(self.step)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = path + ".tmp.%d" % os.getpid()
+        torch.save(self.state_dict(), temporary)
+        os.replace(temporary, path)  # readers see a whole file or none
+        for old in self._checkpoint_steps()[:-2]:  # keep the newest two
+            try:
+                os.remove(self._checkpoint_path(old))
+            except OSError:
+                pass
+        self._event("checkpoint", step=self.step, why=why)
+
+    def _checkpoint_steps(self):
+        if not self._checkpoint_dir:
+            return []
+        try:
+            names = os.listdir(os.path.join(self._checkpoint_dir, "task-%d" % self.rank))
+        except OSError:
+            return []
+        return sorted(int(n[5:-3]) for n in names
+                      if n.startswith("step-") and n.endswith(".pt") and n[5:-3].isdigit())
+
+    def _newest_checkpoint(self):
+        steps = self._checkpoint_steps()
+        return steps[-1] if steps else -1
+
+    def _done_key(self):
+        return "%s/done" % self._prefix

@@ -1,0 +1,141 @@
+"""Runs the ranks of a Phalanx job as plain processes and does the operator's part: a rank that
+exits non-zero is started again as its next incarnation, and a rank the coordinator declared
+failed while its process is still there (hung: SIGSTOP) is SIGKILLed first. Rank programs print
+``EVENT t_ms=... task=N inc=I kind=K key=value ...`` lines on stdout (the examples do); the
+supervisor keeps them for the caller to wait on.
+
+Used by the torch oracle test and the torch benchmark; not a product API.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import harness
+
+
+def parse_event(line):
+    """``EVENT t_ms=1 task=0 kind=step step=3`` → {"t_ms": "1", "task": "0", ...} or None."""
+    if not line.startswith("EVENT "):
+        return None
+    fields = {}
+    for part in line[6:].split():
+        key, _, value = part.partition("=")
+        fields[key] = value
+    return fields
+
+
+class RankSupervisor:
+    """``num`` ranks of ``argv`` (a Python script and its arguments) against ``coordinator``
+    (a :class:`harness.Coordinator`); ``env`` adds to every rank's environment."""
+
+    def __init__(self, coordinator, argv, num, env=None, log_dir=None, python=sys.executable):
+        self.coordinator = coordinator
+        self.argv = list(argv)
+        self.num = num
+        self.env = dict(env or {})
+        self.python = python
+        self.log_dir = log_dir or coordinator.dir
+        self.cond = threading.Condition()
+        self.events = []      # parsed events, in arrival order
+        self.exits = []       # (task, incarnation, returncode)
+        self.procs = {}       # task -> (incarnation, Popen)
+        self.restart_enabled = True
+        self._closed = False
+        for task in range(num):
+            self._start(task, 0)
+
+    def _start(self, task, incarnation):
+        env = dict(os.environ)
+        env.update(self.coordinator.env(task, incarnation))
+        env.update({"PYTHONPATH": harness.PYTHON_DIR, "PHALANX_LIBRARY": harness.LIBRARY,
+                    "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
+        env.update(self.env)
+        log = open(os.path.join(self.log_dir, "rank-%d-%d.log" % (task, incarnation)), "wb")
+        proc = subprocess.Popen([self.python] + self.argv, env=env, stdout=subprocess.PIPE,
+                                stderr=log)
+        log.close()
+        with self.cond:
+            self.procs[task] = (incarnation, proc)
+        threading.Thread(target=self._watch, args=(task, incarnation, proc), daemon=True).start()
+
+    def _watch(self, task, incarnation, proc):
+        for raw in proc.stdout:
+            fields = parse_event(raw.decode("utf-8", "replace").strip())
+            if fields is None:
+                continue
+            with self.cond:
+                self.events.append(fields)
+                self.cond.notify_all()
+            if fields.get("kind") == "peer_change" and fields.get("state") == "FAILED":
+                self._kill_if_hung(int(fields["peer"]), int(fields["peer_inc"]))
+        code = proc.wait()
+        proc.stdout.close()
+        with self.cond:
+            self.exits.append((task, incarnation, code))
+            self.cond.notify_all()
+            restart = (code != 0 and self.restart_enabled and not self._closed
+                       and self.procs.get(task, (None,))[0] == incarnation)
+        if restart:
+            self._start(task, incarnation + 1)
+
+    def _kill_if_hung(self, task, incarnation):
+        with self.cond:
+            current = self.procs.get(task)
+        if current and current[0] == incarnation and current[1].poll() is None:
+            current[1].kill()  # the operator deletes the pod of a task declared failed
+
+    def signal(self, task, sig):
+        """Sends ``sig`` to the current process of ``task``; returns its incarnation."""
+        with self.cond:
+            incarnation, proc = self.procs[task]
+        proc.send_signal(sig)
+        return incarnation
+
+    def wait_for(self, predicate, timeout):
+        """Waits until ``predicate(events, exits)`` is truthy (bounded); returns its value."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                value = predicate(self.events, self.exits)
+                remaining = deadline - time.monotonic()
+                if value or remaining <= 0:
+                    return value
+                self.cond.wait(min(remaining, 1.0))
+
+    def latest(self, kind, task=None):
+        """The newest event of ``kind`` (of ``task``), or None."""
+        with self.cond:
+            for fields in reversed(self.events):
+                if fields.get("kind") == kind and (task is None or fields.get("task") == str(task)):
+                    return fields
+        return None
+
+    def min_step(self):
+        """The lowest step every rank has reported (0 before each has reported one)."""
+        with self.cond:
+            best = {}
+            for fields in self.events:
+                if fields.get("kind") == "step":
+                    best[fields["task"]] = max(best.get(fields["task"], 0), int(fields["step"]))
+        return min(best.values()) if len(best) == self.num else 0
+
+    def finals(self):
+        with self.cond:
+            return {int(f["task"]): f for f in self.events if f.get("kind") == "final"}
+
+    def close(self):
+        with self.cond:
+            self._closed = True
+            procs = [p for _, p in self.procs.values()]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
