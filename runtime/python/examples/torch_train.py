@@ -46,6 +46,10 @@ def parse_args(argv):
                    help="test hook: task 0's first incarnation opens a preemption round naming "
                         "--preempt_task when it reaches this step (the node agent's job)")
     p.add_argument("--preempt_task", type=int, default=1)
+    p.add_argument("--reference", type=int, default=0, metavar="RANKS",
+                   help="no job: train the same model for RANKS ranks in this one process "
+                        "(each rank's gradient in turn, averaged as the Manager's DDP hook does) "
+                        "and print the final line an undisturbed run of RANKS ranks prints")
     return p.parse_args(argv)
 
 
@@ -71,6 +75,31 @@ def params_sha256(model):
     return h.hexdigest()
 
 
+def reference(torch, args):
+    """The undisturbed run's result without a job: every rank's gradient computed in turn and
+    averaged exactly as ``ordered_allreduce_hook`` does (summed in rank order, then divided), so
+    the SHA-256 matches a real run's bit for bit."""
+    model = build_model(torch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = torch.nn.MSELoss()
+    params = list(model.parameters())
+    for step in range(args.steps):
+        grads = []
+        for rank in range(args.reference):
+            x, y = batch(torch, step, rank)
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            grads.append([p.grad.clone() for p in params])
+        for i, p in enumerate(params):
+            total = grads[0][i].clone()
+            for rank_grads in grads[1:]:
+                total.add_(rank_grads[i])
+            p.grad = total.div_(args.reference)
+        optimizer.step()
+    event("reference", "final", steps=args.steps, params_sha256=params_sha256(model))
+    return 0
+
+
 def main(argv=None):
     args = parse_args(argv)
     try:
@@ -78,6 +107,9 @@ def main(argv=None):
     except ImportError as e:
         sys.stderr.write("torch_train: PyTorch is not installed (%s)\n" % e)
         return EXIT_BAD_CONFIG
+    torch.set_num_threads(1)  # many ranks on few cores; also keeps the math single-threaded
+    if args.reference > 0:
+        return reference(torch, args)
     import phalanx
     from phalanx.torch_recovery import Manager
 
@@ -87,7 +119,6 @@ def main(argv=None):
         sys.stderr.write("torch_train: %s\n" % e)
         return EXIT_BAD_CONFIG
     me = client.task_id
-    torch.set_num_threads(1)  # many ranks on few cores; also keeps the math single-threaded
 
     def on_event(manager, kind, fields):
         event(me, kind, **fields)
