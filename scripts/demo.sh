@@ -7,7 +7,9 @@
 # killed, then one node is preempted, then the node that hosts the coordinator (the operator
 # moves the coordinator off it before the node goes); the job keeps going and finishes with no
 # restart spent on the coordinator's move. Prints `kubectl get tj -w`,
-# the job's Events and a timeline with goodput. Ends on its own (well under two minutes).
+# the job's Events and a timeline with goodput. Then a real PyTorch job (scripts/demo_torch.sh)
+# through a kill, a hang, a coordinator kill and a node preemption, recovering in place, whose
+# final parameters are compared with the undisturbed run's. Ends on its own (about 3 minutes).
 #   scripts/demo.sh BUILD_DIR [--keep]   --keep: leave the cluster running and print KUBECONFIG
 set -euo pipefail
 
@@ -174,7 +176,14 @@ echo "  final model state identical on every task: $([[ $states == 1 ]] && echo 
 healthy=$($KUBECTL get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="PhalanxGpuHealthy")].status}{" "}{end}' 2>/dev/null)
 echo "  node agents: PhalanxGpuHealthy per node: ${healthy:-(not reported)}"
 echo "  logs: $WORK (cluster.log, operator.log, agent-<n>.log, cluster/logs/<pod>.log)"
+sample_ok=0
+[[ "$(job_field .status.phase)" == Succeeded ]] &&
+  # No restart was spent on the coordinator's move.
+  [[ "$(job_field .status.restarts)" == "$restarts_before" && "$(job_field .status.coordinator.restarts)" == 0 ]] &&
+  sample_ok=1
+
+echo
+torch_ok=1
+DEMO_START=$START "$SRC/scripts/demo_torch.sh" "$BUILD" "$WORK" || torch_ok=0
 say "demo finished"
-[[ "$(job_field .status.phase)" == Succeeded ]]
-# No restart was spent on the coordinator's move.
-[[ "$(job_field .status.restarts)" == "$restarts_before" && "$(job_field .status.coordinator.restarts)" == 0 ]]
+[[ $sample_ok == 1 && $torch_ok == 1 ]]

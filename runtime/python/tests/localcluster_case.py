@@ -1,0 +1,136 @@
+"""A test case that runs phalanx-localcluster (a real control plane where the envtest assets are
+found) and phalanx-operator as real processes, with kubectl, pod logs and job status helpers.
+Subclasses set ``JOB`` (the TrainingJob's name) and ``NODES``."""
+
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import harness
+
+KUBECTL = os.environ.get("KUBECTL", "/usr/bin/kubectl")
+CLUSTER = os.path.join(harness.BUILD, "tests", "localcluster", "phalanx-localcluster")
+OPERATOR = os.path.join(harness.BUILD, "operator", "phalanx-operator")
+COORDINATOR = os.path.join(harness.BUILD, "runtime", "coordination", "phalanx-coordinator")
+CRD = os.path.join(harness.REPO, "crds", "trainingjobs.phalanx.dev.yaml")
+
+
+def start(argv, log):
+    """A process in its own session (so its whole group can be killed) whose stdout is a pipe
+    and stderr goes to the open file ``log``."""
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+
+
+def stop_group(proc):
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            proc.wait(5)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+@unittest.skipUnless(os.path.exists(KUBECTL), "kubectl is not installed at " + KUBECTL)
+class LocalClusterCase(unittest.TestCase):
+    JOB = "job"
+    NODES = 2
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="phalanx-py-e2e-")
+        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
+        self.cluster = self.operator = None
+        self.logs, self.passed = [], False
+        self.addCleanup(self.cleanup)
+        self.cluster = start([CLUSTER, "--kubeconfig-out", self.kubeconfig, "--work-dir",
+                              os.path.join(self.dir, "cluster"), "--nodes", str(self.NODES)],
+                             self.log_file("localcluster.log"))
+        self.assertIsNotNone(harness.read_line(self.cluster, "ready ", 120),
+                             "phalanx-localcluster did not print ready; see " + self.dir)
+        self.kubectl("apply", "-f", CRD)
+        # A real API server serves the resource once the CRD is Established (polled: `kubectl
+        # wait --for condition=...` fails outright while status.conditions is still empty).
+        established = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+        deadline = time.monotonic() + 60
+        while self.kubectl("get", "crd", "trainingjobs.phalanx.dev", "-o", established,
+                           check=False).strip() != "True":
+            self.assertLess(time.monotonic(), deadline, "the TrainingJob CRD is not Established")
+            time.sleep(0.2)
+        port_base = 20000 + random.randrange(5000) * 2  # even, below the ephemeral ports (32768+)
+        self.operator = start([OPERATOR, "--kubeconfig", self.kubeconfig,
+                               "--coordinator_command", COORDINATOR,
+                               "--coordinator_address", "pod-ip",
+                               "--coordinator_port_base", str(port_base),
+                               "--metrics_listen", "127.0.0.1:0", "--lease_namespace", "default"],
+                              self.log_file("operator.log"))
+        self.assertIsNotNone(harness.read_line(self.operator, "ready ", 30),
+                             "phalanx-operator did not print ready; see " + self.dir)
+
+    def cleanup(self):
+        stop_group(self.operator)
+        stop_group(self.cluster)
+        for f in self.logs:
+            f.close()
+        if not self.passed:
+            sys.stderr.write("e2e artifacts kept in %s\n" % self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def log_file(self, name):
+        f = open(os.path.join(self.dir, name), "wb")
+        self.logs.append(f)
+        return f
+
+    def kubectl(self, *args, stdin=None, check=True):
+        out = subprocess.run([KUBECTL, "--kubeconfig", self.kubeconfig, "--cache-dir",
+                              os.path.join(self.dir, "kubectl-cache"), "--request-timeout", "20s"]
+                             + list(args), input=stdin, capture_output=True, timeout=30)
+        if check and out.returncode != 0:
+            self.fail("kubectl %s: %s%s" % (" ".join(args), out.stdout.decode(),
+                                             out.stderr.decode()))
+        return out.stdout.decode()
+
+    def job(self):
+        out = self.kubectl("get", "trainingjobs.phalanx.dev", self.JOB, "-o", "json", check=False)
+        try:
+            return json.loads(out)
+        except ValueError:
+            return {}
+
+    def phase(self):
+        return self.job().get("status", {}).get("phase", "")
+
+    def log(self, pod):
+        try:
+            with open(os.path.join(self.dir, "cluster", "logs", "default_" + pod + ".log")) as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def events(self, pod, kind):
+        return [line for line in self.log(pod).splitlines()
+                if line.startswith("EVENT ") and re.search(r" kind=%s( |$)" % re.escape(kind), line)]
+
+    @staticmethod
+    def field(line, name):
+        m = re.search(r" %s=(\S+)" % re.escape(name), line)
+        return m.group(1) if m else None
+
+    def admin(self, *args):
+        """``phalanx-localcluster admin ARGS`` (kill-pod, stop-pod, preempt-node, ...)."""
+        subprocess.run([CLUSTER, "admin", "--kubeconfig", self.kubeconfig] + list(args),
+                       check=True, capture_output=True, timeout=30)

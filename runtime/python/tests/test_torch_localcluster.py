@@ -1,0 +1,134 @@
+"""The bitwise oracle on the local cluster (issue 14): a real torch job (an MLP under DDP, gloo, 4
+tasks of ``runtime/python/examples/torch_train.py`` on ``phalanx.torch_recovery.Manager``) runs as
+a TrainingJob with ``restartScope: Task`` on phalanx-localcluster (a real control plane where the
+envtest assets are found) under phalanx-operator, through a SIGKILLed task, a SIGSTOPped (hung)
+task, a SIGKILLed coordinator pod and a node preemption. The job succeeds and every task's final
+parameters are bitwise the undisturbed run's (``torch_train.py --reference``, which
+test_torch_recovery pins to a real undisturbed run).
+
+Exits 77 (CTest: skipped) with the reason when torch cannot be imported."""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from localcluster_case import KUBECTL, LocalClusterCase  # noqa: E402
+
+try:
+    import torch  # noqa: F401
+except ImportError as e:
+    print("SKIP: torch is not importable by %s (%s); Debian's python3-torch provides it for "
+          "/usr/bin/python3" % (sys.executable, e))
+    sys.exit(77)
+
+TRAIN = os.path.join(harness.PYTHON_DIR, "examples", "torch_train.py")
+RANKS = 4
+ARGS = ["--steps=240", "--step_time=0.05"]
+TIMEOUT = 120  # per phase, for a loaded 2-core machine; nothing here asserts speed
+
+
+@unittest.skipUnless(os.path.exists(KUBECTL), "kubectl is not installed at " + KUBECTL)
+class TorchLocalClusterTest(LocalClusterCase):
+    JOB = "torchjob"
+    NODES = 3
+
+    def create_job(self):
+        env = [{"name": "PHALANX_LIBRARY", "value": harness.LIBRARY},
+               {"name": "PYTHONPATH", "value": harness.PYTHON_DIR},
+               {"name": "PYTHONUNBUFFERED", "value": "1"},
+               {"name": "GLOO_SOCKET_IFNAME", "value": "lo"}]
+        job = {
+            "apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": self.JOB, "namespace": "default"},
+            "spec": {
+                "replicas": RANKS,
+                "coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 2},
+                "failurePolicy": {"maxRestarts": 10, "restartScope": "Task",
+                                  "backoff": {"baseSeconds": 1, "maxSeconds": 2}},
+                "template": {"spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{
+                        "name": "trainer", "image": "python:3",
+                        "command": [sys.executable, TRAIN],
+                        "args": ARGS + ["--checkpoint_dir=" + os.path.join(self.dir, "ckpt")],
+                        "env": env}]}}}}
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(job).encode())
+
+    def pod(self, task):
+        """The newest pod of ``task`` that has a log (pods are <job>-task-<i>-<incarnation>)."""
+        logs = glob.glob(os.path.join(self.dir, "cluster", "logs",
+                                      "default_%s-task-%d-*.log" % (self.JOB, task)))
+        incarnations = [int(re.search(r"-(\d+)\.log$", p).group(1)) for p in logs]
+        return "%s-task-%d-%d" % (self.JOB, task, max(incarnations)) if incarnations else None
+
+    def steps(self):
+        """The lowest step the tasks' current pods reached."""
+        reached = []
+        for task in range(RANKS):
+            pod = self.pod(task)
+            found = [int(self.field(e, "step")) for e in self.events(pod, "step")] if pod else []
+            reached.append(max(found, default=0))
+        return min(reached)
+
+    def wait_step(self, step):
+        self.assertTrue(harness.eventually(lambda: self.steps() >= step, TIMEOUT, 0.2),
+                        "the tasks did not reach step %d; job=%s" % (step, json.dumps(self.job())))
+
+    def wait_formed(self, pod):
+        self.assertTrue(harness.eventually(lambda: self.events(pod, "formed"), TIMEOUT, 0.2),
+                        "%s never joined the group; job=%s" % (pod, json.dumps(self.job())))
+
+    def node_of(self, pod):
+        return self.kubectl("get", "pod", pod, "-o", "jsonpath={.spec.nodeName}").strip()
+
+    def test_final_parameters_survive_kill_hang_coordinator_kill_and_preemption(self):
+        self.create_job()
+        self.wait_step(10)
+        self.admin("kill-pod", "default/%s-task-2-0" % self.JOB)
+        self.wait_formed("%s-task-2-1" % self.JOB)
+
+        self.wait_step(40)
+        self.admin("stop-pod", "default/%s-task-3-0" % self.JOB)  # only heartbeats can tell
+        self.wait_formed("%s-task-3-1" % self.JOB)
+
+        self.wait_step(70)
+        self.admin("kill-pod", "default/%s-coordinator" % self.JOB)
+
+        self.wait_step(100)
+        victim = self.pod(1)
+        self.admin("preempt-node", self.node_of(victim), "--grace-seconds", "5")
+        self.assertTrue(harness.eventually(lambda: self.pod(1) != victim, TIMEOUT, 0.2),
+                        "task 1 was not moved; job=%s" % json.dumps(self.job()))
+        self.wait_formed(self.pod(1))
+
+        self.assertTrue(harness.eventually(lambda: self.phase() == "Succeeded", TIMEOUT, 0.5),
+                        "job did not succeed: %s" % json.dumps(self.job()))
+        reference = subprocess.run(
+            [sys.executable, TRAIN, "--reference=%d" % RANKS] + ARGS,
+            env=dict(os.environ, PYTHONPATH=harness.PYTHON_DIR), capture_output=True,
+            timeout=TIMEOUT, check=True).stdout.decode().strip().splitlines()[-1]
+        expected = self.field(reference, "params_sha256")
+        for task in range(RANKS):
+            final = self.events(self.pod(task), "final")
+            self.assertTrue(final, self.log(self.pod(task)))
+            self.assertEqual(self.field(final[-1], "params_sha256"), expected,
+                             "task %d ended elsewhere than the undisturbed run" % task)
+        # In place: some survivor recovered without a restart (its incarnation-0 pod).
+        survivors = [t for t in range(RANKS)
+                     if self.events("%s-task-%d-0" % (self.JOB, t), "recovered")]
+        self.assertTrue(survivors, "no task recovered in place")
+        status = self.job()["status"]
+        self.assertGreaterEqual(status.get("preemptions", 0), 1, status)
+        self.assertGreaterEqual(status.get("coordinator", {}).get("restarts", 0), 1, status)
+        sys.stderr.write("job status: %s\n" % json.dumps(status))
+        self.passed = True
+
+
+if __name__ == "__main__":
+    unittest.main()

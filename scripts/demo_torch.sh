@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The PyTorch part of `make demo` (issue 14): examples/trainingjob-torch.yaml (4 tasks of an MLP
+# under DDP, gloo on CPU, phalanx.torch_recovery.Manager) on the local cluster scripts/demo.sh
+# started, through a SIGKILLed task, a SIGSTOPped (hung) task, a SIGKILLed coordinator pod and a
+# node preemption. Survivors recover in place; at the end the final parameters of every task are
+# compared with the undisturbed run's (torch_train.py --reference, computed here in one process).
+#   scripts/demo_torch.sh BUILD_DIR WORK_DIR      (KUBECONFIG set; the cluster running)
+set -euo pipefail
+
+BUILD=$1
+WORK=$2
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+KUBECTL=${KUBECTL:-kubectl}
+PYTHON=${PHALANX_TORCH_PYTHON:-/usr/bin/python3}
+CLUSTER="$BUILD/tests/localcluster/phalanx-localcluster"
+LOGS="$WORK/cluster/logs"
+JOB=torch
+START=${DEMO_START:-$(date +%s.%N)}
+STEPS=300
+
+calc() { awk "BEGIN { printf \"$1\", $2 }"; }
+say() { printf '[%6.2fs] %s\n' "$(calc %.2f "$(date +%s.%N) - $START")" "$*"; }
+wait_for() {
+  local limit=$1; shift
+  local deadline=$(( $(date +%s) + limit ))
+  until "$@" >/dev/null 2>&1; do
+    if (( $(date +%s) > deadline )); then echo "demo: timed out waiting for: $*" >&2; return 1; fi
+    sleep 0.2
+  done
+}
+phase() { $KUBECTL get tj $JOB -o 'jsonpath={.status.phase}' 2>/dev/null; }
+# The newest pod of task $1 that has a log: <job>-task-<i>-<incarnation>.
+pod_of() {
+  ls "$LOGS"/default_$JOB-task-"$1"-*.log 2>/dev/null | sed 's/.*-\([0-9]*\)\.log$/\1/' |
+    sort -n | tail -1 | sed "s/^/$JOB-task-$1-/"
+}
+log_of() { cat "$LOGS/default_$1.log" 2>/dev/null || true; }
+# The lowest step the current pods of all tasks reached.
+min_step() {
+  local min=999999 t s
+  for t in 0 1 2 3; do
+    s=$(log_of "$(pod_of $t)" | sed -n 's/.* kind=step step=\([0-9]*\).*/\1/p' | tail -1)
+    (( ${s:-0} < min )) && min=${s:-0}
+  done
+  echo $min
+}
+step_at_least() { (( $(min_step) >= $1 )); }
+formed() { log_of "$1" | grep -q " kind=formed "; }
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
+recovery_line() {  # the survivors' "recovered" event for the epoch the new pod $1 formed in
+  local epoch; epoch=$(log_of "$1" | grep " kind=formed " | tail -1 | field epoch)
+  cat "$LOGS"/default_$JOB-task-*.log | grep " kind=recovered .*epoch=$epoch " | head -1
+}
+report_recovery() {
+  local line; line=$(recovery_line "$1")
+  say "  group re-formed with $1: survivors resumed at step $(field step <<<"$line") from task $(field source <<<"$line")'s memory, $(field took_s <<<"$line") s after the failure showed"
+}
+
+if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+  say "PyTorch part skipped: $PYTHON cannot import torch (make deps installs python3-torch)"
+  exit 0
+fi
+say "PyTorch job: 4 tasks, an MLP under DistributedDataParallel (gloo), in-place recovery"
+sed "s#\"python3\"#\"$PYTHON\"#; s#/app/runtime/python#$SRC/runtime/python#g;
+     s#/app/lib/libphalanx_c.so#$BUILD/runtime/client/libphalanx_c.so#" \
+  "$SRC/examples/trainingjob-torch.yaml" |
+  sed "/PYTHONUNBUFFERED/a\\            - {name: GLOO_SOCKET_IFNAME, value: lo}" >"$WORK/trainingjob-torch.yaml"
+say "$($KUBECTL apply -f "$WORK/trainingjob-torch.yaml")"
+wait_for 120 step_at_least 10
+say "training (step $(min_step) of $STEPS on every task)"
+
+say "killing task 2 (pod $JOB-task-2-0) with SIGKILL"
+"$CLUSTER" admin kill-pod "default/$JOB-task-2-0" >/dev/null
+wait_for 120 formed $JOB-task-2-1
+report_recovery $JOB-task-2-1
+
+wait_for 120 step_at_least 70
+say "hanging task 3 (SIGSTOP to pod $JOB-task-3-0): only the heartbeat timeout (3 s) can tell"
+"$CLUSTER" admin stop-pod "default/$JOB-task-3-0" >/dev/null
+wait_for 120 formed $JOB-task-3-1
+report_recovery $JOB-task-3-1
+
+wait_for 120 step_at_least 130
+before=$(min_step)
+say "killing the coordinator (pod $JOB-coordinator) with SIGKILL at step $before"
+"$CLUSTER" admin kill-pod "default/$JOB-coordinator" >/dev/null
+wait_for 60 step_at_least $(( before + 20 ))
+say "  training went on meanwhile (step $(min_step)); the tasks reconnect to the new coordinator"
+
+wait_for 120 step_at_least 190
+victim=$(pod_of 1)
+node=$($KUBECTL get pod "$victim" -o jsonpath='{.spec.nodeName}')
+say "preempting node $node (task 1's; evicted after 5 s): checkpoint at an agreed step, move"
+"$CLUSTER" admin preempt-node "$node" --grace-seconds 5 >/dev/null
+moved() { [[ "$(pod_of 1)" != "$victim" ]] && formed "$(pod_of 1)"; }
+wait_for 120 moved
+report_recovery "$(pod_of 1)"
+
+wait_for 180 bash -c "p=\$($KUBECTL get tj $JOB -o jsonpath='{.status.phase}'); [[ \$p == Succeeded || \$p == Failed ]]"
+say "PyTorch job $(phase)"
+
+reference=$(PYTHONPATH="$SRC/runtime/python" "$PYTHON" "$SRC/runtime/python/examples/torch_train.py" \
+  --steps=$STEPS --step_time=0.05 --reference=4 | tail -1 | field params_sha256)
+same=yes
+for t in 0 1 2 3; do
+  got=$(log_of "$(pod_of $t)" | grep " kind=final " | tail -1 | field params_sha256)
+  [[ "$got" == "$reference" ]] || same="NO (task $t: ${got:-no final line})"
+done
+echo
+echo "=== PyTorch job ==="
+echo "  restarts: $($KUBECTL get tj $JOB -o jsonpath='{.status.restarts}'), preemptions: $($KUBECTL get tj $JOB -o jsonpath='{.status.preemptions}'), coordinator restarts: $($KUBECTL get tj $JOB -o jsonpath='{.status.coordinator.restarts}')"
+echo "  recoveries (in place, per re-formed group): $(cat "$LOGS"/default_$JOB-task-*.log | grep ' kind=recovered ' | field epoch | sort -u | wc -l)"
+echo "  final parameters (SHA-256) of the undisturbed run: ${reference:0:16}…"
+echo "  final parameters identical to the undisturbed run: $same"
+[[ "$(phase)" == Succeeded && "$same" == yes ]]
