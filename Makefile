@@ -34,6 +34,7 @@ bench: build
 	  --out $(BUILD)/bench/operator.json
 	@$(BUILD)/bench/phalanx-agent-bench --bin_dir $(BUILD) --source_dir $(CURDIR) \
 	  --out $(BUILD)/bench/agent.json
+	@/usr/bin/python3 bench/torch_bench.py --build $(BUILD) --out $(BUILD)/bench/torch.json
 
 # The operator, agent, coordinator and sample-worker images (buildah, FROM scratch, no daemon, no
 # registry) as OCI archives in $(BUILD)/images/; docs/deploy.md says how to push them.

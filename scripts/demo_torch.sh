@@ -47,13 +47,24 @@ min_step() {
 step_at_least() { (( $(min_step) >= $1 )); }
 formed() { log_of "$1" | grep -q " kind=formed "; }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
-recovery_line() {  # the survivors' "recovered" event for the epoch the new pod $1 formed in
-  local epoch; epoch=$(log_of "$1" | grep " kind=formed " | tail -1 | field epoch)
-  cat "$LOGS"/default_$JOB-task-*.log | grep " kind=recovered .*epoch=$epoch " | head -1
+formed_line() { log_of "$1" | grep " kind=formed " | tail -1; }
+# The survivors' "recovered" events for the epoch the new pod $1 formed in (none when every task
+# was new: all restarted from the checkpoint).
+recovered_lines() {
+  local epoch; epoch=$(formed_line "$1" | field epoch)
+  cat "$LOGS"/default_$JOB-task-*.log | grep " kind=recovered .*epoch=$epoch " || true
 }
 report_recovery() {
-  local line; line=$(recovery_line "$1")
-  say "  group re-formed with $1: survivors resumed at step $(field step <<<"$line") from task $(field source <<<"$line")'s memory, $(field took_s <<<"$line") s after the failure showed"
+  local formed line
+  formed=$(formed_line "$1")
+  local i
+  for i in $(seq 50); do [[ -n "$(recovered_lines "$1")" ]] && break; sleep 0.2; done
+  line=$(recovered_lines "$1" | head -1)
+  if [[ -n "$line" ]]; then
+    say "  group re-formed with $1 (incarnation $(field inc <<<"$formed")): $(recovered_lines "$1" | wc -l) survivor(s) kept their process and model; resumed at step $(field step <<<"$line") with task $(field source <<<"$line")'s state, $(field took_s <<<"$line") s after they saw the failure"
+  else
+    say "  group re-formed with $1: every task was new; resumed at step $(field step <<<"$formed") from the checkpoint"
+  fi
 }
 
 if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
@@ -61,7 +72,7 @@ if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
   exit 0
 fi
 say "PyTorch job: 4 tasks, an MLP under DistributedDataParallel (gloo), in-place recovery"
-sed "s#\"python3\"#\"$PYTHON\"#; s#/app/runtime/python#$SRC/runtime/python#g;
+sed "s#\"python3\"#\"$PYTHON\"#; s#/app/runtime/python#$SRC/runtime/python#g; s#/ckpt/torch#$WORK/torch-checkpoints#;
      s#/app/lib/libphalanx_c.so#$BUILD/runtime/client/libphalanx_c.so#" \
   "$SRC/examples/trainingjob-torch.yaml" |
   sed "/PYTHONUNBUFFERED/a\\            - {name: GLOO_SOCKET_IFNAME, value: lo}" >"$WORK/trainingjob-torch.yaml"
@@ -90,7 +101,9 @@ say "  training went on meanwhile (step $(min_step)); the tasks reconnect to the
 wait_for 120 step_at_least 190
 victim=$(pod_of 1)
 node=$($KUBECTL get pod "$victim" -o jsonpath='{.spec.nodeName}')
-say "preempting node $node (task 1's; evicted after 5 s): checkpoint at an agreed step, move"
+hosted=$($KUBECTL get pods -l phalanx.dev/role=task --field-selector "spec.nodeName=$node,status.phase=Running" \
+  -o jsonpath='{range .items[*]}{.metadata.name}{" "}{end}' 2>/dev/null | grep -o "$JOB-task-[0-9]*" | sort -u | tr '\n' ' ')
+say "preempting node $node (running there: ${hosted:-?}; evicted after 5 s): checkpoint at an agreed step, leave, re-form"
 "$CLUSTER" admin preempt-node "$node" --grace-seconds 5 >/dev/null
 moved() { [[ "$(pod_of 1)" != "$victim" ]] && formed "$(pod_of 1)"; }
 wait_for 120 moved

@@ -69,14 +69,63 @@ import torch.distributed as dist
 from .errors import Aborted, Cancelled, DeadlineExceeded, Error, Unavailable
 from .torch_store import PhalanxStore
 
-__all__ = ["Manager", "ordered_allreduce_hook", "EXIT_SUPERSEDED", "EXIT_PREEMPTED"]
+__all__ = ["Manager", "CollectiveAborter", "ordered_allreduce_hook", "EXIT_SUPERSEDED",
+           "EXIT_PREEMPTED"]
 
 EXIT_SUPERSEDED = 3
 EXIT_PREEMPTED = 4
 
+_ABORTED_BY_PHALANX = "collective aborted by Phalanx"
 # Messages of torch's transport errors: a peer is gone or unreachable, not a bug in the step.
-_TRANSPORT_MARKERS = ("gloo/transport", "Connection closed", "Connection reset", "Connection refused",
-                      "Broken pipe", "Timed out", "timed out", "NCCL", "ProcessGroup", "Socket")
+_TRANSPORT_MARKERS = (_ABORTED_BY_PHALANX, "gloo/transport", "Connection closed",
+                      "Connection reset", "Connection refused", "Broken pipe", "Timed out",
+                      "timed out", "NCCL", "ProcessGroup", "Socket")
+
+
+class CollectiveAborter:
+    """The gradient collectives in flight on one process group, so that a peer's failure fails
+    them at once. A hung peer (SIGSTOP, a stuck kernel) keeps its sockets open, so gloo would wait
+    for it until the group's timeout, or until the operator kills it after its grace period; the
+    coordinator's heartbeat timeout tells sooner, and :meth:`abort` then fails the future DDP's
+    backward waits on. The abandoned collective stays queued in the group until the hung peer is
+    gone; :meth:`stuck` names it so the group is kept (not destroyed, which would wait for it)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pending = set()
+        self._works = []
+        self._aborted = None
+
+    def track(self, future, work):
+        with self._lock:
+            self._works = [w for w in self._works if not w.is_completed()] + [work]
+            if self._aborted is None:
+                self._pending.add(future)
+                return
+            reason = self._aborted
+        future.set_exception(RuntimeError(reason))
+
+    def finish(self, future, value=None, error=None):
+        with self._lock:
+            if future not in self._pending:
+                return  # aborted already
+            self._pending.discard(future)
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+
+    def abort(self, reason):
+        with self._lock:
+            if self._aborted is None:
+                self._aborted = reason
+            pending, self._pending = self._pending, set()
+        for future in pending:
+            future.set_exception(RuntimeError(reason))
+
+    def stuck(self):
+        with self._lock:
+            return [w for w in self._works if not w.is_completed()]
 
 
 def ordered_allreduce_hook(state, bucket):
@@ -85,11 +134,12 @@ def ordered_allreduce_hook(state, bucket):
     all-reduce sums each element in an order that depends on where it sits in the bucket, and a
     re-created DDP (after a re-formation) lays its first buckets out differently from one that
     has run (it rebuilds them in gradient-ready order), so the last bits of a resumed run would
-    drift from an undisturbed one. Costs world-size/2 times the traffic of a ring all-reduce."""
+    drift from an undisturbed one. Costs world-size/2 times the traffic of a ring all-reduce.
+    ``state``: None, or a :class:`CollectiveAborter` that can fail the collective early."""
     tensor = bucket.buffer()
     world = dist.get_world_size()
     gathered = [torch.empty_like(tensor) for _ in range(world)]
-    future = dist.all_gather(gathered, tensor, async_op=True).get_future()
+    work = dist.all_gather(gathered, tensor, async_op=True)
 
     def reduce(done):
         # torch runs the callback even when the all-gather failed (a peer died), and DDP then
@@ -99,7 +149,19 @@ def ordered_allreduce_hook(state, bucket):
         for other in gathered[1:]:
             total.add_(other)
         return total.div_(world)
-    return future.then(reduce)
+
+    if state is None:
+        return work.get_future().then(reduce)
+    result = torch.futures.Future()
+    state.track(result, work)
+
+    def complete(done):
+        try:
+            state.finish(result, value=reduce(done))
+        except Exception as e:  # noqa: BLE001 - handed to DDP's backward
+            state.finish(result, error=e)
+    work.get_future().then(complete)
+    return result
 
 
 def _default_event(manager, kind, fields):
@@ -163,6 +225,9 @@ class Manager:
         self._changes = 0         # peer changes seen (failures, new incarnations)
         self._coordinator_restarts = 0
         self._leaving_round = None
+        self._aborter = None      # the current group's collectives (deterministic DDP only)
+        self._members = {}        # task id -> incarnation in the current group
+        self._graveyard = []      # (group, collectives) kept until a hung peer's work ends
         client.on_peer_change(self._peer_changed)
         client.on_preemption(self._preemption)
         client.on_reconnect(self._reconnected)
@@ -191,6 +256,16 @@ class Manager:
         with self._cond:
             self._changes += 1
             self._cond.notify_all()
+            aborter, members = self._aborter, self._members
+        # A member of the current group failed or was replaced: fail its collectives now.
+        member = members.get(peer.task_id)
+        if aborter is None or member is None:
+            return
+        failed = peer.state_name == "FAILED" and peer.incarnation == member
+        if failed or peer.incarnation > member:
+            aborter.abort("%s: peer task %d (incarnation %d) %s: %s" % (
+                _ABORTED_BY_PHALANX, peer.task_id, member,
+                "failed" if failed else "was replaced", peer.reason))
 
     def _preemption(self, round_):
         affected = round_.affected_tasks
@@ -389,6 +464,9 @@ class Manager:
                                 world_size=self.world_size,
                                 timeout=datetime.timedelta(seconds=self._collective_timeout))
         self.group = dist.group.WORLD
+        with self._cond:
+            self._members = {t: int(i) for t, i in enumerate(epoch.split("."))}
+            self._aborter = CollectiveAborter()
 
     def _restore(self, source, step, from_disk):
         if self.rank == source:
@@ -415,7 +493,7 @@ class Manager:
             self.model = torch.nn.parallel.DistributedDataParallel(self._module,
                                                                    **self._ddp_kwargs)
             if self._deterministic:
-                self.model.register_comm_hook(None, ordered_allreduce_hook)
+                self.model.register_comm_hook(self._aborter, ordered_allreduce_hook)
         else:
             self.model = self._module
 
@@ -423,9 +501,18 @@ class Manager:
         """Drops DDP and the process group; the module and optimizer stay."""
         self.model = None
         self.group = None
+        with self._cond:
+            aborter, self._aborter, self._members = self._aborter, None, {}
         gc.collect()  # DDP's reducer holds the group: let it go before destroying the group
         if dist.is_initialized():
+            stuck = aborter.stuck() if aborter is not None else []
+            if stuck:
+                # Destroying a group waits for its queued collectives, which wait for the hung
+                # peer: keep the group alive until they end (the peer is killed, or the timeout).
+                self._graveyard.append((dist.distributed_c10d._get_default_group(), stuck))
             dist.destroy_process_group()
+        self._graveyard = [(g, works) for g, works in self._graveyard
+                           if not all(w.is_completed() for w in works)]
 
     # -- checkpoints --------------------------------------------------------------------------
 

@@ -100,11 +100,12 @@ class CoordinatorRestartTest(unittest.TestCase):
                 for proc in procs:
                     harness.stop(proc)
 
-    def test_the_quick_start_loop_in_docs_python_md_survives_a_restart(self):
-        # The loop users copy: run it as written, with stand-ins for the training functions.
+    def quick_start(self, work, task, incarnation=0):
+        """The loop users copy from docs/python.md, run as written with stand-ins for the
+        training functions, as ``task``."""
         with open(os.path.join(harness.REPO, "docs", "python.md")) as f:
             doc = f.read()
-        quick_start = doc.split("## Quick start", 1)[1].split("```python\n", 1)[1].split("```")[0]
+        loop = doc.split("## Quick start", 1)[1].split("```python\n", 1)[1].split("```")[0]
         stand_ins = ("import sys, time\nsteps = 40\n"
                      "def newest_checkpoint(): return 0\n"
                      "def save_checkpoint(step): pass\n"
@@ -112,24 +113,46 @@ class CoordinatorRestartTest(unittest.TestCase):
                      "def train_step(step):\n"
                      "    time.sleep(0.02)\n"
                      "    print('STEP %d' % step, flush=True)\n")
+        script = os.path.join(work, "quick_start.py")
+        with open(script, "w") as f:
+            f.write(stand_ins + loop + "print('DONE', flush=True)\n")
         env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
         env.update(PHALANX_LIBRARY=harness.LIBRARY, PYTHONPATH=harness.PYTHON_DIR)
+        return subprocess.Popen([sys.executable, "-u", script],
+                                env=dict(env, **self.coordinator.env(task, incarnation)),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def finish_all(self, procs):
+        for proc in procs:
+            out, _ = proc.communicate(timeout=120)  # its barriers' timeout is 300 s
+            self.assertEqual(proc.returncode, 0, out)
+            self.assertIn(b"DONE", out)
+
+    def test_the_quick_start_loop_in_docs_python_md_survives_a_restart(self):
         with tempfile.TemporaryDirectory() as work:
-            script = os.path.join(work, "quick_start.py")
-            with open(script, "w") as f:
-                f.write(stand_ins + quick_start + "print('DONE', flush=True)\n")
-            procs = [subprocess.Popen([sys.executable, "-u", script],
-                                      env=dict(env, **self.coordinator.env(task)),
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-                     for task in range(2)]
+            procs = [self.quick_start(work, task) for task in range(2)]
             try:
                 for proc in procs:
                     self.assertIsNotNone(harness.read_line(proc, "STEP 10", TIMEOUT))
                 self.coordinator.restart(downtime=1.0)
+                self.finish_all(procs)
+            finally:
                 for proc in procs:
-                    out, _ = proc.communicate(timeout=120)
-                    self.assertEqual(proc.returncode, 0, out)
-                    self.assertIn(b"DONE", out)
+                    harness.stop(proc)
+
+    def test_the_quick_start_loop_goes_straight_to_recovery_when_a_peer_is_killed(self):
+        # Fail fast: the survivor's step barrier ends when the peer dies (its 300 s timeout
+        # would outlast the 120 s this test waits), it agrees with the replacement and finishes.
+        with tempfile.TemporaryDirectory() as work:
+            procs = [self.quick_start(work, task) for task in range(2)]
+            try:
+                for proc in procs:
+                    self.assertIsNotNone(harness.read_line(proc, "STEP 10", TIMEOUT))
+                procs[1].kill()
+                procs[1].wait(10)
+                procs[1].stdout.close()
+                procs[1] = self.quick_start(work, 1, incarnation=1)  # what the operator does
+                self.finish_all(procs)
             finally:
                 for proc in procs:
                     harness.stop(proc)

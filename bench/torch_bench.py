@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""make bench → build/bench/torch.json (issue 14): Phalanx's in-place recovery against torchrun
+(torch elastic, c10d rendezvous, --max-restarts) on the same model, data, step time and world size
+(4 gloo ranks on this machine), one rank SIGKILLed mid-run; and the c10d Store API driven the
+same way against PhalanxStore and torch's TCPStore.
+
+Keys: recover_s.phalanx / .torchrun (the kill → every rank stepping again at full size),
+lost_s.phalanx / .torchrun (wall time lost against the same launcher's undisturbed run),
+steps_lost.phalanx / .torchrun (steps done before the kill that were done again),
+store_ops_per_s.phalanx / .tcpstore (set, get and add from 4 client processes at once).
+Run with the interpreter that imports torch (Debian's /usr/bin/python3)."""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "runtime", "python", "tests"))
+sys.path.insert(0, os.path.join(REPO, "runtime", "python"))
+
+TRAIN = os.path.join(REPO, "runtime", "python", "examples", "torch_train.py")
+TORCHRUN_WORKER = os.path.join(HERE, "torchrun_worker.py")
+
+
+def first_full_step_after(events, ranks, after_ms):
+    """When every rank had reported a step after ``after_ms`` (ms), or None."""
+    firsts = {}
+    for e in events:
+        if e.get("kind") == "step" and int(e["t_ms"]) > after_ms and e["task"] not in firsts:
+            firsts[e["task"]] = int(e["t_ms"])
+    return max(firsts.values()) if len(firsts) == ranks else None
+
+
+def max_step_before(events, ms):
+    return max((int(e["step"]) for e in events
+                if e.get("kind") == "step" and int(e["t_ms"]) <= ms), default=0)
+
+
+# -- Phalanx: plain processes under a supervisor that restarts a dead rank ----------------------
+
+def phalanx_run(args, kill):
+    import harness
+    import rank_supervisor
+    os.environ.setdefault("PHALANX_BUILD_DIR", args.build)
+    coordinator = harness.Coordinator(num_tasks=args.ranks, job="bench", heartbeat_timeout="2s")
+    try:
+        started = time.monotonic()
+        ranks = rank_supervisor.RankSupervisor(
+            coordinator, [TRAIN, "--steps=%d" % args.steps, "--step_time=%g" % args.step_time],
+            args.ranks)
+        try:
+            kill_ms = None
+            if kill:
+                ranks.wait_for(lambda ev, ex: ranks.min_step() >= args.kill_at, 300)
+                kill_ms = int(time.time() * 1000)
+                ranks.signal(2, signal.SIGKILL)
+            if not ranks.wait_for(lambda ev, ex: len(ranks.finals()) == args.ranks, 600):
+                raise RuntimeError("the Phalanx job did not finish; logs in " + coordinator.dir)
+            wall = time.monotonic() - started
+            result = {"wall_s": wall}
+            if kill:
+                events = list(ranks.events)
+                resumed = [int(e["step"]) for e in events
+                           if e["kind"] == "recovered" and int(e["t_ms"]) > kill_ms]
+                back = first_full_step_after(events, args.ranks,
+                                             max(int(e["t_ms"]) for e in events
+                                                 if e["kind"] in ("recovered", "formed")))
+                result["recover_s"] = (back - kill_ms) / 1000.0
+                result["steps_lost"] = max(0, max_step_before(events, kill_ms) - min(resumed))
+            return result
+        finally:
+            ranks.close()
+    finally:
+        coordinator.close()
+
+
+# -- torchrun: torch elastic's launcher API (Debian's torchrun command fails on Python 3.11) -----
+
+LAUNCH = """
+import sys
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+from torch.distributed.elastic.multiprocessing import Std
+config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=%(ranks)d, run_id="bench",
+                      rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:%(port)d",
+                      max_restarts=3, monitor_interval=0.1, redirects=Std.NONE, tee=Std.NONE)
+elastic_launch(config, entrypoint=sys.executable)("-u", %(worker)r, *%(argv)r)
+"""
+
+
+def torchrun_run(args, kill):
+    import rank_supervisor
+    work = tempfile.mkdtemp(prefix="phalanx-bench-torchrun-")
+    try:
+        argv = ["--steps=%d" % args.steps, "--step_time=%g" % args.step_time,
+                "--checkpoint_dir=" + work, "--checkpoint_every=%d" % args.checkpoint_every,
+                "--kill_at=%d" % (args.kill_at if kill else -1)]
+        code = LAUNCH % {"ranks": args.ranks, "port": free_port(), "worker": TORCHRUN_WORKER,
+                         "argv": argv}
+        env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
+                   PYTHONPATH=os.path.join(REPO, "runtime", "python"))
+        started = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                stderr=open(os.path.join(work, "launcher.log"), "wb"))
+        events = []
+        for raw in proc.stdout:
+            fields = rank_supervisor.parse_event(raw.decode("utf-8", "replace").strip())
+            if fields:
+                events.append(fields)
+        if proc.wait(600) != 0:
+            raise RuntimeError("torchrun's launcher failed; see %s/launcher.log" % work)
+        wall = time.monotonic() - started
+        result = {"wall_s": wall}
+        if kill:
+            kill_ms = min(int(e["t_ms"]) for e in events if e["kind"] == "killed")
+            formed = [e for e in events if e["kind"] == "formed" and int(e["t_ms"]) > kill_ms]
+            back = first_full_step_after(events, args.ranks,
+                                         max(int(e["t_ms"]) for e in formed))
+            result["recover_s"] = (back - kill_ms) / 1000.0
+            result["steps_lost"] = max(0, max_step_before(events, kill_ms)
+                                       - min(int(e["step"]) for e in formed))
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- the Store API: set, get, add from several client processes at once ----------------------
+
+STORE_CLIENT = """
+import datetime, sys, time
+sys.path.insert(0, %(python_dir)r)
+import torch.distributed as dist
+kind, ops, me = %(kind)r, %(ops)d, int(sys.argv[1])
+if kind == "tcpstore":
+    store = dist.TCPStore("127.0.0.1", %(port)d, is_master=False,
+                          timeout=datetime.timedelta(seconds=60))
+else:
+    import phalanx
+    from phalanx.torch_store import PhalanxStore
+    store = PhalanxStore(phalanx.init(timeout=60), prefix="bench", timeout=60)
+print("ready", flush=True)
+sys.stdin.readline()
+started = time.monotonic()
+for i in range(ops):
+    key = "k%%d/%%d" %% (me, i)
+    store.set(key, b"v" * 32)
+    store.get(key)
+    store.add("counter/%%d" %% me, 1)
+print("done %%.6f" %% (time.monotonic() - started), flush=True)
+"""
+
+
+def store_ops_per_s(args, kind):
+    import harness
+    coordinator = server = None
+    procs = []
+    try:
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "runtime", "python"))
+        port = free_port()
+        if kind == "tcpstore":
+            import torch.distributed as dist
+            server = dist.TCPStore("127.0.0.1", port, is_master=True,
+                                   timeout=datetime.timedelta(seconds=60))
+        else:
+            coordinator = harness.Coordinator(num_tasks=args.store_clients, job="storebench")
+        code = STORE_CLIENT % {"python_dir": os.path.join(REPO, "runtime", "python"),
+                               "kind": kind, "ops": args.store_ops, "port": port}
+        for me in range(args.store_clients):
+            client_env = dict(env, **(coordinator.env(me) if coordinator else {}))
+            procs.append(subprocess.Popen([sys.executable, "-c", code, str(me)], env=client_env,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+        for p in procs:
+            if p.stdout.readline().strip() != b"ready":
+                raise RuntimeError("a %s store client did not start" % kind)
+        started = time.monotonic()
+        for p in procs:  # every client starts its loop at once
+            p.stdin.write(b"go\n")
+            p.stdin.flush()
+        for p in procs:
+            line = p.stdout.readline().decode()
+            if not line.startswith("done"):
+                raise RuntimeError("a %s store client failed" % kind)
+        wall = time.monotonic() - started
+        return 3 * args.store_ops * args.store_clients / wall
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+        if coordinator:
+            coordinator.close()
+        del server
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--build", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--step_time", type=float, default=0.05)
+    p.add_argument("--kill_at", type=int, default=65)
+    p.add_argument("--checkpoint_every", type=int, default=10,
+                   help="torchrun's snapshot interval (Phalanx needs none to recover)")
+    p.add_argument("--store_ops", type=int, default=500, help="set+get+add rounds per client")
+    p.add_argument("--store_clients", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=3, help="store runs (median)")
+    args = p.parse_args()
+    os.environ["PHALANX_BUILD_DIR"] = os.path.abspath(args.build)
+    os.environ.setdefault("PHALANX_LIBRARY",
+                          os.path.join(args.build, "runtime", "client", "libphalanx_c.so"))
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        print("torch bench skipped: %s cannot import torch (%s); make deps installs "
+              "python3-torch for /usr/bin/python3" % (sys.executable, e))
+        return 0
+
+    def say(text):
+        print("torch bench: " + text, flush=True)
+
+    say("Phalanx, undisturbed (%d ranks, %d steps of %g s)" % (args.ranks, args.steps,
+                                                                args.step_time))
+    ph0 = phalanx_run(args, kill=False)
+    say("Phalanx, rank 2 SIGKILLed at step %d" % args.kill_at)
+    ph1 = phalanx_run(args, kill=True)
+    say("torchrun (elastic_launch, c10d, max_restarts=3), undisturbed")
+    tr0 = torchrun_run(args, kill=False)
+    say("torchrun, rank 2 SIGKILLed at step %d" % args.kill_at)
+    tr1 = torchrun_run(args, kill=True)
+    say("c10d Store API: PhalanxStore and TCPStore")
+    ops_phalanx = median([store_ops_per_s(args, "phalanx") for _ in range(args.repeats)])
+    ops_tcp = median([store_ops_per_s(args, "tcpstore") for _ in range(args.repeats)])
+    result = {
+        "recover_s.phalanx": round(ph1["recover_s"], 3),
+        "recover_s.torchrun": round(tr1["recover_s"], 3),
+        "lost_s.phalanx": round(ph1["wall_s"] - ph0["wall_s"], 3),
+        "lost_s.torchrun": round(tr1["wall_s"] - tr0["wall_s"], 3),
+        "steps_lost.phalanx": ph1["steps_lost"],
+        "steps_lost.torchrun": tr1["steps_lost"],
+        "steps_lost": ph1["steps_lost"],
+        "store_ops_per_s.phalanx": round(ops_phalanx),
+        "store_ops_per_s.tcpstore": round(ops_tcp),
+        "config": {"ranks": args.ranks, "steps": args.steps, "step_time_s": args.step_time,
+                   "kill_at": args.kill_at, "torchrun_checkpoint_every": args.checkpoint_every,
+                   "store_clients": args.store_clients, "store_ops_per_client": 3 * args.store_ops,
+                   "cores": os.cpu_count()},
+    }
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    print("%-28s %12s %12s" % ("", "Phalanx", "torchrun"))
+    for key in ("recover_s", "lost_s", "steps_lost"):
+        print("%-28s %12s %12s" % (key, result[key + ".phalanx"], result[key + ".torchrun"]))
+    print("%-28s %12s %12s" % ("store_ops_per_s (TCPStore)", result["store_ops_per_s.phalanx"],
+                               result["store_ops_per_s.tcpstore"]))
+    print("wrote " + args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
