@@ -150,7 +150,8 @@ def main(argv=None):
             time.sleep(args.step_time)
 
     manager.run(train_step, args.steps)
-    event(me, "final", steps=manager.step, params_sha256=params_sha256(model))
+    if manager.step == args.steps:  # not a replacement that started after the others finished
+        event(me, "final", steps=manager.step, params_sha256=params_sha256(model))
     manager.shutdown()
     return 0
 

@@ -55,6 +55,7 @@ re-raised, unless a peer failure was seen within ``failure_grace`` seconds.
 Needs ``torch`` (imported here, not by ``phalanx``).
 """
 
+import ctypes
 import datetime
 import gc
 import io
@@ -164,6 +165,16 @@ def ordered_allreduce_hook(state, bucket):
     return result
 
 
+def _leak(obj):
+    """Keeps ``obj`` alive until the process ends, even through interpreter shutdown (whose
+    collection of a process group would run its destructor)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+    _LEAKED.append(obj)
+
+
+_LEAKED = []
+
+
 def _default_event(manager, kind, fields):
     text = " ".join("%s=%s" % (k, v) for k, v in fields.items())
     sys.stderr.write("phalanx.torch: task=%d inc=%d %s %s\n" % (
@@ -227,7 +238,6 @@ class Manager:
         self._leaving_round = None
         self._aborter = None      # the current group's collectives (deterministic DDP only)
         self._members = {}        # task id -> incarnation in the current group
-        self._graveyard = []      # (group, collectives) kept until a hung peer's work ends
         client.on_peer_change(self._peer_changed)
         client.on_preemption(self._preemption)
         client.on_reconnect(self._reconnected)
@@ -508,11 +518,11 @@ class Manager:
             stuck = aborter.stuck() if aborter is not None else []
             if stuck:
                 # Destroying a group waits for its queued collectives, which wait for the hung
-                # peer: keep the group alive until they end (the peer is killed, or the timeout).
-                self._graveyard.append((dist.distributed_c10d._get_default_group(), stuck))
+                # peer; and once they failed, gloo's destructor rethrows their error from a
+                # background thread, which terminates the process. So the group is never
+                # destroyed: a few sockets and threads per hang, for the process's life.
+                _leak(dist.distributed_c10d._get_default_group())
             dist.destroy_process_group()
-        self._graveyard = [(g, works) for g, works in self._graveyard
-                           if not all(w.is_completed() for w in works)]
 
     # -- checkpoints --------------------------------------------------------------------------
 

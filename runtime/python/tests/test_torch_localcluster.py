@@ -109,21 +109,24 @@ class TorchLocalClusterTest(LocalClusterCase):
 
         self.assertTrue(harness.eventually(lambda: self.phase() == "Succeeded", TIMEOUT, 0.5),
                         "job did not succeed: %s" % json.dumps(self.job()))
+        status = self.job()["status"]
         reference = subprocess.run(
             [sys.executable, TRAIN, "--reference=%d" % RANKS] + ARGS,
             env=dict(os.environ, PYTHONPATH=harness.PYTHON_DIR), capture_output=True,
             timeout=TIMEOUT, check=True).stdout.decode().strip().splitlines()[-1]
         expected = self.field(reference, "params_sha256")
         for task in range(RANKS):
+            # The task's pod that trained to the end (a later one would have found it done).
             final = self.events(self.pod(task), "final")
             self.assertTrue(final, self.log(self.pod(task)))
             self.assertEqual(self.field(final[-1], "params_sha256"), expected,
                              "task %d ended elsewhere than the undisturbed run" % task)
+        # Every task's last pod succeeded: no crash at exit brought one back.
+        self.assertEqual(status.get("restarts"), 2, status)  # the kill and the hang
         # In place: some survivor recovered without a restart (its incarnation-0 pod).
         survivors = [t for t in range(RANKS)
                      if self.events("%s-task-%d-0" % (self.JOB, t), "recovered")]
         self.assertTrue(survivors, "no task recovered in place")
-        status = self.job()["status"]
         self.assertGreaterEqual(status.get("preemptions", 0), 1, status)
         self.assertGreaterEqual(status.get("coordinator", {}).get("restarts", 0), 1, status)
         sys.stderr.write("job status: %s\n" % json.dumps(status))
