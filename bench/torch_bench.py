@@ -39,6 +39,14 @@ def first_full_step_after(events, ranks, after_ms):
     return max(firsts.values()) if len(firsts) == ranks else None
 
 
+def training_span(events):
+    """Seconds from the first group formed to the last rank's final step: what a failure
+    lengthens (process start-up before it is the same in every run and is left out)."""
+    start = min(int(e["t_ms"]) for e in events if e.get("kind") == "formed")
+    end = max(int(e["t_ms"]) for e in events if e.get("kind") == "final")
+    return (end - start) / 1000.0
+
+
 def max_step_before(events, ms):
     return max((int(e["step"]) for e in events
                 if e.get("kind") == "step" and int(e["t_ms"]) <= ms), default=0)
@@ -52,7 +60,6 @@ def phalanx_run(args, kill):
     os.environ.setdefault("PHALANX_BUILD_DIR", args.build)
     coordinator = harness.Coordinator(num_tasks=args.ranks, job="bench", heartbeat_timeout="2s")
     try:
-        started = time.monotonic()
         ranks = rank_supervisor.RankSupervisor(
             coordinator, [TRAIN, "--steps=%d" % args.steps, "--step_time=%g" % args.step_time],
             args.ranks)
@@ -64,10 +71,9 @@ def phalanx_run(args, kill):
                 ranks.signal(2, signal.SIGKILL)
             if not ranks.wait_for(lambda ev, ex: len(ranks.finals()) == args.ranks, 600):
                 raise RuntimeError("the Phalanx job did not finish; logs in " + coordinator.dir)
-            wall = time.monotonic() - started
-            result = {"wall_s": wall}
+            events = list(ranks.events)
+            result = {"wall_s": training_span(events)}
             if kill:
-                events = list(ranks.events)
                 resumed = [int(e["step"]) for e in events
                            if e["kind"] == "recovered" and int(e["t_ms"]) > kill_ms]
                 back = first_full_step_after(events, args.ranks,
@@ -106,7 +112,6 @@ def torchrun_run(args, kill):
                          "argv": argv}
         env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
                    PYTHONPATH=os.path.join(REPO, "runtime", "python"))
-        started = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
                                 stderr=open(os.path.join(work, "launcher.log"), "wb"))
         events = []
@@ -116,8 +121,7 @@ def torchrun_run(args, kill):
                 events.append(fields)
         if proc.wait(600) != 0:
             raise RuntimeError("torchrun's launcher failed; see %s/launcher.log" % work)
-        wall = time.monotonic() - started
-        result = {"wall_s": wall}
+        result = {"wall_s": training_span(events)}
         if kill:
             kill_ms = min(int(e["t_ms"]) for e in events if e["kind"] == "killed")
             formed = [e for e in events if e["kind"] == "formed" and int(e["t_ms"]) > kill_ms]
@@ -223,7 +227,7 @@ def main():
                    help="torchrun's snapshot interval (Phalanx needs none to recover)")
     p.add_argument("--store_ops", type=int, default=500, help="set+get+add rounds per client")
     p.add_argument("--store_clients", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=3, help="store runs (median)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each kind (medians)")
     args = p.parse_args()
     os.environ["PHALANX_BUILD_DIR"] = os.path.abspath(args.build)
     os.environ.setdefault("PHALANX_LIBRARY",
@@ -238,15 +242,23 @@ def main():
     def say(text):
         print("torch bench: " + text, flush=True)
 
-    say("Phalanx, undisturbed (%d ranks, %d steps of %g s)" % (args.ranks, args.steps,
-                                                                args.step_time))
-    ph0 = phalanx_run(args, kill=False)
-    say("Phalanx, rank 2 SIGKILLed at step %d" % args.kill_at)
-    ph1 = phalanx_run(args, kill=True)
-    say("torchrun (elastic_launch, c10d, max_restarts=3), undisturbed")
-    tr0 = torchrun_run(args, kill=False)
-    say("torchrun, rank 2 SIGKILLed at step %d" % args.kill_at)
-    tr1 = torchrun_run(args, kill=True)
+    say("Phalanx in place and torchrun (elastic_launch, c10d, max_restarts=3), %d ranks, %d "
+        "steps of %g s, undisturbed and with rank 2 SIGKILLed at step %d"
+        % (args.ranks, args.steps, args.step_time, args.kill_at))
+    runs = {"ph0": [], "ph1": [], "tr0": [], "tr1": []}
+    for i in range(args.repeats):
+        say("run %d of %d" % (i + 1, args.repeats))
+        runs["ph0"].append(phalanx_run(args, kill=False))
+        runs["ph1"].append(phalanx_run(args, kill=True))
+        runs["tr0"].append(torchrun_run(args, kill=False))
+        runs["tr1"].append(torchrun_run(args, kill=True))
+
+    def med(run, key):
+        return median([r[key] for r in runs[run]])
+    ph0 = {"wall_s": med("ph0", "wall_s")}
+    tr0 = {"wall_s": med("tr0", "wall_s")}
+    ph1 = {k: med("ph1", k) for k in ("wall_s", "recover_s", "steps_lost")}
+    tr1 = {k: med("tr1", k) for k in ("wall_s", "recover_s", "steps_lost")}
     say("c10d Store API: PhalanxStore and TCPStore")
     ops_phalanx = median([store_ops_per_s(args, "phalanx") for _ in range(args.repeats)])
     ops_tcp = median([store_ops_per_s(args, "tcpstore") for _ in range(args.repeats)])
@@ -263,6 +275,8 @@ def main():
         "config": {"ranks": args.ranks, "steps": args.steps, "step_time_s": args.step_time,
                    "kill_at": args.kill_at, "torchrun_checkpoint_every": args.checkpoint_every,
                    "store_clients": args.store_clients, "store_ops_per_client": 3 * args.store_ops,
+                   "repeats": args.repeats, "undisturbed_s.phalanx": round(ph0["wall_s"], 3),
+                   "undisturbed_s.torchrun": round(tr0["wall_s"], 3),
                    "cores": os.cpu_count()},
     }
     with open(args.out, "w") as f:
