@@ -25,8 +25,7 @@ export KUBECONFIG="$WORK/kubeconfig"
 START=$(date +%s.%N)
 PIDS=()
 
-calc() { awk "BEGIN { printf \"$1\", $2 }"; }
-say() { printf '[%6.2fs] %s\n' "$(calc %.2f "$(date +%s.%N) - $START")" "$*"; }
+source "$SRC/scripts/demo_lib.sh"
 cleanup() {
   if [[ $KEEP == 1 ]]; then
     echo
@@ -38,15 +37,6 @@ cleanup() {
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
-# Waits up to $1 seconds for the command after it to succeed.
-wait_for() {
-  local limit=$1; shift
-  local deadline=$(( $(date +%s) + limit ))
-  until "$@" >/dev/null 2>&1; do
-    if (( $(date +%s) > deadline )); then echo "demo: timed out waiting for: $*" >&2; return 1; fi
-    sleep 0.2
-  done
-}
 job_field() { $KUBECTL get tj sample -o "jsonpath={$1}" 2>/dev/null; }
 phase_is() { [[ "$(job_field .status.phase)" == "$1" ]]; }
 

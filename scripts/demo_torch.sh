@@ -18,16 +18,7 @@ JOB=torch
 START=${DEMO_START:-$(date +%s.%N)}
 STEPS=300
 
-calc() { awk "BEGIN { printf \"$1\", $2 }"; }
-say() { printf '[%6.2fs] %s\n' "$(calc %.2f "$(date +%s.%N) - $START")" "$*"; }
-wait_for() {
-  local limit=$1; shift
-  local deadline=$(( $(date +%s) + limit ))
-  until "$@" >/dev/null 2>&1; do
-    if (( $(date +%s) > deadline )); then echo "demo: timed out waiting for: $*" >&2; return 1; fi
-    sleep 0.2
-  done
-}
+source "$SRC/scripts/demo_lib.sh"
 phase() { $KUBECTL get tj $JOB -o 'jsonpath={.status.phase}' 2>/dev/null; }
 # The newest pod of task $1 that has a log: <job>-task-<i>-<incarnation>.
 pod_of() {

@@ -74,8 +74,8 @@ class BarrierTable {
   void FailParticipant(int task_id, const absl::Status& why, absl::Time now, Completions& out);
   // `task` arrived at `id` while a participant is failed (`why` names it): the barrier fails
   // for everyone now, unless it has finished already (then `done` gets that result).
-  void FailNow(const std::string& id, const absl::Status& why, absl::Time now,
-               StatusCallback done, Completions& out);
+  void FailNow(const std::string& id, const absl::Status& why, absl::Time now, StatusCallback done,
+               Completions& out);
   void Expire(absl::Time now, const DescribeTask& describe, Completions& out);
   void FailAll(const absl::Status& why, Completions& out);
   // Drops the remembered result of `id` if it failed, so the id can be used again (the

@@ -230,8 +230,8 @@ void KvStore::FailTaskWaits(const absl::Status& why, Completions& out) {
       continue;
     }
     out.Add([done = std::move(it->second.done),
-             status = absl::Status(why.code(), absl::StrCat("get of key '", it->first,
-                                                            "' failed: ", why.message()))]() mutable {
+             status = absl::Status(why.code(), absl::StrCat("get of key '", it->first, "' failed: ",
+                                                            why.message()))]() mutable {
       std::move(done)(status);
     });
     it = waiters_.erase(it);

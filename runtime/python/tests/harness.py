@@ -3,6 +3,7 @@
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -13,6 +14,17 @@ PYTHON_DIR = os.path.join(REPO, "runtime", "python")
 LIBRARY = os.environ.get("PHALANX_LIBRARY") or os.path.join(BUILD, "runtime", "client",
                                                             "libphalanx_c.so")
 os.environ.setdefault("PHALANX_LIBRARY", LIBRARY)
+
+
+def require_torch():
+    """Imports torch, or exits 77 (CTest: skipped) saying why: Debian's python3-torch installs
+    for /usr/bin/python3 only."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        print("SKIP: torch is not importable by %s (%s); Debian's python3-torch provides it for "
+              "/usr/bin/python3" % (sys.executable, e))
+        sys.exit(77)
 
 
 def eventually(predicate, timeout, interval=0.05):

@@ -130,6 +130,25 @@ class LocalClusterCase(unittest.TestCase):
         m = re.search(r" %s=(\S+)" % re.escape(name), line)
         return m.group(1) if m else None
 
+    def apply_python_job(self, replicas, argv, max_restarts, extra_env=(), spec=None):
+        """Applies TrainingJob ``JOB``: ``replicas`` tasks running ``argv`` with this build's
+        Python package and library (restartScope Task, a 1-2 s back-off); ``spec`` adds fields."""
+        env = [{"name": "PHALANX_LIBRARY", "value": harness.LIBRARY},
+               {"name": "PYTHONPATH", "value": harness.PYTHON_DIR},
+               {"name": "PYTHONUNBUFFERED", "value": "1"}] + list(extra_env)
+        job_spec = {
+            "replicas": replicas,
+            "failurePolicy": {"maxRestarts": max_restarts, "restartScope": "Task",
+                              "backoff": {"baseSeconds": 1, "maxSeconds": 2}},
+            "template": {"spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "trainer", "image": "python:3", "command": argv[:1],
+                                "args": argv[1:], "env": env}]}}}
+        job_spec.update(spec or {})
+        job = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob",
+               "metadata": {"name": self.JOB, "namespace": "default"}, "spec": job_spec}
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(job).encode())
+
     def admin(self, *args):
         """``phalanx-localcluster admin ARGS`` (kill-pod, stop-pod, preempt-node, ...)."""
         subprocess.run([CLUSTER, "admin", "--kubeconfig", self.kubeconfig] + list(args),

@@ -28,25 +28,10 @@ class LocalClusterE2eTest(LocalClusterCase):
     NODES = 2
 
     def create_job(self):
-        env = [{"name": "PHALANX_LIBRARY", "value": harness.LIBRARY},
-               {"name": "PYTHONPATH", "value": harness.PYTHON_DIR},
-               {"name": "PYTHONUNBUFFERED", "value": "1"}]
-        job = {
-            "apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"name": JOB, "namespace": "default"},
-            "spec": {
-                "replicas": 2,
-                "failurePolicy": {"maxRestarts": 3, "restartScope": "Task",
-                                  "backoff": {"baseSeconds": 1, "maxSeconds": 2}},
-                "template": {"spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{
-                        "name": "trainer", "image": "python:3",
-                        "command": [sys.executable, EXAMPLE],
-                        "args": ["--steps=150", "--step_time=0.04", "--checkpoint_every=10",
-                                 "--checkpoint_dir=" + os.path.join(self.dir, "ckpt")],
-                        "env": env}]}}}}
-        self.kubectl("apply", "-f", "-", stdin=json.dumps(job).encode())
+        self.apply_python_job(2, [sys.executable, EXAMPLE, "--steps=150", "--step_time=0.04",
+                                  "--checkpoint_every=10",
+                                  "--checkpoint_dir=" + os.path.join(self.dir, "ckpt")],
+                              max_restarts=3)
 
     def test_killed_python_task_resumes_from_its_checkpoint_and_the_job_succeeds(self):
         self.create_job()

@@ -20,12 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from localcluster_case import KUBECTL, LocalClusterCase  # noqa: E402
 
-try:
-    import torch  # noqa: F401
-except ImportError as e:
-    print("SKIP: torch is not importable by %s (%s); Debian's python3-torch provides it for "
-          "/usr/bin/python3" % (sys.executable, e))
-    sys.exit(77)
+harness.require_torch()
 
 TRAIN = os.path.join(harness.PYTHON_DIR, "examples", "torch_train.py")
 RANKS = 4
@@ -39,26 +34,11 @@ class TorchLocalClusterTest(LocalClusterCase):
     NODES = 3
 
     def create_job(self):
-        env = [{"name": "PHALANX_LIBRARY", "value": harness.LIBRARY},
-               {"name": "PYTHONPATH", "value": harness.PYTHON_DIR},
-               {"name": "PYTHONUNBUFFERED", "value": "1"},
-               {"name": "GLOO_SOCKET_IFNAME", "value": "lo"}]
-        job = {
-            "apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"name": self.JOB, "namespace": "default"},
-            "spec": {
-                "replicas": RANKS,
-                "coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 2},
-                "failurePolicy": {"maxRestarts": 10, "restartScope": "Task",
-                                  "backoff": {"baseSeconds": 1, "maxSeconds": 2}},
-                "template": {"spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{
-                        "name": "trainer", "image": "python:3",
-                        "command": [sys.executable, TRAIN],
-                        "args": ARGS + ["--checkpoint_dir=" + os.path.join(self.dir, "ckpt")],
-                        "env": env}]}}}}
-        self.kubectl("apply", "-f", "-", stdin=json.dumps(job).encode())
+        self.apply_python_job(
+            RANKS, [sys.executable, TRAIN] + ARGS + ["--checkpoint_dir="
+                                                    + os.path.join(self.dir, "ckpt")],
+            max_restarts=10, extra_env=[{"name": "GLOO_SOCKET_IFNAME", "value": "lo"}],
+            spec={"coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 2}})
 
     def pod(self, task):
         """The newest pod of ``task`` that has a log (pods are <job>-task-<i>-<incarnation>)."""

@@ -21,12 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (sets PHALANX_LIBRARY before phalanx loads it)
 
-try:
-    import torch  # noqa: F401
-except ImportError as e:
-    print("SKIP: torch is not importable by %s (%s); Debian's python3-torch provides it for "
-          "/usr/bin/python3" % (sys.executable, e))
-    sys.exit(77)
+harness.require_torch()
 
 import rank_supervisor  # noqa: E402
 

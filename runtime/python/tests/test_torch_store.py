@@ -14,13 +14,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (sets PHALANX_LIBRARY before phalanx loads it)
 
-try:
-    import torch  # noqa: F401
-    import torch.distributed as dist
-except ImportError as e:
-    print("SKIP: torch is not importable by %s (%s); Debian's python3-torch provides it for "
-          "/usr/bin/python3" % (sys.executable, e))
-    sys.exit(77)
+harness.require_torch()
+import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, harness.PYTHON_DIR)
 import phalanx  # noqa: E402
