@@ -55,7 +55,6 @@ re-raised, unless a peer failure was seen within ``failure_grace`` seconds.
 Needs ``torch`` (imported here, not by ``phalanx``).
 """
 
-import ctypes
 import datetime
 import gc
 import io
@@ -165,16 +164,6 @@ def ordered_allreduce_hook(state, bucket):
     return result
 
 
-def _leak(obj):
-    """Keeps ``obj`` alive until the process ends, even through interpreter shutdown (whose
-    collection of a process group would run its destructor)."""
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
-    _LEAKED.append(obj)
-
-
-_LEAKED = []
-
-
 def _default_event(manager, kind, fields):
     text = " ".join("%s=%s" % (k, v) for k, v in fields.items())
     sys.stderr.write("phalanx.torch: task=%d inc=%d %s %s\n" % (
@@ -238,6 +227,7 @@ class Manager:
         self._leaving_round = None
         self._aborter = None      # the current group's collectives (deterministic DDP only)
         self._members = {}        # task id -> incarnation in the current group
+        self._abandoned = []      # groups with a collective stuck on a hung peer
         client.on_peer_change(self._peer_changed)
         client.on_preemption(self._preemption)
         client.on_reconnect(self._reconnected)
@@ -326,7 +316,9 @@ class Manager:
         return self.step
 
     def shutdown(self, timeout=300.0):
-        """The job's shutdown barrier (retried across coordinator restarts), then the group goes."""
+        """The job's shutdown barrier (retried across coordinator restarts), then the group goes.
+        If a group had to be abandoned to a hung peer during the run, this ends the process
+        (exit 0) instead of returning: torch 1.13's gloo cannot tear such a group down."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -335,6 +327,9 @@ class Manager:
             except Unavailable:
                 self._client.wait_until_connected(timeout=max(1.0, deadline - time.monotonic()))
         self._teardown()
+        if self._abandoned:
+            self._exit(0, "done; %d process group(s) abandoned to hung peers cannot be torn "
+                          "down" % len(self._abandoned))
 
     def state_dict(self):
         """Everything a replacement needs: model, optimizer, step and the stateful objects."""
@@ -516,12 +511,18 @@ class Manager:
         gc.collect()  # DDP's reducer holds the group: let it go before destroying the group
         if dist.is_initialized():
             stuck = aborter.stuck() if aborter is not None else []
+            # A dead peer's collective fails within milliseconds once its sockets close; one on
+            # a hung peer waits until the operator kills it (its grace period) or the timeout.
+            deadline = time.monotonic() + 1.0
+            while stuck and time.monotonic() < deadline:
+                time.sleep(0.01)
+                stuck = [w for w in stuck if not w.is_completed()]
             if stuck:
-                # Destroying a group waits for its queued collectives, which wait for the hung
-                # peer; and once they failed, gloo's destructor rethrows their error from a
-                # background thread, which terminates the process. So the group is never
-                # destroyed: a few sockets and threads per hang, for the process's life.
-                _leak(dist.distributed_c10d._get_default_group())
+                # Destroying the group would wait for that collective, and torch 1.13's gloo
+                # cannot tear it down safely later either (seen: terminate or SIGSEGV at exit):
+                # keep it (a few sockets and threads) until shutdown(), which then ends the
+                # process without running destructors.
+                self._abandoned.append(dist.distributed_c10d._get_default_group())
             dist.destroy_process_group()
 
     # -- checkpoints --------------------------------------------------------------------------
