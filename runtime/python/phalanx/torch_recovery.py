@@ -290,7 +290,7 @@ class Manager:
     def run(self, step_fn, steps):
         """Runs ``step_fn(step)`` for every step up to ``steps``, recovering in place after peer
         failures; returns the number of steps done (``steps``)."""
-        done = self._client.kv_try_get(self._done_key())
+        done = self._retrying(lambda: self._client.kv_try_get(self._done_key()))
         if done is not None and int(done) >= steps:
             # A replacement started after every task finished: nothing left to train.
             self._event("already_done", steps=int(done))
@@ -312,20 +312,26 @@ class Manager:
             self.step += 1
             if self._checkpoint_every and self.step % self._checkpoint_every == 0:
                 self._checkpoint("interval")
-        self._client.kv_set(self._done_key(), str(self.step), overwrite=True)
+        self._retrying(lambda: self._client.kv_set(self._done_key(), str(self.step),
+                                                   overwrite=True))
         return self.step
+
+    def _retrying(self, call, timeout=300.0):
+        """``call()``, again after the coordinator is back when it answers Unavailable."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return call()
+            except Unavailable:
+                self._client.wait_until_connected(timeout=max(1.0, deadline - time.monotonic()))
 
     def shutdown(self, timeout=300.0):
         """The job's shutdown barrier (retried across coordinator restarts), then the group goes.
         If a group had to be abandoned to a hung peer during the run, this ends the process
         (exit 0) instead of returning: torch 1.13's gloo cannot tear such a group down."""
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self._client.shutdown(timeout=max(1.0, deadline - time.monotonic()))
-                break
-            except Unavailable:
-                self._client.wait_until_connected(timeout=max(1.0, deadline - time.monotonic()))
+        self._retrying(lambda: self._client.shutdown(
+            timeout=max(1.0, deadline - time.monotonic())), timeout)
         self._teardown()
         if self._abandoned:
             self._exit(0, "done; %d process group(s) abandoned to hung peers cannot be torn "
