@@ -228,6 +228,7 @@ TEST_F(ServiceTest, Barrier_AParticipantsFailure_FailsItForEveryWaiterAtOnce) {
     service_->Barrier({i, i == 1 ? 1u : 0u}, "b2", absl::Hours(1), {}, next[i].Callback());
   }
   for (int i = 0; i < 4; ++i) EXPECT_THAT(next[i].value(), IsOk()) << i;
+  service_->Stop();  // answers "pair" while its slot is still alive
 }
 
 TEST_F(ServiceTest, Barrier_ArrivingWhileAParticipantIsFailed_FailsAtOnceForEveryone) {
@@ -249,6 +250,7 @@ TEST_F(ServiceTest, Barrier_ArrivingWhileAParticipantIsFailed_FailsAtOnceForEver
   Slot<absl::Status> waits;
   service_->Barrier({0, 0}, "e", absl::Hours(1), {0, 2}, waits.Callback());
   EXPECT_FALSE(waits.done());
+  service_->Stop();  // answers the waiting calls while their slots are still alive
 }
 
 TEST_F(ServiceTest, Barrier_ShutdownBarrierWaitsThroughAFailure_ForTheRestartedTask) {
@@ -258,6 +260,7 @@ TEST_F(ServiceTest, Barrier_ShutdownBarrierWaitsThroughAFailure_ForTheRestartedT
   service_->Shutdown({0, 0}, absl::Hours(1), first.Callback());
   service_->CloseSession(session_ids_[1], absl::UnavailableError("killed"));
   EXPECT_FALSE(first.done());
+  service_->Stop();  // answers it while its slot is still alive
 }
 
 TEST_F(ServiceTest, Barrier_Timeout_NamesTasksThatNeverArrived) {
