@@ -88,25 +88,28 @@ class CollectiveAborter:
     for it until the group's timeout, or until the operator kills it after its grace period; the
     coordinator's heartbeat timeout tells sooner, and :meth:`abort` then fails the future DDP's
     backward waits on. The abandoned collective stays queued in the group until the hung peer is
-    gone; :meth:`stuck` names it so the group is kept (not destroyed, which would wait for it)."""
+    gone; :meth:`wait_idle` names it so the group is kept (not destroyed, which would wait)."""
 
     def __init__(self):
-        self._lock = threading.Lock()
-        self._pending = set()
-        self._works = []
+        self._cond = threading.Condition()
+        self._pending = set()   # futures DDP waits on, not answered yet
+        self._running = set()   # futures of the collectives themselves, not ended yet
         self._aborted = None
 
-    def track(self, future, work):
-        with self._lock:
-            self._works = [w for w in self._works if not w.is_completed()] + [work]
+    def track(self, future, collective):
+        """``future`` is DDP's; ``collective`` the all-gather's own future, passed to finish()."""
+        with self._cond:
+            self._running.add(collective)
             if self._aborted is None:
                 self._pending.add(future)
                 return
             reason = self._aborted
         future.set_exception(RuntimeError(reason))
 
-    def finish(self, future, value=None, error=None):
-        with self._lock:
+    def finish(self, future, collective, value=None, error=None):
+        with self._cond:
+            self._running.discard(collective)
+            self._cond.notify_all()
             if future not in self._pending:
                 return  # aborted already
             self._pending.discard(future)
@@ -116,16 +119,19 @@ class CollectiveAborter:
             future.set_exception(error)
 
     def abort(self, reason):
-        with self._lock:
+        with self._cond:
             if self._aborted is None:
                 self._aborted = reason
             pending, self._pending = self._pending, set()
         for future in pending:
             future.set_exception(RuntimeError(reason))
 
-    def stuck(self):
-        with self._lock:
-            return [w for w in self._works if not w.is_completed()]
+    def wait_idle(self, timeout):
+        """Waits up to ``timeout`` seconds for every tracked collective to end; returns how many
+        are still running."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._running, timeout)
+            return len(self._running)
 
 
 def ordered_allreduce_hook(state, bucket):
@@ -153,14 +159,15 @@ def ordered_allreduce_hook(state, bucket):
     if state is None:
         return work.get_future().then(reduce)
     result = torch.futures.Future()
-    state.track(result, work)
+    collective = work.get_future()
+    state.track(result, collective)
 
     def complete(done):
         try:
-            state.finish(result, value=reduce(done))
+            state.finish(result, collective, value=reduce(done))
         except Exception as e:  # noqa: BLE001 - handed to DDP's backward
-            state.finish(result, error=e)
-    work.get_future().then(complete)
+            state.finish(result, collective, error=e)
+    collective.then(complete)
     return result
 
 
@@ -374,7 +381,12 @@ class Manager:
         # soon (its heartbeat timeout), a bug in the step otherwise.
         with self._cond:
             seen = self._changes
-            return self._cond.wait_for(lambda: self._changes != seen, self._failure_grace)
+        return self._peer_change_since(seen, self._failure_grace)
+
+    def _peer_change_since(self, seen, timeout):
+        """Whether a peer change after the ``seen``-th arrives within ``timeout`` seconds."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._changes != seen, timeout)
 
     def _fatal(self, error):
         self._event("fatal", error=repr(str(error)[:200]))
@@ -426,11 +438,8 @@ class Manager:
             except RuntimeError as e:  # the group could not form or broadcast
                 self._teardown()
                 with self._cond:
-                    moved = (self._changes != changes or self._coordinator_restarts != restarts)
-                    if not moved:
-                        moved = self._cond.wait_for(
-                            lambda: self._changes != changes, self._failure_grace)
-                if not moved:
+                    restarted = self._coordinator_restarts != restarts
+                if not (restarted or self._peer_change_since(changes, self._failure_grace)):
                     self._fatal(e)
                     raise
                 self._event("retry", error=repr(str(e)[:160]))
@@ -447,8 +456,7 @@ class Manager:
             if len(alive) == self.world_size:
                 return ".".join(str(t.incarnation) for t in alive)
             # A replacement is not registered yet: its registration is a peer change.
-            with self._cond:
-                self._cond.wait_for(lambda: self._changes != seen, min(5.0, max(0.0, remaining)))
+            self._peer_change_since(seen, min(5.0, max(0.0, remaining)))
 
     def _agree_on_source(self, epoch, timeout):
         """Every task publishes what it holds; all pick the same source: (task, step, from_disk)."""
@@ -516,14 +524,9 @@ class Manager:
             aborter, self._aborter, self._members = self._aborter, None, {}
         gc.collect()  # DDP's reducer holds the group: let it go before destroying the group
         if dist.is_initialized():
-            stuck = aborter.stuck() if aborter is not None else []
             # A dead peer's collective fails within milliseconds once its sockets close; one on
             # a hung peer waits until the operator kills it (its grace period) or the timeout.
-            deadline = time.monotonic() + 1.0
-            while stuck and time.monotonic() < deadline:
-                time.sleep(0.01)
-                stuck = [w for w in stuck if not w.is_completed()]
-            if stuck:
+            if aborter is not None and aborter.wait_idle(1.0):
                 # Destroying the group would wait for that collective, and torch 1.13's gloo
                 # cannot tear it down safely later either (seen: terminate or SIGSEGV at exit):
                 # keep it (a few sockets and threads) until shutdown(), which then ends the
