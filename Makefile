@@ -3,7 +3,7 @@ BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo demo-coordination bench images asan tsan fuzz format clean
+.PHONY: all deps configure build test demo demo-coordination bench wheel images asan tsan fuzz format clean
 
 all: build
 
@@ -35,6 +35,11 @@ bench: build
 	@$(BUILD)/bench/phalanx-agent-bench --bin_dir $(BUILD) --source_dir $(CURDIR) \
 	  --out $(BUILD)/bench/agent.json
 	@/usr/bin/python3 bench/torch_bench.py --build $(BUILD) --out $(BUILD)/bench/torch.json
+
+# The Python package with libphalanx_c.so and its dependencies bundled (docs/pytorch.md):
+# $(BUILD)/dist/phalanx-<version>-py3-none-manylinux_<glibc>_<arch>.whl.
+wheel: build
+	@python3 scripts/build_wheel.py --build $(BUILD)
 
 # The operator, agent, coordinator and sample-worker images (buildah, FROM scratch, no daemon, no
 # registry) as OCI archives in $(BUILD)/images/; docs/deploy.md says how to push them.

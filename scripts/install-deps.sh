@@ -13,6 +13,7 @@ PACKAGES=(
   etcd-server                   # the local cluster's real control plane, with ../shared/envtest
   buildah ca-certificates       # make images: daemonless builds, the images' CA bundle
   python3-torch                 # torch.distributed on Phalanx (label torch; CPU, gloo)
+  patchelf python3-venv         # make wheel: bundle the client's libraries; the wheel test's venv
 )
 
 missing=()

@@ -11,6 +11,9 @@ import threading
 from .errors import LibraryNotFound
 
 LIBRARY_NAME = "libphalanx_c.so"
+# The wheel puts the library and its bundled dependencies (gRPC, protobuf, abseil, ... renamed,
+# RUNPATH $ORIGIN) in this directory of the package.
+BUNDLED_DIR = "_libs"
 
 PEER_CHANGE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64,
                                   ctypes.c_int, ctypes.c_char_p)
@@ -41,6 +44,7 @@ def candidate_paths():
     if env:
         paths.append(env)
     here = os.path.dirname(os.path.abspath(__file__))
+    paths.append(os.path.join(here, BUNDLED_DIR, LIBRARY_NAME))  # the wheel's (scripts/build_wheel.py)
     paths.append(os.path.join(here, LIBRARY_NAME))
     paths.append(os.path.join(os.path.dirname(here), LIBRARY_NAME))
     paths.append(LIBRARY_NAME)  # dlopen's own search: LD_LIBRARY_PATH, ld.so.cache, ...
@@ -48,6 +52,17 @@ def candidate_paths():
     if found:
         paths.append(found)
     return paths
+
+
+def _load_mode(path):
+    """RTLD_LOCAL, plus RTLD_DEEPBIND for the wheel's bundled library: its gRPC, protobuf and
+    abseil then bind to their own bundled copies even where torch or jax already loaded other
+    versions of them with global symbols. (Not for a build-tree library: a sanitizer runtime
+    must interpose on it.)"""
+    mode = os.RTLD_LOCAL
+    if os.path.basename(os.path.dirname(path)) == BUNDLED_DIR and hasattr(os, "RTLD_DEEPBIND"):
+        mode |= os.RTLD_DEEPBIND
+    return mode
 
 
 def _declare(lib):
@@ -114,7 +129,7 @@ def load():
                 tried.append("%s (no such file)" % path)
                 continue
             try:
-                lib = ctypes.CDLL(path)  # CDLL (not PyDLL): calls release the GIL
+                lib = ctypes.CDLL(path, mode=_load_mode(path))  # CDLL: calls release the GIL
             except OSError as e:
                 tried.append("%s (%s)" % (path, e))
                 if path == os.environ.get("PHALANX_LIBRARY"):

@@ -11,9 +11,29 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BUILD = os.environ.get("PHALANX_BUILD_DIR") or os.path.join(REPO, "build")
 PYTHON_DIR = os.path.join(REPO, "runtime", "python")
-LIBRARY = os.environ.get("PHALANX_LIBRARY") or os.path.join(BUILD, "runtime", "client",
-                                                            "libphalanx_c.so")
-os.environ.setdefault("PHALANX_LIBRARY", LIBRARY)
+# PHALANX_TEST_INSTALLED=1 (the wheel test): the tests run against a phalanx package installed
+# with pip, so nothing here points Python or the dynamic loader into the source or build tree.
+INSTALLED = os.environ.get("PHALANX_TEST_INSTALLED") == "1"
+if INSTALLED:
+    LIBRARY = None
+else:
+    LIBRARY = os.environ.get("PHALANX_LIBRARY") or os.path.join(BUILD, "runtime", "client",
+                                                                "libphalanx_c.so")
+    os.environ.setdefault("PHALANX_LIBRARY", LIBRARY)
+
+
+def package_env():
+    """Environment entries that let a child process ``import phalanx``: the source package and
+    the built library, or nothing when the tests run against the installed package."""
+    if INSTALLED:
+        return {}
+    return {"PYTHONPATH": PYTHON_DIR, "PHALANX_LIBRARY": LIBRARY}
+
+
+def use_source_package():
+    """Makes ``import phalanx`` in this process find the source package (not when installed)."""
+    if not INSTALLED and PYTHON_DIR not in sys.path:
+        sys.path.insert(0, PYTHON_DIR)
 
 
 def require_torch():

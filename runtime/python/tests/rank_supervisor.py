@@ -51,8 +51,8 @@ class RankSupervisor:
     def _start(self, task, incarnation):
         env = dict(os.environ)
         env.update(self.coordinator.env(task, incarnation))
-        env.update({"PYTHONPATH": harness.PYTHON_DIR, "PHALANX_LIBRARY": harness.LIBRARY,
-                    "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
+        env.update(harness.package_env())
+        env.update({"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
         env.update(self.env)
         log = open(os.path.join(self.log_dir, "rank-%d-%d.log" % (task, incarnation)), "wb")
         proc = subprocess.Popen([self.python] + self.argv, env=env, stdout=subprocess.PIPE,

@@ -38,7 +38,7 @@ def count(events, kind, after_ms=0):
 def reference_sha256():
     """What torch_train.py --reference computes in one process for the same run."""
     out = subprocess.run([sys.executable, TRAIN, "--reference=%d" % RANKS] + ARGS,
-                         env=dict(os.environ, PYTHONPATH=harness.PYTHON_DIR),
+                         env=dict(os.environ, **harness.package_env()),
                          capture_output=True, timeout=TIMEOUT, check=True).stdout.decode()
     return rank_supervisor.parse_event(out.strip().splitlines()[-1])["params_sha256"]
 
@@ -127,7 +127,7 @@ class TorchRecoveryTest(unittest.TestCase):
                 print("raised", e, "at", manager.step, flush=True)
                 sys.exit(1)
         """)
-        env = dict(os.environ, **coordinator.env(0), PYTHONPATH=harness.PYTHON_DIR,
+        env = dict(os.environ, **coordinator.env(0), **harness.package_env(),
                    GLOO_SOCKET_IFNAME="lo")
         proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                               timeout=TIMEOUT)

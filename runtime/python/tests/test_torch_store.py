@@ -17,7 +17,7 @@ import harness  # noqa: E402  (sets PHALANX_LIBRARY before phalanx loads it)
 harness.require_torch()
 import torch.distributed as dist  # noqa: E402
 
-sys.path.insert(0, harness.PYTHON_DIR)
+harness.use_source_package()
 import phalanx  # noqa: E402
 from phalanx.torch_store import PhalanxStore, escape_key  # noqa: E402
 
@@ -26,7 +26,7 @@ TIMEOUT = 60  # generous for a loaded 2-core machine; the assertions are never a
 # One rank: joins the job, forms a gloo group through a PhalanxStore, runs collectives.
 WORKER = textwrap.dedent("""
     import datetime, sys
-    sys.path.insert(0, %(python_dir)r)
+    sys.path[:0] = %(python_path)r
     import phalanx, torch, torch.distributed as dist
     from phalanx.torch_store import PhalanxStore
     client = phalanx.init(timeout=%(timeout)d)
@@ -98,7 +98,8 @@ class TorchStoreTest(unittest.TestCase):
             PhalanxStore(self.client, prefix="/")
 
     def test_a_gloo_group_forms_and_reduces_through_it(self):
-        script = WORKER % {"python_dir": harness.PYTHON_DIR, "timeout": TIMEOUT, "world": WORLD}
+        python_path = [] if harness.INSTALLED else [harness.PYTHON_DIR]
+        script = WORKER % {"python_path": python_path, "timeout": TIMEOUT, "world": WORLD}
         procs = []
         for rank in range(WORLD):
             env = dict(os.environ)
