@@ -34,7 +34,8 @@ How OpenAPI v3 becomes a structural CRD schema (apiextensions.k8s.io/v1 rules):
 
 Phalanx's own rules on top (OVERLAYS below): the template needs `spec`; `spec.containers` needs at
 least one container; every container and init container needs an `image` (the Pod API requires
-one, but only when the pod is created, long after `kubectl apply` said yes).
+one, but only when the pod is created, long after `kubectl apply` said yes); no container sets one of
+the operator's own PHALANX_* variables ( bounded lists so that the API server can cost the rule).
 
 Usage:
   scripts/gen-crd-podtemplate.py            # rewrite the CRD files in place
@@ -135,11 +136,40 @@ def container_overlay(containers):
     items["properties"]["image"]["minLength"] = 1
 
 
+# Bounds that let the API server cost the reserved-name rule below (it refuses a CRD whose CEL
+# rules may run over unbounded lists: issue 11). Far above what pods use; the Pod API itself
+# has no such bounds.
+MAX_CONTAINERS = 64
+MAX_ENV = 1024
+MAX_ENV_NAME = 1024
+
+
+# The variables the operator sets and a container may not (operator/api/codec.h
+# kReservedEnvNames, the same list): task identity, coordinator address, credentials.
+RESERVED_ENV = ["PHALANX_COORDINATOR", "PHALANX_JOB", "PHALANX_TASK_ID", "PHALANX_NUM_TASKS",
+                "PHALANX_INCARNATION", "PHALANX_TOKEN", "PHALANX_TOKEN_FILE",
+                "PHALANX_NPROC_PER_NODE"]
+
+
+def reserved_env_overlay(containers):
+    """A container's own entry for a reserved variable is refused at `kubectl apply`, with the
+    path of the entry. Other variables the operator sets (MASTER_ADDR, RANK, JAX_*) are
+    defaults: the container's own entry wins."""
+    containers["maxItems"] = MAX_CONTAINERS
+    env = containers["items"]["properties"]["env"]
+    env["maxItems"] = MAX_ENV
+    env["items"]["properties"]["name"]["maxLength"] = MAX_ENV_NAME
+    env["items"]["x-kubernetes-validations"] = [{
+        "rule": "!(self.name in [%s])" % ", ".join("'%s'" % n for n in RESERVED_ENV),
+        "message": "this name is reserved: the operator sets %s" % ", ".join(RESERVED_ENV)}]
+
+
 def apply_overlays(template):
     template["required"] = ["spec"]
     spec = template["properties"]["spec"]
     spec["properties"]["containers"]["minItems"] = 1
     container_overlay(spec["properties"]["containers"])
+    reserved_env_overlay(spec["properties"]["containers"])
     container_overlay(spec["properties"]["initContainers"])
 
 

@@ -16,6 +16,7 @@ namespace {
 using kube::FieldOrNull;
 
 constexpr int kMaxReplicas = 10000;
+constexpr int kMaxNprocPerNode = 64;
 // Kept failed pods are API objects (and log files on the node) per task: a few are enough to
 // read the last crashes, and the bound keeps a large job from piling up pods.
 constexpr int kMaxKeepFailedPods = 20;
@@ -392,6 +393,21 @@ void ValidateContainers(std::vector<std::string>& errors, const std::string& lis
   }
 }
 
+void ValidateReservedEnv(std::vector<std::string>& errors, const Json& containers) {
+  for (size_t i = 0; i < containers.size(); ++i) {
+    const Json& env = FieldOrNull(containers.at(i), "env");
+    if (!env.is_array()) continue;
+    for (size_t j = 0; j < env.size(); ++j) {
+      const Json& name = FieldOrNull(env.at(j), "name");
+      if (name.is_string() && IsReservedEnvName(name.as_string())) {
+        errors.push_back(absl::StrCat("spec.template.spec.containers[", i, "].env[", j,
+                                      "].name: ", name.as_string(),
+                                      " is reserved: the operator sets it"));
+      }
+    }
+  }
+}
+
 void ValidateTemplate(std::vector<std::string>& errors, const Json& tmpl) {
   if (tmpl.is_null()) {
     errors.push_back("spec.template: required");
@@ -412,6 +428,7 @@ void ValidateTemplate(std::vector<std::string>& errors, const Json& tmpl) {
     return;
   }
   ValidateContainers(errors, "spec.template.spec.containers", containers);
+  ValidateReservedEnv(errors, containers);
   const Json& init = FieldOrNull(pod_spec, "initContainers");
   if (init.is_array()) ValidateContainers(errors, "spec.template.spec.initContainers", init);
 }
@@ -468,6 +485,7 @@ absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job) {
   TrainingJobSpec out;
   if (SpecReader::Get(*spec, "replicas") == nullptr) r.Error("spec.replicas", "required");
   r.Int(*spec, "replicas", "spec.replicas", out.replicas);
+  r.Int(*spec, "nprocPerNode", "spec.nprocPerNode", out.nproc_per_node);
   if (const Json* tmpl = r.Object(*spec, "template", "spec.template")) out.pod_template = *tmpl;
   if (const Json* fp = r.Object(*spec, "failurePolicy", "spec.failurePolicy")) {
     ReadFailurePolicy(r, *fp, out.failure_policy);
@@ -521,11 +539,21 @@ std::vector<std::string> ValidateName(const std::string& name) {
   return errors;
 }
 
+bool IsReservedEnvName(const std::string& name) {
+  return std::find_if(std::begin(kReservedEnvNames), std::end(kReservedEnvNames),
+                      [&](const char* reserved) { return name == reserved; }) !=
+         std::end(kReservedEnvNames);
+}
+
 std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec) {
   std::vector<std::string> errors;
   if (spec.replicas < 1 || spec.replicas > kMaxReplicas) {
     errors.push_back(absl::StrCat("spec.replicas: must be between 1 and ", kMaxReplicas, ", got ",
                                   spec.replicas));
+  }
+  if (spec.nproc_per_node < 1 || spec.nproc_per_node > kMaxNprocPerNode) {
+    errors.push_back(absl::StrCat("spec.nprocPerNode: must be between 1 and ", kMaxNprocPerNode,
+                                  ", got ", spec.nproc_per_node));
   }
   ValidateTemplate(errors, spec.pod_template);
 

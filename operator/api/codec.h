@@ -55,6 +55,15 @@ absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job);
 // Returns one "<json path>: <what is wrong>" message per problem; empty means valid.
 std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec);
 
+// The container env names the operator sets and spec.template may not (task identity,
+// coordinator address, credentials); the CRD's CEL rule (scripts/gen-crd-podtemplate.py
+// RESERVED_ENV, the same list) refuses them at `kubectl apply`. Every other name the operator
+// sets (MASTER_ADDR, RANK, JAX_*, ...) is a default that the container's own entry overrides.
+inline constexpr const char* kReservedEnvNames[] = {
+    "PHALANX_COORDINATOR", "PHALANX_JOB",   "PHALANX_TASK_ID",   "PHALANX_NUM_TASKS",
+    "PHALANX_INCARNATION", "PHALANX_TOKEN", "PHALANX_TOKEN_FILE", "PHALANX_NPROC_PER_NODE"};
+bool IsReservedEnvName(const std::string& name);
+
 // The CRD's spelling of a task state ("Running", "BackingOff", ...; "" for kUnknown), and back
 // (an unknown string reads as kUnknown). The only place these strings are written.
 std::string TaskStateName(TaskState state);

@@ -90,7 +90,10 @@ struct CoordinatorSpec {
 };
 
 struct TrainingJobSpec {
-  int replicas = 1;
+  int replicas = 1;  // pods
+  // Processes (tasks) per pod, started by the in-pod launcher (phalanx/launch.py): pod i runs
+  // tasks i*n .. i*n+n-1. The operator manages pods; the coordinator sees replicas*n tasks.
+  int nproc_per_node = 1;
   Json pod_template;  // a PodTemplateSpec (metadata + spec), kept whole: unknown fields survive
   FailurePolicy failure_policy;
   PreemptionPolicy preemption;
@@ -102,6 +105,7 @@ struct TrainingJobSpec {
   CoordinatorSpec coordinator;
 
   bool operator==(const TrainingJobSpec&) const = default;
+  int NumTasks() const { return replicas * nproc_per_node; }
 };
 
 // metav1.Condition.

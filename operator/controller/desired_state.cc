@@ -1,7 +1,10 @@
 #include "operator/controller/desired_state.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "common/auth/credentials.h"
+#include "operator/api/codec.h"
 #include "common/kube/object_meta.h"
 
 namespace phalanx::op {
@@ -35,16 +38,21 @@ Json EnvVar(const std::string& name, const std::string& value) {
   return v;
 }
 
-// A Secret volume holding one key of the job's Secret as the file "token", and its mount.
-Json TokenVolume(const std::string& job, const std::string& key) {
-  Json item = Json::object();
-  item["key"] = Str(key);
-  item["path"] = Str("token");
+// A Secret volume holding keys of the job's Secret as files ({key, file name}), and its mount.
+Json TokenVolume(const std::string& job,
+                 const std::vector<std::pair<std::string, std::string>>& files) {
+  Json items = Json::array();
+  for (const auto& [key, path] : files) {
+    Json item = Json::object();
+    item["key"] = Str(key);
+    item["path"] = Str(path);
+    items[items.size()] = std::move(item);
+  }
   Json volume = Json::object();
   volume["name"] = Str("phalanx-token");
   volume["secret"] = Json::object();
   volume["secret"]["secretName"] = Str(SecretName(job));
-  volume["secret"]["items"] = Json::array({item});
+  volume["secret"]["items"] = std::move(items);
   volume["secret"]["defaultMode"] = Json::number(0444);  // the pods run as non-root
   return volume;
 }
@@ -72,21 +80,25 @@ void MergeNamed(Json& obj, const char* field, const Json& item) {
 
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), "s"); }
 
-// Appends `extra` to a container's env, replacing variables of the same name (ours win: a
-// template that sets PHALANX_TASK_ID by hand would break the protocol).
+// Appends `extra` (the operator's variables) to a container's env. The container's own entry
+// wins over a default of ours (a user's MASTER_ADDR or RANK); a reserved name (PHALANX_TASK_ID:
+// a task would act as another) is always ours, and validation refuses it before it gets here.
 void MergeEnv(Json& container, const std::vector<Json>& extra) {
   Json merged = Json::array();
   size_t n = 0;
+  std::set<std::string> own;  // names the container sets itself and keeps
   if (container.has_field("env") && container.at("env").is_array()) {
     for (const Json& e : container.at("env").as_array()) {
-      bool overridden = false;
-      for (const Json& x : extra) {
-        if (e.is_object() && e.has_field("name") && e.at("name") == x.at("name")) overridden = true;
-      }
-      if (!overridden) merged[n++] = e;
+      const Json& name = kube::FieldOrNull(e, "name");
+      // A reserved name never gets here past validation; if it does, ours replaces it.
+      if (name.is_string() && IsReservedEnvName(name.as_string())) continue;
+      if (name.is_string()) own.insert(name.as_string());
+      merged[n++] = e;
     }
   }
-  for (const Json& x : extra) merged[n++] = x;
+  for (const Json& x : extra) {
+    if (!own.contains(x.at("name").as_string())) merged[n++] = x;
+  }
   container["env"] = merged;
 }
 
@@ -163,7 +175,7 @@ Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::stri
   secret["type"] = Str("Opaque");
   secret["stringData"] = Json::object();
   secret["stringData"][kTokenKey] = Str(token);
-  for (int i = 0; i < spec.replicas; ++i) {
+  for (int i = 0; i < spec.NumTasks(); ++i) {
     secret["stringData"][TaskCredentialKey(i)] = Str(auth::TaskCredential(token, i));
   }
   return secret;
@@ -184,7 +196,7 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
       absl::StrCat("--listen=0.0.0.0:", placement.port),
       absl::StrCat("--metrics_listen=0.0.0.0:", placement.port + 1),
       absl::StrCat("--job=", name),
-      absl::StrCat("--num_tasks=", spec.replicas),
+      absl::StrCat("--num_tasks=", spec.NumTasks()),
       "--heartbeat_interval=" + Seconds(c.heartbeat_interval),
       "--heartbeat_timeout=" + Seconds(c.heartbeat_timeout),
       "--barrier_timeout=" + Seconds(c.barrier_timeout),
@@ -250,7 +262,7 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
   // The operator recreates a failed coordinator; the tasks reconnect and re-register.
   pod["spec"]["restartPolicy"] = Str("Never");
   pod["spec"]["automountServiceAccountToken"] = Json::boolean(false);
-  pod["spec"]["volumes"] = Json::array({TokenVolume(name, kTokenKey)});
+  pod["spec"]["volumes"] = Json::array({TokenVolume(name, {{kTokenKey, "token"}})});
   // The same at pod level, with a fixed non-root uid (the images' user, as in the chart): an
   // image whose user is a name, not a number, would otherwise fail runAsNonRoot at start.
   pod["spec"]["securityContext"] = Json::parse(
@@ -380,6 +392,11 @@ std::string CoordinatorAddress(const Json& job, const CoordinatorPlacement& plac
                       ".svc:", placement.port);
 }
 
+PodTask PodOfTask(const TrainingJobSpec& spec, int task, Incarnation incarnation) {
+  if (spec.nproc_per_node <= 1) return {task, incarnation};
+  return {task / spec.nproc_per_node, incarnation / kLocalIncarnationStride};
+}
+
 Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
                     Incarnation incarnation, const std::string& coordinator_address) {
   const std::string name = MetaString(job, "name");
@@ -418,22 +435,41 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
   }
   const std::string master =
       absl::StrCat(TaskHostname(name, 0), ".", TasksServiceName(name), ".", ns, ".svc");
-  const std::vector<Json> env = {
+  // With nprocPerNode n > 1 the pod runs tasks first .. first+n-1 through the in-pod launcher
+  // (runtime/python/phalanx/launch.py), which gives each local rank its own PHALANX_TASK_ID,
+  // RANK, LOCAL_RANK, JAX_PROCESS_ID, token file and incarnation (kLocalIncarnationStride); the
+  // values here are the pod's first task's.
+  const int n = spec.nproc_per_node;
+  const int first = index * n;
+  const int num_tasks = spec.NumTasks();
+  std::vector<Json> env = {
       EnvVar("PHALANX_COORDINATOR", coordinator_address),
       EnvVar("PHALANX_JOB", name),
-      EnvVar("PHALANX_TASK_ID", absl::StrCat(index)),
-      EnvVar("PHALANX_NUM_TASKS", absl::StrCat(spec.replicas)),
+      EnvVar("PHALANX_TASK_ID", absl::StrCat(first)),
+      EnvVar("PHALANX_NUM_TASKS", absl::StrCat(num_tasks)),
       EnvVar("PHALANX_INCARNATION", absl::StrCat(incarnation)),
-      EnvVar("PHALANX_TOKEN_FILE", kTokenFile),
+      EnvVar("PHALANX_TOKEN_FILE", n > 1 ? LocalTokenFile(first) : std::string(kTokenFile)),
       EnvVar("MASTER_ADDR", master),
       EnvVar("MASTER_PORT", absl::StrCat(kMasterPort)),
-      EnvVar("WORLD_SIZE", absl::StrCat(spec.replicas)),
-      EnvVar("RANK", absl::StrCat(index)),
+      EnvVar("WORLD_SIZE", absl::StrCat(num_tasks)),
+      EnvVar("RANK", absl::StrCat(first)),
       EnvVar("JAX_COORDINATOR_ADDRESS", absl::StrCat(master, ":", kMasterPort)),
-      EnvVar("JAX_NUM_PROCESSES", absl::StrCat(spec.replicas)),
-      EnvVar("JAX_PROCESS_ID", absl::StrCat(index))};
-  // Only this task's credential is mounted: a task cannot act as another (docs/security.md).
-  MergeNamed(pod_spec, "volumes", TokenVolume(name, TaskCredentialKey(index)));
+      EnvVar("JAX_NUM_PROCESSES", absl::StrCat(num_tasks)),
+      EnvVar("JAX_PROCESS_ID", absl::StrCat(first))};
+  std::vector<std::pair<std::string, std::string>> credentials;
+  if (n > 1) {
+    env.push_back(EnvVar("PHALANX_NPROC_PER_NODE", absl::StrCat(n)));
+    env.push_back(EnvVar("LOCAL_WORLD_SIZE", absl::StrCat(n)));
+    env.push_back(EnvVar("GROUP_RANK", absl::StrCat(index)));
+    for (int task = first; task < first + n; ++task) {
+      credentials.emplace_back(TaskCredentialKey(task), LocalTokenFileName(task));
+    }
+  } else {
+    credentials.emplace_back(TaskCredentialKey(index), "token");
+  }
+  // Only this pod's tasks' credentials are mounted: a task cannot act as another pod's task
+  // (docs/security.md).
+  MergeNamed(pod_spec, "volumes", TokenVolume(name, credentials));
   if (pod_spec.has_field("containers") && pod_spec.at("containers").is_array()) {
     for (Json& container : pod_spec["containers"].as_array()) {
       if (!container.is_object()) continue;

@@ -31,6 +31,25 @@ inline constexpr char kTokenKey[] = "token";
 // Where the coordinator and task pods find their credential (a Secret volume, never env).
 inline constexpr char kTokenMountPath[] = "/var/run/phalanx/token";
 inline constexpr char kTokenFile[] = "/var/run/phalanx/token/token";
+// With nprocPerNode > 1 each local task's credential is its own file, token-<task>, in
+// kTokenMountPath; PHALANX_TOKEN_FILE names the pod's first task's (the launcher derives the
+// others' names from it).
+inline std::string LocalTokenFileName(int task) { return "token-" + std::to_string(task); }
+inline std::string LocalTokenFile(int task) {
+  return std::string(kTokenMountPath) + "/" + LocalTokenFileName(task);
+}
+// The launcher (runtime/python/phalanx/launch.py LOCAL_INCARNATION_STRIDE) gives the r-th
+// in-place restart of a local rank of a pod at incarnation I the coordinator incarnation
+// I * kLocalIncarnationStride + r: always above the previous pod's, below the next one's.
+inline constexpr int kLocalIncarnationStride = 1000;
+
+// A coordinator task and incarnation as the operator counts them: the pod that runs the task and
+// that pod's incarnation (the same numbers when nprocPerNode is 1).
+struct PodTask {
+  int index = 0;
+  Incarnation incarnation = 0;
+};
+PodTask PodOfTask(const TrainingJobSpec& spec, int task, Incarnation incarnation);
 std::string TaskCredentialKey(int index);  // "task-<i>"
 inline constexpr int kMasterPort = 29500;  // PyTorch rendezvous on task 0
 

@@ -29,7 +29,7 @@ TrainingJobSpec Spec(int replicas = 2) {
   spec.replicas = replicas;
   spec.pod_template = Json::parse(
       R"({"metadata":{"labels":{"team":"a"}},"spec":{"containers":[{"name":"main","image":"x",
-          "command":["train"],"env":[{"name":"PHALANX_TASK_ID","value":"wrong"},{"name":"KEEP","value":"1"}]}]}})");
+          "command":["train"],"env":[{"name":"PHALANX_TASK_ID","value":"wrong"},{"name":"KEEP","value":"1"},{"name":"MASTER_PORT","value":"1234"}]}]}})");
   return spec;
 }
 
@@ -88,8 +88,9 @@ TEST(PlanTest, ANewJobGetsItsSecretServicesCoordinatorAndTaskPods) {
   for (const Json& e : pod.at("spec").at("containers").at(0).at("env").as_array()) {
     env[e.at("name").as_string()] = kube::StringAt(e, "value");
   }
-  EXPECT_EQ(env["PHALANX_TASK_ID"], "1");  // ours wins over the template's
+  EXPECT_EQ(env["PHALANX_TASK_ID"], "1");  // reserved: ours wins over the template's
   EXPECT_EQ(env["KEEP"], "1");
+  EXPECT_EQ(env["MASTER_PORT"], "1234");  // a default of ours: the template's wins
   EXPECT_EQ(env["PHALANX_COORDINATOR"], "j-coordinator.ns.svc:8470");
   EXPECT_EQ(env["WORLD_SIZE"], "2");
   EXPECT_EQ(env["RANK"], "1");

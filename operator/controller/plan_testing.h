@@ -22,7 +22,7 @@ class TrainingJobBuilder {
     spec_.replicas = 2;
     spec_.pod_template = Json::parse(
         R"({"metadata":{"labels":{"team":"a"}},"spec":{"containers":[{"name":"main","image":"x",
-            "command":["train"],"env":[{"name":"PHALANX_TASK_ID","value":"wrong"},{"name":"KEEP","value":"1"}]}]}})");
+            "command":["train"],"env":[{"name":"PHALANX_TASK_ID","value":"wrong"},{"name":"KEEP","value":"1"},{"name":"MASTER_PORT","value":"1234"}]}]}})");
   }
   TrainingJobBuilder& Tasks(int n) {
     spec_.replicas = n;

@@ -198,7 +198,10 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
       link_->Ensure(key, address, token, world.coordinator->uid);
       linked = world.coordinator->uid;
       for (const auto& [task, failure] : link_->FailedTasks(key)) {
-        world.coordinator_failed[task] = {failure.incarnation, failure.reason, failure.last_heard};
+        const PodTask pod = PodOfTask(*spec, task, static_cast<Incarnation>(failure.incarnation));
+        // Several local ranks of one pod may be reported: the first one stands for the pod.
+        world.coordinator_failed.try_emplace(
+            pod.index, CoordinatorFailure{pod.incarnation, failure.reason, failure.last_heard});
       }
       if (std::optional<CoordinatorLink::RolledBack> rolled_back = link_->RolledBackWork(key)) {
         world.rolled_back = RolledBackReport{rolled_back->coordinator_id, rolled_back->seconds};
@@ -236,7 +239,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   absl::Duration requeue_after = plan.requeue_after;
   std::vector<EventNote> delivered;
   if (link_ != nullptr && active &&
-      !DeliverPreemptionNotices(key, linked, plan.notices, delivered)) {
+      !DeliverPreemptionNotices(key, linked, spec->nproc_per_node, plan.notices, delivered)) {
     constexpr absl::Duration kNoticeRetry = absl::Seconds(1);
     requeue_after = requeue_after == absl::ZeroDuration() ? kNoticeRetry
                                                           : std::min(requeue_after, kNoticeRetry);
@@ -268,6 +271,7 @@ void Reconciler::ForgetNotices(const std::string& key) {
 }
 
 bool Reconciler::DeliverPreemptionNotices(const std::string& key, const std::string& coordinator,
+                                          int nproc_per_node,
                                           const std::vector<PreemptionNotice>& notices,
                                           std::vector<EventNote>& events) {
   std::set<std::pair<int, absl::Time>> due;
@@ -289,7 +293,10 @@ bool Reconciler::DeliverPreemptionNotices(const std::string& key, const std::str
     }
     for (const PreemptionNotice& n : notices) {
       if (record.acked.contains({n.task, n.since})) continue;
-      tasks.push_back(n.task);
+      // The notice names a pod; the coordinator's round names every task it runs.
+      for (int t = n.task * nproc_per_node; t < (n.task + 1) * nproc_per_node; ++t) {
+        tasks.push_back(t);
+      }
       deadline = std::min(deadline, n.deadline);
     }
   }

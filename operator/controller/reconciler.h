@@ -101,9 +101,9 @@ class Reconciler {
   // `events` once it accepted; false if one must be retried. Level-triggered: after a failed
   // delivery, on a new operator leader, and for a new coordinator pod (a restarted coordinator
   // has lost its rounds) every open notice goes out again (the coordinator folds a repeat into
-  // its open round).
+  // its open round). A notice names a pod; the round names its `nproc_per_node` tasks.
   bool DeliverPreemptionNotices(const std::string& key, const std::string& coordinator,
-                                const std::vector<PreemptionNotice>& notices,
+                                int nproc_per_node, const std::vector<PreemptionNotice>& notices,
                                 std::vector<EventNote>& events);
   void ForgetNotices(const std::string& key);
 

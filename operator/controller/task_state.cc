@@ -99,10 +99,11 @@ void ClassifyTask(const PlanInputs& in, TaskRecord& record) {
     // failure policy classifies by: wait for it, briefly. A hung process never exits, so past
     // the bound the task fails as the coordinator said (its pod is then deleted).
     const absl::Time since = reported_at.value_or(in.now);
-    if (in.now < since + kExitStatusWait) {
+    const absl::Duration wait = ExitStatusWait(in.spec.nproc_per_node);
+    if (in.now < since + wait) {
       task.failure_reported_at = since;
       task.state = TaskState::kAwaitingExit;
-      record.recheck_at = since + kExitStatusWait;
+      record.recheck_at = since + wait;
       return;
     }
     task.failure_reported_at = since;  // the bound stays passed during a back-off

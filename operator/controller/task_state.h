@@ -36,6 +36,13 @@ namespace phalanx::op {
 // status lags the coordinator's report by about a second on real clusters; a hung task is
 // restarted this much later than it would be without the wait.
 inline constexpr absl::Duration kExitStatusWait = absl::Seconds(5);
+// The same wait for a pod of several local ranks (nprocPerNode > 1): its launcher restarts a
+// dead rank in place, and the rank's replacement registering ends the coordinator's report. A
+// report that outlives this (a hung rank, which the launcher cannot see) fails the pod.
+inline constexpr absl::Duration kLocalRestartWait = absl::Seconds(30);
+inline absl::Duration ExitStatusWait(int nproc_per_node) {
+  return nproc_per_node > 1 ? kLocalRestartWait : kExitStatusWait;
+}
 
 Next ClassifyTasks(const PlanInputs& in, JobPass& pass);
 
