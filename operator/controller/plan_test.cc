@@ -10,6 +10,7 @@
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
 #include "operator/controller/blocked.h"
+#include "operator/controller/desired_state.h"
 #include "operator/controller/task_state.h"
 
 namespace phalanx::op {
@@ -176,6 +177,75 @@ TEST(PlanTest, CoordinatorReportedFailureRestartsAPodThatLooksRunning) {
   // A report about an older incarnation is ignored.
   world.coordinator_failed[0] = {-5, "old"};
   EXPECT_TRUE(Plan(Spec(), {}, world).delete_pods.empty());
+}
+
+// nprocPerNode 2: the operator manages 2 pods, the coordinator sees 4 tasks (issue 18).
+TEST(PlanTest, SeveralRanksPerPod_GetTheirTasksCredentialsAndTheFirstTasksEnv) {
+  TrainingJobSpec spec = Spec();
+  spec.nproc_per_node = 2;
+  ReconcilePlan plan = Plan(spec, {}, JobObservation{});
+  std::map<std::string, Json> created;
+  for (const Json& o : plan.create) created[kube::MetaString(o, "name")] = o;
+  ASSERT_TRUE(created.contains("j-token") && created.contains("j-task-1-0"));
+  const Json& data = created["j-token"].at("stringData");
+  EXPECT_TRUE(data.has_field(TaskCredentialKey(3)));
+  EXPECT_FALSE(data.has_field(TaskCredentialKey(4)));
+  std::string coordinator_args;
+  for (const auto& [name, o] : created) {
+    if (kube::LabelsOf(o).contains(kRoleLabel) && kube::LabelsOf(o).at(kRoleLabel) == "coordinator" &&
+        kube::StringAt(o, "kind") == "Pod") {
+      coordinator_args = o.at("spec").at("containers").at(0).at("args").serialize();
+    }
+  }
+  EXPECT_THAT(coordinator_args, ::testing::HasSubstr("--num_tasks=4"));
+
+  const Json& pod = created["j-task-1-0"];
+  std::map<std::string, std::string> env;
+  for (const Json& e : pod.at("spec").at("containers").at(0).at("env").as_array()) {
+    env[e.at("name").as_string()] = kube::StringAt(e, "value");
+  }
+  EXPECT_EQ(env["PHALANX_TASK_ID"], "2");
+  EXPECT_EQ(env["PHALANX_NUM_TASKS"], "4");
+  EXPECT_EQ(env["PHALANX_NPROC_PER_NODE"], "2");
+  EXPECT_EQ(env["WORLD_SIZE"], "4");
+  EXPECT_EQ(env["GROUP_RANK"], "1");
+  EXPECT_EQ(env["PHALANX_TOKEN_FILE"], LocalTokenFile(2));
+  // Only this pod's two credentials, each its own file.
+  std::string items;
+  for (const Json& v : pod.at("spec").at("volumes").as_array()) {
+    if (v.at("name").as_string() == "phalanx-token") items = v.at("secret").at("items").serialize();
+  }
+  EXPECT_THAT(items, ::testing::HasSubstr(TaskCredentialKey(2)));
+  EXPECT_THAT(items, ::testing::HasSubstr(TaskCredentialKey(3)));
+  EXPECT_THAT(items, ::testing::Not(::testing::HasSubstr(TaskCredentialKey(1) + "\"")));
+  EXPECT_THAT(items, ::testing::HasSubstr("token-3"));
+}
+
+TEST(PlanTest, SeveralRanksPerPod_CoordinatorTasksMapToTheirPods) {
+  TrainingJobSpec spec = Spec();
+  EXPECT_EQ(PodOfTask(spec, 3, 7).index, 3);  // one rank per pod: the same numbers
+  EXPECT_EQ(PodOfTask(spec, 3, 7).incarnation, 7u);
+  spec.nproc_per_node = 2;
+  EXPECT_EQ(PodOfTask(spec, 3, 2 * kLocalIncarnationStride + 5).index, 1);
+  EXPECT_EQ(PodOfTask(spec, 3, 2 * kLocalIncarnationStride + 5).incarnation, 2u);
+}
+
+TEST(PlanTest, SeveralRanksPerPod_AFailedRankGetsTheLaunchersRestartWindow) {
+  TrainingJobSpec spec = Spec();
+  spec.nproc_per_node = 2;
+  JobObservation world = Healthy();
+  world.coordinator_failed[1] = {0, "session broken"};
+  TrainingJobStatus previous;
+  previous.tasks.resize(2);
+  previous.tasks[1].failure_reported_at = kNow - kExitStatusWait;
+  // Past the one-rank wait: the pod's launcher may still be restarting the rank in place.
+  ReconcilePlan plan = Plan(spec, previous, world);
+  EXPECT_TRUE(plan.delete_pods.empty());
+  EXPECT_EQ(plan.status.tasks[1].state, TaskState::kAwaitingExit);
+  // A report that outlives the launcher's window (a hung rank) fails the pod.
+  previous.tasks[1].failure_reported_at = kNow - kLocalRestartWait;
+  plan = Plan(spec, previous, world);
+  EXPECT_THAT(plan.delete_pods, ::testing::ElementsAre("j-task-1-0"));
 }
 
 TEST(PlanTest, BackoffThenMaxRestartsFailsTheJob) {

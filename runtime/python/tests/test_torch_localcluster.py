@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import unittest
@@ -109,6 +110,80 @@ class TorchLocalClusterTest(LocalClusterCase):
         self.assertTrue(survivors, "no task recovered in place")
         self.assertGreaterEqual(status.get("preemptions", 0), 1, status)
         self.assertGreaterEqual(status.get("coordinator", {}).get("restarts", 0), 1, status)
+        sys.stderr.write("job status: %s\n" % json.dumps(status))
+        self.passed = True
+
+
+@unittest.skipUnless(os.path.exists(KUBECTL), "kubectl is not installed at " + KUBECTL)
+class TorchSeveralRanksPerPodTest(LocalClusterCase):
+    """``nprocPerNode: 2`` (issue 18): 2 pods of 2 ranks each under ``python3 -m phalanx.launch``;
+    a SIGKILLed local rank is restarted in place by the launcher as its task's next incarnation
+    (its pod and the other rank in it keep running), and the final parameters are still bitwise
+    the undisturbed run's."""
+    JOB = "torchnproc"
+    NODES = 2
+    PODS, NPROC = 2, 2
+
+    def task_events(self, task, kind):
+        """``kind`` events of ``task`` in its pod's logs (ranks of a pod share its log)."""
+        pod = task // self.NPROC
+        logs = sorted(glob.glob(os.path.join(self.dir, "cluster", "logs",
+                                             "default_%s-task-%d-*.log" % (self.JOB, pod))))
+        found = []
+        for path in logs:
+            with open(path) as f:
+                found += [line for line in f if line.startswith("EVENT ") and
+                          " task=%d " % task in line and " kind=%s" % kind in line]
+        return found
+
+    def steps(self):
+        return min(max([int(self.field(e, "step")) for e in self.task_events(t, "step")],
+                       default=0) for t in range(RANKS))
+
+    def launcher_pid(self, task, incarnation):
+        """The pid the launcher reported for ``task`` at ``incarnation`` (its log line)."""
+        pattern = re.compile(r"phalanx-launch: local rank \d+: task %d, incarnation %d, pid (\d+)"
+                             % (task, incarnation))
+        match = pattern.search(self.log("%s-task-%d-0" % (self.JOB, task // self.NPROC)))
+        return int(match.group(1)) if match else None
+
+    def test_a_killed_local_rank_restarts_in_place_and_the_oracle_holds(self):
+        self.apply_python_job(
+            self.PODS, [sys.executable, "-m", "phalanx.launch", sys.executable, TRAIN] + ARGS
+            + ["--checkpoint_dir=" + os.path.join(self.dir, "ckpt")], max_restarts=10,
+            extra_env=[{"name": "GLOO_SOCKET_IFNAME", "value": "lo"}],
+            spec={"nprocPerNode": self.NPROC,
+                  "coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 2}})
+        self.assertTrue(harness.eventually(lambda: self.steps() >= 10, TIMEOUT, 0.2),
+                        "the ranks did not reach step 10; job=%s" % json.dumps(self.job()))
+        pid = self.launcher_pid(3, 0)
+        self.assertIsNotNone(pid, self.log("%s-task-1-0" % self.JOB))
+        os.kill(pid, signal.SIGKILL)
+        self.assertTrue(
+            harness.eventually(lambda: any(" inc=1 " in e for e in self.task_events(3, "formed")),
+                               TIMEOUT, 0.2),
+            "task 3 did not rejoin as incarnation 1; pod log:\n%s" % self.log(
+                "%s-task-1-0" % self.JOB))
+
+        self.assertTrue(harness.eventually(lambda: self.phase() == "Succeeded", TIMEOUT, 0.5),
+                        "job did not succeed: %s" % json.dumps(self.job()))
+        status = self.job()["status"]
+        reference = subprocess.run(
+            [sys.executable, TRAIN, "--reference=%d" % RANKS] + ARGS,
+            env=dict(os.environ, PYTHONPATH=harness.PYTHON_DIR), capture_output=True,
+            timeout=TIMEOUT, check=True).stdout.decode().strip().splitlines()[-1]
+        expected = self.field(reference, "params_sha256")
+        for task in range(RANKS):
+            final = self.task_events(task, "final")
+            self.assertTrue(final, "task %d has no final event" % task)
+            self.assertEqual(self.field(final[-1], "params_sha256"), expected,
+                             "task %d ended elsewhere than the undisturbed run" % task)
+        self.assertIn(" inc=1 ", self.task_events(3, "final")[-1])
+        # In place: no pod was restarted, the operator reports its 2 pods.
+        self.assertEqual(status.get("restarts", 0), 0, status)
+        self.assertEqual(len(status.get("tasks", [])), self.PODS, status)
+        self.assertIn("local rank 1 (task 3) ended with signal SIGKILL: restarting it in place",
+                      self.log("%s-task-1-0" % self.JOB))
         sys.stderr.write("job status: %s\n" % json.dumps(status))
         self.passed = True
 
