@@ -188,5 +188,74 @@ class TorchSeveralRanksPerPodTest(LocalClusterCase):
         self.passed = True
 
 
+@unittest.skipUnless(os.path.exists(KUBECTL), "kubectl is not installed at " + KUBECTL)
+class TorchrunLocalClusterTest(LocalClusterCase):
+    """An unmodified torchrun script (``examples/torchrun_train.py``: DDP, env://, its own
+    snapshots) under ``python3 -m phalanx.torchrun`` (issue 18): 2 pods, each one elastic agent
+    (the pod's Phalanx task) with 2 workers. A SIGKILLed worker makes both agents restart their
+    workers; a SIGKILLed pod is seen by the coordinator (session broken), and the other agent
+    restarts its workers on Phalanx's word, not on a keep-alive timeout; the operator replaces
+    the pod as its next incarnation and the job finishes with every worker agreeing."""
+    JOB = "torchrunjob"
+    NODES = 2
+    STEPS = 150
+
+    def worker_events(self, kind, pod=None):
+        pattern = "default_%s-task-%s-*.log" % (self.JOB, "*" if pod is None else pod)
+        found = []
+        for path in sorted(glob.glob(os.path.join(self.dir, "cluster", "logs", pattern))):
+            with open(path) as f:
+                found += [l for l in f if l.startswith("EVENT ") and " kind=%s" % kind in l]
+        return found
+
+    def steps(self):
+        return max([int(self.field(e, "step")) for e in self.worker_events("step")], default=0)
+
+    def test_an_unmodified_torchrun_script_recovers_through_phalanx(self):
+        script = os.path.join(harness.PYTHON_DIR, "examples", "torchrun_train.py")
+        self.apply_python_job(
+            2, [sys.executable, "-m", "phalanx.torchrun", "--nproc_per_node=2", script,
+                "--steps=%d" % self.STEPS, "--step_time=0.05",
+                "--snapshot=" + os.path.join(self.dir, "snapshot.pt")], max_restarts=10,
+            extra_env=[{"name": "GLOO_SOCKET_IFNAME", "value": "lo"},
+                       # The user's own value wins over the operator's (a cluster DNS name).
+                       {"name": "MASTER_ADDR", "value": "127.0.0.1"},
+                       {"name": "OMP_NUM_THREADS", "value": "1"}],
+            spec={"coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 2}})
+        self.assertTrue(harness.eventually(lambda: self.steps() >= 20, TIMEOUT, 0.2),
+                        "the workers did not reach step 20; job=%s" % json.dumps(self.job()))
+        worker = [e for e in self.worker_events("start", pod=1) if " task=3 " in e]
+        self.assertTrue(worker, self.log("%s-task-1-0" % self.JOB))
+        os.kill(int(self.field(worker[0], "pid")), signal.SIGKILL)
+        restarted = lambda: all(any(" restart=1 " in e for e in self.worker_events("start", p))
+                                for p in (0, 1))
+        self.assertTrue(harness.eventually(restarted, TIMEOUT, 0.2),
+                        "the agents did not restart their workers after a worker died")
+
+        at = self.steps()
+        self.assertTrue(harness.eventually(lambda: self.steps() >= at + 20, TIMEOUT, 0.2))
+        self.admin("kill-pod", "default/%s-task-1-0" % self.JOB)
+        detected = "phalanx: peer task 1 (incarnation 0) failed: session broken"
+        self.assertTrue(
+            harness.eventually(lambda: detected in self.log("%s-task-0-0" % self.JOB), TIMEOUT,
+                               0.2),
+            "agent 0 did not hear of the lost pod from Phalanx:\n%s" % self.log(
+                "%s-task-0-0" % self.JOB)[-3000:])
+
+        self.assertTrue(harness.eventually(lambda: self.phase() == "Succeeded", TIMEOUT, 0.5),
+                        "job did not succeed: %s" % json.dumps(self.job()))
+        finals = self.worker_events("final")
+        last = {}
+        for e in finals:
+            last[self.field(e, "task")] = e
+        self.assertEqual(sorted(last), ["0", "1", "2", "3"], finals)
+        self.assertEqual({self.field(e, "steps") for e in last.values()}, {str(self.STEPS)})
+        self.assertEqual(len({self.field(e, "params_sha256") for e in last.values()}), 1, finals)
+        status = self.job()["status"]
+        self.assertEqual(status.get("restarts"), 1, status)  # the killed pod
+        sys.stderr.write("job status: %s\n" % json.dumps(status))
+        self.passed = True
+
+
 if __name__ == "__main__":
     unittest.main()
