@@ -42,9 +42,11 @@ wheel: build
 	@python3 scripts/build_wheel.py --build $(BUILD)
 
 # The operator, agent, coordinator and sample-worker images (buildah, FROM scratch, no daemon, no
-# registry) as OCI archives in $(BUILD)/images/; docs/deploy.md says how to push them.
+# registry) as OCI archives in $(BUILD)/images/; docs/deploy.md says how to push them. Also the
+# PyTorch worker image (its context always; the image where PHALANX_TORCH_BASE_IMAGE can be pulled).
 images: build
 	@scripts/build-images.sh $(BUILD)
+	@scripts/build-torch-worker-image.sh $(BUILD)
 
 # Sanitizer builds (CMakePresets.json has the same configurations for IDEs).
 asan: deps

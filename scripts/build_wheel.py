@@ -51,6 +51,12 @@ SYSTEM_LIBRARIES = {
 ENTRY_POINTS = {
     "console_scripts": {
         "phalanx-launch": "phalanx.launch:main",
+        "phalanx-torchrun": "phalanx.torchrun:main",
+    },
+    # torch's rendezvous registry (versions that load out-of-tree backends) calls this for the
+    # creator of `--rdzv-backend=phalanx`.
+    "torchrun.handlers": {
+        "phalanx": "phalanx.torchrun:handler_creator",
     },
 }
 

@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import harness  # noqa: E402
 
-TESTS = ["tests.test_torch_store", "tests.test_torch_recovery"]
+TESTS = ["tests.test_torch_store", "tests.test_torch_recovery", "tests.test_launch"]
 SYSTEM = ("linux-vdso.so.1", "ld-linux", "libc.so.6", "libm.so.6", "libgcc_s.so.1",
           "libstdc++.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1")
 
@@ -82,6 +82,16 @@ def main():
               "exports beyond the C ABI: %s" % [n for n in names if not n.startswith("phalanx_")])
         print("installed library %s: %d symbols exported, dependencies in the bundle" % (
             library, len(names)), flush=True)
+
+        # The console scripts and torch's entry point for the rendezvous backend.
+        for script in ("phalanx-launch", "phalanx-torchrun"):
+            out = run([os.path.join(venv, "bin", script), "--help"], env=env, cwd=tree,
+                      capture_output=True, text=True).stdout
+            check("usage: " + script in out, "%s --help printed %r" % (script, out[:200]))
+        handlers = run([python, "-c", "from importlib.metadata import entry_points; "
+                        "print([e.value for e in entry_points(group='torchrun.handlers')])"],
+                       env=env, cwd=tree, capture_output=True, text=True).stdout
+        check("phalanx.torchrun:handler_creator" in handlers, "entry points: " + handlers)
 
         run([python, "-m", "unittest", "-v"] + TESTS, env=env, cwd=tree)
     print("PASS: the torch tests pass from the installed wheel")
