@@ -63,10 +63,12 @@ if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
   exit 0
 fi
 say "PyTorch job: 4 tasks, an MLP under DistributedDataParallel (gloo), in-place recovery"
-sed "s#\"python3\"#\"$PYTHON\"#; s#/app/runtime/python#$SRC/runtime/python#g; s#/ckpt/torch#$WORK/torch-checkpoints#;
-     s#/app/lib/libphalanx_c.so#$BUILD/runtime/client/libphalanx_c.so#" \
+# The local cluster runs pods as processes on this machine: the example from the checkout, the
+# package and library of this build, gloo on loopback.
+sed "s#\"python3\"#\"$PYTHON\"#; s#/opt/phalanx/examples#$SRC/runtime/python/examples#g; s#/ckpt/torch#$WORK/torch-checkpoints#" \
   "$SRC/examples/trainingjob-torch.yaml" |
-  sed "/PYTHONUNBUFFERED/a\\            - {name: GLOO_SOCKET_IFNAME, value: lo}" >"$WORK/trainingjob-torch.yaml"
+  sed "/PYTHONUNBUFFERED/a\\            - {name: GLOO_SOCKET_IFNAME, value: lo}\\n            - {name: PYTHONPATH, value: $SRC/runtime/python}\\n            - {name: PHALANX_LIBRARY, value: $BUILD/runtime/client/libphalanx_c.so}" \
+  >"$WORK/trainingjob-torch.yaml"
 say "$($KUBECTL apply -f "$WORK/trainingjob-torch.yaml")"
 wait_for 120 step_at_least 10
 say "training (step $(min_step) of $STEPS on every task)"
