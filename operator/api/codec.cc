@@ -400,9 +400,8 @@ void ValidateReservedEnv(std::vector<std::string>& errors, const Json& container
     for (size_t j = 0; j < env.size(); ++j) {
       const Json& name = FieldOrNull(env.at(j), "name");
       if (name.is_string() && IsReservedEnvName(name.as_string())) {
-        errors.push_back(absl::StrCat("spec.template.spec.containers[", i, "].env[", j,
-                                      "].name: ", name.as_string(),
-                                      " is reserved: the operator sets it"));
+        errors.push_back(absl::StrCat("spec.template.spec.containers[", i, "].env[", j, "].name: ",
+                                      name.as_string(), " is reserved: the operator sets it"));
       }
     }
   }

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth/credentials.h"
-#include "operator/api/codec.h"
 #include "common/kube/object_meta.h"
+#include "operator/api/codec.h"
 
 namespace phalanx::op {
 namespace {

@@ -192,8 +192,8 @@ TEST(PlanTest, SeveralRanksPerPod_GetTheirTasksCredentialsAndTheFirstTasksEnv) {
   EXPECT_FALSE(data.has_field(TaskCredentialKey(4)));
   std::string coordinator_args;
   for (const auto& [name, o] : created) {
-    if (kube::LabelsOf(o).contains(kRoleLabel) && kube::LabelsOf(o).at(kRoleLabel) == "coordinator" &&
-        kube::StringAt(o, "kind") == "Pod") {
+    if (kube::LabelsOf(o).contains(kRoleLabel) &&
+        kube::LabelsOf(o).at(kRoleLabel) == "coordinator" && kube::StringAt(o, "kind") == "Pod") {
       coordinator_args = o.at("spec").at("containers").at(0).at("args").serialize();
     }
   }

@@ -114,6 +114,10 @@ class LocalClusterCase(unittest.TestCase):
     def phase(self):
         return self.job().get("status", {}).get("phase", "")
 
+    def wait_succeeded(self, timeout=120):
+        self.assertTrue(harness.eventually(lambda: self.phase() == "Succeeded", timeout, 0.5),
+                        "job did not succeed: %s" % json.dumps(self.job()))
+
     def log(self, pod):
         try:
             with open(os.path.join(self.dir, "cluster", "logs", "default_" + pod + ".log")) as f:

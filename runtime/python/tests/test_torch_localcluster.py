@@ -29,6 +29,14 @@ ARGS = ["--steps=240", "--step_time=0.05"]
 TIMEOUT = 120  # per phase, for a loaded 2-core machine; nothing here asserts speed
 
 
+def reference_sha256():
+    """The parameters' hash of the undisturbed run (``torch_train.py --reference``)."""
+    out = subprocess.run([sys.executable, TRAIN, "--reference=%d" % RANKS] + ARGS,
+                         env=dict(os.environ, **harness.package_env()), capture_output=True,
+                         timeout=TIMEOUT, check=True).stdout.decode()
+    return LocalClusterCase.field(out.strip().splitlines()[-1], "params_sha256")
+
+
 @unittest.skipUnless(os.path.exists(KUBECTL), "kubectl is not installed at " + KUBECTL)
 class TorchLocalClusterTest(LocalClusterCase):
     JOB = "torchjob"
@@ -88,14 +96,9 @@ class TorchLocalClusterTest(LocalClusterCase):
                         "task 1 was not moved; job=%s" % json.dumps(self.job()))
         self.wait_formed(self.pod(1))
 
-        self.assertTrue(harness.eventually(lambda: self.phase() == "Succeeded", TIMEOUT, 0.5),
-                        "job did not succeed: %s" % json.dumps(self.job()))
+        self.wait_succeeded()
         status = self.job()["status"]
-        reference = subprocess.run(
-            [sys.executable, TRAIN, "--reference=%d" % RANKS] + ARGS,
-            env=dict(os.environ, PYTHONPATH=harness.PYTHON_DIR), capture_output=True,
-            timeout=TIMEOUT, check=True).stdout.decode().strip().splitlines()[-1]
-        expected = self.field(reference, "params_sha256")
+        expected = reference_sha256()
         for task in range(RANKS):
             # The task's pod that trained to the end (a later one would have found it done).
             final = self.events(self.pod(task), "final")
@@ -165,14 +168,9 @@ class TorchSeveralRanksPerPodTest(LocalClusterCase):
             "task 3 did not rejoin as incarnation 1; pod log:\n%s" % self.log(
                 "%s-task-1-0" % self.JOB))
 
-        self.assertTrue(harness.eventually(lambda: self.phase() == "Succeeded", TIMEOUT, 0.5),
-                        "job did not succeed: %s" % json.dumps(self.job()))
+        self.wait_succeeded()
         status = self.job()["status"]
-        reference = subprocess.run(
-            [sys.executable, TRAIN, "--reference=%d" % RANKS] + ARGS,
-            env=dict(os.environ, PYTHONPATH=harness.PYTHON_DIR), capture_output=True,
-            timeout=TIMEOUT, check=True).stdout.decode().strip().splitlines()[-1]
-        expected = self.field(reference, "params_sha256")
+        expected = reference_sha256()
         for task in range(RANKS):
             final = self.task_events(task, "final")
             self.assertTrue(final, "task %d has no final event" % task)
@@ -242,8 +240,7 @@ class TorchrunLocalClusterTest(LocalClusterCase):
             "agent 0 did not hear of the lost pod from Phalanx:\n%s" % self.log(
                 "%s-task-0-0" % self.JOB)[-3000:])
 
-        self.assertTrue(harness.eventually(lambda: self.phase() == "Succeeded", TIMEOUT, 0.5),
-                        "job did not succeed: %s" % json.dumps(self.job()))
+        self.wait_succeeded()
         finals = self.worker_events("final")
         last = {}
         for e in finals:
