@@ -53,6 +53,10 @@ ABSL_FLAG(std::string, nvml_path, "libnvidia-ml.so.1", "the NVML library to load
 ABSL_FLAG(std::string, required_cuda, "", "flag a driver that cannot run this CUDA version");
 ABSL_FLAG(std::string, clique_socket, "/var/run/phalanx/cliques.sock",
           "Unix socket of the local clique registry (empty: off)");
+ABSL_FLAG(std::string, clique_listen, "",
+          "also serve the clique registry on TCP at this host:port (e.g. 0.0.0.0:8479): task "
+          "pods that may not mount a host path reach it on their node's address "
+          "(docs/adr/0004; empty: off)");
 ABSL_FLAG(int, clique_socket_max_connections, 64,
           "clique socket connections open at once; more are refused (and counted)");
 ABSL_FLAG(absl::Duration, clique_request_deadline, absl::Seconds(2),
@@ -227,16 +231,20 @@ int main(int argc, char** argv) {
   agent::CliqueRegistryOptions registry_options;
   registry_options.ttl = absl::GetFlag(FLAGS_clique_report_ttl);
   agent::CliqueRegistry cliques(registry_options);
-  std::unique_ptr<agent::CliqueSocketServer> clique_server;
-  if (!absl::GetFlag(FLAGS_clique_socket).empty()) {
+  // The same registry on the Unix socket and on TCP (each server its own loop).
+  std::vector<std::unique_ptr<agent::CliqueSocketServer>> clique_servers;
+  for (const std::string& endpoint :
+       {absl::GetFlag(FLAGS_clique_socket), absl::GetFlag(FLAGS_clique_listen)}) {
+    if (endpoint.empty()) continue;
     agent::CliqueSocketOptions socket_options;
-    socket_options.path = absl::GetFlag(FLAGS_clique_socket);
+    socket_options.path = endpoint;
     socket_options.max_connections = absl::GetFlag(FLAGS_clique_socket_max_connections);
     socket_options.request_deadline = absl::GetFlag(FLAGS_clique_request_deadline);
     absl::StatusOr<std::unique_ptr<agent::CliqueSocketServer>> started =
         agent::CliqueSocketServer::Start(socket_options, cliques, clock, &metrics);
     if (!started.ok()) return Fail(std::string(started.status().message()));
-    clique_server = *std::move(started);
+    PHX_LOG(INFO) << "clique registry on " << endpoint;
+    clique_servers.push_back(*std::move(started));
   }
 
   agent::AgentOptions options;
@@ -267,6 +275,6 @@ int main(int argc, char** argv) {
       node_agent.Tick(clock.Now());
     }
   }
-  if (clique_server) clique_server->Stop();
+  for (auto& server : clique_servers) server->Stop();
   return 0;
 }

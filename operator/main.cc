@@ -49,6 +49,10 @@ ABSL_FLAG(int, coordinator_port_base, 0,
 ABSL_FLAG(
     int, coordinator_port_span, 2000,
     "how many ports from coordinator_port_base to hand out (even ports; metrics on port + 1)");
+ABSL_FLAG(int, agent_clique_port, 0,
+          "the node agent's clique channel port on every node (its --clique_listen): task pods "
+          "get PHALANX_CLIQUE_ADDRESS=<node IP>:<port> unless their TrainingJob sets "
+          "nodeAgent.enabled=false (docs/adr/0004); 0: none");
 ABSL_FLAG(std::string, coordinator_address, "service",
           "how tasks reach the coordinator: service (cluster DNS) or pod-ip");
 ABSL_FLAG(double, qps, 50, "Kubernetes API requests per second (client-side limit)");
@@ -138,6 +142,10 @@ int main(int argc, char** argv) {
       absl::StrSplit(absl::GetFlag(FLAGS_coordinator_command), ' ', absl::SkipEmpty());
   options.placement.port = absl::GetFlag(FLAGS_coordinator_port);
   options.placement.address_by_pod_ip = address_mode == "pod-ip";
+  options.agent_clique_port = absl::GetFlag(FLAGS_agent_clique_port);
+  if (options.agent_clique_port < 0 || options.agent_clique_port > 65535) {
+    return Fail("--agent_clique_port must be 0..65535");
+  }
   options.coordinator_port_base = absl::GetFlag(FLAGS_coordinator_port_base);
   options.coordinator_port_span = absl::GetFlag(FLAGS_coordinator_port_span);
   const std::string key_namespace = absl::GetFlag(FLAGS_key_namespace).empty()

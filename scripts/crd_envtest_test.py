@@ -166,7 +166,7 @@ class CrdOnRealApiServer(unittest.TestCase):
                                  capture_output=True, text=True)
             self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
             names = sorted(os.listdir(out))
-            self.assertEqual(len(names), 6, names)
+            self.assertEqual(len(names), 7, names)
             for name in names:
                 with open(os.path.join(out, name)) as f:
                     obj = json.load(f)

@@ -21,6 +21,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/base/stream_endpoint.h"
 
 namespace phalanx::agent {
 namespace {
@@ -145,28 +146,27 @@ struct CliqueSocketServer::Connection {
 absl::StatusOr<std::unique_ptr<CliqueSocketServer>> CliqueSocketServer::Start(
     CliqueSocketOptions options, CliqueRegistry& registry, base::Clock& clock,
     AgentMetrics* metrics) {
-  sockaddr_un addr{};
-  const std::string& path = options.path;
-  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+  absl::StatusOr<base::StreamEndpoint> endpoint = base::ParseStreamEndpoint(options.path);
+  if (!endpoint.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("clique socket path must be 1..", sizeof(addr.sun_path) - 1, " bytes"));
+        absl::StrCat("clique socket path or address: ", endpoint.status().message()));
   }
   if (options.max_connections < 1 || options.request_deadline <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "clique socket: max connections and the request deadline must be positive");
   }
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size());
-  unlink(path.c_str());  // a stale socket from a previous agent
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(fd, SOMAXCONN) != 0) {
-    const std::string why = std::strerror(errno);
-    close(fd);
-    return absl::FailedPreconditionError(absl::StrCat("clique socket ", path, ": ", why));
+  absl::StatusOr<int> listening = base::ListenStream(*endpoint);
+  if (!listening.ok()) {
+    if (listening.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("clique socket: ", listening.status().message()));
+    }
+    return listening.status();
   }
-  chmod(path.c_str(), 0660);
+  const int fd = *listening;
+  const bool unix_socket = endpoint->kind == base::StreamEndpoint::Kind::kUnix;
+  // The socket file (a Unix endpoint) goes when the server stops.
+  options.path = unix_socket ? endpoint->path : "";
   int wake[2];
   if (pipe2(wake, O_CLOEXEC) != 0) {
     close(fd);
@@ -191,6 +191,8 @@ CliqueSocketServer::CliqueSocketServer(CliqueSocketOptions options, int listen_f
 
 CliqueSocketServer::~CliqueSocketServer() { Stop(); }
 
+int CliqueSocketServer::port() const { return base::LocalPort(listen_fd_); }
+
 void CliqueSocketServer::Stop() {
   if (stopped_.exchange(true)) return;
   const char byte = 1;
@@ -199,7 +201,7 @@ void CliqueSocketServer::Stop() {
   close(listen_fd_);
   close(wake_read_);
   close(wake_write_);
-  unlink(options_.path.c_str());
+  if (!options_.path.empty()) unlink(options_.path.c_str());
 }
 
 void CliqueSocketServer::Dropped(const char* reason) {

@@ -1,5 +1,6 @@
 // CliqueSocketServer: the agent's local clique registry on a Unix socket (the path is mounted
-// into worker pods). One request line, one answer; several requests per connection are fine:
+// into worker pods) or on TCP at the node's address (docs/adr/0004). One request line, one answer;
+// several requests per connection are fine:
 //
 //   REPORT job=<job> task=<n> inc=<n> clique=<id> state=<STATE> devices=<i,j,...> key=<key>
 //       → OK [abort=<reason>]      (a pending abort request for the task rides on the answer)
@@ -49,6 +50,8 @@ std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& lin
                                 int peer_pid = 0);
 
 struct CliqueSocketOptions {
+  // A Unix socket path, or host:port to listen on TCP (task pods that may not mount a host path
+  // reach it on their node's address: docs/adr/0004). Over TCP the peer's pid is unknown (0).
   std::string path;
   int max_connections = 64;
   absl::Duration request_deadline = absl::Seconds(2);
@@ -64,6 +67,8 @@ class CliqueSocketServer {
                                                                    AgentMetrics* metrics = nullptr);
   ~CliqueSocketServer();
   void Stop();
+  // The TCP port it listens on (for a TCP endpoint with port 0), else 0.
+  int port() const;
 
   // Connections closed by the server, by why (also in the metrics), for tests and logs.
   int refused_over_limit() const { return refused_.load(); }

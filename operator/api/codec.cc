@@ -508,6 +508,9 @@ absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job) {
               out.coordination.shutdown_timeout);
   }
   r.Bool(*spec, "suspend", "spec.suspend", out.suspend);
+  if (const Json* a = r.Object(*spec, "nodeAgent", "spec.nodeAgent")) {
+    r.Bool(*a, "enabled", "spec.nodeAgent.enabled", out.node_agent);
+  }
   r.String(*spec, "schedulerName", "spec.schedulerName", out.scheduler_name);
   r.String(*spec, "priorityClassName", "spec.priorityClassName", out.priority_class_name);
   r.Enum(*spec, "successPolicy", "spec.successPolicy",

@@ -99,6 +99,9 @@ struct TrainingJobSpec {
   PreemptionPolicy preemption;
   CoordinationSpec coordination;
   bool suspend = false;
+  // spec.nodeAgent.enabled: the task pods get the node agent's clique channel
+  // (PHALANX_CLIQUE_ADDRESS) where the operator is configured with one (docs/adr/0004).
+  bool node_agent = true;
   std::string scheduler_name;
   std::string priority_class_name;
   SuccessPolicy success_policy = SuccessPolicy::kAllTasks;

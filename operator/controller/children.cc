@@ -100,8 +100,8 @@ Next EnsureTaskPods(const PlanInputs& in, JobPass& pass) {
   for (TaskRecord& record : pass.tasks) {
     if (record.event != TaskEvent::kNoPod) continue;
     TaskStatus& task = record.status;
-    pass.out.create.push_back(
-        DesiredTaskPod(in.job, in.spec, task.index, task.incarnation, pass.coordinator_address));
+    pass.out.create.push_back(DesiredTaskPod(in.job, in.spec, task.index, task.incarnation,
+                                             pass.coordinator_address, in.agent_clique_port));
     task.pod = TaskPodName(JobName(in), task.index, task.incarnation);
   }
   return Next::kContinue;

@@ -37,6 +37,15 @@ Json EnvVar(const std::string& name, const std::string& value) {
   v["value"] = Str(value);
   return v;
 }
+// A variable from the downward API (valueFrom.fieldRef), e.g. status.hostIP.
+Json EnvFieldRef(const std::string& name, const std::string& field_path) {
+  Json v = Json::object();
+  v["name"] = Str(name);
+  v["valueFrom"] = Json::object();
+  v["valueFrom"]["fieldRef"] = Json::object();
+  v["valueFrom"]["fieldRef"]["fieldPath"] = Str(field_path);
+  return v;
+}
 
 // A Secret volume holding keys of the job's Secret as files ({key, file name}), and its mount.
 Json TokenVolume(const std::string& job,
@@ -398,7 +407,8 @@ PodTask PodOfTask(const TrainingJobSpec& spec, int task, Incarnation incarnation
 }
 
 Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
-                    Incarnation incarnation, const std::string& coordinator_address) {
+                    Incarnation incarnation, const std::string& coordinator_address,
+                    int agent_clique_port) {
   const std::string name = MetaString(job, "name");
   const std::string ns = MetaString(job, "namespace");
   const Json& tmpl = spec.pod_template;
@@ -456,6 +466,14 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
       EnvVar("JAX_COORDINATOR_ADDRESS", absl::StrCat(master, ":", kMasterPort)),
       EnvVar("JAX_NUM_PROCESSES", absl::StrCat(num_tasks)),
       EnvVar("JAX_PROCESS_ID", absl::StrCat(first))};
+  if (agent_clique_port > 0 && spec.node_agent) {
+    // The node agent on this pod's node, over TCP: no host path, so the pod stays within Pod
+    // Security "restricted" (docs/adr/0004). Kubernetes expands $(PHALANX_NODE_IP) because the
+    // variable comes first.
+    env.push_back(EnvFieldRef("PHALANX_NODE_IP", "status.hostIP"));
+    env.push_back(
+        EnvVar("PHALANX_CLIQUE_ADDRESS", absl::StrCat("$(PHALANX_NODE_IP):", agent_clique_port)));
+  }
   std::vector<std::pair<std::string, std::string>> credentials;
   if (n > 1) {
     env.push_back(EnvVar("PHALANX_NPROC_PER_NODE", absl::StrCat(n)));

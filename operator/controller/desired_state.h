@@ -111,7 +111,11 @@ std::string CoordinatorAddress(const Json& job, const CoordinatorPlacement& plac
 // operator, not the kubelet, restarts tasks so that every restart is a new incarnation), stable
 // hostname/subdomain, scheduler and priority pass-through, and the environment of DESIGN.md in
 // every container: PHALANX_*, MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK, JAX_* .
+// With `agent_clique_port` > 0 (the operator's --agent_clique_port) and spec.nodeAgent.enabled,
+// every container also gets PHALANX_NODE_IP (status.hostIP) and PHALANX_CLIQUE_ADDRESS, the node
+// agent's clique channel on that address (docs/adr/0004).
 Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
-                    Incarnation incarnation, const std::string& coordinator_address);
+                    Incarnation incarnation, const std::string& coordinator_address,
+                    int agent_clique_port = 0);
 
 }  // namespace phalanx::op

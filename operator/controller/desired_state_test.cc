@@ -268,7 +268,10 @@ TEST(DesiredChildren, DumpForTheRealApiServerCheck) {
       {"service-coordinator", DesiredCoordinatorService(job, placement)},
       {"service-tasks", DesiredTasksService(job)},
       {"pod-coordinator", DesiredCoordinatorPod(job, spec, placement, "token")},
-      {"pod-task", DesiredTaskPod(job, spec, 1, 3, CoordinatorAddress(job, placement, ""))}};
+      {"pod-task", DesiredTaskPod(job, spec, 1, 3, CoordinatorAddress(job, placement, ""))},
+      // With the node agent's clique channel wired (docs/adr/0004) it must still pass.
+      {"pod-task-agent-channel",
+       DesiredTaskPod(job, spec, 0, 1, CoordinatorAddress(job, placement, ""), 8479)}};
   for (const auto& [name, object] : children) {
     std::ofstream out(absl::StrCat(dir, "/", name, ".json"));
     out << object.serialize();

@@ -89,8 +89,8 @@ void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& 
   const bool preemption = reason == "Preempted" && !record.preemption_reason.empty();
   pass.out.replacements.push_back({i, preemption, preemption ? record.preemption_reason : reason});
   if (!pass.coordinator_address.empty()) {
-    pass.out.create.push_back(
-        DesiredTaskPod(in.job, in.spec, i, task.incarnation, pass.coordinator_address));
+    pass.out.create.push_back(DesiredTaskPod(in.job, in.spec, i, task.incarnation,
+                                             pass.coordinator_address, in.agent_clique_port));
     task.pod = TaskPodName(JobName(in), i, task.incarnation);
   }
 }

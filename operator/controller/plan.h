@@ -70,6 +70,7 @@ struct PlanInputs {
   std::string token;  // the job token (derived from the operator key; never read back)
   absl::Time now;
   const NetworkPolicyOptions* network_policy = nullptr;  // null: no NetworkPolicy
+  int agent_clique_port = 0;  // > 0: task pods get the node agent's clique channel
 };
 
 ReconcilePlan PlanReconcile(const PlanInputs& in);

@@ -221,6 +221,40 @@ TEST(PlanTest, SeveralRanksPerPod_GetTheirTasksCredentialsAndTheFirstTasksEnv) {
   EXPECT_THAT(items, ::testing::HasSubstr("token-3"));
 }
 
+// The node agent's clique channel (docs/adr/0004): the node's address from the downward API,
+// the agent's port from the operator; a job can turn it off.
+TEST(PlanTest, TaskPodsGetTheNodeAgentsChannelUnlessTheJobTurnsItOff) {
+  const Json job = Job();
+  const CoordinatorPlacement placement;
+  TrainingJobSpec spec = Spec();
+  auto task_pod_env = [&](const ReconcilePlan& plan) {
+    for (const Json& o : plan.create) {
+      if (kube::MetaString(o, "name") == "j-task-0-0") {
+        return o.at("spec").at("containers").at(0).at("env").serialize();
+      }
+    }
+    return std::string();
+  };
+  PlanInputs in{job, spec, {}, JobObservation{}, placement, "tok", kNow};
+  in.agent_clique_port = 8479;
+  const std::string env = task_pod_env(PlanReconcile(in));
+  EXPECT_THAT(
+      env,
+      ::testing::HasSubstr(
+          R"({"name":"PHALANX_NODE_IP","valueFrom":{"fieldRef":{"fieldPath":"status.hostIP"}}})"));
+  EXPECT_THAT(env, ::testing::HasSubstr(
+                       R"({"name":"PHALANX_CLIQUE_ADDRESS","value":"$(PHALANX_NODE_IP):8479"})"));
+  // Defined before it is used: Kubernetes expands $(VAR) only from earlier entries.
+  EXPECT_LT(env.find("PHALANX_NODE_IP"), env.find("PHALANX_CLIQUE_ADDRESS"));
+  spec.node_agent = false;
+  EXPECT_THAT(task_pod_env(PlanReconcile(in)),
+              ::testing::Not(::testing::HasSubstr("PHALANX_CLIQUE")));
+  spec.node_agent = true;
+  in.agent_clique_port = 0;  // the operator has no agent channel
+  EXPECT_THAT(task_pod_env(PlanReconcile(in)),
+              ::testing::Not(::testing::HasSubstr("PHALANX_CLIQUE")));
+}
+
 TEST(PlanTest, SeveralRanksPerPod_CoordinatorTasksMapToTheirPods) {
   TrainingJobSpec spec = Spec();
   EXPECT_EQ(PodOfTask(spec, 3, 7).index, 3);  // one rank per pod: the same numbers

@@ -208,9 +208,10 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
       }
     }
   }
-  ReconcilePlan plan = PlanReconcile(
-      {job, *spec, previous, world, placement, TokenOf(ns, name, kube::MetaString(job, "uid")),
-       clock_.Now(), options_.network_policy ? &*options_.network_policy : nullptr});
+  ReconcilePlan plan = PlanReconcile({job, *spec, previous, world, placement,
+                                      TokenOf(ns, name, kube::MetaString(job, "uid")), clock_.Now(),
+                                      options_.network_policy ? &*options_.network_policy : nullptr,
+                                      options_.agent_clique_port});
   // Status first: it records the new incarnations and counters, so a pass that loses the race
   // with another writer (409) or dies half-way is redone from the record, never double-counted
   // and never lost. Acting on a stale view is impossible: a stale job fails this write.

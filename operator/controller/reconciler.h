@@ -50,6 +50,9 @@ struct ReconcilerOptions {
   std::string operator_key;
   // The per-job NetworkPolicy in front of the coordinator; nullopt: none is created.
   std::optional<NetworkPolicyOptions> network_policy = NetworkPolicyOptions{};
+  // The node agent's clique channel port on every node (its --clique_listen; docs/adr/0004),
+  // wired into task pods as PHALANX_CLIQUE_ADDRESS; 0: no agent channel.
+  int agent_clique_port = 0;
 };
 
 struct Informers {

@@ -2,7 +2,6 @@
 
 #include <openssl/evp.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,13 +14,19 @@
 #include "absl/strings/str_join.h"
 #include "common/base/env_and_files.h"
 #include "common/base/log.h"
+#include "common/base/stream_endpoint.h"
 
 namespace phalanx::clique {
 
 JobCliques::Options JobCliques::OptionsFromEnv() {
   Options options;
-  if (const char* socket = std::getenv("PHALANX_CLIQUE_SOCKET"); socket != nullptr) {
-    options.agent_socket = socket;
+  // TCP on the node's address (what the operator wires into task pods: docs/adr/0004) before a
+  // mounted Unix socket.
+  for (const char* name : {"PHALANX_CLIQUE_ADDRESS", "PHALANX_CLIQUE_SOCKET"}) {
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') {
+      options.agent_socket = value;
+      break;
+    }
   }
   std::string token;
   if (const char* file = std::getenv("PHALANX_TOKEN_FILE"); file != nullptr && *file != '\0') {
@@ -140,21 +145,13 @@ void JobCliques::Report(const CliqueInfo& clique) {
 absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::string& key,
                                           const std::string& job, const client::TaskRef& task,
                                           const CliqueInfo& clique) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path))
-    return absl::InvalidArgumentError("socket path too long");
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::UnavailableError(std::strerror(errno));
-  timeval timeout{1, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size());
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    const std::string why = std::strerror(errno);
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("no node agent at ", path, ": ", why));
+  absl::StatusOr<base::StreamEndpoint> endpoint = base::ParseStreamEndpoint(path);
+  if (!endpoint.ok()) return endpoint.status();
+  absl::StatusOr<int> connected = base::ConnectStream(*endpoint, absl::Seconds(1));
+  if (!connected.ok()) {
+    return absl::UnavailableError(absl::StrCat("no node agent: ", connected.status().message()));
   }
+  const int fd = *connected;
   std::vector<int> devices;
   if (const CliqueMember* m = clique.key.FindMember(task.task_id); m != nullptr) {
     devices = m->device_ids;

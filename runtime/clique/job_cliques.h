@@ -3,11 +3,11 @@
 // thread, every `poll_period`), and turns the client's peer events into the membership the
 // manager needs: a peer that failed is down (its cliques wait), a peer that registered a new
 // incarnation restarted (its cliques are aborted and re-formed). Optionally it reports every
-// clique's state to the node agent's Unix socket (PHALANX_CLIQUE_SOCKET), so the agent's metrics
-// show them and a failed GPU's abort request reaches this process: on every state change, and
-// again every `agent_refresh` (the agent drops reports not refreshed within its TTL, 30 s by
-// default). Reports carry `agent_key`, a digest of this task's credential (CliqueSocketKey): the
-// agent lets only that key read or change this task's entries, and never sees the credential.
+// clique's state to the node agent (PHALANX_CLIQUE_ADDRESS or PHALANX_CLIQUE_SOCKET), so the
+// agent's metrics show them and a failed GPU's abort request reaches this process: on every state
+// change, and again every `agent_refresh` (the agent drops reports not refreshed within its TTL, 30
+// s by default). Reports carry `agent_key`, a digest of this task's credential (CliqueSocketKey):
+// the agent lets only that key read or change this task's entries, and never sees the credential.
 //
 // Wiring: create it after the client, call OnPeerChange from ClientCallbacks::on_peer_change
 // (cheap: no RPC, no wait), then Acquire a key per communicator. Teardown: stop forwarding
@@ -36,11 +36,13 @@ class JobCliques {
   struct Options {
     absl::Duration poll_period = absl::Milliseconds(5);
     CliqueManager::Options manager;
-    std::string agent_socket;  // "" = no reports; see FromEnv
+    std::string agent_socket;  // the agent's socket path or host:port; "" = no reports
     std::string agent_key;     // CliqueSocketKey(token); see FromEnv
     absl::Duration agent_refresh = absl::Seconds(10);
   };
-  // Options with agent_socket from $PHALANX_CLIQUE_SOCKET and agent_key from the token in
+  // Options with agent_socket from $PHALANX_CLIQUE_ADDRESS (host:port, the node agent on the
+  // node's address) or else $PHALANX_CLIQUE_SOCKET (a mounted Unix socket), agent_key from the
+  // token in
   // $PHALANX_TOKEN_FILE (a file) or $PHALANX_TOKEN.
   static Options OptionsFromEnv();
 

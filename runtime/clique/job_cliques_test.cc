@@ -178,6 +178,37 @@ TEST(ReportToAgentTest, TheAgentTakesAKeyedReportAndRefusesAnotherCredentialsKey
   EXPECT_EQ(registry.ListFor(CliqueSocketKey("task-0")).size(), 1u);
 }
 
+// The channel task pods get under Pod Security "restricted" (docs/adr/0004): the agent on TCP
+// (here 127.0.0.1), the same protocol and the same per-credential keys.
+TEST(ReportToAgentTest, OverTcpTheAgentTakesAKeyedReportAndRefusesAnotherCredentialsKey) {
+  agent::CliqueRegistry registry;
+  auto server = agent::CliqueSocketServer::Start({"127.0.0.1:0"}, registry, base::RealClock::Get());
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  CliqueInfo info;
+  info.key = KeyFor({0, 0, 0});
+  info.state = CliqueState::kReady;
+  absl::StatusOr<std::string> answer =
+      ReportToAgent(address, CliqueSocketKey("task-0"), "test", {0, 0}, info);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(*answer, "OK");
+  ASSERT_EQ(registry.List().size(), 1u);
+  answer = ReportToAgent(address, CliqueSocketKey("someone-else"), "test", {0, 0}, info);
+  EXPECT_TRUE(absl::IsPermissionDenied(answer.status())) << answer.status();
+  (*server)->Stop();
+  answer = ReportToAgent(address, CliqueSocketKey("task-0"), "test", {0, 0}, info);
+  EXPECT_TRUE(absl::IsUnavailable(answer.status())) << answer.status();
+}
+
+TEST(JobCliquesOptionsTest, TheNodeAddressWinsOverAMountedSocket) {
+  setenv("PHALANX_CLIQUE_SOCKET", "/var/run/phalanx/cliques.sock", 1);
+  EXPECT_EQ(JobCliques::OptionsFromEnv().agent_socket, "/var/run/phalanx/cliques.sock");
+  setenv("PHALANX_CLIQUE_ADDRESS", "10.0.0.7:8479", 1);
+  EXPECT_EQ(JobCliques::OptionsFromEnv().agent_socket, "10.0.0.7:8479");
+  unsetenv("PHALANX_CLIQUE_ADDRESS");
+  unsetenv("PHALANX_CLIQUE_SOCKET");
+}
+
 TEST(CliqueSocketKeyTest, IsAStableDigestThatDiffersPerTokenAndHidesIt) {
   const std::string a = CliqueSocketKey("token-a");
   EXPECT_EQ(a.size(), 64u);  // hex SHA-256

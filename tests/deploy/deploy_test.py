@@ -683,8 +683,14 @@ def check_containerfiles(src, binary_dir):
                           "phalanx-sample-worker"}, f"build-images.sh builds {sorted(images)}")
     docker_dir = os.path.join(src, "deploy", "docker")
     present = sorted(os.listdir(docker_dir))
-    expected = sorted(f"Containerfile.{i.removeprefix('phalanx-')}" for i in images)
+    # torch-worker/: the PyTorch worker (scripts/build-torch-worker-image.sh), on a PyTorch base.
+    expected = sorted([f"Containerfile.{i.removeprefix('phalanx-')}" for i in images]
+                      + ["torch-worker"])
     check(present == expected, f"deploy/docker holds {present}, expected {expected}")
+    torch_ins = containerfile_instructions(os.path.join(docker_dir, "torch-worker", "Containerfile"))
+    check("USER 65532:65532" in torch_ins, "torch-worker/Containerfile: USER 65532:65532")
+    check(any(i.startswith("RUN python3 -m pip install --no-cache-dir --no-deps /tmp/phalanx-")
+              for i in torch_ins), "torch-worker/Containerfile: the wheel's one pip line")
     for image, binary in images.items():
         check(os.path.basename(binary) == image, f"{image}: binary {binary} has another name")
         path = os.path.join(docker_dir, f"Containerfile.{image.removeprefix('phalanx-')}")
