@@ -144,7 +144,7 @@ class PhalanxRendezvousHandler(RendezvousHandler):
             news = next((self._describe(c) for c in self._changes
                          if self._concerns_round_locked(c)), None)
         if news is not None:
-            log.warning("phalanx: %s; restarting the worker group for a new round", news)
+            log.warning("phalanx: restarting the worker group for a new round (%s)", news)
             return 1
         if self._store is not None and self._store.check(["restart"]):
             log.warning("phalanx: another agent asked for a new round; restarting the worker "
@@ -175,10 +175,15 @@ class PhalanxRendezvousHandler(RendezvousHandler):
         record = (change.task_id, change.incarnation, change.state_name, change.reason)
         with self._cond:
             self._change_count += 1
-            if not self._members or self._concerns_round_locked(record):
+            concerns = bool(self._members) and self._concerns_round_locked(record)
+            if not self._members or concerns:
                 self._changes.append(record)
                 del self._changes[:-_MAX_CHANGES]
             self._cond.notify_all()
+        if concerns:
+            # Said when the coordinator says it: the workers may restart for it at the next
+            # monitor tick, or sooner when their collectives fail on the lost peer first.
+            log.warning("phalanx: %s", self._describe(record))
 
     def _concerns_round_locked(self, change):
         """A member of the current round failed at its incarnation, or was replaced."""

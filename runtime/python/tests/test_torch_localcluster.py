@@ -233,6 +233,8 @@ class TorchrunLocalClusterTest(LocalClusterCase):
         at = self.steps()
         self.assertTrue(harness.eventually(lambda: self.steps() >= at + 20, TIMEOUT, 0.2))
         self.admin("kill-pod", "default/%s-task-1-0" % self.JOB)
+        # The coordinator's word reaches agent 0 (its workers may also fail on the lost peer
+        # first and restart for that; either way the next round waits for the replacement).
         detected = "phalanx: peer task 1 (incarnation 0) failed: session broken"
         self.assertTrue(
             harness.eventually(lambda: detected in self.log("%s-task-0-0" % self.JOB), TIMEOUT,
