@@ -164,25 +164,26 @@ absl::StatusOr<std::unique_ptr<CliqueSocketServer>> CliqueSocketServer::Start(
     return listening.status();
   }
   const int fd = *listening;
-  const bool unix_socket = endpoint->kind == base::StreamEndpoint::Kind::kUnix;
-  // The socket file (a Unix endpoint) goes when the server stops.
-  options.path = unix_socket ? endpoint->path : "";
+  std::string socket_file =
+      endpoint->kind == base::StreamEndpoint::Kind::kUnix ? endpoint->path : "";
   int wake[2];
   if (pipe2(wake, O_CLOEXEC) != 0) {
     close(fd);
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
-  auto server = std::unique_ptr<CliqueSocketServer>(
-      new CliqueSocketServer(std::move(options), fd, wake, registry, clock, metrics));
+  auto server = std::unique_ptr<CliqueSocketServer>(new CliqueSocketServer(
+      std::move(options), fd, std::move(socket_file), wake, registry, clock, metrics));
   server->thread_ = std::thread([s = server.get()] { s->Loop(); });
   return server;
 }
 
-CliqueSocketServer::CliqueSocketServer(CliqueSocketOptions options, int listen_fd, int wake_fd[2],
+CliqueSocketServer::CliqueSocketServer(CliqueSocketOptions options, int listen_fd,
+                                       std::string socket_file, int wake_fd[2],
                                        CliqueRegistry& registry, base::Clock& clock,
                                        AgentMetrics* metrics)
     : options_(std::move(options)),
       listen_fd_(listen_fd),
+      socket_file_(std::move(socket_file)),
       wake_read_(wake_fd[0]),
       wake_write_(wake_fd[1]),
       registry_(registry),
@@ -201,7 +202,7 @@ void CliqueSocketServer::Stop() {
   close(listen_fd_);
   close(wake_read_);
   close(wake_write_);
-  if (!options_.path.empty()) unlink(options_.path.c_str());
+  if (!socket_file_.empty()) unlink(socket_file_.c_str());
 }
 
 void CliqueSocketServer::Dropped(const char* reason) {

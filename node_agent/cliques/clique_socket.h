@@ -76,8 +76,9 @@ class CliqueSocketServer {
 
  private:
   struct Connection;
-  CliqueSocketServer(CliqueSocketOptions options, int listen_fd, int wake_fd[2],
-                     CliqueRegistry& registry, base::Clock& clock, AgentMetrics* metrics);
+  CliqueSocketServer(CliqueSocketOptions options, int listen_fd, std::string socket_file,
+                     int wake_fd[2], CliqueRegistry& registry, base::Clock& clock,
+                     AgentMetrics* metrics);
   void Loop();
   // Accepts what is waiting (a bounded number); false when out of file descriptors.
   bool AcceptAll(std::vector<std::unique_ptr<Connection>>& open);
@@ -89,6 +90,8 @@ class CliqueSocketServer {
 
   const CliqueSocketOptions options_;
   const int listen_fd_;
+  // The socket file Stop() removes ("" for a TCP endpoint).
+  const std::string socket_file_;
   int wake_read_;
   int wake_write_;
   CliqueRegistry& registry_;

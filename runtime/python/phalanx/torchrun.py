@@ -77,7 +77,6 @@ class PhalanxRendezvousHandler(RendezvousHandler):
         # round; judged against its members when asked (they may arrive before the round that
         # they concern is formed).
         self._changes = []
-        self._round = None        # (epoch, n) of the current round
         self._rounds_in_epoch = {}
         self._change_count = 0
         self._store = None
@@ -121,7 +120,6 @@ class PhalanxRendezvousHandler(RendezvousHandler):
         self._rounds_in_epoch = {epoch: n + 1}
         with self._cond:
             self._members = {t.task_id: t.incarnation for t in alive}
-            self._round = (epoch, n)
             # What is old news for this round's members goes; what concerns them stays.
             self._changes = [c for c in self._changes if self._concerns_round_locked(c)]
         self._store = PhalanxStore(self._client, prefix="%s/%s/%d" % (self._prefix, epoch, n),

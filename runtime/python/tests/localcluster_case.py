@@ -2,6 +2,7 @@
 found) and phalanx-operator as real processes, with kubectl, pod logs and job status helpers.
 Subclasses set ``JOB`` (the TrainingJob's name) and ``NODES``."""
 
+import glob
 import json
 import os
 import random
@@ -125,9 +126,23 @@ class LocalClusterCase(unittest.TestCase):
         except FileNotFoundError:
             return ""
 
-    def events(self, pod, kind):
-        return [line for line in self.log(pod).splitlines()
+    @staticmethod
+    def _events_in(text, kind):
+        return [line for line in text.splitlines()
                 if line.startswith("EVENT ") and re.search(r" kind=%s( |$)" % re.escape(kind), line)]
+
+    def events(self, pod, kind):
+        return self._events_in(self.log(pod), kind)
+
+    def task_pod_events(self, kind, index="*"):
+        """``kind`` events in the logs of every incarnation of task pod ``index`` (every task pod
+        by default), oldest incarnation first by file name."""
+        pattern = "default_%s-task-%s-*.log" % (self.JOB, index)
+        found = []
+        for path in sorted(glob.glob(os.path.join(self.dir, "cluster", "logs", pattern))):
+            with open(path) as f:
+                found += self._events_in(f.read(), kind)
+        return found
 
     @staticmethod
     def field(line, name):

@@ -129,15 +129,8 @@ class TorchSeveralRanksPerPodTest(LocalClusterCase):
 
     def task_events(self, task, kind):
         """``kind`` events of ``task`` in its pod's logs (ranks of a pod share its log)."""
-        pod = task // self.NPROC
-        logs = sorted(glob.glob(os.path.join(self.dir, "cluster", "logs",
-                                             "default_%s-task-%d-*.log" % (self.JOB, pod))))
-        found = []
-        for path in logs:
-            with open(path) as f:
-                found += [line for line in f if line.startswith("EVENT ") and
-                          " task=%d " % task in line and " kind=%s" % kind in line]
-        return found
+        return [e for e in self.task_pod_events(kind, task // self.NPROC)
+                if " task=%d " % task in e]
 
     def steps(self):
         return min(max([int(self.field(e, "step")) for e in self.task_events(t, "step")],
@@ -198,16 +191,8 @@ class TorchrunLocalClusterTest(LocalClusterCase):
     NODES = 2
     STEPS = 150
 
-    def worker_events(self, kind, pod=None):
-        pattern = "default_%s-task-%s-*.log" % (self.JOB, "*" if pod is None else pod)
-        found = []
-        for path in sorted(glob.glob(os.path.join(self.dir, "cluster", "logs", pattern))):
-            with open(path) as f:
-                found += [l for l in f if l.startswith("EVENT ") and " kind=%s" % kind in l]
-        return found
-
     def steps(self):
-        return max([int(self.field(e, "step")) for e in self.worker_events("step")], default=0)
+        return max([int(self.field(e, "step")) for e in self.task_pod_events("step")], default=0)
 
     def test_an_unmodified_torchrun_script_recovers_through_phalanx(self):
         script = os.path.join(harness.PYTHON_DIR, "examples", "torchrun_train.py")
@@ -222,10 +207,10 @@ class TorchrunLocalClusterTest(LocalClusterCase):
             spec={"coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 2}})
         self.assertTrue(harness.eventually(lambda: self.steps() >= 20, TIMEOUT, 0.2),
                         "the workers did not reach step 20; job=%s" % json.dumps(self.job()))
-        worker = [e for e in self.worker_events("start", pod=1) if " task=3 " in e]
+        worker = [e for e in self.task_pod_events("start", 1) if " task=3 " in e]
         self.assertTrue(worker, self.log("%s-task-1-0" % self.JOB))
         os.kill(int(self.field(worker[0], "pid")), signal.SIGKILL)
-        restarted = lambda: all(any(" restart=1 " in e for e in self.worker_events("start", p))
+        restarted = lambda: all(any(" restart=1 " in e for e in self.task_pod_events("start", p))
                                 for p in (0, 1))
         self.assertTrue(harness.eventually(restarted, TIMEOUT, 0.2),
                         "the agents did not restart their workers after a worker died")
@@ -243,7 +228,7 @@ class TorchrunLocalClusterTest(LocalClusterCase):
                 "%s-task-0-0" % self.JOB)[-3000:])
 
         self.wait_succeeded()
-        finals = self.worker_events("final")
+        finals = self.task_pod_events("final")
         last = {}
         for e in finals:
             last[self.field(e, "task")] = e
