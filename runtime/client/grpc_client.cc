@@ -101,13 +101,15 @@ GrpcCoordinationClient::~GrpcCoordinationClient() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  rpc_->Close();  // cancels the calls in flight, a blocked registration among them
   session_->Stop();
-  absl::MutexLock lock(&mu_);
-  for (grpc::ClientContext* context : reports_in_flight_) context->TryCancel();
-  // Their callbacks touch this object: wait for them (cancelled calls finish promptly). A
-  // backstop on gRPC, which completes calls in real time, so not on the injected clock.
-  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return reports_in_flight_.empty(); };
-  mu_.AwaitWithTimeout(absl::Condition(&none), absl::Seconds(30));
+  // Their callbacks touch this object and hold the channel: wait for them (cancelled calls end
+  // promptly) so the channel goes with this object, on this thread. A backstop on gRPC, which
+  // completes calls in real time, so not on the injected clock.
+  if (!rpc_->WaitIdle(absl::Seconds(30))) {
+    PHX_LOG(ERROR) << "task " << config_.task_id
+                   << ": calls to the coordinator still running 30 s after they were cancelled";
+  }
 }
 
 absl::Duration GrpcCoordinationClient::WaitingDeadline(absl::Duration timeout) const {
@@ -382,34 +384,22 @@ pb::ReportSyncStepRequest GrpcCoordinationClient::SyncStepReport(const Preemptio
 }
 
 void GrpcCoordinationClient::ReportSyncStepAsync(const PreemptionRound& round, int64_t step) {
-  // Not RpcCaller::CallAsync: the destructor must be able to cancel this call, so its context
-  // is registered before the call starts.
-  struct InFlight {
-    grpc::ClientContext context;
-    pb::ReportSyncStepRequest request;
-    pb::ReportSyncStepResponse response;
-  };
-  auto* call = new InFlight;
-  call->request = SyncStepReport(round, step);
+  absl::Duration timeout;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) {
-      delete call;
-      return;
-    }
-    rpc_->Prepare(call->context, sync_.RoundWait(round) + config_.rpc_margin);
-    reports_in_flight_.insert(&call->context);
+    if (stopping_) return;
+    timeout = sync_.RoundWait(round) + config_.rpc_margin;
   }
+  // The callback may use `this`: the destructor cancels the call and waits for it.
   const uint64_t id = round.round;
-  stub_->async()->ReportSyncStep(&call->context, &call->request, &call->response,
-                                 [this, call, id](grpc::Status status) {
-                                   absl::StatusOr<int64_t> sync_step = call->response.sync_step();
-                                   if (!status.ok()) sync_step = coord::FromGrpcStatus(status);
-                                   absl::MutexLock lock(&mu_);
-                                   reports_in_flight_.erase(&call->context);
-                                   sync_.OnEarlyReportAnswer(id, sync_step);
-                                   delete call;
-                                 });
+  rpc_->CallAsync<pb::ReportSyncStepRequest, pb::ReportSyncStepResponse>(
+      &Stub::async::ReportSyncStep, SyncStepReport(round, step), timeout,
+      [this, id](absl::Status status, pb::ReportSyncStepResponse response) {
+        absl::StatusOr<int64_t> sync_step = response.sync_step();
+        if (!status.ok()) sync_step = status;
+        absl::MutexLock lock(&mu_);
+        sync_.OnEarlyReportAnswer(id, sync_step);
+      });
 }
 
 absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {

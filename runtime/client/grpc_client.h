@@ -13,7 +13,6 @@
 
 #include <memory>
 #include <optional>
-#include <set>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -107,8 +106,6 @@ class GrpcCoordinationClient final : public CoordinationClient, private SessionC
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // no new early reports
   SyncPointTracker sync_ ABSL_GUARDED_BY(mu_);
-  // Early reports still in flight: the destructor cancels them and waits for their callbacks.
-  std::set<grpc::ClientContext*> reports_in_flight_ ABSL_GUARDED_BY(mu_);
 
   // Last: its thread calls into the members above, so it is stopped (destroyed) first.
   std::unique_ptr<SessionChannel> session_;

@@ -391,6 +391,29 @@ TEST(GrpcClient, Shutdown_AllTasks_LeavesNoFailure) {
   EXPECT_TRUE(coordinator.service().AllTasksShutDown());
 }
 
+// A call in flight holds the gRPC channel: were its callback to run after the client is gone,
+// the channel's last reference would drop on a gRPC thread, which gRPC 1.51 cannot survive (it
+// joins the thread it is on). So the destructor cancels such calls and waits for them.
+TEST(GrpcClient, Destroyed_WithACallInFlight_CancelsItAndRunsItsCallbackFirst) {
+  Coordinator coordinator(2);
+  // No session yet, so the call goes as a unary RPC that waits on the server for its key.
+  auto client = *GrpcCoordinationClient::Create(ConfigFor(coordinator.port(), 0, 2));
+  absl::Mutex mu;
+  std::optional<absl::Status> result;
+  client->KvGetAsync("never/set", absl::Minutes(10), [&](absl::StatusOr<std::string> value) {
+    absl::MutexLock lock(&mu);
+    result = value.status();
+  });
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_FALSE(result.has_value()) << "the get should wait for its key: " << *result;
+  }
+  client.reset();
+  absl::MutexLock lock(&mu);
+  ASSERT_TRUE(result.has_value()) << "the destructor returned before the call's callback ran";
+  EXPECT_THAT(*result, StatusIs(absl::StatusCode::kCancelled));
+}
+
 TEST(GrpcClient, ReportRolledBack_ReachesTheJobStateOnce) {
   Coordinator coordinator(2);
   auto a = Connected(coordinator.port(), 0, 2);
