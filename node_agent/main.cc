@@ -1,6 +1,6 @@
 // phalanx-agent: the per-node agent (a DaemonSet on GPU nodes). Flags → objects → a tick every
 // --poll_interval (see agent.h for what a tick does). Prints `ready metrics=HOST:PORT` once it
-// serves /metrics and /healthz. With the `sigterm` source, SIGTERM (a graceful node shutdown) is
+// serves /metrics and /healthz (and ` clique_port=PORT` with --clique_listen). With the `sigterm` source, SIGTERM (a graceful node shutdown) is
 // itself a notice: the agent delivers it (taints its node) before it exits, unless its own pod
 // is being deleted ($POD_NAME/$POD_NAMESPACE: a rollout); SIGINT just stops it.
 //   phalanx-agent [--kubeconfig FILE] --node_name NODE [flags]
@@ -30,6 +30,7 @@
 #include "node_agent/agent_env.h"
 #include "node_agent/cliques/clique_socket.h"
 #include "node_agent/gpu/fake_nvml.h"
+#include "node_agent/gpu/fake_xid_script.h"
 #include "node_agent/gpu/nvml_loader.h"
 #include "node_agent/preemption/aws_spot_source.h"
 #include "node_agent/preemption/background_source.h"
@@ -49,6 +50,9 @@ ABSL_FLAG(std::string, notice_sources, "node-taint",
 ABSL_FLAG(std::string, gce_metadata_url, "http://metadata.google.internal", "GCE metadata server");
 ABSL_FLAG(std::string, aws_metadata_url, "http://169.254.169.254", "AWS instance metadata server");
 ABSL_FLAG(std::string, fake_gpus, "", "use N fake GPUs instead of NVML: \"8\" or \"8:H100\"");
+ABSL_FLAG(std::string, fake_xid_file, "",
+          "with --fake_gpus: a file of lines \"<gpu index> <xid>\"; each line appended is "
+          "injected once, as if the driver had raised it (scripted GPU failures for tests)");
 ABSL_FLAG(std::string, nvml_path, "libnvidia-ml.so.1", "the NVML library to load");
 ABSL_FLAG(std::string, required_cuda, "", "flag a driver that cannot run this CUDA version");
 ABSL_FLAG(std::string, clique_socket, "/var/run/phalanx/cliques.sock",
@@ -173,10 +177,18 @@ int main(int argc, char** argv) {
   // GPUs: NVML, or a fake inventory (the local cluster's virtual nodes).
   std::unique_ptr<agent::NvmlApi> nvml;
   absl::Status nvml_status;
+  std::unique_ptr<agent::FakeXidScript> xid_script;
+  if (!absl::GetFlag(FLAGS_fake_xid_file).empty() && absl::GetFlag(FLAGS_fake_gpus).empty()) {
+    return Fail("--fake_xid_file scripts fake GPUs: it needs --fake_gpus");
+  }
   if (!absl::GetFlag(FLAGS_fake_gpus).empty()) {
     absl::StatusOr<std::unique_ptr<agent::FakeNvml>> fake =
         agent::FakeNvml::FromSpec(absl::GetFlag(FLAGS_fake_gpus));
     if (!fake.ok()) return Fail(absl::StrCat("--fake_gpus: ", fake.status().message()));
+    if (!absl::GetFlag(FLAGS_fake_xid_file).empty()) {
+      xid_script =
+          std::make_unique<agent::FakeXidScript>(absl::GetFlag(FLAGS_fake_xid_file), **fake);
+    }
     nvml = *std::move(fake);
   } else {
     absl::StatusOr<std::unique_ptr<agent::NvmlApi>> loaded =
@@ -258,9 +270,16 @@ int main(int argc, char** argv) {
   if (!status_server.ok()) return Fail(std::string(status_server.status().message()));
 
   node_agent.Tick(clock.Now());  // a first check before saying ready
-  base::PeriodicRunner ticker(clock, absl::GetFlag(FLAGS_poll_interval),
-                              [&](absl::Time now) { node_agent.Tick(now); });
-  std::cout << "ready metrics=127.0.0.1:" << (*status_server)->port() << std::endl;
+  base::PeriodicRunner ticker(clock, absl::GetFlag(FLAGS_poll_interval), [&](absl::Time now) {
+    if (xid_script != nullptr) xid_script->Poll();
+    node_agent.Tick(now);
+  });
+  std::string ready = absl::StrCat("ready metrics=127.0.0.1:", (*status_server)->port());
+  // The TCP clique registry's port (it may have been asked for port 0), for tests and scripts.
+  for (const auto& server : clique_servers) {
+    if (server->port() > 0) absl::StrAppend(&ready, " clique_port=", server->port());
+  }
+  std::cout << ready << std::endl;
 
   int sig = 0;
   sigwait(&signals, &sig);

@@ -22,6 +22,9 @@ the pod before, below every process of the next pod (the operator's
   others are stopped and the pod exits with that code, for the job's failure policy;
 - ranks exited 4 (checkpointed and left a preempted node): not restarted; once every rank has
   ended the pod exits 4;
+- a rank exited 5 (the node agent saw its GPU fail; ``phalanx.torch_recovery``): a restart in
+  place would land on the same GPU, so the others are stopped and the pod exits 5, to be started
+  again elsewhere (its healthy ranks move with it: ``nprocPerNode: 1`` moves only the task);
 - the launcher got SIGTERM or SIGINT (the pod is being deleted): forwarded to every rank;
 - a rank was restarted ``LOCAL_INCARNATION_STRIDE - 1`` times in this pod.
 
@@ -41,6 +44,7 @@ import time
 
 LOCAL_INCARNATION_STRIDE = 1000  # operator/controller/desired_state.h kLocalIncarnationStride
 EXIT_PREEMPTED = 4               # phalanx.torch_recovery.EXIT_PREEMPTED
+EXIT_DEVICE_FAILED = 5           # phalanx.torch_recovery.EXIT_DEVICE_FAILED
 QUICK_FAILURE_S = 10.0           # a rank that dies sooner than this after its start
 MAX_PAUSE_S = 30.0
 
@@ -194,6 +198,10 @@ class Launcher:
         elif code in self.args.fatal:
             log("local rank %d (task %d) ended with fatal %s: stopping the pod" % (
                 local, task, describe(code)))
+            self.stop_all(signal.SIGTERM, code)
+        elif code == EXIT_DEVICE_FAILED:
+            log("local rank %d (task %d) left a failed GPU (exit code 5): stopping the pod so "
+                "that it starts elsewhere" % (local, task))
             self.stop_all(signal.SIGTERM, code)
         elif code == EXIT_PREEMPTED:
             self.outcome[local] = code

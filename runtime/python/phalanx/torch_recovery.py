@@ -66,14 +66,17 @@ import time
 import torch
 import torch.distributed as dist
 
+from .cliques import AgentWatch, local_devices
 from .errors import Aborted, Cancelled, DeadlineExceeded, Error, Unavailable
 from .torch_store import PhalanxStore
 
 __all__ = ["Manager", "CollectiveAborter", "ordered_allreduce_hook", "EXIT_SUPERSEDED",
-           "EXIT_PREEMPTED"]
+           "EXIT_PREEMPTED", "EXIT_DEVICE_FAILED"]
 
 EXIT_SUPERSEDED = 3
 EXIT_PREEMPTED = 4
+# The node agent saw this rank's GPU fail: the task must leave it (a new pod, elsewhere).
+EXIT_DEVICE_FAILED = 5
 
 _ABORTED_BY_PHALANX = "collective aborted by Phalanx"
 # Messages of torch's transport errors: a peer is gone or unreachable, not a bug in the step.
@@ -198,14 +201,22 @@ class Manager:
     with :func:`ordered_allreduce_hook`, so a run through re-formations ends bitwise where an
     undisturbed one does; ``False``: DDP's own all-reduce (less traffic for large models; the
     last bits may then differ after a re-formation). ``on_event(manager, kind, fields)``: progress reports
-    (``formed``, ``failure``, ``recovered``, ``checkpoint``, ``leaving``); default: a line on
-    stderr.
+    (``formed``, ``failure``, ``recovered``, ``checkpoint``, ``leaving``, ``device_failed``);
+    default: a line on stderr.
+
+    ``agent_devices``: the node's GPU indices this rank's group uses, reported to the node agent
+    (where the task was given one: ``$PHALANX_CLIQUE_ADDRESS``) so that a failing GPU aborts
+    exactly the groups on it (default :func:`phalanx.cliques.local_devices`; ``[]``: no
+    reports). When the agent asks, the collective in flight fails at once, the task reports the
+    error to the coordinator (its peers re-form without it) and the process exits
+    :data:`EXIT_DEVICE_FAILED` so that it is started again elsewhere.
     """
 
     def __init__(self, model, optimizer=None, *, client=None, backend="gloo", ddp=True,
                  ddp_kwargs=None, stateful=None, checkpoint_dir=None, checkpoint_every=0,
                  collective_timeout=60.0, recovery_timeout=600.0, failure_grace=30.0,
-                 prefix="torch", deterministic=True, on_event=None):
+                 prefix="torch", deterministic=True, on_event=None, agent_devices=None,
+                 agent_period=1.0):
         if client is None:
             import phalanx
             client = phalanx.init()
@@ -235,6 +246,11 @@ class Manager:
         self._aborter = None      # the current group's collectives (deterministic DDP only)
         self._members = {}        # task id -> incarnation in the current group
         self._abandoned = []      # groups with a collective stuck on a hung peer
+        self._agent_devices = (local_devices() if agent_devices is None
+                               else [int(d) for d in agent_devices])
+        self._agent_period = float(agent_period)
+        self._agent_watch = None  # the current group, reported to the node agent
+        self._device_failure = None  # the agent's reason, once it asked this task to abort
         client.on_peer_change(self._peer_changed)
         client.on_preemption(self._preemption)
         client.on_reconnect(self._reconnected)
@@ -274,6 +290,15 @@ class Manager:
                 _ABORTED_BY_PHALANX, peer.task_id, member,
                 "failed" if failed else "was replaced", peer.reason))
 
+    def _agent_abort(self, reason):
+        """The node agent's abort request (its watch thread): fail the collective in flight."""
+        with self._cond:
+            self._device_failure = reason
+            self._cond.notify_all()
+            aborter = self._aborter
+        if aborter is not None:
+            aborter.abort("%s: the node agent asks to abort: %s" % (_ABORTED_BY_PHALANX, reason))
+
     def _preemption(self, round_):
         affected = round_.affected_tasks
         if affected is not None and self.rank in affected:
@@ -305,12 +330,14 @@ class Manager:
         self._recover(None)
         while self.step < steps:
             try:
+                self._check_device()
                 if self._reached_sync_point():
                     self._at_sync_point()
                 step_fn(self.step)
             except Aborted:
                 self._exit(EXIT_SUPERSEDED, "superseded")
             except Exception as e:  # noqa: BLE001 - classified below
+                self._check_device()
                 if not self._is_peer_failure(e):
                     self._fatal(e)
                     raise
@@ -387,6 +414,22 @@ class Manager:
         """Whether a peer change after the ``seen``-th arrives within ``timeout`` seconds."""
         with self._cond:
             return self._cond.wait_for(lambda: self._changes != seen, timeout)
+
+    def _check_device(self):
+        """Leaves (exits) if the node agent said this rank's GPU failed."""
+        with self._cond:
+            reason = self._device_failure
+        if reason is None:
+            return
+        self._event("device_failed", step=self.step, devices=",".join(
+            str(d) for d in self._agent_devices), reason=repr(reason[:200]))
+        try:
+            # Peers hear of it now, not at the heartbeat timeout, and re-form without this task.
+            self._client.report_error("the node agent aborted this task's process group: %s"
+                                      % reason[:400])
+        except Error:
+            pass
+        self._exit(EXIT_DEVICE_FAILED, "device failed")
 
     def _fatal(self, error):
         self._event("fatal", error=repr(str(error)[:200]))
@@ -486,6 +529,11 @@ class Manager:
         with self._cond:
             self._members = {t: int(i) for t, i in enumerate(epoch.split("."))}
             self._aborter = CollectiveAborter()
+        watch = AgentWatch(os.environ.get("PHALANX_JOB", ""), self.rank, self.incarnation,
+                           "torch-%s-%s" % (self._prefix.replace("/", "-"), epoch),
+                           self._agent_devices, self._agent_abort, period=self._agent_period)
+        if watch.active and watch.job:
+            self._agent_watch = watch.start()
 
     def _restore(self, source, step, from_disk):
         if self.rank == source:
@@ -522,6 +570,9 @@ class Manager:
         self.group = None
         with self._cond:
             aborter, self._aborter, self._members = self._aborter, None, {}
+        watch, self._agent_watch = self._agent_watch, None
+        if watch is not None:
+            watch.stop()
         gc.collect()  # DDP's reducer holds the group: let it go before destroying the group
         if dist.is_initialized():
             # A dead peer's collective fails within milliseconds once its sockets close; one on

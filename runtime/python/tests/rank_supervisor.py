@@ -30,13 +30,18 @@ def parse_event(line):
 
 class RankSupervisor:
     """``num`` ranks of ``argv`` (a Python script and its arguments) against ``coordinator``
-    (a :class:`harness.Coordinator`); ``env`` adds to every rank's environment."""
+    (a :class:`harness.Coordinator`); ``env`` adds to every rank's environment, and
+    ``env_for(task, incarnation)`` (a dict) to one process's. ``kill_hung=False``: never kill a
+    rank the coordinator declared failed (one that reported its own failure exits by itself)."""
 
-    def __init__(self, coordinator, argv, num, env=None, log_dir=None, python=sys.executable):
+    def __init__(self, coordinator, argv, num, env=None, log_dir=None, python=sys.executable,
+                 env_for=None, kill_hung=True):
         self.coordinator = coordinator
         self.argv = list(argv)
         self.num = num
         self.env = dict(env or {})
+        self.env_for = env_for
+        self.kill_hung = kill_hung
         self.python = python
         self.log_dir = log_dir or coordinator.dir
         self.cond = threading.Condition()
@@ -54,6 +59,8 @@ class RankSupervisor:
         env.update(harness.package_env())
         env.update({"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
         env.update(self.env)
+        if self.env_for is not None:
+            env.update(self.env_for(task, incarnation))
         log = open(os.path.join(self.log_dir, "rank-%d-%d.log" % (task, incarnation)), "wb")
         proc = subprocess.Popen([self.python] + self.argv, env=env, stdout=subprocess.PIPE,
                                 stderr=log)
@@ -70,7 +77,8 @@ class RankSupervisor:
             with self.cond:
                 self.events.append(fields)
                 self.cond.notify_all()
-            if fields.get("kind") == "peer_change" and fields.get("state") == "FAILED":
+            if (self.kill_hung and fields.get("kind") == "peer_change"
+                    and fields.get("state") == "FAILED"):
                 self._kill_if_hung(int(fields["peer"]), int(fields["peer_inc"]))
         code = proc.wait()
         proc.stdout.close()

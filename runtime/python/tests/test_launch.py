@@ -29,14 +29,14 @@ RANK = textwrap.dedent("""
     action = os.environ.get("RANK_ACTION", "exit0")
     if action == "crash_first" and task == 3 and inc % 1000 == 0:
         sys.exit(1)
-    if action == "fatal" and task == 2:
+    if action in ("fatal", "device_failed") and task == 2:
         deadline = time.monotonic() + TIMEOUT_S  # exits once rank 3 can take its SIGTERM
         while not os.path.exists(os.environ["READY_DIR"] + "/3") and time.monotonic() < deadline:
             time.sleep(0.05)
-        sys.exit(2)
+        sys.exit(2 if action == "fatal" else 5)
     if action == "preempted":
         sys.exit(4)
-    if action in ("fatal", "wait_term"):
+    if action in ("fatal", "device_failed", "wait_term"):
         signal.signal(signal.SIGTERM, lambda *_: (print("TERM task=%d" % task, flush=True),
                                                   sys.exit(0)))
         open(os.environ["READY_DIR"] + "/%d" % task, "w").close()
@@ -106,6 +106,13 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(code, 2, err)
         self.assertIn("TERM task=3", out)
         self.assertIn("ended with fatal exit code 2: stopping the pod", err)
+
+    def test_a_rank_whose_gpu_failed_ends_the_pod_with_5_instead_of_a_restart_in_place(self):
+        code, out, err = self.finish(self.launch(self.env(RANK_ACTION="device_failed")))
+        self.assertEqual(code, 5, err)
+        self.assertIn("TERM task=3", out)
+        self.assertIn("local rank 0 (task 2) left a failed GPU (exit code 5)", err)
+        self.assertNotIn("restarting", err)
 
     def test_ranks_that_left_for_a_preemption_end_the_pod_with_4(self):
         code, _, err = self.finish(self.launch(self.env(RANK_ACTION="preempted")))
