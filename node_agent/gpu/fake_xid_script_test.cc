@@ -27,9 +27,7 @@ class FakeXidScriptTest : public ::testing::Test {
     }
   }
   void TearDown() override { unlink(path_.c_str()); }
-  void Append(const std::string& text) {
-    std::ofstream(path_, std::ios::app) << text;
-  }
+  void Append(const std::string& text) { std::ofstream(path_, std::ios::app) << text; }
   std::vector<XidEvent> Events() { return *nvml_.PollXidEvents(set_); }
 
   FakeNvml nvml_{FakeNvml::Options{FakeNvml::MakeGpus(2)}};
