@@ -1,8 +1,9 @@
 // phalanx-agent: the per-node agent (a DaemonSet on GPU nodes). Flags → objects → a tick every
 // --poll_interval (see agent.h for what a tick does). Prints `ready metrics=HOST:PORT` once it
-// serves /metrics and /healthz (and ` clique_port=PORT` with --clique_listen). With the `sigterm` source, SIGTERM (a graceful node shutdown) is
-// itself a notice: the agent delivers it (taints its node) before it exits, unless its own pod
-// is being deleted ($POD_NAME/$POD_NAMESPACE: a rollout); SIGINT just stops it.
+// serves /metrics and /healthz (and ` clique_port=PORT` with --clique_listen). With the `sigterm`
+// source, SIGTERM (a graceful node shutdown) is itself a notice: the agent delivers it (taints
+// its node) before it exits, unless its own pod is being deleted ($POD_NAME/$POD_NAMESPACE: a
+// rollout); SIGINT just stops it.
 //   phalanx-agent [--kubeconfig FILE] --node_name NODE [flags]
 //   phalanx-agent preflight      checks this node's GPUs ("skipped: no GPU" where there are none)
 #include <signal.h>
