@@ -34,6 +34,7 @@ bench: build
 	  --out $(BUILD)/bench/operator.json
 	@$(BUILD)/bench/phalanx-agent-bench --bin_dir $(BUILD) --source_dir $(CURDIR) \
 	  --out $(BUILD)/bench/agent.json
+	@/usr/bin/python3 bench/agent_xid_bench.py --build $(BUILD) --out $(BUILD)/bench/agent.json
 	@/usr/bin/python3 bench/torch_bench.py --build $(BUILD) --out $(BUILD)/bench/torch.json
 
 # The Python package with libphalanx_c.so and its dependencies bundled (docs/pytorch.md):

@@ -22,6 +22,14 @@ bool SameConditions(const std::vector<NodeCondition>& a, const std::vector<NodeC
 
 }  // namespace
 
+absl::StatusOr<GpuFailurePolicy> ParseGpuFailurePolicy(absl::string_view name) {
+  if (name == "node") return GpuFailurePolicy::kNode;
+  if (name == "task") return GpuFailurePolicy::kTask;
+  return absl::InvalidArgumentError(absl::StrCat("unknown GPU failure policy '", name,
+                                                 "' (node: move every task on the node; task: "
+                                                 "only those using the failed GPU)"));
+}
+
 Agent::Agent(AgentOptions options, AgentMetrics& metrics, NodeMarker* marker, NodeEventSink events,
              std::vector<std::unique_ptr<NoticeSource>> sources, GpuHealthTracker* gpus,
              absl::Status nvml_status, CliqueRegistry& cliques)
@@ -161,7 +169,9 @@ void Agent::TickGpus(absl::Time now) {
     const std::string why = absl::StrJoin(gpu.reasons, "; ");
     PHX_LOG(ERROR) << "GPU " << gpu.index << " (" << gpu.uuid << ") failed: " << why;
     failed_gpus_.push_back(gpu);
-    gpu_taints_pending_.push_back(absl::StrCat("gpu", gpu.index));
+    if (options_.gpu_failure_policy == GpuFailurePolicy::kNode) {
+      gpu_taints_pending_.push_back(absl::StrCat("gpu", gpu.index));
+    }
     const int tasks = cliques_.RequestAbortForDevice(
         gpu.index, absl::StrCat("gpu ", gpu.index, " failed: ", why));
     if (events_) {

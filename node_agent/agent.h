@@ -18,8 +18,10 @@
 //      that do I/O run on threads of their own (preemption/background_source.h), so this tick
 //      never waits on a slow metadata or API server.
 //   2. ticks the GPU health tracker: a GPU that newly failed (fatal XID, uncorrected ECC, lost)
-//      taints the node phalanx.dev/gpu-failed, records a GpuFailed Event and asks the tasks whose
-//      cliques use that GPU to abort them (through the local clique registry);
+//      records a GpuFailed Event and asks the tasks whose cliques use that GPU to abort them
+//      (through the local clique registry); with the `node` policy it also taints the node
+//      phalanx.dev/gpu-failed, which moves every task there (a preemption to the operator), with
+//      `task` only the tasks asked to abort leave (the device plugin keeps the GPU out);
 //   3. runs the node checks (transparent huge pages, driver, CUDA version guard);
 //   4. writes the Phalanx Node conditions when they changed, and updates the metrics.
 // Without Kubernetes access (marker null) it still checks, counts and logs.
@@ -33,6 +35,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "node_agent/agent_metrics.h"
 #include "node_agent/cliques/clique_registry.h"
@@ -44,9 +48,19 @@
 
 namespace phalanx::agent {
 
+// What a failed GPU does to its node's other tasks (--gpu_failure_policy).
+enum class GpuFailurePolicy {
+  kNode,  // taint the node: every task on it checkpoints and moves (a node that lost a GPU is
+          // often about to lose more: XID 79 usually wants a reboot)
+  kTask,  // no taint: only the tasks whose cliques use the GPU are asked to abort and leave
+};
+// "node" or "task"; InvalidArgument otherwise.
+absl::StatusOr<GpuFailurePolicy> ParseGpuFailurePolicy(absl::string_view name);
+
 struct AgentOptions {
   std::string thp_path = kThpEnabledPath;
   std::string required_cuda;  // "12.4": flag a driver that cannot run it; "" = no guard
+  GpuFailurePolicy gpu_failure_policy = GpuFailurePolicy::kNode;
 };
 
 // Records a Kubernetes Event about this node (never fails the caller).

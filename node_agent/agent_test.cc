@@ -40,7 +40,8 @@ class AgentTest : public ::testing::Test {
                     .ok());
   }
 
-  std::unique_ptr<Agent> MakeAgent(NvmlApi* nvml, bool with_kube = true) {
+  std::unique_ptr<Agent> MakeAgent(NvmlApi* nvml, bool with_kube = true,
+                                   GpuFailurePolicy policy = GpuFailurePolicy::kNode) {
     auto source = std::make_unique<ScriptedSource>();
     source_ = source.get();
     std::vector<std::unique_ptr<NoticeSource>> sources;
@@ -48,6 +49,7 @@ class AgentTest : public ::testing::Test {
     if (nvml != nullptr) tracker_ = *GpuHealthTracker::Create(*nvml);
     AgentOptions options;
     options.thp_path = "/nonexistent/thp";
+    options.gpu_failure_policy = policy;
     return std::make_unique<Agent>(
         options, metrics_, with_kube ? &marker_ : nullptr,
         [this](bool, const std::string& reason, const std::string& message) {
@@ -191,6 +193,31 @@ TEST_F(AgentTest, AFatalXidTaintsTheNodeAndAsksTheTasksOnThatGpuToAbort) {
   EXPECT_THAT(metrics, HasSubstr(R"(phalanx_agent_xid_errors_total{xid="79"} 1)"));
   EXPECT_THAT(metrics, HasSubstr(R"(phalanx_agent_gpu_health{health="failed"} 1)"));
   EXPECT_THAT(metrics, HasSubstr("phalanx_agent_gpus 2"));
+}
+
+TEST_F(AgentTest, TaskPolicy_AFatalXidAbortsOnlyTheTasksOnThatGpu_AndLeavesTheNodeSchedulable) {
+  nvml_ = std::make_unique<FakeNvml>(FakeNvml::Options{FakeNvml::MakeGpus(2)});
+  FakeNvml& nvml = *nvml_;
+  auto agent = MakeAgent(&nvml, /*with_kube=*/true, GpuFailurePolicy::kTask);
+  ASSERT_TRUE(cliques_.Report({"job", 3, 0, "c", "READY", {1}, clock_.Now()}, {"k"}).ok());
+  ASSERT_TRUE(cliques_.Report({"job", 2, 0, "c", "READY", {0}, clock_.Now()}, {"k"}).ok());
+  agent->Tick(clock_.Now());
+  nvml.InjectXid(1, 79);
+  agent->Tick(clock_.Now());
+  agent->Tick(clock_.Now());
+  EXPECT_THAT(TaintKeys(), ::testing::Not(::testing::Contains(kGpuFailedTaint)))
+      << "a taint would move every task on the node";
+  EXPECT_EQ(Condition("PhalanxGpuHealthy"), "False");
+  EXPECT_THAT(cliques_.TakeAbortRequest("job", 3), HasSubstr("gpu 1 failed"));
+  EXPECT_EQ(cliques_.TakeAbortRequest("job", 2), "");
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_THAT(events_[0], HasSubstr("GpuFailed: GPU 1"));
+}
+
+TEST(GpuFailurePolicyTest, ParsesItsTwoNames_AndRefusesOthersSayingWhatTheyMean) {
+  EXPECT_EQ(*ParseGpuFailurePolicy("node"), GpuFailurePolicy::kNode);
+  EXPECT_EQ(*ParseGpuFailurePolicy("task"), GpuFailurePolicy::kTask);
+  EXPECT_THAT(ParseGpuFailurePolicy("gpu").status().message(), HasSubstr("node: move every"));
 }
 
 TEST_F(AgentTest, WithoutKubernetesOrADriverItStillChecksAndSaysSo) {

@@ -54,6 +54,9 @@ ABSL_FLAG(std::string, fake_gpus, "", "use N fake GPUs instead of NVML: \"8\" or
 ABSL_FLAG(std::string, fake_xid_file, "",
           "with --fake_gpus: a file of lines \"<gpu index> <xid>\"; each line appended is "
           "injected once, as if the driver had raised it (scripted GPU failures for tests)");
+ABSL_FLAG(std::string, gpu_failure_policy, "node",
+          "when a GPU fails: \"node\" taints the node (every task there moves) and asks the "
+          "tasks using the GPU to abort; \"task\" only asks those tasks (the others stay)");
 ABSL_FLAG(std::string, nvml_path, "libnvidia-ml.so.1", "the NVML library to load");
 ABSL_FLAG(std::string, required_cuda, "", "flag a driver that cannot run this CUDA version");
 ABSL_FLAG(std::string, clique_socket, "/var/run/phalanx/cliques.sock",
@@ -262,6 +265,10 @@ int main(int argc, char** argv) {
 
   agent::AgentOptions options;
   options.required_cuda = absl::GetFlag(FLAGS_required_cuda);
+  absl::StatusOr<agent::GpuFailurePolicy> policy =
+      agent::ParseGpuFailurePolicy(absl::GetFlag(FLAGS_gpu_failure_policy));
+  if (!policy.ok()) return Fail(absl::StrCat("--gpu_failure_policy: ", policy.status().message()));
+  options.gpu_failure_policy = *policy;
   agent::Agent node_agent(options, metrics, marker.get(), events, std::move(sources), gpus.get(),
                           nvml_status, cliques);
 

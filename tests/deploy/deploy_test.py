@@ -288,6 +288,7 @@ def check_render(src, binary_dir, helm):
     a = args_of(ag)
     check(a.get("--clique_socket") == "/var/run/phalanx/cliques.sock", "agent: --clique_socket")
     check(a.get("--notice_sources") == "node-taint,sigterm", "agent: default notice sources")
+    check(a.get("--gpu_failure_policy") == "node", "agent: a failed GPU moves the node's tasks")
     check(a.get("--metrics_listen") == "0.0.0.0:9400", "agent: metrics on 9400")
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in ag["env"]}
     check(env.get("NODE_NAME") == "spec.nodeName", "agent: NODE_NAME from spec.nodeName")
@@ -334,6 +335,7 @@ def check_render(src, binary_dir, helm):
     a = args_of(spec["containers"][0])
     check(a.get("--notice_sources") == "node-taint,sigterm,gce", "custom: gce notice source")
     check(a.get("--required_cuda") == "12.4", "custom: --required_cuda")
+    check(a.get("--gpu_failure_policy") == "task", "custom: --gpu_failure_policy=task")
     check_rbac(objs, operator_ns_scoped=True)
     sms = of_kind(objs, "ServiceMonitor")
     check(len(sms) == 2, f"custom: two ServiceMonitors, got {len(sms)}")

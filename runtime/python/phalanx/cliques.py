@@ -141,13 +141,15 @@ def forget(endpoint, key, job, task, timeout=1.0):
 
 
 class AgentWatch:
-    """Keeps one clique reported to the node agent, READY, every ``period`` seconds (the agent
-    forgets reports after its TTL, 30 s by default) and calls ``on_abort(reason)`` once, on its
-    own thread, when the agent asks this task to abort. A missing agent is retried quietly; the
+    """Keeps one clique reported to the node agent, READY, every ``period`` seconds, and calls
+    ``on_abort(reason)`` once, on its own thread, when the agent asks this task to abort. The
+    abort rides on the answer to a report, so ``period`` bounds how late it is seen (a report is
+    one short local connection: 4 a second per rank cost the agent nothing measurable; it forgets
+    reports not refreshed within its TTL, 30 s by default). A missing agent is retried quietly; the
     watch never raises into training. :meth:`stop` forgets the clique."""
 
     def __init__(self, job, task, incarnation, clique, devices, on_abort, endpoint=None,
-                 key=None, period=1.0, environ=None):
+                 key=None, period=0.25, environ=None):
         environ = os.environ if environ is None else environ
         self.endpoint = endpoint or agent_endpoint(environ)
         self.key = key if key is not None else clique_socket_key(_token(environ))

@@ -209,14 +209,15 @@ class Manager:
     exactly the groups on it (default :func:`phalanx.cliques.local_devices`; ``[]``: no
     reports). When the agent asks, the collective in flight fails at once, the task reports the
     error to the coordinator (its peers re-form without it) and the process exits
-    :data:`EXIT_DEVICE_FAILED` so that it is started again elsewhere.
+    :data:`EXIT_DEVICE_FAILED` so that it is started again elsewhere. ``agent_period``: seconds
+    between reports, which bounds how late the agent's request is seen.
     """
 
     def __init__(self, model, optimizer=None, *, client=None, backend="gloo", ddp=True,
                  ddp_kwargs=None, stateful=None, checkpoint_dir=None, checkpoint_every=0,
                  collective_timeout=60.0, recovery_timeout=600.0, failure_grace=30.0,
                  prefix="torch", deterministic=True, on_event=None, agent_devices=None,
-                 agent_period=1.0):
+                 agent_period=0.25):
         if client is None:
             import phalanx
             client = phalanx.init()

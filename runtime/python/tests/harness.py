@@ -140,3 +140,32 @@ class Coordinator:
         stop(self.proc)
         self.stderr.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Agent:
+    """A phalanx-agent process (no Kubernetes) with ``gpus`` fake GPUs, its clique registry on
+    127.0.0.1 (any port: :attr:`address`, what a task gets as ``PHALANX_CLIQUE_ADDRESS``) and
+    XIDs scripted through :meth:`inject_xid`."""
+
+    def __init__(self, directory, gpus=4):
+        self.xid_file = os.path.join(directory, "xids")
+        self.log = open(os.path.join(directory, "agent.log"), "wb")
+        binary = os.path.join(BUILD, "node_agent", "phalanx-agent")
+        self.proc = subprocess.Popen(
+            [binary, "--kube=false", "--notice_sources=", "--node_name=test-node",
+             "--fake_gpus=%d" % gpus, "--fake_xid_file=" + self.xid_file, "--clique_socket=",
+             "--clique_listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+             "--poll_interval=100ms"], stdout=subprocess.PIPE, stderr=self.log)
+        line = read_line(self.proc, "ready ", 20)
+        if line is None or "clique_port=" not in line:
+            stop(self.proc)
+            raise RuntimeError("phalanx-agent did not print its clique port; see %s" % directory)
+        self.address = "127.0.0.1:" + line.split("clique_port=")[1].split()[0]
+
+    def inject_xid(self, gpu, xid):
+        with open(self.xid_file, "a") as f:
+            f.write("%d %d\n" % (gpu, xid))
+
+    def close(self):
+        stop(self.proc)
+        self.log.close()

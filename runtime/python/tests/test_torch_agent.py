@@ -35,33 +35,6 @@ ARGS = ["--steps=80", "--step_time=0.05"]
 FAILING_GPU = 1
 
 
-class Agent:
-    """A phalanx-agent process with fake GPUs and its clique registry on 127.0.0.1 (any port)."""
-
-    def __init__(self, directory, gpus=RANKS):
-        self.xid_file = os.path.join(directory, "xids")
-        self.log = open(os.path.join(directory, "agent.log"), "wb")
-        binary = os.path.join(harness.BUILD, "node_agent", "phalanx-agent")
-        self.proc = subprocess.Popen(
-            [binary, "--kube=false", "--notice_sources=", "--node_name=test-node",
-             "--fake_gpus=%d" % gpus, "--fake_xid_file=" + self.xid_file, "--clique_socket=",
-             "--clique_listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-             "--poll_interval=100ms"], stdout=subprocess.PIPE, stderr=self.log)
-        line = harness.read_line(self.proc, "ready ", 20)
-        if line is None or "clique_port=" not in line:
-            harness.stop(self.proc)
-            raise RuntimeError("phalanx-agent did not print its clique port; see %s" % directory)
-        self.address = "127.0.0.1:" + line.split("clique_port=")[1].split()[0]
-
-    def inject_xid(self, gpu, xid):
-        with open(self.xid_file, "a") as f:
-            f.write("%d %d\n" % (gpu, xid))
-
-    def close(self):
-        harness.stop(self.proc)
-        self.log.close()
-
-
 def reference_sha256():
     out = subprocess.run([sys.executable, TRAIN, "--reference=%d" % RANKS] + ARGS,
                          env=dict(os.environ, **harness.package_env()),
@@ -73,7 +46,7 @@ class TorchAgentTest(unittest.TestCase):
     def test_an_xid_on_one_gpu_moves_only_the_task_using_it_and_the_result_is_unchanged(self):
         coordinator = harness.Coordinator(num_tasks=RANKS, job="gpujob", heartbeat_timeout="2s")
         self.addCleanup(coordinator.close)
-        agent = Agent(coordinator.dir)
+        agent = harness.Agent(coordinator.dir, gpus=RANKS)
         self.addCleanup(agent.close)
 
         def env_for(task, incarnation):
