@@ -38,11 +38,10 @@ std::vector<std::string> Strings(const Json& array) {
 }
 
 // The downward API's fieldRef paths (those pods use for identity).
-absl::StatusOr<std::string> FieldRef(const Json& pod, const std::string& path) {
-  if (path == "status.podIP" || path == "status.hostIP" || path == "status.podIPs" ||
-      path == "status.hostIPs") {
-    return std::string(kLocalIp);
-  }
+absl::StatusOr<std::string> FieldRef(const Json& pod, const std::string& path,
+                                     const std::string& host_ip) {
+  if (path == "status.podIP" || path == "status.podIPs") return std::string(kLocalIp);
+  if (path == "status.hostIP" || path == "status.hostIPs") return host_ip;
   for (const char* field : {"metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
                             "spec.serviceAccountName"}) {
     if (path == field) return StringAt(pod, path);
@@ -155,7 +154,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> WriteSecretVolu
 absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
     const Json& pod, const std::string& log_path,
     const std::map<std::string, std::string>& extra_env, const SecretLookup& secret_value,
-    const std::string& volume_dir) {
+    const std::string& volume_dir, const std::string& host_ip) {
   const Json& containers = Field(Field(pod, "spec"), "containers");
   if (!containers.is_array() || containers.size() == 0) {
     return absl::InvalidArgumentError("pod has no containers");
@@ -170,7 +169,7 @@ absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
       env[name] = ExpandKubeVars(var.at("value").as_string(), env);
     } else if (const std::string path = StringAt(var, "valueFrom.fieldRef.fieldPath");
                !path.empty()) {
-      absl::StatusOr<std::string> value = FieldRef(pod, path);
+      absl::StatusOr<std::string> value = FieldRef(pod, path, host_ip);
       if (!value.ok()) return value.status();
       env[name] = *value;
     } else if (const std::string secret = StringAt(var, "valueFrom.secretKeyRef.name");

@@ -39,7 +39,7 @@ using SecretLookup =
 absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
     const Json& pod, const std::string& log_path,
     const std::map<std::string, std::string>& extra_env, const SecretLookup& secret_value = nullptr,
-    const std::string& volume_dir = "");
+    const std::string& volume_dir = "", const std::string& host_ip = "127.0.0.1");
 
 // Whether `image` parses as an image reference ([domain[:port]/]path[:tag][@digest], the
 // grammar container runtimes use: lower-case path components, a tag of at most 128 word

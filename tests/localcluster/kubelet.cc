@@ -108,6 +108,11 @@ Kubelet::Kubelet(ClusterAccess& access, base::Clock& clock, Options options)
 
 Kubelet::~Kubelet() { Stop(); }
 
+std::string Kubelet::HostIp(const std::string& node) const {
+  auto config = node_index_.find(node);
+  return config != node_index_.end() ? config->second->ip : "127.0.0.1";
+}
+
 const NodeConfig* Kubelet::FindNode(const std::string& name) const {
   auto it = node_index_.find(name);
   return it == node_index_.end() ? nullptr : it->second;
@@ -465,9 +470,9 @@ void Kubelet::StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time n
   std::error_code size_error;
   const std::uintmax_t log_size = std::filesystem::file_size(log_path, size_error);
   rt.log_start = size_error ? 0 : static_cast<std::streamoff>(log_size);
-  absl::StatusOr<process::SubprocessOptions> launch =
-      ContainerLaunchOptions(pod, log_path, options_.extra_env, secret_value,
-                             absl::StrCat(options_.log_dir, "/", ns, "_", name, ".volumes"));
+  absl::StatusOr<process::SubprocessOptions> launch = ContainerLaunchOptions(
+      pod, log_path, options_.extra_env, secret_value,
+      absl::StrCat(options_.log_dir, "/", ns, "_", name, ".volumes"), HostIp(rt.node));
   if (absl::IsFailedPrecondition(launch.status())) {
     // A Secret or key the pod needs is missing: a real kubelet keeps the pod Pending and retries
     // (FailedMount for a volume, CreateContainerConfigError for env); it never fails the pod.
@@ -536,6 +541,7 @@ Json Kubelet::BuildStatusLocked(const PodRuntime& rt, const Json& pod, absl::Tim
   report.all_containers = rt.simulated;  // a process node runs containers[0] only
   const auto node = nodes_.find(rt.node);
   report.node_ready = node != nodes_.end() && node->second.ready;
+  report.host_ip = HostIp(rt.node);
   report.disruption_target = node != nodes_.end() && node->second.evict_at.has_value();
   report.container = rt.state;
   report.restart_count = rt.restart_count;
@@ -557,7 +563,7 @@ absl::Status Kubelet::SyncNode(const NodeConfig& config, absl::Time now) {
     if (absl::IsAlreadyExists(node.status())) return absl::AbortedError(node.status().message());
   }
   if (!node.ok()) return node.status();
-  NodeReport report{config.name, config.gpus, config.simulated, true};
+  NodeReport report{config.name, config.gpus, config.simulated, true, config.ip};
   bool preempting = false;
   bool taint_seen = false;
   {

@@ -63,6 +63,10 @@ struct NodeConfig {
   std::map<std::string, std::string> labels;  // kubernetes.io/hostname is added
   std::vector<Json> taints;                   // spec.taints as Kubernetes writes them
   bool simulated = false;                     // pods get no process (KWOK-style)
+  // Its InternalIP and its pods' status.hostIP: a loopback address of its own, so that a
+  // per-node server (the node agent's clique channel on a hostPort) can listen on it beside
+  // the other nodes' on the same port. Pods still get podIP 127.0.0.1.
+  std::string ip = "127.0.0.1";
 };
 
 class Kubelet {
@@ -179,6 +183,7 @@ class Kubelet {
   base::Clock& clock_;
   const Options options_;
   const std::map<std::string, const NodeConfig*> node_index_;  // into options_.nodes
+  std::string HostIp(const std::string& node) const;           // its NodeConfig::ip
   std::thread loop_;
   absl::Notification stop_;  // Stop() called: the loop ends
 

@@ -76,7 +76,7 @@ Json PodStatus(const Json& pod, const PodReport& report, absl::Time now) {
   const Json& old_status = Field(pod, "status");
   Json status = old_status.is_object() ? old_status : Json::object();
   status["phase"] = Json::string(report.phase);
-  status["hostIP"] = Json::string(kLocalIp);
+  status["hostIP"] = Json::string(report.host_ip);
   // No status.hostIPs: Kubernetes 1.28 added it, and the oldest API server Phalanx supports
   // (1.26) refuses it under strict field validation.
   status["podIP"] = Json::string(kLocalIp);
@@ -234,7 +234,7 @@ Json NodeStatus(const Json& old_status, const NodeReport& report, absl::Time now
   }
   Json internal = Json::object();
   internal["type"] = Json::string("InternalIP");
-  internal["address"] = Json::string(kLocalIp);
+  internal["address"] = Json::string(report.ip);
   Json hostname = Json::object();
   hostname["type"] = Json::string("Hostname");
   hostname["address"] = Json::string(report.name);

@@ -24,7 +24,8 @@ struct PodReport {
   bool all_containers = false;  // every container reports the same state (simulated nodes);
                                 // otherwise only spec.containers[0], the one that runs
   bool node_ready = true;
-  bool disruption_target = false;  // the node is being preempted
+  std::string host_ip = "127.0.0.1";  // the node's address
+  bool disruption_target = false;     // the node is being preempted
   ContainerPhase container = ContainerPhase::kCreating;
   int restart_count = 0;
   absl::Time started_at;        // the current (or last) run's start
@@ -62,11 +63,12 @@ struct NodeReport {
   int gpus = 0;
   bool simulated = false;
   bool ready = true;
+  std::string ip = "127.0.0.1";  // InternalIP
 };
 
 // The node's status from `old_status`: capacity and allocatable (nvidia.com/gpu, cpu, memory,
 // pods), the Ready condition (heartbeat refreshed once `heartbeat_period` old), addresses
-// (InternalIP 127.0.0.1) and nodeInfo.
+// (InternalIP: report.ip) and nodeInfo.
 Json NodeStatus(const Json& old_status, const NodeReport& report, absl::Time now,
                 absl::Duration heartbeat_period);
 

@@ -197,6 +197,17 @@ TEST(ContainerLaunchOptionsTest, ResolvesPathEnvAndRejectsWhatCannotRun) {
   EXPECT_EQ(options->env.at("HOSTNAME"), "p");
   EXPECT_FALSE(options->env.contains("SECRET"));  // optional, and no secret store given
 
+  // The node's own address for status.hostIP (per-node listeners); the pod's stays loopback.
+  env[3]["name"] = Json::string("HOST_IP");
+  env[3]["valueFrom"]["fieldRef"]["fieldPath"] = Json::string("status.hostIP");
+  env[4]["name"] = Json::string("POD_IP");
+  env[4]["valueFrom"]["fieldRef"]["fieldPath"] = Json::string("status.podIP");
+  pod["spec"]["containers"][0]["env"] = env;
+  auto on_node = ContainerLaunchOptions(pod, "/tmp/x.log", {}, nullptr, "", "127.1.0.3");
+  ASSERT_THAT(on_node, IsOk());
+  EXPECT_EQ(on_node->env.at("HOST_IP"), "127.1.0.3");
+  EXPECT_EQ(on_node->env.at("POD_IP"), "127.0.0.1");
+
   auto lookup = [](const std::string& secret,
                    const std::string& key) -> std::optional<std::string> {
     if (secret == "s" && key == "k") return "from-secret";

@@ -214,6 +214,9 @@ absl::Status LocalCluster::StartKubelet(int port) {
       node.name =
           simulated ? absl::StrCat("sim-node-", i - options_.nodes) : absl::StrCat("node-", i);
       node.gpus = options_.gpus_per_node;
+      // node-0 keeps 127.0.0.1; node i > 0 gets 127.1.<i / 256>.<i % 256>: distinct loopback
+      // addresses (all of 127/8 is local), so per-node listeners can share a port.
+      if (i > 0) node.ip = absl::StrCat("127.1.", i / 256, ".", i % 256);
       node.labels = options_.node_labels;
       if (simulated) node.labels["phalanx.dev/simulated-node"] = "true";
       node.taints = options_.node_taints;
