@@ -20,6 +20,7 @@ KUBECTL = os.environ.get("KUBECTL", "/usr/bin/kubectl")
 CLUSTER = os.path.join(harness.BUILD, "tests", "localcluster", "phalanx-localcluster")
 OPERATOR = os.path.join(harness.BUILD, "operator", "phalanx-operator")
 COORDINATOR = os.path.join(harness.BUILD, "runtime", "coordination", "phalanx-coordinator")
+AGENT = os.path.join(harness.BUILD, "node_agent", "phalanx-agent")
 CRD = os.path.join(harness.REPO, "crds", "trainingjobs.phalanx.dev.yaml")
 
 
@@ -50,11 +51,17 @@ def stop_group(proc):
 class LocalClusterCase(unittest.TestCase):
     JOB = "job"
     NODES = 2
+    # With AGENT_GPUS set, one phalanx-agent per node (that many fake GPUs, XIDs scripted through
+    # inject_xid, --gpu_failure_policy AGENT_POLICY) serves its clique channel on its node's own
+    # address, and the operator wires task pods to it (--agent_clique_port).
+    AGENT_GPUS = 0
+    AGENT_POLICY = "node"
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="phalanx-py-e2e-")
         self.kubeconfig = os.path.join(self.dir, "kubeconfig")
         self.cluster = self.operator = None
+        self.agents = []
         self.logs, self.passed = [], False
         self.addCleanup(self.cleanup)
         self.cluster = start([CLUSTER, "--kubeconfig-out", self.kubeconfig, "--work-dir",
@@ -72,17 +79,57 @@ class LocalClusterCase(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline, "the TrainingJob CRD is not Established")
             time.sleep(0.2)
         port_base = 20000 + random.randrange(5000) * 2  # even, below the ephemeral ports (32768+)
+        agent_args = []
+        if self.AGENT_GPUS:
+            # Each node's agent listens on the node's own loopback address: one port for all.
+            self.agent_port = port_base - 1
+            agent_args = ["--agent_clique_port", str(self.agent_port)]
+            for node in range(self.NODES):
+                self.start_agent(node)
         self.operator = start([OPERATOR, "--kubeconfig", self.kubeconfig,
                                "--coordinator_command", COORDINATOR,
                                "--coordinator_address", "pod-ip",
                                "--coordinator_port_base", str(port_base),
-                               "--metrics_listen", "127.0.0.1:0", "--lease_namespace", "default"],
-                              self.log_file("operator.log"))
+                               "--metrics_listen", "127.0.0.1:0", "--lease_namespace", "default"]
+                              + agent_args, self.log_file("operator.log"))
         self.assertIsNotNone(harness.read_line(self.operator, "ready ", 30),
                              "phalanx-operator did not print ready; see " + self.dir)
 
+    def node_ip(self, node):
+        """The InternalIP of ``node-<node>`` (the local cluster gives each node its own)."""
+        internal = 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}'
+        deadline = time.monotonic() + 60
+        while True:
+            ip = self.kubectl("get", "node", "node-%d" % node, "-o", internal, check=False).strip()
+            if ip:
+                return ip
+            self.assertLess(time.monotonic(), deadline, "node-%d has no InternalIP" % node)
+            time.sleep(0.2)
+
+    def xid_file(self, node):
+        return os.path.join(self.dir, "xids-node-%d" % node)
+
+    def start_agent(self, node):
+        agent = start([AGENT, "--kubeconfig", self.kubeconfig, "--node_name", "node-%d" % node,
+                       "--notice_sources=node-taint", "--fake_gpus=%d" % self.AGENT_GPUS,
+                       "--fake_xid_file=" + self.xid_file(node),
+                       "--gpu_failure_policy=" + self.AGENT_POLICY, "--poll_interval=100ms",
+                       "--clique_socket=", "--clique_listen=%s:%d" % (self.node_ip(node),
+                                                                      self.agent_port),
+                       "--metrics_listen=127.0.0.1:0"], self.log_file("agent-%d.log" % node))
+        self.agents.append(agent)
+        self.assertIsNotNone(harness.read_line(agent, "ready ", 30),
+                             "the agent of node-%d did not print ready; see %s" % (node, self.dir))
+
+    def inject_xid(self, node, gpu, xid):
+        """Makes fake GPU ``gpu`` of ``node-<node>`` raise ``xid`` (its agent's next tick)."""
+        with open(self.xid_file(node), "a") as f:
+            f.write("%d %d\n" % (gpu, xid))
+
     def cleanup(self):
         stop_group(self.operator)
+        for agent in self.agents:
+            stop_group(agent)
         stop_group(self.cluster)
         for f in self.logs:
             f.close()
