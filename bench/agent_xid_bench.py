@@ -76,14 +76,8 @@ def main():
     p.add_argument("--xid_at", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
-    os.environ["PHALANX_BUILD_DIR"] = os.path.abspath(args.build)
-    os.environ.setdefault("PHALANX_LIBRARY",
-                          os.path.join(args.build, "runtime", "client", "libphalanx_c.so"))
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print("agent XID bench skipped: %s cannot import torch (%s); make deps installs "
-              "python3-torch for /usr/bin/python3" % (sys.executable, e))
+    from torch_bench import bench_environment
+    if not bench_environment(args.build, "agent XID bench"):
         return 0
     runs = []
     for i in range(args.repeats):

@@ -52,6 +52,20 @@ def max_step_before(events, ms):
                 if e.get("kind") == "step" and int(e["t_ms"]) <= ms), default=0)
 
 
+def bench_environment(build, name):
+    """Points the test harness at ``build``; False (said on stdout) when torch is missing."""
+    os.environ["PHALANX_BUILD_DIR"] = os.path.abspath(build)
+    os.environ.setdefault("PHALANX_LIBRARY",
+                          os.path.join(build, "runtime", "client", "libphalanx_c.so"))
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        print("%s skipped: %s cannot import torch (%s); make deps installs python3-torch for "
+              "/usr/bin/python3" % (name, sys.executable, e))
+        return False
+    return True
+
+
 # -- Phalanx: plain processes under a supervisor that restarts a dead rank ----------------------
 
 def phalanx_run(args, kill):
@@ -229,14 +243,7 @@ def main():
     p.add_argument("--store_clients", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3, help="runs of each kind (medians)")
     args = p.parse_args()
-    os.environ["PHALANX_BUILD_DIR"] = os.path.abspath(args.build)
-    os.environ.setdefault("PHALANX_LIBRARY",
-                          os.path.join(args.build, "runtime", "client", "libphalanx_c.so"))
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print("torch bench skipped: %s cannot import torch (%s); make deps installs "
-              "python3-torch for /usr/bin/python3" % (sys.executable, e))
+    if not bench_environment(args.build, "torch bench"):
         return 0
 
     def say(text):

@@ -539,7 +539,8 @@ class Manager:
     def _restore(self, source, step, from_disk):
         if self.rank == source:
             if from_disk:
-                self.load_state_dict(torch.load(self._checkpoint_path(step)))
+                self.load_state_dict(torch.load(self._checkpoint_path(step),
+                                                map_location=self._placement))
             elif not self._have_state:
                 self.step = 0  # fresh start: this process's initial state is the job's
             buffer = io.BytesIO()
@@ -553,7 +554,8 @@ class Manager:
             payload = torch.empty(int(size.item()), dtype=torch.uint8)
         dist.broadcast(payload, src=source)
         if self.rank != source and not (self._have_state and self.step == step and not from_disk):
-            self.load_state_dict(torch.load(io.BytesIO(payload.numpy().tobytes())))
+            self.load_state_dict(torch.load(io.BytesIO(payload.numpy().tobytes()),
+                                            map_location=self._placement))
         self._have_state = True
         self.step = step
         self._module.zero_grad(set_to_none=True)
@@ -564,6 +566,15 @@ class Manager:
                 self.model.register_comm_hook(self._aborter, ordered_allreduce_hook)
         else:
             self.model = self._module
+
+    def _placement(self, storage, location):
+        """``map_location`` for a state saved by another process (a peer, or this task before a
+        restart on another node): CUDA tensors go to this process's own device, whatever ordinal
+        they had where they were saved (CUDA_VISIBLE_DEVICES numbers GPUs per process); CPU
+        tensors stay on the CPU."""
+        if location.startswith("cuda"):
+            return storage.cuda(torch.cuda.current_device())
+        return storage
 
     def _teardown(self):
         """Drops DDP and the process group; the module and optimizer stay."""

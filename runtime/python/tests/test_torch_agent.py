@@ -15,7 +15,6 @@ Prints ``xid_to_abort_ms`` (the XID line written → the task's ``device_failed`
 Exits 77 (CTest: skipped) with the reason when torch cannot be imported."""
 
 import os
-import subprocess
 import sys
 import time
 import unittest
@@ -26,20 +25,11 @@ import harness  # noqa: E402  (sets PHALANX_LIBRARY before phalanx loads it)
 harness.require_torch()
 
 import rank_supervisor  # noqa: E402
-from test_torch_recovery import count  # noqa: E402
+from test_torch_recovery import RANKS, TRAIN, count, reference_sha256  # noqa: E402
 
 TIMEOUT = 120  # a bound for a loaded 2-core machine; nothing here asserts speed
-RANKS = 4
-TRAIN = os.path.join(harness.REPO, "runtime", "python", "examples", "torch_train.py")
 ARGS = ["--steps=80", "--step_time=0.05"]
 FAILING_GPU = 1
-
-
-def reference_sha256():
-    out = subprocess.run([sys.executable, TRAIN, "--reference=%d" % RANKS] + ARGS,
-                         env=dict(os.environ, **harness.package_env()),
-                         capture_output=True, timeout=TIMEOUT, check=True).stdout.decode()
-    return rank_supervisor.parse_event(out.strip().splitlines()[-1])["params_sha256"]
 
 
 class TorchAgentTest(unittest.TestCase):
@@ -79,7 +69,7 @@ class TorchAgentTest(unittest.TestCase):
         finished = ranks.wait_for(lambda ev, ex: len(ranks.finals()) == RANKS, TIMEOUT)
         self.assertTrue(finished, "the job did not finish; logs in %s" % coordinator.dir)
         finals = ranks.finals()
-        self.assertEqual({f["params_sha256"] for f in finals.values()}, {reference_sha256()},
+        self.assertEqual({f["params_sha256"] for f in finals.values()}, {reference_sha256(ARGS)},
                          "final parameters differ from the undisturbed run's")
         # Exactly the task on the failed GPU left (exit 5); the others were never restarted.
         self.assertEqual(sorted((t, c) for t, _, c in ranks.exits if c != 0),

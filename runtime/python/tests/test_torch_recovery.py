@@ -35,9 +35,9 @@ def count(events, kind, after_ms=0):
     return sum(1 for e in events if e.get("kind") == kind and int(e["t_ms"]) > after_ms)
 
 
-def reference_sha256():
+def reference_sha256(args=ARGS):
     """What torch_train.py --reference computes in one process for the same run."""
-    out = subprocess.run([sys.executable, TRAIN, "--reference=%d" % RANKS] + ARGS,
+    out = subprocess.run([sys.executable, TRAIN, "--reference=%d" % RANKS] + args,
                          env=dict(os.environ, **harness.package_env()),
                          capture_output=True, timeout=TIMEOUT, check=True).stdout.decode()
     return rank_supervisor.parse_event(out.strip().splitlines()[-1])["params_sha256"]
