@@ -1,5 +1,8 @@
 #include "runtime/clique/device_map.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -64,6 +67,49 @@ TEST(DeviceMapTest, RejectsInconsistentReports) {
     EXPECT_THAT(BuildDeviceTable(c.reports),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.error)));
   }
+}
+
+// The cases in testdata/device_tables.txt, which the Python DeviceMap must agree on too.
+TEST(DeviceMapTest, SharedCases_GiveTheTablesTheFileSays) {
+  std::ifstream in(PHALANX_SOURCE_DIR "/runtime/clique/testdata/device_tables.txt");
+  ASSERT_TRUE(in) << "runtime/clique/testdata/device_tables.txt not found";
+  std::string line, name, error;
+  std::vector<TaskGpus> reports;
+  std::vector<DeviceEntry> expected;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string verb;
+    words >> verb;
+    if (verb == "case") {
+      words >> name;
+      reports.clear();
+      expected.clear();
+      error.clear();
+    } else if (verb == "report") {
+      TaskGpus report;
+      words >> report.task_id;
+      for (std::string uuid; words >> uuid;) report.uuids.push_back(uuid);
+      reports.push_back(report);
+    } else if (verb == "expect") {
+      DeviceEntry e;
+      words >> e.task_id >> e.logical_id >> e.global_index >> e.cuda_ordinal >> e.uuid;
+      expected.push_back(e);
+    } else if (verb == "error") {
+      std::getline(words >> std::ws, error);
+    } else if (verb == "end") {
+      SCOPED_TRACE(name);
+      ++cases;
+      absl::StatusOr<DeviceTable> table = BuildDeviceTable(reports);
+      if (!error.empty()) {
+        EXPECT_THAT(table, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(error)));
+      } else {
+        ASSERT_THAT(table, IsOk());
+        EXPECT_EQ(table->entries, expected);
+      }
+    }
+  }
+  EXPECT_GE(cases, 5);
 }
 
 }  // namespace

@@ -66,6 +66,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from . import device_map
 from .cliques import AgentWatch, local_devices
 from .errors import Aborted, Cancelled, DeadlineExceeded, Error, Unavailable
 from .torch_store import PhalanxStore
@@ -211,13 +212,17 @@ class Manager:
     error to the coordinator (its peers re-form without it) and the process exits
     :data:`EXIT_DEVICE_FAILED` so that it is started again elsewhere. ``agent_period``: seconds
     between reports, which bounds how late the agent's request is seen.
+
+    :attr:`device_table` (after the group formed): the job's task → GPUs table
+    (:mod:`phalanx.device_map`), the same in every task and stable across restarts; this task's
+    GPUs are ``gpu_uuids`` (default :func:`phalanx.device_map.local_gpu_uuids`: empty on CPU).
     """
 
     def __init__(self, model, optimizer=None, *, client=None, backend="gloo", ddp=True,
                  ddp_kwargs=None, stateful=None, checkpoint_dir=None, checkpoint_every=0,
                  collective_timeout=60.0, recovery_timeout=600.0, failure_grace=30.0,
                  prefix="torch", deterministic=True, on_event=None, agent_devices=None,
-                 agent_period=0.25):
+                 agent_period=0.25, gpu_uuids=None):
         if client is None:
             import phalanx
             client = phalanx.init()
@@ -252,6 +257,8 @@ class Manager:
         self._agent_period = float(agent_period)
         self._agent_watch = None  # the current group, reported to the node agent
         self._device_failure = None  # the agent's reason, once it asked this task to abort
+        self._gpu_uuids = list(device_map.local_gpu_uuids() if gpu_uuids is None else gpu_uuids)
+        self.device_table = []
         client.on_peer_change(self._peer_changed)
         client.on_preemption(self._preemption)
         client.on_reconnect(self._reconnected)
@@ -527,6 +534,10 @@ class Manager:
                                 world_size=self.world_size,
                                 timeout=datetime.timedelta(seconds=self._collective_timeout))
         self.group = dist.group.WORLD
+        # Every task, so the barrier inside is met: one per formation, milliseconds.
+        self.device_table = device_map.exchange(
+            self._client, self._gpu_uuids, "%s/%s/devices" % (self._prefix, epoch),
+            timeout=self._collective_timeout)
         with self._cond:
             self._members = {t: int(i) for t, i in enumerate(epoch.split("."))}
             self._aborter = CollectiveAborter()
