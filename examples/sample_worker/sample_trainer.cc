@@ -66,12 +66,14 @@ client::ClientCallbacks SampleTrainer::Callbacks() {
           absl::StrCat("round=", round.round, " affects_me=", named ? 1 : 0, " reason=\"",
                        round.reason, "\""));
   };
-  callbacks.on_fatal = [me](const absl::Status& status) {
+  callbacks.on_fatal = [me, shared](const absl::Status& status) {
     Event(me, "fatal", absl::StrCat("reason=\"", status.message(), "\""));
     // Aborted: this incarnation is dead to the job; exit 3 so it is restarted with a new one.
     // Anything else (wrong token, wrong job) will not get better with a restart: exit 2.
+    // Unless the process was already leaving for a reason of its own (LeaveWith).
     std::fflush(nullptr);
-    _exit(absl::IsAborted(status) ? 3 : 2);
+    const int leaving = shared->leaving_code.load();
+    _exit(leaving != 0 ? leaving : absl::IsAborted(status) ? 3 : 2);
   };
   return callbacks;
 }

@@ -61,6 +61,9 @@ class SampleTrainer {
   absl::Status Run(client::CoordinationClient& client);
   // Run returned OK because this task was being preempted (after its checkpoint), not done.
   bool LeftForPreemption() const { return left_for_preemption_; }
+  // From now on the process is leaving with `code` (the node agent's abort: 5): the client's
+  // fatal callback, which the error report about to be sent brings, exits with it too.
+  void LeaveWith(int code) { shared_->leaving_code.store(code); }
 
   static void Event(const client::TaskRef& task, const std::string& kind,
                     const std::string& fields = "");
@@ -79,6 +82,7 @@ class SampleTrainer {
     std::string current_barrier ABSL_GUARDED_BY(mu);
     // The newest preemption round named this task (empty affected list: not named).
     bool named_in_preemption ABSL_GUARDED_BY(mu) = false;
+    std::atomic<int> leaving_code{0};  // LeaveWith
   };
 
   uint64_t MembershipChanges();

@@ -145,6 +145,20 @@ void JobCliques::Report(const CliqueInfo& clique) {
 absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::string& key,
                                           const std::string& job, const client::TaskRef& task,
                                           const CliqueInfo& clique) {
+  std::vector<int> devices;
+  if (const CliqueMember* m = clique.key.FindMember(task.task_id); m != nullptr) {
+    devices = m->device_ids;
+  }
+  // The clique id names the key compactly (its KV prefix's fingerprint), spaces never appear.
+  return ReportLineToAgent(path, key, job, task,
+                           clique.key.KvPrefix().substr(clique.key.KvPrefix().rfind('/') + 1),
+                           CliqueStateName(clique.state), devices);
+}
+
+absl::StatusOr<std::string> ReportLineToAgent(const std::string& path, const std::string& key,
+                                              const std::string& job, const client::TaskRef& task,
+                                              const std::string& clique, const std::string& state,
+                                              const std::vector<int>& devices) {
   absl::StatusOr<base::StreamEndpoint> endpoint = base::ParseStreamEndpoint(path);
   if (!endpoint.ok()) return endpoint.status();
   absl::StatusOr<int> connected = base::ConnectStream(*endpoint, absl::Seconds(1));
@@ -152,16 +166,9 @@ absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::st
     return absl::UnavailableError(absl::StrCat("no node agent: ", connected.status().message()));
   }
   const int fd = *connected;
-  std::vector<int> devices;
-  if (const CliqueMember* m = clique.key.FindMember(task.task_id); m != nullptr) {
-    devices = m->device_ids;
-  }
-  // The clique id names the key compactly (its KV prefix's fingerprint), spaces never appear.
-  const std::string line =
-      absl::StrCat("REPORT job=", job, " task=", task.task_id, " inc=", task.incarnation,
-                   " clique=", clique.key.KvPrefix().substr(clique.key.KvPrefix().rfind('/') + 1),
-                   " state=", CliqueStateName(clique.state),
-                   " devices=", absl::StrJoin(devices, ","), " key=", key, "\n");
+  const std::string line = absl::StrCat(
+      "REPORT job=", job, " task=", task.task_id, " inc=", task.incarnation, " clique=", clique,
+      " state=", state, " devices=", absl::StrJoin(devices, ","), " key=", key, "\n");
   std::string answer;
   if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size())) {
     char c;

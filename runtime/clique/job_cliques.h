@@ -88,5 +88,11 @@ std::string CliqueSocketKey(const std::string& token);
 absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::string& key,
                                           const std::string& job, const client::TaskRef& task,
                                           const CliqueInfo& clique);
+// The same for any clique id, state and devices: for a process whose communicators are not
+// cliques of a CliqueManager (AgentWatch). `clique` and `state` must be words (no spaces).
+absl::StatusOr<std::string> ReportLineToAgent(const std::string& path, const std::string& key,
+                                              const std::string& job, const client::TaskRef& task,
+                                              const std::string& clique, const std::string& state,
+                                              const std::vector<int>& devices);
 
 }  // namespace phalanx::clique

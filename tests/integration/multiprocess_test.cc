@@ -191,6 +191,60 @@ TEST_F(MultiProcess, WrongToken_WorkerIsRefusedWithClearError) {
   EXPECT_THAT(failed->fields["reason"], HasSubstr("wrong job token"));
 }
 
+// The node agent in the loop (issue 17): a real phalanx-agent with 4 fake GPUs serves its clique
+// registry on TCP; worker t reports GPU t (LOCAL_RANK). A scripted XID 79 on GPU 1 ends worker 1
+// alone (exit 5, after reporting the error: its peers hear of it at once); its replacement, on
+// another node's GPUs here, joins and the job finishes.
+TEST_F(MultiProcess, FailedGpu_TheAgentEndsOnlyTheWorkerOnIt_WhichIsReplaced) {
+  LocalJobOptions options = Options(3, 80);
+  options.start_workers = false;
+  const std::string xids = options.work_dir + "/xids";
+  auto job = StartJob(options);
+  process::SubprocessOptions agent_options;
+  agent_options.argv = {PHALANX_BUILD_DIR "/node_agent/phalanx-agent",
+                        "--kube=false",
+                        "--notice_sources=",
+                        "--node_name=n1",
+                        "--fake_gpus=4",
+                        "--fake_xid_file=" + xids,
+                        "--poll_interval=100ms",
+                        "--clique_socket=",
+                        "--clique_listen=127.0.0.1:0",
+                        "--metrics_listen=127.0.0.1:0"};
+  agent_options.stderr_path = options.work_dir + "/agent.log";
+  auto agent = process::Subprocess::Start(agent_options);
+  ASSERT_THAT(agent, IsOk());
+  std::optional<std::string> ready = (*agent)->WaitForLine(
+      [](const std::string& line) { return line.rfind("ready ", 0) == 0; }, kTimeout);
+  ASSERT_TRUE(ready.has_value() && ready->find("clique_port=") != std::string::npos);
+  const std::string address = "127.0.0.1:" + ready->substr(ready->find("clique_port=") +
+                                                           std::string("clique_port=").size());
+  for (int task = 0; task < 3; ++task) {
+    ASSERT_THAT(job->StartWorker(task, {{"PHALANX_CLIQUE_ADDRESS", address},
+                                        {"LOCAL_RANK", absl::StrCat(task)}}),
+                IsOk());
+  }
+  WaitForCheckpoint(*job, 10);
+  std::ofstream(xids, std::ios::app) << "1 79\n";
+
+  auto left = job->WaitForEvent(1, "device_failed", kTimeout);
+  ASSERT_TRUE(left.has_value()) << job->Describe();
+  EXPECT_THAT(left->fields["reason"], HasSubstr("XID 79"));
+  ASSERT_TRUE(job->worker(1).Wait(kTimeout).has_value());
+  EXPECT_EQ(job->worker(1).ExitCode(), 5);
+  for (int survivor : {0, 2}) {
+    auto told = job->WaitForEvent(survivor, "peer_failed", kTimeout);
+    ASSERT_TRUE(told.has_value()) << "task " << survivor << "\n" << job->Describe();
+    EXPECT_EQ(told->Int("peer"), 1);
+    EXPECT_THAT(told->fields["reason"], HasSubstr("XID 79")) << "the peers hear why";
+    EXPECT_FALSE(job->worker(survivor).ExitCode().has_value()) << "a healthy GPU's worker";
+  }
+  ASSERT_THAT(job->StartWorker(1), IsOk());  // elsewhere: no agent, nothing failed there
+  EXPECT_TRUE(job->WaitAllExited(absl::Seconds(120))) << job->Describe();
+  EXPECT_EQ(job->incarnation(0), 0u);
+  EXPECT_EQ(job->incarnation(2), 0u);
+}
+
 TEST_F(MultiProcess, Coordinator_ServesMetricsAndHealth) {
   LocalJobOptions options = Options(2, 5);
   auto job = StartJob(options);

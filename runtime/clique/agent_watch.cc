@@ -1,0 +1,48 @@
+#include "runtime/clique/agent_watch.h"
+
+#include "absl/strings/str_replace.h"
+#include "common/base/log.h"
+#include "runtime/clique/job_cliques.h"
+
+namespace phalanx::clique {
+
+AgentWatch::AgentWatch(Options options, base::Clock& clock,
+                       std::function<void(const std::string&)> on_abort)
+    : options_(std::move(options)), on_abort_(std::move(on_abort)) {
+  runner_ = std::make_unique<base::PeriodicRunner>(clock, options_.period,
+                                                   [this](absl::Time) { Tick(); });
+}
+
+AgentWatch::~AgentWatch() { runner_->Stop(); }
+
+absl::Status AgentWatch::last_status() {
+  absl::MutexLock lock(&mu_);
+  return last_status_;
+}
+
+void AgentWatch::Tick() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_) return;
+  }
+  absl::StatusOr<std::string> answer =
+      ReportLineToAgent(options_.endpoint, options_.key, options_.job, options_.task,
+                        options_.clique, "READY", options_.devices);
+  std::string reason;
+  {
+    absl::MutexLock lock(&mu_);
+    last_status_ = answer.status();
+    if (answer.ok() && answer->rfind("OK abort=", 0) == 0) {
+      aborted_ = true;
+      // The agent writes the reason with '_' for spaces (one word on its line).
+      reason = absl::StrReplaceAll(answer->substr(9), {{"_", " "}});
+    }
+  }
+  if (!reason.empty()) {
+    PHX_LOG(WARNING) << "the node agent asks task " << options_.task.task_id
+                     << " to abort: " << reason;
+    on_abort_(reason);
+  }
+}
+
+}  // namespace phalanx::clique
