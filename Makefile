@@ -36,6 +36,7 @@ bench: build
 	  --out $(BUILD)/bench/agent.json
 	@/usr/bin/python3 bench/agent_xid_bench.py --build $(BUILD) --out $(BUILD)/bench/agent.json
 	@/usr/bin/python3 bench/torch_bench.py --build $(BUILD) --out $(BUILD)/bench/torch.json
+	@/usr/bin/python3 bench/peers_bench.py --build $(BUILD) --out $(BUILD)/bench/peers.json
 
 # The Python package with libphalanx_c.so and its dependencies bundled (docs/pytorch.md):
 # $(BUILD)/dist/phalanx-<version>-py3-none-manylinux_<glibc>_<arch>.whl.
