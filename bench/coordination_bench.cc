@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -36,7 +37,8 @@ ABSL_FLAG(int, count, 1, "tasks role: how many tasks");
 ABSL_FLAG(int, num_tasks, 1, "tasks role: tasks in the job");
 ABSL_FLAG(int, barriers, 0, "tasks role: barriers after the rendezvous");
 ABSL_FLAG(double, kv_seconds, 5, "duration of the key-value workload");
-ABSL_FLAG(std::string, only, "", "comma-separated subset: rendezvous,barrier,kv,crash,hang");
+ABSL_FLAG(std::string, only, "",
+          "comma-separated subset: rendezvous,barrier,kv,latency,crash,hang");
 
 namespace phalanx::bench {
 namespace {
@@ -198,6 +200,9 @@ struct Results {
   std::map<int, double> rendezvous_s;
   std::map<int, double> barrier_p50_ms;
   double kv_ops_per_s = 0;
+  double kv_get_p50_us = 0;
+  double kv_set_p50_us = 0;
+  double connect_p50_ms = 0;
   double crash_detect_p50_ms = 0;
   double hang_detect_s = 0;
   double hang_timeout_s = 0;
@@ -333,6 +338,77 @@ void BenchKv(Results& r, int runs) {
       r.kv_ops_per_s, kClients, kInFlight);
 }
 
+// A client of the bench job for `task` (created, not connected).
+std::unique_ptr<client::GrpcCoordinationClient> BenchClient(const LocalJob& job, int task,
+                                                            int num_tasks) {
+  client::ClientConfig config;
+  config.coordinator = job.address();
+  config.job = "bench";
+  config.task_id = task;
+  config.num_tasks = num_tasks;
+  config.token = job.options().token;
+  return *client::GrpcCoordinationClient::Create(config);
+}
+
+double MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Latency, as a caller sees it: `kConnects` clients connecting one after another (create,
+// register, open the session), then 8 synchronous clients (a thread each) setting and getting
+// their own keys one call at a time, as the peers bench's KV row does.
+void BenchLatency(Results& r, int runs) {
+  constexpr int kConnects = 32;
+  constexpr int kClients = 8;
+  const double seconds = std::min(3.0, absl::GetFlag(FLAGS_kv_seconds));
+  std::vector<double> connects, gets, sets;
+  for (int run = 0; run < runs; ++run) {
+    auto job = StartCoordinator(kConnects, absl::Seconds(10), absl::Seconds(1));
+    std::vector<std::unique_ptr<client::GrpcCoordinationClient>> clients;
+    std::vector<double> connect_ms;
+    for (int c = 0; c < kConnects; ++c) {
+      const auto t0 = std::chrono::steady_clock::now();
+      clients.push_back(BenchClient(*job, c, kConnects));
+      if (absl::Status s = clients.back()->Connect(absl::Seconds(30)); !s.ok()) {
+        std::fprintf(stderr, "bench: latency client: %s\n", s.ToString().c_str());
+        return;
+      }
+      connect_ms.push_back(MicrosSince(t0) / 1e3);
+    }
+    connects.push_back(Median(connect_ms));
+    std::vector<double> client_gets(kClients), client_sets(kClients);
+    std::vector<std::thread> threads;
+    for (int c = 0; c < kClients; ++c) {
+      threads.emplace_back([&, c] {
+        const std::string value(100, 'v');
+        std::vector<double> g, s;
+        const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        for (int64_t i = 0; std::chrono::steady_clock::now() < end; ++i) {
+          const std::string key = absl::StrCat("lat/", c, "/", i % 1000);
+          auto t0 = std::chrono::steady_clock::now();
+          if (!clients[c]->KvInsert(key, value, true).ok()) break;
+          s.push_back(MicrosSince(t0));
+          t0 = std::chrono::steady_clock::now();
+          if (!clients[c]->KvGet(key, absl::Seconds(5)).ok()) break;
+          g.push_back(MicrosSince(t0));
+        }
+        client_gets[c] = Median(g);
+        client_sets[c] = Median(s);
+      });
+    }
+    for (auto& t : threads) t.join();
+    gets.push_back(Median(client_gets));
+    sets.push_back(Median(client_sets));
+  }
+  r.connect_p50_ms = Median(connects);
+  r.kv_get_p50_us = Median(gets);
+  r.kv_set_p50_us = Median(sets);
+  std::fprintf(stderr,
+               "  connect: p50 %.2f ms (%d clients one after another); kv, %d synchronous "
+               "clients: get p50 %.0f us, set p50 %.0f us\n",
+               r.connect_p50_ms, kConnects, kClients, r.kv_get_p50_us, r.kv_set_p50_us);
+}
+
 // Starts 4 single-task hosts, hurts task 3 with `sig`, returns when every survivor was told:
 // the worst survivor's delay in seconds.
 double DetectOnce(int sig, absl::Duration heartbeat_timeout, absl::Duration heartbeat_interval) {
@@ -404,6 +480,9 @@ std::string Json(const Results& r, int runs) {
       "{\n", "  \"rendezvous_s\": ", map(r.rendezvous_s, "%.4f"), ",\n",
       "  \"barrier_p50_ms\": ", map(r.barrier_p50_ms, "%.3f"), ",\n",
       "  \"kv_ops_per_s\": ", num(r.kv_ops_per_s, "%.0f"), ",\n",
+      "  \"kv_get_p50_us\": ", num(r.kv_get_p50_us, "%.1f"), ",\n",
+      "  \"kv_set_p50_us\": ", num(r.kv_set_p50_us, "%.1f"), ",\n",
+      "  \"connect_p50_ms\": ", num(r.connect_p50_ms, "%.3f"), ",\n",
       "  \"crash_detect_p50_ms\": ", num(r.crash_detect_p50_ms, "%.2f"), ",\n",
       "  \"hang_detect_s\": ", num(r.hang_detect_s, "%.3f"), ",\n",
       "  \"hang_timeout_s\": ", num(r.hang_timeout_s, "%.1f"), ",\n",
@@ -412,7 +491,7 @@ std::string Json(const Results& r, int runs) {
       absl::StrFormat("  \"cores\": %d,\n", static_cast<int>(std::thread::hardware_concurrency())),
       "  \"method\": \"coordinator = phalanx-coordinator process; tasks = threads in up to 8 "
       "task-host processes, one gRPC connection per task; kv = 8 clients x 32 in-flight "
-      "set-then-get chains; detection = 4 single-task processes, worst survivor\"\n}\n");
+      "set-then-get chains; latency = 32 connects in a row, 8 synchronous set/get clients; detection = 4 single-task processes, worst survivor\"\n}\n");
 }
 
 }  // namespace
@@ -438,6 +517,7 @@ int main(int argc, char** argv) {
   if (want("rendezvous")) BenchRendezvous(r, runs);
   if (want("barrier")) BenchBarriers(r, runs);
   if (want("kv")) BenchKv(r, runs);
+  if (want("latency")) BenchLatency(r, runs);
   BenchDetection(r, runs, want("crash"), want("hang"));
 
   std::error_code ec;
@@ -454,6 +534,9 @@ int main(int argc, char** argv) {
   for (const auto& [n, v] : r.barrier_p50_ms)
     std::printf("| barrier_p50_ms.%d | %.2f | %s |\n", n, v, n == 256 ? "< 4" : "");
   std::printf("| kv_ops_per_s | %.0f | >= 60000 |\n", r.kv_ops_per_s);
+  std::printf("| kv_get_p50_us | %.0f | |\n", r.kv_get_p50_us);
+  std::printf("| kv_set_p50_us | %.0f | |\n", r.kv_set_p50_us);
+  std::printf("| connect_p50_ms | %.2f | |\n", r.connect_p50_ms);
   std::printf("| crash_detect_p50_ms | %.1f | < 100 |\n", r.crash_detect_p50_ms);
   std::printf("| hang_detect_s (hang_timeout_s %.1f) | %.2f | <= %.1f |\n", r.hang_timeout_s,
               r.hang_detect_s, r.hang_timeout_s + 0.5);

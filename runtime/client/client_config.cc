@@ -87,6 +87,19 @@ absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const base::GetenvFn& getenv_
     }
     config.tls_ca_pem = *pem;
   }
+  if (std::optional<std::string> transport = getenv("PHALANX_SESSION_TRANSPORT");
+      transport && !transport->empty()) {
+    if (*transport == "auto") {
+      config.session_transport = ClientConfig::SessionTransport::kAuto;
+    } else if (*transport == "wire") {
+      config.session_transport = ClientConfig::SessionTransport::kWire;
+    } else if (*transport == "grpc") {
+      config.session_transport = ClientConfig::SessionTransport::kGrpc;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PHALANX_SESSION_TRANSPORT='", *transport, "' is not one of auto, wire, grpc"));
+    }
+  }
   return config;
 }
 

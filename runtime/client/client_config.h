@@ -9,6 +9,7 @@
 //                        a file holding it (the operator mounts one: docs/security.md)
 //   PHALANX_TLS_CA_FILE  PEM CA certificates: when set, the coordinator is reached over TLS
 //                        and its certificate must chain to one of them (default: cleartext)
+//   PHALANX_SESSION_TRANSPORT  auto (default), wire or grpc: how the session travels (below)
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,12 @@ struct ClientConfig {
   std::string token;
   // PEM roots to verify the coordinator's TLS certificate; empty: cleartext gRPC.
   std::string tls_ca_pem;
+  // How the session (registration, heartbeats, events, barriers and key-value set/get) travels:
+  // kWire is the session wire (wire_session_stream.h), kGrpc the Session RPC. kAuto takes the
+  // wire and falls back to gRPC, for good, when the coordinator does not speak it. With TLS
+  // the session is always gRPC's. Other calls are gRPC calls either way.
+  enum class SessionTransport { kAuto, kWire, kGrpc };
+  SessionTransport session_transport = SessionTransport::kAuto;
   // Added to each blocking call's own timeout to form its RPC deadline, so the service's
   // answer (e.g. a straggler report) arrives before the transport gives up.
   absl::Duration rpc_margin = absl::Seconds(2);

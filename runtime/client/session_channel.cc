@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/backoff.h"
 #include "common/base/log.h"
+#include "runtime/client/wire_session_stream.h"
 #include "runtime/coordination/proto_convert.h"
 
 namespace phalanx::client {
@@ -62,12 +63,18 @@ bool SessionChannel::TrySend(pb::SessionCall& call, CallDone& done) {
   // big requests go as their own RPC, where the limit only fails that call.
   constexpr size_t kMaxSessionCallBytes = 64 << 10;
   if (call.ByteSizeLong() > kMaxSessionCallBytes) return false;
-  absl::MutexLock lock(&mu_);
-  if (stream_ == nullptr || !connected_) return false;
-  const uint64_t id = next_call_id_++;
-  call.set_call_id(id);
-  pending_calls_.emplace(id, std::move(done));
-  stream_->SendCall(std::move(call));
+  std::shared_ptr<SessionStream> stream;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stream_ == nullptr || !connected_) return false;
+    const uint64_t id = next_call_id_++;
+    call.set_call_id(id);
+    pending_calls_.emplace(id, std::move(done));
+    stream = stream_;
+  }
+  // Outside mu_: a wire write may wait for room in the socket, and the reader thread needs mu_
+  // to hand out answers meanwhile. If the stream breaks first, OnSessionDone fails the call.
+  stream->SendCall(std::move(call));
   return true;
 }
 
@@ -127,13 +134,49 @@ void SessionChannel::SetFatal(const absl::Status& status) {
   if (callbacks_.on_fatal) callbacks_.on_fatal(status);
 }
 
-absl::StatusOr<bool> SessionChannel::RegisterTask(bool ever_connected) {
+bool SessionChannel::UseWire() const {
+  using Transport = ClientConfig::SessionTransport;
+  if (config_.session_transport == Transport::kGrpc || !config_.tls_ca_pem.empty()) return false;
+  return config_.session_transport == Transport::kWire || !wire_refused_;
+}
+
+absl::StatusOr<bool> SessionChannel::RegisterTask(bool ever_connected,
+                                                  std::shared_ptr<SessionStream>* stream) {
   pb::RegisterRequest request;
   *request.mutable_task() = coord::ToProto(TaskRef{config_.task_id, config_.incarnation});
   request.set_job(config_.job);
+  constexpr absl::Duration kRegisterTimeout = absl::Seconds(2);
+  if (UseWire()) {
+    absl::StatusOr<WireSessionStream::Opened> opened =
+        WireSessionStream::Open(config_.coordinator, config_.token, request, kRegisterTimeout,
+                                *this);
+    if (opened.ok()) {
+      absl::StatusOr<bool> restarted = AcceptRegistration(opened->registered, ever_connected);
+      if (restarted.ok()) *stream = std::move(opened->stream);
+      return restarted;
+    }
+    if (!absl::IsFailedPrecondition(opened.status()) ||
+        config_.session_transport == ClientConfig::SessionTransport::kWire) {
+      return opened.status();
+    }
+    PHX_LOG(INFO) << "task " << config_.task_id << ": " << opened.status().message()
+                  << "; using gRPC for the session";
+    wire_refused_ = true;
+  }
   absl::StatusOr<pb::RegisterResponse> reg = rpc_.Call(&RpcCaller::Stub::async::Register, request,
-                                                       absl::Seconds(2), /*wait_for_ready=*/true);
+                                                       kRegisterTimeout, /*wait_for_ready=*/true);
   if (!reg.ok()) return reg.status();
+  absl::StatusOr<bool> restarted = AcceptRegistration(*reg, ever_connected);
+  if (restarted.ok()) {
+    *stream = std::make_shared<GrpcSessionStream>(
+        rpc_.stub(), config_.token, TaskRef{config_.task_id, config_.incarnation}, *this);
+  }
+  return restarted;
+}
+
+absl::StatusOr<bool> SessionChannel::AcceptRegistration(const pb::RegisterResponse& response,
+                                                        bool ever_connected) {
+  const pb::RegisterResponse* reg = &response;
   if (reg->job() != config_.job || reg->num_tasks() != config_.num_tasks) {
     // Pointed at another job's coordinator (or a mis-sized one): never take part.
     return absl::InvalidArgumentError(
@@ -161,7 +204,8 @@ void SessionChannel::SessionLoop() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
     }
-    absl::StatusOr<bool> coordinator_restarted = RegisterTask(ever_connected);
+    std::shared_ptr<SessionStream> stream;
+    absl::StatusOr<bool> coordinator_restarted = RegisterTask(ever_connected, &stream);
     if (!coordinator_restarted.ok()) {
       // A refusal, or a coordinator of another job, is final; anything else is retried.
       if (IsTerminal(coordinator_restarted.status())) {
@@ -172,12 +216,10 @@ void SessionChannel::SessionLoop() {
     }
     // Before the stream opens, so nothing from the new coordinator meets the old state.
     if (*coordinator_restarted) listener_.OnCoordinatorRestarted();
-    auto stream = std::make_unique<SessionStream>(
-        rpc_.stub(), config_.token, TaskRef{config_.task_id, config_.incarnation}, *this);
     stream->Start();
     {
       absl::MutexLock lock(&mu_);
-      stream_ = stream.get();
+      stream_ = stream;
     }
     absl::Status end = RunStream(*stream, ever_connected, *coordinator_restarted);
     {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -75,8 +76,14 @@ class SessionChannel final : public SessionStream::Sink {
 
  private:
   void SessionLoop();
-  // Registers the task; returns whether the coordinator changed since the last registration.
-  absl::StatusOr<bool> RegisterTask(bool ever_connected);
+  // Registers the task and makes the stream its session will run on (not started); returns
+  // whether the coordinator changed since the last registration.
+  absl::StatusOr<bool> RegisterTask(bool ever_connected, std::shared_ptr<SessionStream>* stream);
+  // The registration's answer: checks it names our job, notes the coordinator and heartbeats.
+  absl::StatusOr<bool> AcceptRegistration(const coord::v1::RegisterResponse& reg,
+                                          bool ever_connected);
+  // Whether to try the session wire (session thread only).
+  bool UseWire() const;
   // Runs one open stream until it ends; returns its final status.
   absl::Status RunStream(SessionStream& stream, bool reconnect, bool coordinator_restarted);
   void Dispatch(coord::SessionEvent event, bool reconnect, bool coordinator_restarted);
@@ -101,7 +108,9 @@ class SessionChannel final : public SessionStream::Sink {
   absl::Duration heartbeat_timeout_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
   std::deque<coord::SessionEvent> events_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> stream_done_ ABSL_GUARDED_BY(mu_);
-  SessionStream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // while a session is connected
+  // While a session is connected. Shared: a call holds it while it writes, outside mu_.
+  std::shared_ptr<SessionStream> stream_ ABSL_GUARDED_BY(mu_);
+  bool wire_refused_ = false;  // the coordinator does not speak the wire (session thread only)
   uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, CallDone> pending_calls_ ABSL_GUARDED_BY(mu_);
   absl::Time last_contact_ ABSL_GUARDED_BY(mu_);

@@ -6,7 +6,7 @@
 
 namespace phalanx::client {
 
-SessionStream::SessionStream(coord::v1::Coordination::Stub& stub, const std::string& token,
+GrpcSessionStream::GrpcSessionStream(coord::v1::Coordination::Stub& stub, const std::string& token,
                              coord::TaskRef task, Sink& sink)
     : sink_(sink) {
   context_.AddMetadata(coord::kAuthorizationHeader, "Bearer " + token);
@@ -15,7 +15,7 @@ SessionStream::SessionStream(coord::v1::Coordination::Stub& stub, const std::str
   *write_buffer_.mutable_open() = coord::ToProto(task);
 }
 
-void SessionStream::Start() {
+void GrpcSessionStream::Start() {
   {
     absl::MutexLock lock(&mu_);
     writing_ = true;
@@ -25,7 +25,7 @@ void SessionStream::Start() {
   StartCall();
 }
 
-void SessionStream::SendHeartbeat(int64_t sent_unix_micros) {
+void GrpcSessionStream::SendHeartbeat(int64_t sent_unix_micros) {
   absl::MutexLock lock(&mu_);
   if (heartbeat_queued_) return;  // one waiting heartbeat proves as much as two
   coord::v1::SessionRequest request;
@@ -35,7 +35,7 @@ void SessionStream::SendHeartbeat(int64_t sent_unix_micros) {
   PumpLocked();
 }
 
-void SessionStream::SendCall(coord::v1::SessionCall call) {
+void GrpcSessionStream::SendCall(coord::v1::SessionCall call) {
   absl::MutexLock lock(&mu_);
   coord::v1::SessionRequest request;
   *request.mutable_call() = std::move(call);
@@ -43,7 +43,7 @@ void SessionStream::SendCall(coord::v1::SessionCall call) {
   PumpLocked();
 }
 
-void SessionStream::PumpLocked() {
+void GrpcSessionStream::PumpLocked() {
   if (writing_ || queue_.empty()) return;
   write_buffer_ = std::move(queue_.front());
   queue_.pop_front();
@@ -55,14 +55,14 @@ void SessionStream::PumpLocked() {
   StartWrite(&write_buffer_, options);
 }
 
-void SessionStream::OnWriteDone(bool ok) {
+void GrpcSessionStream::OnWriteDone(bool ok) {
   absl::MutexLock lock(&mu_);
   writing_ = false;
   if (!ok) return;  // the stream is ending; OnDone follows and fails the pending calls
   PumpLocked();
 }
 
-void SessionStream::OnReadDone(bool ok) {
+void GrpcSessionStream::OnReadDone(bool ok) {
   if (!ok) return;  // the stream is ending; OnDone carries the status
   if (std::optional<coord::SessionEvent> event = coord::FromProto(read_buffer_)) {
     sink_.OnSessionEvent(std::move(*event));
@@ -70,7 +70,7 @@ void SessionStream::OnReadDone(bool ok) {
   StartRead(&read_buffer_);
 }
 
-void SessionStream::OnDone(const grpc::Status& status) {
+void GrpcSessionStream::OnDone(const grpc::Status& status) {
   sink_.OnSessionDone(coord::FromGrpcStatus(status));
   done_.Notify();
 }

@@ -1,8 +1,9 @@
-// SessionStream: the client side of one Session stream (gRPC callback API). Sends `open`, then
-// heartbeats on request; hands every event and the final status to its Sink. One stream per
-// connection attempt; GrpcCoordinationClient creates a new one after a break.
-// Thread-safe: SendHeartbeat/Cancel may be called from any thread; Sink methods are called on
-// gRPC threads, never under this object's lock.
+// SessionStream: the client side of one task session: sends `open`, then heartbeats and calls
+// on request; hands every event and the final status to its Sink. One stream per connection
+// attempt; SessionChannel creates a new one after a break. Two transports: GrpcSessionStream
+// (here: the Session RPC, gRPC callback API) and WireSessionStream (wire_session_stream.h).
+// Thread-safe: Send*/Cancel may be called from any thread; Sink methods are called on the
+// transport's threads, never under the stream's lock.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -21,8 +22,7 @@
 
 namespace phalanx::client {
 
-class SessionStream final
-    : public grpc::ClientBidiReactor<coord::v1::SessionRequest, coord::v1::SessionEvent> {
+class SessionStream {
  public:
   class Sink {
    public:
@@ -30,21 +30,33 @@ class SessionStream final
     virtual void OnSessionEvent(coord::SessionEvent event) = 0;
     virtual void OnSessionDone(absl::Status status) = 0;
   };
+  virtual ~SessionStream() = default;
 
-  SessionStream(coord::v1::Coordination::Stub& stub, const std::string& token, coord::TaskRef task,
-                Sink& sink);
-
-  // Starts the call with the `open` message.
-  void Start();
-  // Queues a heartbeat unless one is already waiting to be written.
-  void SendHeartbeat(int64_t sent_unix_micros);
-  // Queues a call; its answer arrives as a CallResult event.
-  void SendCall(coord::v1::SessionCall call);
+  // Opens the session (sends `open`).
+  virtual void Start() = 0;
+  // Sends a heartbeat (the gRPC stream skips it while one is still waiting to be written).
+  virtual void SendHeartbeat(int64_t sent_unix_micros) = 0;
+  // Sends a call; its answer arrives as a CallResult event.
+  virtual void SendCall(coord::v1::SessionCall call) = 0;
   // Ends the stream from this side; OnSessionDone follows.
-  void Cancel() { context_.TryCancel(); }
-  // Blocks until gRPC is done with this object (after OnSessionDone). Bounded: every stream
-  // ends once cancelled.
-  void WaitDone() { done_.WaitForNotification(); }
+  virtual void Cancel() = 0;
+  // Blocks until the transport is done with this object (after OnSessionDone). Bounded: every
+  // stream ends once cancelled.
+  virtual void WaitDone() = 0;
+};
+
+class GrpcSessionStream final
+    : public SessionStream,
+      public grpc::ClientBidiReactor<coord::v1::SessionRequest, coord::v1::SessionEvent> {
+ public:
+  GrpcSessionStream(coord::v1::Coordination::Stub& stub, const std::string& token,
+                    coord::TaskRef task, Sink& sink);
+
+  void Start() override;
+  void SendHeartbeat(int64_t sent_unix_micros) override;
+  void SendCall(coord::v1::SessionCall call) override;
+  void Cancel() override { context_.TryCancel(); }
+  void WaitDone() override { done_.WaitForNotification(); }
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
+#include "runtime/coordination/wire_format.h"
 
 namespace phalanx::coord {
 namespace {
@@ -134,8 +135,9 @@ ConnectionListener::~ConnectionListener() {
   }
 }
 
-void ConnectionListener::Start(Handoff handoff) {
+void ConnectionListener::Start(Handoff handoff, WireHandoff wire_handoff) {
   handoff_ = std::move(handoff);
+  wire_handoff_ = std::move(wire_handoff);
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -150,7 +152,10 @@ void ConnectionListener::Stop() {
   (void)!write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
-  for (auto& [peer, connection] : connections_) close(connection.watch_fd);
+  for (auto& [peer, connection] : connections_) {
+    close(connection.watch_fd);
+    if (connection.unclassified_fd >= 0) close(connection.unclassified_fd);
+  }
   connections_.clear();
   by_watch_fd_.clear();
   metrics_.SetOpenConnections(0);
@@ -174,6 +179,8 @@ void ConnectionListener::Loop() {
       if (fd == wake_fd_) continue;
       if (fd == listen_fd_) {
         can_accept = true;
+      } else if (Classify(fd)) {
+        // Handed over, or ended before it sent a byte.
       } else if (events[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
         Ended(fd);
       }
@@ -231,17 +238,56 @@ void ConnectionListener::Admit(int fd, const std::string& peer) {
   }
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const bool classify = wire_handoff_ != nullptr;
   {
     absl::MutexLock lock(&mu_);
-    connections_[peer] = Connection{watch_fd, clock_.Now(), false, false};
+    connections_[peer] = Connection{watch_fd, classify ? fd : -1, clock_.Now(), false, false};
     by_watch_fd_[watch_fd] = peer;
     metrics_.SetOpenConnections(connections_.size());
   }
   epoll_event event{};
-  event.events = EPOLLRDHUP;  // EPOLLHUP and EPOLLERR are always reported
+  // EPOLLHUP and EPOLLERR are always reported; EPOLLIN only until the first byte is seen.
+  event.events = EPOLLRDHUP | (classify ? EPOLLIN : 0);
   event.data.fd = watch_fd;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watch_fd, &event);
-  handoff_(listen_fd_, fd);
+  if (!classify) handoff_(listen_fd_, fd);
+}
+
+bool ConnectionListener::Classify(int watch_fd) {
+  int fd = -1;
+  std::string peer;
+  {
+    absl::MutexLock lock(&mu_);
+    auto by_fd = by_watch_fd_.find(watch_fd);
+    if (by_fd == by_watch_fd_.end()) return false;
+    auto it = connections_.find(by_fd->second);
+    if (it == connections_.end() || it->second.unclassified_fd < 0) return false;
+    fd = it->second.unclassified_fd;
+    peer = by_fd->second;
+  }
+  unsigned char first = 0;
+  const ssize_t n = recv(fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+  if (n <= 0) {
+    Ended(watch_fd);  // closed (or broken) before its first byte
+    return true;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = connections_.find(peer);
+    if (it == connections_.end()) return true;
+    it->second.unclassified_fd = -1;  // from here on the handler owns it
+  }
+  epoll_event event{};
+  event.events = EPOLLRDHUP;
+  event.data.fd = watch_fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, watch_fd, &event);
+  if (first == kWireFirstByte) {
+    wire_handoff_(fd, std::move(peer));
+  } else {
+    handoff_(listen_fd_, fd);
+  }
+  return true;
 }
 
 void ConnectionListener::Ended(int watch_fd) {
@@ -258,6 +304,7 @@ void ConnectionListener::ForgetLocked(const std::string& peer) {
   const int watch_fd = it->second.watch_fd;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, watch_fd, nullptr);
   close(watch_fd);
+  if (it->second.unclassified_fd >= 0) close(it->second.unclassified_fd);
   by_watch_fd_.erase(watch_fd);
   connections_.erase(it);
   metrics_.SetOpenConnections(connections_.size());

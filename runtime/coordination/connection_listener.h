@@ -51,6 +51,9 @@ class ConnectionListener {
   };
   // Takes ownership of an admitted connection's descriptor `fd`.
   using Handoff = absl::AnyInvocable<void(int listen_fd, int fd)>;
+  // Takes ownership of a connection whose first byte is the session wire's (wire_format.h),
+  // named `peer` as gRPC would name it.
+  using WireHandoff = absl::AnyInvocable<void(int fd, std::string peer)>;
 
   // Binds and listens (SO_REUSEADDR, so a restarted coordinator gets its port back).
   // InvalidArgument for a malformed address or max_connections < 1; Unavailable when the
@@ -63,8 +66,10 @@ class ConnectionListener {
   ConnectionListener& operator=(const ConnectionListener&) = delete;
 
   int port() const { return port_; }
-  // Starts the accept thread. Call once.
-  void Start(Handoff handoff);
+  // Starts the accept thread. Call once. With `wire_handoff`, a connection is handed over once
+  // its first byte has arrived: to `wire_handoff` when it is the session wire's, else to
+  // `handoff` (gRPC). Without, every connection goes to `handoff` at once.
+  void Start(Handoff handoff, WireHandoff wire_handoff = nullptr);
   // The connection gRPC calls `peer` ("ipv4:127.0.0.1:40000") carried a call with a valid
   // credential: it is never closed for being unauthenticated. Unknown peers are ignored.
   void MarkAuthenticated(std::string_view peer);
@@ -78,6 +83,7 @@ class ConnectionListener {
  private:
   struct Connection {
     int watch_fd = -1;  // our dup of the socket
+    int unclassified_fd = -1;  // the socket itself, until its first byte says whose it is
     absl::Time accepted;
     bool authenticated = false;
     bool shut_down = false;
@@ -91,6 +97,9 @@ class ConnectionListener {
   void Admit(int fd, const std::string& peer);
   // The connection watched by `watch_fd` has ended (HUP on the dup).
   void Ended(int watch_fd);
+  // Its first byte has arrived (or it ended first): hands it to the wire or to gRPC. False
+  // when `watch_fd` is not waiting for its first byte.
+  bool Classify(int watch_fd);
   void ForgetLocked(const std::string& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ShedOneWithSpare();
   void PauseAccepting();
@@ -104,6 +113,7 @@ class ConnectionListener {
   int spare_fd_ = -1;  // /dev/null, given up to shed a connection when descriptors run out
   int port_ = 0;
   Handoff handoff_;
+  WireHandoff wire_handoff_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   absl::Time resume_accepting_ = absl::InfinitePast();  // accept thread only

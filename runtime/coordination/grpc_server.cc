@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/coordination/connection_listener.h"
+#include "runtime/coordination/wire_server.h"
 #include "runtime/coordination/grpc_status.h"
 #include "runtime/coordination/rpc_handler.h"
 #include "runtime/coordination/session_reactor.h"
@@ -227,12 +228,29 @@ absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> CoordinationGrpcServer::
     return absl::InternalError(
         absl::StrCat("cannot start the gRPC server for ", options.listen_address));
   }
-  server->listener_->Start([acceptor = std::move(acceptor)](int listen_fd, int fd) {
+  ConnectionListener::Handoff to_grpc = [acceptor = std::move(acceptor)](int listen_fd, int fd) {
     grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
     connection.listener_fd = listen_fd;
     connection.fd = fd;
     acceptor->HandleNewConnection(&connection);
-  });
+  };
+  if (!options.session_wire || !options.tls_cert_pem.empty()) {
+    server->listener_->Start(std::move(to_grpc));
+    return server;
+  }
+  server->wire_handler_ = std::make_unique<RpcHandler>(service);
+  server->wire_ = std::make_unique<WireSessionServer>(
+      WireSessionServer::Options{options.token,
+                                 static_cast<size_t>(options.max_receive_message_bytes)},
+      *server->wire_handler_, metrics, clock,
+      [listener = server->listener_.get()](const std::string& peer) {
+        listener->MarkAuthenticated(peer);
+      });
+  if (absl::Status started = server->wire_->Start(); !started.ok()) return started;
+  server->listener_->Start(std::move(to_grpc),
+                           [wire = server->wire_.get()](int fd, std::string peer) {
+                             wire->Adopt(fd, std::move(peer));
+                           });
   return server;
 }
 
@@ -242,6 +260,7 @@ void CoordinationGrpcServer::Shutdown(absl::Duration grace) {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
   listener_->Stop();  // no new connections while the calls drain
+  if (wire_ != nullptr) wire_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
 }
 

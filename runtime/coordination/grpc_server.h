@@ -2,7 +2,8 @@
 // CoordinationService. Checks the job token on every call, records per-method metrics, and
 // bounds message sizes. Connections arrive through a ConnectionListener (its own accept loop:
 // a connection limit, unauthenticated connections closed, no wedge when descriptors run out);
-// the standard grpc.health.v1 Health service answers on the same port without a token.
+// the standard grpc.health.v1 Health service answers on the same port without a token, and so
+// does the session wire (wire_server.h), told apart by a connection's first byte.
 // Thread-safe; Shutdown() (or the destructor) stops it.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "runtime/coordination/metrics.h"
+#include "runtime/coordination/rpc_handler.h"
 #include "runtime/coordination/service.h"
 
 namespace grpc {
@@ -22,6 +24,7 @@ class Server;
 namespace phalanx::coord {
 
 class ConnectionListener;
+class WireSessionServer;
 
 class CoordinationGrpcServer {
  public:
@@ -38,6 +41,9 @@ class CoordinationGrpcServer {
     int max_connections = 1000;  // one more is accepted and closed at once
     // A connection with no call carrying a valid credential by then is closed.
     absl::Duration unauthenticated_timeout = absl::Seconds(5);
+    // Also serve sessions over the session wire on the same port (wire_server.h, ADR 0005).
+    // Cleartext only: with TLS every connection is gRPC's.
+    bool session_wire = true;
   };
 
   // Unavailable when the address cannot be bound; InvalidArgument for an empty token or only one
@@ -63,6 +69,8 @@ class CoordinationGrpcServer {
 
   std::unique_ptr<ConnectionListener> listener_;
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<RpcHandler> wire_handler_;
+  std::unique_ptr<WireSessionServer> wire_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

@@ -51,6 +51,9 @@ ABSL_FLAG(absl::Duration, unauthenticated_timeout, absl::Seconds(5),
           "a connection that has carried no call with a valid token by then is closed");
 ABSL_FLAG(absl::Duration, health_rpc_timeout, absl::Seconds(1),
           "deadline of /healthz's loopback grpc.health.v1 Check through the gRPC port");
+ABSL_FLAG(bool, session_wire, true,
+          "also serve task sessions over the session wire (framed TCP on the same port; "
+          "cleartext only: off with TLS); clients fall back to gRPC without it");
 ABSL_FLAG(bool, exit_after_shutdown, false,
           "exit 0 once every task has passed the shutdown barrier");
 // Memory bounds (docs/operations.md, "Limits"): any holder of the job token can write.
@@ -206,6 +209,7 @@ int main(int argc, char** argv) {
   server_options.token = *token;
   server_options.max_connections = max_connections;
   server_options.unauthenticated_timeout = absl::GetFlag(FLAGS_unauthenticated_timeout);
+  server_options.session_wire = absl::GetFlag(FLAGS_session_wire);
   if (absl::Status tls = ReadTls(server_options); !tls.ok()) {
     return Fail(std::string(tls.message()));
   }

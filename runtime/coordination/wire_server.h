@@ -1,0 +1,78 @@
+// WireSessionServer: the server side of the session wire (coordination.proto, ADR 0005): a
+// task's registration and Session over plain framed TCP on the coordinator's own port, for the
+// hot path (barriers, key-value calls, heartbeats, events), without HTTP/2 and gRPC's thread
+// hand-offs. The ConnectionListener hands it the connections whose first byte is the wire's.
+//
+// One event-loop thread reads every wire connection, cuts frames and hands them to the
+// RpcHandler, exactly as SessionReactor does for the gRPC stream (the same conversions, auth,
+// per-call metrics and CloseSession on a break: the crash signal). Writes are made by whichever
+// thread produces the event (the service's, when a barrier releases, or the loop's, for a call
+// answered at once): a non-blocking send, the rest left for the loop when the socket is full.
+// So an answer costs no thread hand-off on this side.
+//
+// Bounds: a client frame over `max_frame_bytes` ends the session (InvalidArgument); a client
+// that stops reading while more than `max_unsent_bytes` wait for it is disconnected (its
+// session breaks, as a hung task's would). Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/clock.h"
+#include "runtime/coordination/metrics.h"
+#include "runtime/coordination/rpc_handler.h"
+
+namespace phalanx::coord {
+
+class WireSessionServer {
+ public:
+  struct Options {
+    std::string token;  // the job token; task credentials derived from it are accepted too
+    size_t max_frame_bytes = 4 << 20;
+    size_t max_unsent_bytes = 64 << 20;
+  };
+  // Called with a connection's peer name once it presented a valid credential.
+  using Authenticated = absl::AnyInvocable<void(const std::string& peer)>;
+
+  // `handler`, `metrics` and `clock` must outlive the server.
+  WireSessionServer(Options options, RpcHandler& handler, CoordinatorMetrics& metrics,
+                    base::Clock& clock, Authenticated authenticated);
+  ~WireSessionServer();
+  WireSessionServer(const WireSessionServer&) = delete;
+  WireSessionServer& operator=(const WireSessionServer&) = delete;
+
+  // Starts the event loop. Unavailable if epoll cannot be set up.
+  absl::Status Start();
+  // Takes ownership of `fd` (non-blocking), a connection named `peer` ("ipv4:…").
+  void Adopt(int fd, std::string peer);
+  // Closes every connection (their sessions end as broken) and stops the loop. Idempotent.
+  void Stop();
+
+ private:
+  class Connection;
+
+  void Loop();
+  void Readable(const std::shared_ptr<Connection>& connection);
+  void Close(const std::shared_ptr<Connection>& connection, const absl::Status& why);
+
+  const Options options_;
+  RpcHandler& handler_;
+  CoordinatorMetrics& metrics_;
+  base::Clock& clock_;
+  Authenticated authenticated_;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread thread_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<int, std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace phalanx::coord
