@@ -491,7 +491,8 @@ std::string Json(const Results& r, int runs) {
       absl::StrFormat("  \"cores\": %d,\n", static_cast<int>(std::thread::hardware_concurrency())),
       "  \"method\": \"coordinator = phalanx-coordinator process; tasks = threads in up to 8 "
       "task-host processes, one gRPC connection per task; kv = 8 clients x 32 in-flight "
-      "set-then-get chains; latency = 32 connects in a row, 8 synchronous set/get clients; detection = 4 single-task processes, worst survivor\"\n}\n");
+      "set-then-get chains; latency = 32 connects in a row, 8 synchronous set/get clients; "
+      "detection = 4 single-task processes, worst survivor\"\n}\n");
 }
 
 }  // namespace

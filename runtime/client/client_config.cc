@@ -96,8 +96,8 @@ absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const base::GetenvFn& getenv_
     } else if (*transport == "grpc") {
       config.session_transport = ClientConfig::SessionTransport::kGrpc;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "PHALANX_SESSION_TRANSPORT='", *transport, "' is not one of auto, wire, grpc"));
+      return absl::InvalidArgumentError(absl::StrCat("PHALANX_SESSION_TRANSPORT='", *transport,
+                                                     "' is not one of auto, wire, grpc"));
     }
   }
   return config;

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,12 @@ ClientConfig ConfigFor(int port, int task, int num_tasks, uint64_t incarnation =
   config.num_tasks = num_tasks;
   config.incarnation = incarnation;
   config.token = std::move(token);
+  // CTest runs this suite twice: as is (the session on the wire) and with
+  // PHALANX_SESSION_TRANSPORT=grpc (the Session RPC), so both transports pass the same tests.
+  if (const char* transport = std::getenv("PHALANX_SESSION_TRANSPORT");
+      transport != nullptr && std::string(transport) == "grpc") {
+    config.session_transport = ClientConfig::SessionTransport::kGrpc;
+  }
   return config;
 }
 

@@ -147,9 +147,8 @@ absl::StatusOr<bool> SessionChannel::RegisterTask(bool ever_connected,
   request.set_job(config_.job);
   constexpr absl::Duration kRegisterTimeout = absl::Seconds(2);
   if (UseWire()) {
-    absl::StatusOr<WireSessionStream::Opened> opened =
-        WireSessionStream::Open(config_.coordinator, config_.token, request, kRegisterTimeout,
-                                *this);
+    absl::StatusOr<WireSessionStream::Opened> opened = WireSessionStream::Open(
+        config_.coordinator, config_.token, request, kRegisterTimeout, *this);
     if (opened.ok()) {
       absl::StatusOr<bool> restarted = AcceptRegistration(opened->registered, ever_connected);
       if (restarted.ok()) *stream = std::move(opened->stream);

@@ -7,7 +7,7 @@
 namespace phalanx::client {
 
 GrpcSessionStream::GrpcSessionStream(coord::v1::Coordination::Stub& stub, const std::string& token,
-                             coord::TaskRef task, Sink& sink)
+                                     coord::TaskRef task, Sink& sink)
     : sink_(sink) {
   context_.AddMetadata(coord::kAuthorizationHeader, "Bearer " + token);
   stub.async()->Session(&context_, this);

@@ -25,16 +25,22 @@ class Coordinator {
   explicit Coordinator(int num_tasks, int port = 0)
       : Coordinator(num_tasks, coord::CoordinationService::Options{}, port) {}
   // `options` sets limits and the like; job, task count and heartbeats are the test's.
-  Coordinator(int num_tasks, coord::CoordinationService::Options options, int port = 0) {
+  Coordinator(int num_tasks, coord::CoordinationService::Options options, int port = 0)
+      : Coordinator(num_tasks, std::move(options), {"127.0.0.1:" + std::to_string(port), kToken}) {}
+  // `server` sets the server's options (its address and token are the caller's too).
+  Coordinator(int num_tasks, coord::CoordinationGrpcServer::Options server)
+      : Coordinator(num_tasks, coord::CoordinationService::Options{}, std::move(server)) {}
+  Coordinator(int num_tasks, coord::CoordinationService::Options options,
+              coord::CoordinationGrpcServer::Options server) {
     options.job = "test";
     options.num_tasks = num_tasks;
     options.heartbeat_interval = absl::Milliseconds(100);
     options.heartbeat_timeout = absl::Seconds(3);
     service_ = *coord::CoordinationService::Create(options, base::RealClock::Get(), metrics_);
-    auto server = coord::CoordinationGrpcServer::Start(
-        {"127.0.0.1:" + std::to_string(port), kToken}, *service_, metrics_, base::RealClock::Get());
-    EXPECT_THAT(server, IsOk());
-    server_ = *std::move(server);
+    auto started = coord::CoordinationGrpcServer::Start(std::move(server), *service_, metrics_,
+                                                        base::RealClock::Get());
+    EXPECT_THAT(started, IsOk());
+    server_ = *std::move(started);
     ticker_ =
         std::make_unique<base::PeriodicRunner>(base::RealClock::Get(), absl::Milliseconds(20),
                                                [this](absl::Time now) { service_->Tick(now); });
@@ -46,6 +52,7 @@ class Coordinator {
   }
   int port() const { return server_->port(); }
   coord::CoordinationService& service() { return *service_; }
+  coord::CoordinationGrpcServer& server() { return *server_; }
   double AuthFailures() {
     for (const auto& family : registry_.Collect()) {
       if (family.name == "phalanx_coordinator_auth_failures_total") {

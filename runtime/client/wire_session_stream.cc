@@ -129,8 +129,8 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
   std::string out(coord::kWireMagicView);
   coord::AppendFrame(hello, out);
   if (!SendAll(*fd, out)) {
-    return fail(absl::UnavailableError(absl::StrCat("session wire to ", address, ": ",
-                                                    std::strerror(errno))));
+    return fail(absl::UnavailableError(
+        absl::StrCat("session wire to ", address, ": ", std::strerror(errno))));
   }
   // The answer: the magic, then one frame. Bounded by the deadline.
   std::string in;
@@ -138,16 +138,16 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
     if (!in.empty()) {
       const size_t n = std::min(in.size(), coord::kWireMagicView.size());
       if (in.compare(0, n, coord::kWireMagicView.substr(0, n)) != 0) {
-        return fail(absl::FailedPreconditionError(absl::StrCat(
-            "the coordinator at ", address, " does not speak the session wire")));
+        return fail(absl::FailedPreconditionError(
+            absl::StrCat("the coordinator at ", address, " does not speak the session wire")));
       }
     }
     std::string_view payload;
     size_t consumed = 0;
     if (in.size() >= coord::kWireMagicView.size()) {
       const coord::FrameCut cut =
-          coord::CutFrame(std::string_view(in).substr(coord::kWireMagicView.size()),
-                          kMaxFrameBytes, &payload, &consumed);
+          coord::CutFrame(std::string_view(in).substr(coord::kWireMagicView.size()), kMaxFrameBytes,
+                          &payload, &consumed);
       if (cut == coord::FrameCut::kTooBig) {
         return fail(absl::UnavailableError("session wire: oversized answer to the hello"));
       }
@@ -156,15 +156,16 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
     pollfd p{*fd, POLLIN, 0};
     const int ready = poll(&p, 1, PollMillis(deadline));
     if (ready == 0) {
-      return fail(absl::UnavailableError(absl::StrCat(
-          "the coordinator at ", address, " did not answer within ", absl::FormatDuration(timeout))));
+      return fail(absl::UnavailableError(absl::StrCat("the coordinator at ", address,
+                                                      " did not answer within ",
+                                                      absl::FormatDuration(timeout))));
     }
     char buffer[4096];
     const ssize_t n = ready < 0 ? -1 : recv(*fd, buffer, sizeof(buffer), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return fail(absl::UnavailableError(absl::StrCat("the coordinator at ", address,
-                                                      " closed the connection before answering")));
+      return fail(absl::UnavailableError(
+          absl::StrCat("the coordinator at ", address, " closed the connection before answering")));
     }
     in.append(buffer, n);
   }
@@ -182,8 +183,8 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
   }
   Opened opened;
   opened.registered = std::move(*answer.mutable_registered());
-  opened.stream.reset(new WireSessionStream(*fd, request.task(),
-                                            std::string(rest.substr(consumed)), sink));
+  opened.stream.reset(
+      new WireSessionStream(*fd, request.task(), std::string(rest.substr(consumed)), sink));
   return opened;
 }
 

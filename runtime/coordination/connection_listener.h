@@ -82,7 +82,7 @@ class ConnectionListener {
 
  private:
   struct Connection {
-    int watch_fd = -1;  // our dup of the socket
+    int watch_fd = -1;         // our dup of the socket
     int unclassified_fd = -1;  // the socket itself, until its first byte says whose it is
     absl::Time accepted;
     bool authenticated = false;

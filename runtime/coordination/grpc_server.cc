@@ -5,11 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/coordination/connection_listener.h"
-#include "runtime/coordination/wire_server.h"
 #include "runtime/coordination/grpc_status.h"
 #include "runtime/coordination/rpc_handler.h"
 #include "runtime/coordination/session_reactor.h"
 #include "runtime/coordination/token_auth.h"
+#include "runtime/coordination/wire_server.h"
 #include "runtime/proto/coordination.grpc.pb.h"
 
 namespace phalanx::coord {
@@ -247,10 +247,9 @@ absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> CoordinationGrpcServer::
         listener->MarkAuthenticated(peer);
       });
   if (absl::Status started = server->wire_->Start(); !started.ok()) return started;
-  server->listener_->Start(std::move(to_grpc),
-                           [wire = server->wire_.get()](int fd, std::string peer) {
-                             wire->Adopt(fd, std::move(peer));
-                           });
+  server->listener_->Start(
+      std::move(to_grpc),
+      [wire = server->wire_.get()](int fd, std::string peer) { wire->Adopt(fd, std::move(peer)); });
   return server;
 }
 

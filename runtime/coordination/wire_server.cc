@@ -188,9 +188,8 @@ absl::Status WireSessionServer::Start() {
 
 void WireSessionServer::Adopt(int fd, std::string peer) {
   static std::atomic<uint64_t> next_id{1};
-  auto connection =
-      std::make_shared<Connection>(next_id++, fd, std::move(peer), epoll_fd_,
-                                   options_.max_unsent_bytes);
+  auto connection = std::make_shared<Connection>(next_id++, fd, std::move(peer), epoll_fd_,
+                                                 options_.max_unsent_bytes);
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) {
@@ -288,8 +287,8 @@ void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
     const FrameCut cut = CutFrame(rest, options_.max_frame_bytes, &payload, &consumed);
     if (cut == FrameCut::kNeedMore) break;
     if (cut == FrameCut::kTooBig) {
-      end_with(absl::InvalidArgumentError(absl::StrCat(
-          "a session wire frame over the limit of ", options_.max_frame_bytes, " bytes")));
+      end_with(absl::InvalidArgumentError(absl::StrCat("a session wire frame over the limit of ",
+                                                       options_.max_frame_bytes, " bytes")));
       break;
     }
     at += consumed;
@@ -304,9 +303,9 @@ void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
           absl::ConsumePrefix(&bearer, "Bearer ")
               ? auth::Authenticate(options_.token, bearer)
               : absl::UnauthenticatedError("the hello's authorization is not 'Bearer <token>'");
-      absl::Status allowed = principal.ok()
-                                 ? Authorize(*principal, ForTask(hello.register_().task().task_id()))
-                                 : principal.status();
+      absl::Status allowed =
+          principal.ok() ? Authorize(*principal, ForTask(hello.register_().task().task_id()))
+                         : principal.status();
       if (!allowed.ok()) {
         metrics_.AuthFailure();
         end_with(allowed);
@@ -344,7 +343,8 @@ void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
         break;
       }
       c->outbox_->Attach(c.get());
-      absl::StatusOr<RpcHandler::Session> session = handler_.OpenSession(request.open(), c->outbox_);
+      absl::StatusOr<RpcHandler::Session> session =
+          handler_.OpenSession(request.open(), c->outbox_);
       if (!session.ok()) {
         end_with(session.status());
         break;
@@ -353,15 +353,14 @@ void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
     } else if (request.kind_case() == pb::SessionRequest::kCall) {
       // The result may come on any thread and after the connection is gone: the completion
       // holds only the outbox (shared) and plain values.
-      handler_.SessionCall(
-          *c->session_, request.call(),
-          [outbox = c->outbox_, metrics = &metrics_, clock = &clock_,
-           method = RpcHandler::SessionCallName(request.call()),
-           start = clock_.Now()](CallResult result) {
-            metrics->Rpc(method, result.status.code(), clock->Now() - start);
-            outbox->Push(std::move(result));
-            outbox->Notify();
-          });
+      handler_.SessionCall(*c->session_, request.call(),
+                           [outbox = c->outbox_, metrics = &metrics_, clock = &clock_,
+                            method = RpcHandler::SessionCallName(request.call()),
+                            start = clock_.Now()](CallResult result) {
+                             metrics->Rpc(method, result.status.code(), clock->Now() - start);
+                             outbox->Push(std::move(result));
+                             outbox->Notify();
+                           });
     } else {
       // A heartbeat; a second 'open' or an unknown message still proves the task is alive.
       handler_.Heartbeat(*c->session_, request);

@@ -1,0 +1,309 @@
+// The session wire on 127.0.0.1: a raw socket speaking it byte by byte against the real server
+// (what a malformed or hostile client can do), and the client's choice of transport. The rest
+// of the client suite (grpc_client_test.cc) runs over the wire and, a second time, over gRPC.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <optional>
+#include <string>
+
+#include "common/auth/credentials.h"
+#include "common/testing/eventually.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/client/grpc_client.h"
+#include "runtime/client/test_coordinator.h"
+#include "runtime/coordination/wire_format.h"
+#include "runtime/proto/coordination.pb.h"
+
+namespace phalanx::client {
+namespace {
+
+namespace pb = ::phalanx::coord::v1;
+using ::phalanx::client::testing::Coordinator;
+using ::phalanx::client::testing::kToken;
+using ::phalanx::testing::Eventually;
+using ::phalanx::testing::IsOk;
+using ::phalanx::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// A client that speaks the wire by hand. Every read waits at most 10 s.
+class RawWire {
+ public:
+  explicit RawWire(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    const timeval timeout{10, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  }
+  ~RawWire() { close(fd_); }
+
+  void Send(std::string_view bytes) {
+    ASSERT_EQ(send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  void SendFrame(const google::protobuf::MessageLite& message) {
+    std::string bytes;
+    coord::AppendFrame(message, bytes);
+    Send(bytes);
+  }
+  void Hello(const std::string& credential, int task) {
+    pb::WireHello hello;
+    hello.set_authorization("Bearer " + credential);
+    hello.mutable_register_()->mutable_task()->set_task_id(task);
+    hello.mutable_register_()->set_job("test");
+    Send(coord::kWireMagicView);
+    SendFrame(hello);
+  }
+  // The server's magic, then its next frame; nullopt when the connection ends first.
+  std::optional<pb::WireServerFrame> Next() {
+    if (!magic_seen_) {
+      if (!Fill(coord::kWireMagicView.size())) return std::nullopt;
+      EXPECT_EQ(in_.substr(0, 4), coord::kWireMagicView);
+      in_.erase(0, 4);
+      magic_seen_ = true;
+    }
+    while (true) {
+      std::string_view payload;
+      size_t consumed = 0;
+      if (coord::CutFrame(in_, 64 << 20, &payload, &consumed) == coord::FrameCut::kFrame) {
+        pb::WireServerFrame frame;
+        EXPECT_TRUE(frame.ParseFromArray(payload.data(), payload.size()));
+        in_.erase(0, consumed);
+        return frame;
+      }
+      if (!Fill(in_.size() + 1)) return std::nullopt;
+    }
+  }
+  // The next frame that is not a peer's state change (those come whenever a peer moves).
+  std::optional<pb::WireServerFrame> NextOwn() {
+    while (true) {
+      std::optional<pb::WireServerFrame> frame = Next();
+      if (!frame || !frame->event().has_task_changed()) return frame;
+    }
+  }
+  // True when the server has closed the connection (reads end without an error or timeout).
+  bool Closed() {
+    char byte;
+    while (true) {
+      const ssize_t n = recv(fd_, &byte, 1, 0);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+    }
+  }
+
+ private:
+  bool Fill(size_t at_least) {
+    char buffer[4096];
+    while (in_.size() < at_least) {
+      const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) return false;
+      in_.append(buffer, n);
+    }
+    return true;
+  }
+
+  int fd_ = -1;
+  std::string in_;
+  bool magic_seen_ = false;
+};
+
+pb::SessionRequest Open(int task) {
+  pb::SessionRequest request;
+  request.mutable_open()->set_task_id(task);
+  return request;
+}
+
+TEST(SessionWire, ARawClient_RegistersOpensAndCarriesCalls) {
+  Coordinator coordinator(2);
+  RawWire wire(coordinator.port());
+  wire.Hello(kToken, 1);
+  std::optional<pb::WireServerFrame> registered = wire.Next();
+  ASSERT_TRUE(registered.has_value());
+  ASSERT_TRUE(registered->has_registered()) << registered->DebugString();
+  EXPECT_EQ(registered->registered().num_tasks(), 2);
+  wire.SendFrame(Open(1));
+  std::optional<pb::WireServerFrame> opened = wire.NextOwn();
+  ASSERT_TRUE(opened.has_value());
+  EXPECT_TRUE(opened->event().has_opened()) << opened->DebugString();
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[1].state, TaskState::kConnected);
+
+  pb::SessionRequest insert;
+  insert.mutable_call()->set_call_id(7);
+  insert.mutable_call()->mutable_kv_insert()->set_key("k");
+  insert.mutable_call()->mutable_kv_insert()->set_value("v");
+  wire.SendFrame(insert);
+  pb::SessionRequest get;
+  get.mutable_call()->set_call_id(8);
+  get.mutable_call()->mutable_kv_get()->set_key("k");
+  wire.SendFrame(get);
+  std::optional<pb::WireServerFrame> inserted = wire.NextOwn();
+  std::optional<pb::WireServerFrame> got = wire.NextOwn();
+  ASSERT_TRUE(inserted.has_value() && got.has_value());
+  EXPECT_EQ(inserted->event().call_result().call_id(), 7u);
+  EXPECT_EQ(inserted->event().call_result().code(), 0);
+  EXPECT_EQ(got->event().call_result().call_id(), 8u);
+  EXPECT_EQ(got->event().call_result().value(), "v");
+}
+
+TEST(SessionWire, AWrongToken_EndsUnauthenticated_AndIsCounted) {
+  Coordinator coordinator(1);
+  RawWire wire(coordinator.port());
+  wire.Hello("nope", 0);
+  std::optional<pb::WireServerFrame> end = wire.Next();
+  ASSERT_TRUE(end.has_value());
+  ASSERT_TRUE(end->has_end()) << end->DebugString();
+  EXPECT_EQ(end->end().code(), static_cast<int>(absl::StatusCode::kUnauthenticated));
+  EXPECT_TRUE(wire.Closed());
+  EXPECT_GE(coordinator.AuthFailures(), 1);
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[0].state, TaskState::kUnregistered);
+}
+
+TEST(SessionWire, ATaskCredential_CannotRegisterAnotherTask) {
+  Coordinator coordinator(2);
+  RawWire wire(coordinator.port());
+  wire.Hello(auth::TaskCredential(kToken, 1), 0);
+  std::optional<pb::WireServerFrame> end = wire.Next();
+  ASSERT_TRUE(end.has_value() && end->has_end());
+  EXPECT_EQ(end->end().code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(end->end().message(), HasSubstr("may not act as task 0"));
+}
+
+TEST(SessionWire, GarbageAfterTheMagic_EndsWithInvalidArgument) {
+  Coordinator coordinator(1);
+  {
+    RawWire wire(coordinator.port());
+    wire.Send(coord::kWireMagicView);
+    wire.Send(std::string("\x00\x00\x00\x03\xff\xff\xff", 7));  // a frame that is no hello
+    std::optional<pb::WireServerFrame> end = wire.Next();
+    ASSERT_TRUE(end.has_value() && end->has_end());
+    EXPECT_EQ(end->end().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(end->end().message(), HasSubstr("malformed"));
+  }
+  {
+    RawWire wire(coordinator.port());
+    wire.Send(coord::kWireMagicView);
+    wire.Send(std::string("\x7f\xff\xff\xff", 4));  // announces 2 GiB
+    std::optional<pb::WireServerFrame> end = wire.Next();
+    ASSERT_TRUE(end.has_value() && end->has_end());
+    EXPECT_EQ(end->end().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(end->end().message(), HasSubstr("over the limit"));
+  }
+  {
+    RawWire wire(coordinator.port());
+    wire.Send(std::string("\xf0XYZ", 4));  // the wire's first byte, then no magic
+    EXPECT_TRUE(wire.Closed());
+  }
+  // The server is unharmed.
+  RawWire wire(coordinator.port());
+  wire.Hello(kToken, 0);
+  std::optional<pb::WireServerFrame> registered = wire.Next();
+  ASSERT_TRUE(registered.has_value());
+  EXPECT_TRUE(registered->has_registered());
+}
+
+TEST(SessionWire, AFirstMessageOtherThanOpen_IsRefused) {
+  Coordinator coordinator(1);
+  RawWire wire(coordinator.port());
+  wire.Hello(kToken, 0);
+  ASSERT_TRUE(wire.Next().has_value());
+  pb::SessionRequest heartbeat;
+  heartbeat.mutable_heartbeat()->set_sent_unix_micros(1);
+  wire.SendFrame(heartbeat);
+  std::optional<pb::WireServerFrame> end = wire.Next();
+  ASSERT_TRUE(end.has_value() && end->has_end());
+  EXPECT_THAT(end->end().message(), HasSubstr("must be 'open'"));
+}
+
+TEST(SessionWire, ClosingTheConnection_FailsTheTaskAtOnce) {
+  Coordinator coordinator(2);
+  {
+    RawWire wire(coordinator.port());
+    wire.Hello(kToken, 0);
+    ASSERT_TRUE(wire.Next().has_value());
+    wire.SendFrame(Open(0));
+    ASSERT_TRUE(wire.NextOwn().has_value());
+    EXPECT_EQ(coordinator.service().Snapshot().tasks[0].state, TaskState::kConnected);
+  }  // the process "dies": its socket closes
+  // Long before the 3 s heartbeat timeout: the connection's end is the signal.
+  EXPECT_TRUE(Eventually(
+      [&] { return coordinator.service().Snapshot().tasks[0].state == TaskState::kFailed; },
+      absl::Seconds(2)));
+}
+
+TEST(SessionWire, ASilentConnection_IsClosedAsUnauthenticated_AHelloedOneIsNot) {
+  coord::CoordinationGrpcServer::Options server{"127.0.0.1:0", kToken};
+  server.unauthenticated_timeout = absl::Milliseconds(100);
+  Coordinator coordinator(1, server);
+  RawWire silent(coordinator.port());
+  RawWire helloed(coordinator.port());
+  helloed.Hello(kToken, 0);
+  ASSERT_TRUE(helloed.Next().has_value());
+  coordinator.server().Tick(absl::Now() + absl::Seconds(1));
+  EXPECT_TRUE(silent.Closed());
+  helloed.SendFrame(Open(0));
+  std::optional<pb::WireServerFrame> opened = helloed.NextOwn();
+  ASSERT_TRUE(opened.has_value());
+  EXPECT_TRUE(opened->event().has_opened());
+}
+
+ClientConfig Config(int port, ClientConfig::SessionTransport transport) {
+  ClientConfig config;
+  config.coordinator = "127.0.0.1:" + std::to_string(port);
+  config.job = "test";
+  config.num_tasks = 1;
+  config.token = kToken;
+  config.session_transport = transport;
+  return config;
+}
+
+TEST(SessionWire, AClient_FallsBackToGrpc_WhenTheCoordinatorHasNoWire) {
+  coord::CoordinationGrpcServer::Options server{"127.0.0.1:0", kToken};
+  server.session_wire = false;
+  Coordinator coordinator(1, server);
+  auto client = *GrpcCoordinationClient::Create(
+      Config(coordinator.port(), ClientConfig::SessionTransport::kAuto));
+  ASSERT_THAT(client->Connect(absl::Seconds(20)), IsOk());
+  EXPECT_THAT(client->KvInsert("k", "v", false), IsOk());
+  EXPECT_THAT(client->KvGet("k", absl::Seconds(5)), ::phalanx::testing::IsOkAndHolds("v"));
+  EXPECT_THAT(client->Barrier("b", absl::Seconds(5)), IsOk());
+
+  // Told to use the wire only, it cannot connect, and says why in its log (not a hang).
+  auto wire_only = *GrpcCoordinationClient::Create(
+      Config(coordinator.port(), ClientConfig::SessionTransport::kWire));
+  EXPECT_THAT(wire_only->Connect(absl::Milliseconds(500)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+}
+
+TEST(SessionWire, ClientConfig_ReadsTheTransportFromTheEnvironment) {
+  auto env = [](std::string transport) {
+    return [transport](const std::string& name) -> std::optional<std::string> {
+      const std::string n = name;
+      if (n == "PHALANX_COORDINATOR") return "127.0.0.1:1";
+      if (n == "PHALANX_JOB") return "j";
+      if (n == "PHALANX_TASK_ID") return "0";
+      if (n == "PHALANX_NUM_TASKS") return "1";
+      if (n == "PHALANX_TOKEN") return "t";
+      if (n == "PHALANX_SESSION_TRANSPORT") return transport;
+      return std::nullopt;
+    };
+  };
+  EXPECT_EQ(ClientConfig::FromEnv(env("grpc"))->session_transport,
+            ClientConfig::SessionTransport::kGrpc);
+  EXPECT_EQ(ClientConfig::FromEnv(env("wire"))->session_transport,
+            ClientConfig::SessionTransport::kWire);
+  EXPECT_EQ(ClientConfig::FromEnv(env(""))->session_transport,
+            ClientConfig::SessionTransport::kAuto);
+  EXPECT_THAT(ClientConfig::FromEnv(env("http3")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("PHALANX_SESSION_TRANSPORT='http3'")));
+}
+
+}  // namespace
+}  // namespace phalanx::client
