@@ -10,7 +10,8 @@ they are connected already), then waits for ``GO`` on stdin. Then:
     rendezvous barrier and ``--barriers`` more, printing ``PASS task=<id> barrier=<n>
     t_us=<unix µs>`` after each (n = -1 for the rendezvous); the connections stay open until
     stdin closes (the server's memory is read meanwhile).
-  kv: every thread sets (overwrite, 100 bytes) and gets its own keys in a loop for
+  kv: every thread sets (overwrite, 100 bytes; as TCPStore, not waiting for the set's answer)
+    and gets its own keys in a loop for
     ``--seconds``, one call at a time, and prints ``KV task=<id> ops=<n> set_p50_us=<>
     get_p50_us=<>``.
 Errors: ``ERROR task=<id> <message>``."""
@@ -76,7 +77,9 @@ class PhalanxTask:
         self.client.connect(TIMEOUT_S)
 
     def set(self, key, value):
-        self.client.kv_set(key, value, overwrite=True)
+        # Not waiting for the answer, as TCPStore's set does not: like for like. A later get or
+        # barrier on the same session is handled after it; a failure surfaces at the next set.
+        self.client.kv_set(key, value, overwrite=True, wait=False)
 
     def get(self, key):
         return self.client.kv_get(key, TIMEOUT_S)
@@ -85,6 +88,7 @@ class PhalanxTask:
         self.client.barrier(name, TIMEOUT_S)
 
     def close(self):
+        self.client.kv_wait_sets()
         self.client.close()
 
 

@@ -10,7 +10,10 @@ barrier; each task connects, publishes an address and passes a barrier over all 
 barrier_16/64/256 (ms: the median round of 20 barriers over all tasks, a round being the last
 task's pass of barrier k minus that of k−1), kv_ops_per_s (8 synchronous clients, each a set
 then a get of its own 100-byte keys in a loop), kv_get_p50_us / kv_set_p50_us (the median
-over those 8 clients of each one's median). TCPStore has no barrier: its workers use the
+over those 8 clients of each one's median). Sets are TCPStore's kind everywhere: sent, not
+waited for (TCPStore's set has no answer; Phalanx's kv_set(wait=False) / KvInsertAsync, whose
+answers are checked); a get or barrier after them on the same connection is handled after
+them. coordination.json's kv_set_p50_us is the waited-for set. TCPStore has no barrier: its workers use the
 cheapest it allows (an atomic add, the last arrival sets a key every task WAITs for).
 Run with the interpreter that imports torch (Debian's /usr/bin/python3); without torch the
 TCPStore column is skipped with a line saying so."""

@@ -5,9 +5,11 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/client/grpc_client.h"
 #include "runtime/client/phalanx_c.h"
+#include "runtime/client/unconfirmed_sets.h"
 
 namespace {
 
@@ -47,6 +49,8 @@ struct phalanx_client {
   phalanx_reconnect_fn reconnect_fn ABSL_GUARDED_BY(mu) = nullptr;
   void* reconnect_user ABSL_GUARDED_BY(mu) = nullptr;
   std::unique_ptr<GrpcCoordinationClient> impl;
+  const std::shared_ptr<phalanx::client::UnconfirmedSets> unconfirmed_sets =
+      std::make_shared<phalanx::client::UnconfirmedSets>();
 };
 
 namespace {
@@ -221,6 +225,36 @@ int phalanx_kv_set(phalanx_client* client, const char* key, const void* value, s
   }
   return Report(client->impl->KvInsert(key, std::string(static_cast<const char*>(value), value_len),
                                        allow_overwrite != 0));
+}
+
+int phalanx_kv_set_nowait(phalanx_client* client, const char* key, const void* value,
+                          size_t value_len, int allow_overwrite) {
+  if (client == nullptr || key == nullptr || (value == nullptr && value_len > 0)) {
+    return InvalidArgument("client, key and value are required");
+  }
+  std::string bytes(static_cast<const char*>(value), value_len);
+  if (absl::Status earlier = client->unconfirmed_sets->TakeFailure(); !earlier.ok()) {
+    return Report(absl::Status(earlier.code(), absl::StrCat("an earlier set sent without waiting "
+                                                            "failed: ",
+                                                            earlier.message())));
+  }
+  if (!client->impl->connected()) {
+    // Without a session it would be a separate RPC, which later session calls could overtake.
+    return Report(client->impl->KvInsert(key, bytes, allow_overwrite != 0));
+  }
+  client->impl->KvInsertAsync(key, std::move(bytes), allow_overwrite != 0,
+                              client->unconfirmed_sets->Track());
+  return Report(absl::OkStatus());
+}
+
+int phalanx_kv_wait_sets(phalanx_client* client, int64_t timeout_ms) {
+  if (client == nullptr) return InvalidArgument("client is required");
+  absl::Status status = client->unconfirmed_sets->Wait(Millis(timeout_ms));
+  if (!status.ok() && !absl::IsDeadlineExceeded(status)) {
+    status = absl::Status(status.code(),
+                          absl::StrCat("a set sent without waiting failed: ", status.message()));
+  }
+  return Report(status);
 }
 
 static int ReturnValue(absl::StatusOr<std::string> result, void** value, size_t* value_len) {

@@ -403,7 +403,9 @@ TEST(GrpcClient, Shutdown_AllTasks_LeavesNoFailure) {
 // joins the thread it is on). So the destructor cancels such calls and waits for them.
 TEST(GrpcClient, Destroyed_WithACallInFlight_CancelsItAndRunsItsCallbackFirst) {
   Coordinator coordinator(2);
-  // No session yet, so the call goes as a unary RPC that waits on the server for its key.
+  // Registered (a waiter must be) but without a session, so the call goes as a unary RPC that
+  // waits on the server for its key.
+  ASSERT_THAT(coordinator.service().Register(TaskRef{0, 0}), IsOk());
   auto client = *GrpcCoordinationClient::Create(ConfigFor(coordinator.port(), 0, 2));
   absl::Mutex mu;
   std::optional<absl::Status> result;

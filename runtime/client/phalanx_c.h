@@ -114,6 +114,17 @@ PHALANX_API int phalanx_cancel_barrier(phalanx_client* client, const char* id);
 
 PHALANX_API int phalanx_kv_set(phalanx_client* client, const char* key, const void* value,
                                size_t value_len, int allow_overwrite);
+/* As phalanx_kv_set, but returns once the set is sent on the task's session, without waiting
+ * for the coordinator's answer (as torch's TCPStore set does). This client's later session calls
+ * (phalanx_kv_get, phalanx_kv_set_nowait, phalanx_barrier) are handled after it, so a get of the
+ * key sees it; other calls may overtake it. A failure of such a set (AlreadyExists, a quota, the
+ * session ending before the answer) is returned by the next phalanx_kv_set_nowait or by
+ * phalanx_kv_wait_sets. Without a session it waits, as phalanx_kv_set. */
+PHALANX_API int phalanx_kv_set_nowait(phalanx_client* client, const char* key, const void* value,
+                                      size_t value_len, int allow_overwrite);
+/* Waits up to timeout_ms for every set sent by phalanx_kv_set_nowait to be answered; returns the
+ * first failure among them (then forgotten), DEADLINE_EXCEEDED if some is still unanswered. */
+PHALANX_API int phalanx_kv_wait_sets(phalanx_client* client, int64_t timeout_ms);
 /* *value is malloc'ed (free with phalanx_free); it is NUL-terminated for convenience. */
 PHALANX_API int phalanx_kv_get(phalanx_client* client, const char* key, int64_t timeout_ms,
                                void** value, size_t* value_len);

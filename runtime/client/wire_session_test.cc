@@ -300,9 +300,9 @@ TEST(SessionWire, ClientConfig_ReadsTheTransportFromTheEnvironment) {
             ClientConfig::SessionTransport::kWire);
   EXPECT_EQ(ClientConfig::FromEnv(env(""))->session_transport,
             ClientConfig::SessionTransport::kAuto);
-  EXPECT_THAT(ClientConfig::FromEnv(env("http3")),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("PHALANX_SESSION_TRANSPORT='http3'")));
+  EXPECT_THAT(
+      ClientConfig::FromEnv(env("http3")),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("PHALANX_SESSION_TRANSPORT='http3'")));
 }
 
 }  // namespace

@@ -73,6 +73,11 @@ class WireSessionServer::Connection final : public SessionOutbox::Listener {
     absl::MutexLock lock(&mu_);
     if (!closed_) SendLocked();
   }
+  // Shuts the socket both ways; the loop then sees its end and closes it.
+  void Drop() {
+    absl::MutexLock lock(&mu_);
+    if (!closed_) Shut();
+  }
   // No write touches the descriptor after this returns.
   void MarkClosed() {
     absl::MutexLock lock(&mu_);
@@ -252,7 +257,10 @@ void WireSessionServer::Loop() {
 
 void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
   char buffer[64 << 10];
-  while (true) {
+  // Set when the connection has ended: the task is gone (the crash signal). What it sent before
+  // is handled first, as gRPC delivers a stream's messages before its end.
+  std::optional<absl::Status> ended;
+  while (!ended.has_value()) {
     const ssize_t n = read(c->fd(), buffer, sizeof(buffer));
     if (n > 0) {
       c->in_.append(buffer, n);
@@ -260,11 +268,15 @@ void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    // End of stream or a broken connection: the task is gone (the crash signal).
-    return Close(c, absl::UnavailableError(
-                        n == 0 ? "the task closed its session connection"
-                               : absl::StrCat("session connection: ", std::strerror(errno))));
+    ended =
+        absl::UnavailableError(n == 0 ? "the task closed its session connection"
+                                      : absl::StrCat("session connection: ", std::strerror(errno)));
   }
+  HandleFrames(c);
+  if (ended.has_value()) Close(c, *ended);
+}
+
+void WireSessionServer::HandleFrames(const std::shared_ptr<Connection>& c) {
   size_t at = 0;
   auto end_with = [&](const absl::Status& status) {
     c->stage_ = Connection::Stage::kEnding;
@@ -275,7 +287,10 @@ void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
     if (c->stage_ == Connection::Stage::kMagic) {
       if (rest.size() < kWireMagicView.size()) break;
       if (rest.substr(0, kWireMagicView.size()) != kWireMagicView) {
-        return Close(c, absl::InvalidArgumentError("not a session wire connection"));
+        // Not the wire after all: no frame can be sent to it; drop it.
+        c->stage_ = Connection::Stage::kEnding;
+        c->Drop();
+        break;
       }
       at += kWireMagicView.size();
       c->Write(kWireMagicView, false);

@@ -58,7 +58,9 @@ class WireSessionServer {
   class Connection;
 
   void Loop();
+  // Reads what has arrived, handles every whole frame, and closes the connection if it ended.
   void Readable(const std::shared_ptr<Connection>& connection);
+  void HandleFrames(const std::shared_ptr<Connection>& connection);
   void Close(const std::shared_ptr<Connection>& connection, const absl::Status& why);
 
   const Options options_;

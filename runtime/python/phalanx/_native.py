@@ -97,6 +97,9 @@ def _declare(lib):
     fn("phalanx_barrier", c_int, client_p, c_char_p, c_int64, P(c_int), c_size_t)
     fn("phalanx_cancel_barrier", c_int, client_p, c_char_p)
     fn("phalanx_kv_set", c_int, client_p, c_char_p, c_void_p, c_size_t, c_int)
+    if hasattr(lib, "phalanx_kv_set_nowait"):
+        fn("phalanx_kv_set_nowait", c_int, client_p, c_char_p, c_void_p, c_size_t, c_int)
+        fn("phalanx_kv_wait_sets", c_int, client_p, c_int64)
     fn("phalanx_kv_get", c_int, client_p, c_char_p, c_int64, P(c_void_p), P(c_size_t))
     fn("phalanx_kv_try_get", c_int, client_p, c_char_p, P(c_void_p), P(c_size_t))
     fn("phalanx_kv_dir", c_int, client_p, c_char_p, P(P(KvEntry)), P(c_size_t))

@@ -291,15 +291,30 @@ class Client:
         participant died). Blocking: call it from a thread, not from a callback."""
         self._check(self._lib.phalanx_cancel_barrier(self._h(), _bytes(name, "name")))
 
-    def kv_set(self, key, value, overwrite=False):
+    def kv_set(self, key, value, overwrite=False, wait=True):
         """Sets ``key`` to ``value`` (bytes, or str stored as UTF-8).
 
         Raises ``AlreadyExists`` if the key is set and ``overwrite`` is false.
+
+        With ``wait=False`` it returns once the set is sent on the task's session, without
+        waiting for the coordinator's answer, as torch's ``TCPStore.set`` does. This client's
+        later ``kv_get``, ``kv_set`` and ``barrier`` calls are handled after it (so a ``kv_get``
+        of the key sees it); other calls may overtake it. Its failure, if any, is raised by the
+        next ``kv_set(wait=False)`` or by :meth:`kv_wait_sets`. Without a session it waits.
         """
         data = _bytes(value, "value")
         buf = ctypes.create_string_buffer(data, len(data)) if data else None
-        self._check(self._lib.phalanx_kv_set(self._h(), _bytes(key, "key"), buf, len(data),
-                                             1 if overwrite else 0))
+        set_fn = self._lib.phalanx_kv_set
+        if not wait and hasattr(self._lib, "phalanx_kv_set_nowait"):
+            set_fn = self._lib.phalanx_kv_set_nowait
+        self._check(set_fn(self._h(), _bytes(key, "key"), buf, len(data), 1 if overwrite else 0))
+
+    def kv_wait_sets(self, timeout=DEFAULT_TIMEOUT):
+        """Waits until every ``kv_set(wait=False)`` sent so far is answered; raises the first
+        failure among them (then forgotten), or ``DeadlineExceeded`` if one is still unanswered
+        after ``timeout`` seconds."""
+        if hasattr(self._lib, "phalanx_kv_wait_sets"):
+            self._check(self._lib.phalanx_kv_wait_sets(self._h(), _ms(timeout)))
 
     def _take_value(self, ptr, length):
         try:

@@ -112,6 +112,26 @@ class ClientTest(unittest.TestCase):
         a.kv_set("empty", b"")
         self.assertEqual(a.kv_compare_set("empty", b"", "full"), (True, b"full"))
 
+    def test_kv_set_without_waiting_is_ordered_and_its_failure_is_not_lost(self):
+        a, b = self.client(0), self.client(1)
+        for i in range(200):  # each get follows its set on the same session
+            a.kv_set("fast/%d" % i, b"v%d" % i, overwrite=True, wait=False)
+            self.assertEqual(a.kv_get("fast/%d" % i, timeout=5), b"v%d" % i)
+        a.kv_wait_sets(timeout=5)
+        self.assertEqual(b.kv_get("fast/199", timeout=5), b"v199")
+        # Refused without overwrite: the refusal comes back on the next unwaited set ...
+        a.kv_set("fast/0", b"again", wait=False)
+        with self.assertRaises(phalanx.AlreadyExists) as refused:
+            a.kv_get("fast/0", timeout=5)  # answered after the set, so the answer is in
+            a.kv_set("fast/other", b"x", wait=False)
+        self.assertIn("earlier set sent without waiting", str(refused.exception))
+        # ... or on kv_wait_sets, once.
+        a.kv_set("fast/1", b"again", wait=False)
+        with self.assertRaises(phalanx.AlreadyExists):
+            a.kv_wait_sets(timeout=5)
+        a.kv_wait_sets(timeout=5)
+        self.assertEqual(b.kv_get("fast/0", timeout=5), b"v0")
+
     def test_kv_quota_and_paged_directory_through_a_real_coordinator(self):
         # A coordinator whose directory answers hold two 1000-byte entries and whose store
         # holds 12 keys: kv_dir still returns the whole directory (the C++ client pages), and
