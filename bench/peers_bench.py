@@ -215,8 +215,9 @@ def bench_peer(args, peer):
     """{workload: median} for one peer, plus the server RSS with 1024 connections."""
     samples = {name: [] for name, _, _ in ROWS}
     rss = []
+    sizes = [int(n) for n in args.sizes.split(",") if n]
     for run in range(args.runs):
-        for world in (16, 64, 256, 1024):
+        for world in sizes:
             try:
                 rendezvous_s, barrier_ms, server_rss = rendezvous_run(args, peer, world)
             except RuntimeError as e:
@@ -231,6 +232,8 @@ def bench_peer(args, peer):
             print("  %-11s run %d: rendezvous %4d %.3f s%s" % (
                 peer, run + 1, world, rendezvous_s,
                 ", barrier %.2f ms" % barrier_ms if barrier_ms is not None else ""), flush=True)
+        if not args.kv:
+            continue
         try:
             ops, get_us, set_us = kv_run(args, peer)
             samples["kv_ops_per_s"].append(ops)
@@ -263,6 +266,11 @@ def main():
     parser.add_argument("--kv_seconds", type=float, default=3.0)
     parser.add_argument("--peers", default=",".join(PEERS),
                         help="comma-separated subset of " + ",".join(PEERS))
+    parser.add_argument("--sizes", default="16,64,256,1024",
+                        help="task counts of the rendezvous and barrier runs (a subset: rows "
+                             "left out are null)")
+    parser.add_argument("--no_kv", dest="kv", action="store_false",
+                        help="leave out the key-value rows")
     args = parser.parse_args()
     os.environ["PHALANX_BUILD_DIR"] = os.path.abspath(args.build)
     os.environ.setdefault("PHALANX_LIBRARY", os.path.join(

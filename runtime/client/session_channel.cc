@@ -94,6 +94,12 @@ void SessionChannel::OnSessionEvent(coord::SessionEvent event) {
     return;
   }
   absl::MutexLock lock(&mu_);
+  if (std::holds_alternative<JobSnapshot>(event)) {
+    // Connected from here: a caller in WaitUntilConnected goes on now rather than after a
+    // hop through the session thread, which still dispatches the event (on_reconnect).
+    connected_ = true;
+    session_opened_ = true;
+  }
   events_.push_back(std::move(event));
 }
 
@@ -215,11 +221,11 @@ void SessionChannel::SessionLoop() {
     }
     // Before the stream opens, so nothing from the new coordinator meets the old state.
     if (*coordinator_restarted) listener_.OnCoordinatorRestarted();
-    stream->Start();
     {
       absl::MutexLock lock(&mu_);
-      stream_ = stream;
+      stream_ = stream;  // before `opened` can arrive: calls may ride it from then on
     }
+    stream->Start();
     absl::Status end = RunStream(*stream, ever_connected, *coordinator_restarted);
     {
       absl::MutexLock lock(&mu_);

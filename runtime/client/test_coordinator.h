@@ -26,7 +26,14 @@ class Coordinator {
       : Coordinator(num_tasks, coord::CoordinationService::Options{}, port) {}
   // `options` sets limits and the like; job, task count and heartbeats are the test's.
   Coordinator(int num_tasks, coord::CoordinationService::Options options, int port = 0)
-      : Coordinator(num_tasks, std::move(options), {"127.0.0.1:" + std::to_string(port), kToken}) {}
+      : Coordinator(num_tasks, std::move(options), ServerOptions(port)) {}
+  // The server's options for a test: 127.0.0.1:`port` (0: any), kToken.
+  static coord::CoordinationGrpcServer::Options ServerOptions(int port = 0) {
+    coord::CoordinationGrpcServer::Options options;
+    options.listen_address = "127.0.0.1:" + std::to_string(port);
+    options.token = kToken;
+    return options;
+  }
   // `server` sets the server's options (its address and token are the caller's too).
   Coordinator(int num_tasks, coord::CoordinationGrpcServer::Options server)
       : Coordinator(num_tasks, coord::CoordinationService::Options{}, std::move(server)) {}

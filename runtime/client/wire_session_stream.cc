@@ -1,5 +1,6 @@
 #include "runtime/client/wire_session_stream.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -51,6 +52,12 @@ absl::StatusOr<int> Dial(const std::string& address, absl::Time deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  // An IP address (what the operator injects) needs no resolver.
+  in6_addr numeric;
+  if (inet_pton(AF_INET, host.c_str(), &numeric) == 1 ||
+      inet_pton(AF_INET6, host.c_str(), &numeric) == 1) {
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  }
   addrinfo* found = nullptr;
   if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
     return absl::UnavailableError(

@@ -238,7 +238,7 @@ TEST(SessionWire, ClosingTheConnection_FailsTheTaskAtOnce) {
 }
 
 TEST(SessionWire, ASilentConnection_IsClosedAsUnauthenticated_AHelloedOneIsNot) {
-  coord::CoordinationGrpcServer::Options server{"127.0.0.1:0", kToken};
+  coord::CoordinationGrpcServer::Options server = Coordinator::ServerOptions();
   server.unauthenticated_timeout = absl::Milliseconds(100);
   Coordinator coordinator(1, server);
   RawWire silent(coordinator.port());
@@ -264,7 +264,7 @@ ClientConfig Config(int port, ClientConfig::SessionTransport transport) {
 }
 
 TEST(SessionWire, AClient_FallsBackToGrpc_WhenTheCoordinatorHasNoWire) {
-  coord::CoordinationGrpcServer::Options server{"127.0.0.1:0", kToken};
+  coord::CoordinationGrpcServer::Options server = Coordinator::ServerOptions();
   server.session_wire = false;
   Coordinator coordinator(1, server);
   auto client = *GrpcCoordinationClient::Create(

@@ -250,7 +250,11 @@ void ConnectionListener::Admit(int fd, const std::string& peer) {
   event.events = EPOLLRDHUP | (classify ? EPOLLIN : 0);
   event.data.fd = watch_fd;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watch_fd, &event);
-  if (!classify) handoff_(listen_fd_, fd);
+  if (!classify) {
+    handoff_(listen_fd_, fd);
+  } else {
+    Classify(watch_fd);  // a client that wrote right after connecting needs no second wake-up
+  }
 }
 
 bool ConnectionListener::Classify(int watch_fd) {

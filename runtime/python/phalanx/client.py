@@ -303,11 +303,12 @@ class Client:
         next ``kv_set(wait=False)`` or by :meth:`kv_wait_sets`. Without a session it waits.
         """
         data = _bytes(value, "value")
-        buf = ctypes.create_string_buffer(data, len(data)) if data else None
         set_fn = self._lib.phalanx_kv_set
         if not wait and hasattr(self._lib, "phalanx_kv_set_nowait"):
             set_fn = self._lib.phalanx_kv_set_nowait
-        self._check(set_fn(self._h(), _bytes(key, "key"), buf, len(data), 1 if overwrite else 0))
+        # bytes go to the C side as they are (it copies them before returning).
+        self._check(set_fn(self._h(), _bytes(key, "key"), data or None, len(data),
+                           1 if overwrite else 0))
 
     def kv_wait_sets(self, timeout=DEFAULT_TIMEOUT):
         """Waits until every ``kv_set(wait=False)`` sent so far is answered; raises the first
