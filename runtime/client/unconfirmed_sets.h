@@ -9,8 +9,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
-#include "absl/strings/str_cat.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -41,9 +41,8 @@ class UnconfirmedSets : public std::enable_shared_from_this<UnconfirmedSets> {
     absl::MutexLock lock(&mu_);
     auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
     if (!mu_.AwaitWithTimeout(absl::Condition(&answered), timeout)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(in_flight_, " key-value set(s) still unanswered after ",
-                       absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          in_flight_, " key-value set(s) still unanswered after ", absl::FormatDuration(timeout)));
     }
     return std::exchange(failure_, absl::OkStatus());
   }
