@@ -153,8 +153,11 @@ absl::StatusOr<bool> SessionChannel::RegisterTask(bool ever_connected,
   request.set_job(config_.job);
   constexpr absl::Duration kRegisterTimeout = absl::Seconds(2);
   if (UseWire()) {
-    absl::StatusOr<WireSessionStream::Opened> opened = WireSessionStream::Open(
-        config_.coordinator, config_.token, request, kRegisterTimeout, *this);
+    // The first time, `open` rides with the hello (a round trip less). Not on a reconnect:
+    // OnCoordinatorRestarted must run before the session opens.
+    absl::StatusOr<WireSessionStream::Opened> opened =
+        WireSessionStream::Open(config_.coordinator, config_.token, request, kRegisterTimeout,
+                                *this, /*open_at_once=*/!ever_connected);
     if (opened.ok()) {
       absl::StatusOr<bool> restarted = AcceptRegistration(opened->registered, ever_connected);
       if (restarted.ok()) *stream = std::move(opened->stream);

@@ -122,7 +122,7 @@ absl::Status FromWire(const pb::WireStatus& status) {
 
 absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
     const std::string& address, const std::string& token, const pb::RegisterRequest& request,
-    absl::Duration timeout, Sink& sink) {
+    absl::Duration timeout, Sink& sink, bool open_at_once) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::StatusOr<int> fd = Dial(address, deadline);
   if (!fd.ok()) return fd.status();
@@ -135,6 +135,11 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
   *hello.mutable_register_() = request;
   std::string out(coord::kWireMagicView);
   coord::AppendFrame(hello, out);
+  if (open_at_once) {
+    pb::SessionRequest open;
+    *open.mutable_open() = request.task();
+    coord::AppendFrame(open, out);
+  }
   if (!SendAll(*fd, out)) {
     return fail(absl::UnavailableError(
         absl::StrCat("session wire to ", address, ": ", std::strerror(errno))));
@@ -190,8 +195,8 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
   }
   Opened opened;
   opened.registered = std::move(*answer.mutable_registered());
-  opened.stream.reset(
-      new WireSessionStream(*fd, request.task(), std::string(rest.substr(consumed)), sink));
+  opened.stream.reset(new WireSessionStream(*fd, request.task(), open_at_once,
+                                            std::string(rest.substr(consumed)), sink));
   return opened;
 }
 
@@ -202,9 +207,11 @@ WireSessionStream::~WireSessionStream() {
 }
 
 void WireSessionStream::Start() {
-  pb::SessionRequest open;
-  *open.mutable_open() = task_;
-  Send(open);
+  if (!open_sent_) {
+    pb::SessionRequest open;
+    *open.mutable_open() = task_;
+    Send(open);
+  }
   reader_ = std::thread([this] { ReadLoop(); });
 }
 

@@ -41,9 +41,11 @@ class WireSessionStream final : public SessionStream {
   // `timeout`. Errors: FailedPrecondition when the coordinator does not speak the wire (an
   // older one, or one serving TLS: use gRPC); Unavailable when it cannot be reached or closes
   // the connection; otherwise the registration's own error (Unauthenticated, Aborted, ...).
+  // With `open_at_once`, the session's `open` goes in the same write as the hello (one round
+  // trip less; the server ignores it if the registration fails), and Start() sends nothing.
   static absl::StatusOr<Opened> Open(const std::string& address, const std::string& token,
                                      const coord::v1::RegisterRequest& request,
-                                     absl::Duration timeout, Sink& sink);
+                                     absl::Duration timeout, Sink& sink, bool open_at_once = false);
   ~WireSessionStream() override;
 
   void Start() override;
@@ -53,8 +55,12 @@ class WireSessionStream final : public SessionStream {
   void WaitDone() override { done_.WaitForNotification(); }
 
  private:
-  WireSessionStream(int fd, coord::v1::TaskRef task, std::string unread, Sink& sink)
-      : fd_(fd), task_(std::move(task)), unread_(std::move(unread)), sink_(sink) {}
+  WireSessionStream(int fd, coord::v1::TaskRef task, bool open_sent, std::string unread, Sink& sink)
+      : fd_(fd),
+        task_(std::move(task)),
+        open_sent_(open_sent),
+        unread_(std::move(unread)),
+        sink_(sink) {}
   // Writes one framed message; a failure breaks the stream (the reader reports it).
   void Send(const coord::v1::SessionRequest& request);
   void ReadLoop();
@@ -62,7 +68,8 @@ class WireSessionStream final : public SessionStream {
 
   const int fd_;
   const coord::v1::TaskRef task_;
-  std::string unread_;  // bytes read with the answer to the hello (reader thread after Start)
+  const bool open_sent_;  // `open` went with the hello
+  std::string unread_;    // bytes read with the answer to the hello (reader thread after Start)
   Sink& sink_;
   std::atomic<bool> cancelled_{false};
   absl::Mutex write_mu_;  // one frame at a time on the socket

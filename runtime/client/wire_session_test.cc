@@ -208,6 +208,27 @@ TEST(SessionWire, GarbageAfterTheMagic_EndsWithInvalidArgument) {
   EXPECT_TRUE(registered->has_registered());
 }
 
+TEST(SessionWire, AnOpenSentWithARefusedHello_IsIgnored_OneSentWithAnAcceptedOneOpens) {
+  Coordinator coordinator(2);
+  {
+    RawWire wire(coordinator.port());
+    wire.Hello("nope", 0);
+    wire.SendFrame(Open(0));  // in flight before the refusal: must not open anything
+    std::optional<pb::WireServerFrame> end = wire.Next();
+    ASSERT_TRUE(end.has_value() && end->has_end());
+    EXPECT_TRUE(wire.Closed());
+  }
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[0].state, TaskState::kUnregistered);
+  RawWire wire(coordinator.port());
+  wire.Hello(kToken, 1);
+  wire.SendFrame(Open(1));  // what the client does on its first connection
+  std::optional<pb::WireServerFrame> registered = wire.Next();
+  ASSERT_TRUE(registered.has_value() && registered->has_registered());
+  std::optional<pb::WireServerFrame> opened = wire.NextOwn();
+  ASSERT_TRUE(opened.has_value());
+  EXPECT_TRUE(opened->event().has_opened());
+}
+
 TEST(SessionWire, AFirstMessageOtherThanOpen_IsRefused) {
   Coordinator coordinator(1);
   RawWire wire(coordinator.port());
