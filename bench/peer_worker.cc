@@ -32,6 +32,9 @@ ABSL_FLAG(int, count, 1, "how many tasks (threads)");
 ABSL_FLAG(int, world, 1, "tasks in the job");
 ABSL_FLAG(int, barriers, 0, "barriers after the rendezvous");
 ABSL_FLAG(double, seconds, 3, "kv: duration of the loop");
+ABSL_FLAG(bool, wait_sets, false,
+          "kv: wait for each set's answer (KvInsert) instead of sending it as TCPStore does "
+          "(for profiling one full round trip per call)");
 
 namespace phalanx::bench {
 namespace {
@@ -92,7 +95,11 @@ absl::Status Kv(client::GrpcCoordinationClient& client, int task, double seconds
   while (Clock::now() < end) {
     const std::string key = absl::StrCat("kv/", task, "/", i % 1000);
     const auto t0 = Clock::now();
-    unwaited.Set(client, key, value);
+    if (absl::GetFlag(FLAGS_wait_sets)) {
+      if (absl::Status s = client.KvInsert(key, value, true); !s.ok()) return s;
+    } else {
+      unwaited.Set(client, key, value);
+    }
     const auto t1 = Clock::now();
     if (absl::StatusOr<std::string> got = client.KvGet(key, kTimeout); !got.ok()) {
       return got.status();
