@@ -1,5 +1,7 @@
 #include "runtime/client/grpc_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
 #include "runtime/coordination/proto_convert.h"
@@ -134,8 +136,12 @@ void GrpcCoordinationClient::CallOnSessionOrRpc(Req* (pb::SessionCall::*field)()
 // ---- Session -----------------------------------------------------------------------------------
 
 absl::Status GrpcCoordinationClient::Connect(absl::Duration timeout) {
-  session_->Start();
-  return session_->WaitUntilConnected(timeout);
+  // Start() may make the first attempt on this thread (real time, like the transport's own
+  // deadlines): what it took comes off the wait.
+  const absl::Time begin = absl::Now();
+  session_->Start(timeout);
+  return session_->WaitUntilConnected(
+      std::max(absl::ZeroDuration(), timeout - (absl::Now() - begin)));
 }
 
 absl::Status GrpcCoordinationClient::WaitUntilConnected(absl::Duration timeout) {

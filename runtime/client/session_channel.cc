@@ -24,11 +24,28 @@ SessionChannel::SessionChannel(const ClientConfig& config, const ClientCallbacks
                                base::Clock& clock, const RpcCaller& rpc, Listener& listener)
     : config_(config), callbacks_(callbacks), clock_(clock), rpc_(rpc), listener_(listener) {}
 
-void SessionChannel::Start() {
+void SessionChannel::Start(absl::Duration first_attempt) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (started_) return;
+    started_ = true;
+  }
+  std::shared_ptr<SessionStream> first;
+  if (UseWire()) {
+    // On this thread: the caller is about to wait for the session, and a new thread would
+    // first have to be scheduled (on a busy node, the larger part of a connect).
+    absl::StatusOr<bool> registered = RegisterTask(
+        /*ever_connected=*/false, &first, std::min(first_attempt, absl::Seconds(2)));
+    if (registered.ok()) {
+      absl::MutexLock lock(&mu_);
+      stream_ = first;  // before `opened` can arrive: calls may ride it from then on
+    } else {
+      first.reset();  // the session thread registers again, with its back-off
+    }
+    if (first != nullptr) first->Start();
+  }
   absl::MutexLock lock(&mu_);
-  if (started_) return;
-  started_ = true;
-  session_thread_ = std::thread([this] { SessionLoop(); });
+  session_thread_ = std::thread([this, first] { SessionLoop(first); });
 }
 
 void SessionChannel::Stop() {
@@ -147,11 +164,12 @@ bool SessionChannel::UseWire() const {
 }
 
 absl::StatusOr<bool> SessionChannel::RegisterTask(bool ever_connected,
-                                                  std::shared_ptr<SessionStream>* stream) {
+                                                  std::shared_ptr<SessionStream>* stream,
+                                                  absl::Duration timeout) {
   pb::RegisterRequest request;
   *request.mutable_task() = coord::ToProto(TaskRef{config_.task_id, config_.incarnation});
   request.set_job(config_.job);
-  constexpr absl::Duration kRegisterTimeout = absl::Seconds(2);
+  const absl::Duration kRegisterTimeout = timeout;
   if (UseWire()) {
     // The first time, `open` rides with the hello (a round trip less). Not on a reconnect:
     // OnCoordinatorRestarted must run before the session opens.
@@ -203,17 +221,26 @@ absl::StatusOr<bool> SessionChannel::AcceptRegistration(const pb::RegisterRespon
   return coordinator_restarted;
 }
 
-void SessionChannel::SessionLoop() {
+void SessionChannel::SessionLoop(std::shared_ptr<SessionStream> first) {
   base::ExponentialBackoff backoff(absl::Milliseconds(50), absl::Seconds(2), 2.0,
                                    config_.task_id * 7919 + config_.incarnation + 1);
   bool ever_connected = false;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) return;
+      if (stopping_) {
+        if (first != nullptr) {
+          stream_ = nullptr;
+          first->Cancel();  // the destructor waits for its reader
+        }
+        return;
+      }
     }
-    std::shared_ptr<SessionStream> stream;
-    absl::StatusOr<bool> coordinator_restarted = RegisterTask(ever_connected, &stream);
+    std::shared_ptr<SessionStream> stream = std::move(first);
+    first = nullptr;
+    const bool started = stream != nullptr;              // Start() registered and opened it already
+    absl::StatusOr<bool> coordinator_restarted = false;  // a first stream: nothing before it
+    if (!started) coordinator_restarted = RegisterTask(ever_connected, &stream);
     if (!coordinator_restarted.ok()) {
       // A refusal, or a coordinator of another job, is final; anything else is retried.
       if (IsTerminal(coordinator_restarted.status())) {
@@ -224,11 +251,13 @@ void SessionChannel::SessionLoop() {
     }
     // Before the stream opens, so nothing from the new coordinator meets the old state.
     if (*coordinator_restarted) listener_.OnCoordinatorRestarted();
-    {
-      absl::MutexLock lock(&mu_);
-      stream_ = stream;  // before `opened` can arrive: calls may ride it from then on
+    if (!started) {
+      {
+        absl::MutexLock lock(&mu_);
+        stream_ = stream;  // before `opened` can arrive: calls may ride it from then on
+      }
+      stream->Start();
     }
-    stream->Start();
     absl::Status end = RunStream(*stream, ever_connected, *coordinator_restarted);
     {
       absl::MutexLock lock(&mu_);

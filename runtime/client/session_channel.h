@@ -55,8 +55,12 @@ class SessionChannel final : public SessionStream::Sink {
   // Stops the session thread; without a prior Shutdown the service sees the session break.
   ~SessionChannel() override { Stop(); }
 
-  // Starts the session thread (once; later calls do nothing).
-  void Start();
+  // Starts the session (once; later calls do nothing). On the session wire the first
+  // registration and `open` are made on the calling thread, within `first_attempt` (at most the
+  // registration's 2 s), so a caller that then waits in WaitUntilConnected is woken without a
+  // hop through a new thread; the session thread takes over the stream (or, if that attempt
+  // failed, retries as always).
+  void Start(absl::Duration first_attempt = absl::Seconds(2));
   // Waits until the session is open. Errors: the fatal status if there is one,
   // FailedPrecondition before Start(), DeadlineExceeded naming the coordinator.
   absl::Status WaitUntilConnected(absl::Duration timeout);
@@ -75,10 +79,12 @@ class SessionChannel final : public SessionStream::Sink {
   void OnSessionDone(absl::Status status) override;
 
  private:
-  void SessionLoop();
+  // `first`: a stream the first registration already opened (nullptr: register first).
+  void SessionLoop(std::shared_ptr<SessionStream> first);
   // Registers the task and makes the stream its session will run on (not started); returns
   // whether the coordinator changed since the last registration.
-  absl::StatusOr<bool> RegisterTask(bool ever_connected, std::shared_ptr<SessionStream>* stream);
+  absl::StatusOr<bool> RegisterTask(bool ever_connected, std::shared_ptr<SessionStream>* stream,
+                                    absl::Duration timeout = absl::Seconds(2));
   // The registration's answer: checks it names our job, notes the coordinator and heartbeats.
   absl::StatusOr<bool> AcceptRegistration(const coord::v1::RegisterResponse& reg,
                                           bool ever_connected);

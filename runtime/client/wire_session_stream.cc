@@ -195,8 +195,23 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
   }
   Opened opened;
   opened.registered = std::move(*answer.mutable_registered());
-  opened.stream.reset(new WireSessionStream(*fd, request.task(), open_at_once,
-                                            std::string(rest.substr(consumed)), sink));
+  std::string unread(rest.substr(consumed));
+  // With `open` sent at once its answer follows right behind: wait for it here (within the
+  // deadline) so that Start() hands it over without the reader thread.
+  std::string_view next;
+  size_t next_size = 0;
+  while (open_at_once &&
+         coord::CutFrame(unread, kMaxFrameBytes, &next, &next_size) == coord::FrameCut::kNeedMore) {
+    pollfd p{*fd, POLLIN, 0};
+    if (poll(&p, 1, PollMillis(deadline)) != 1) break;
+    char buffer[4096];
+    const ssize_t n = recv(*fd, buffer, sizeof(buffer), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the reader thread meets the end and reports it
+    unread.append(buffer, n);
+  }
+  opened.stream.reset(
+      new WireSessionStream(*fd, request.task(), open_at_once, std::move(unread), sink));
   return opened;
 }
 
@@ -212,6 +227,25 @@ void WireSessionStream::Start() {
     *open.mutable_open() = task_;
     Send(open);
   }
+  // Events that came with the answer to the hello (the `opened` of an `open` sent with it) are
+  // handed over here, on the caller's thread, before the reader thread exists: the caller does
+  // not wait for that thread to be scheduled to learn it is connected.
+  size_t at = 0;
+  while (true) {
+    std::string_view payload;
+    size_t consumed = 0;
+    if (coord::CutFrame(std::string_view(unread_).substr(at), kMaxFrameBytes, &payload,
+                        &consumed) != coord::FrameCut::kFrame) {
+      break;
+    }
+    pb::WireServerFrame frame;
+    if (!frame.ParseFromArray(payload.data(), payload.size()) || !frame.has_event()) break;
+    at += consumed;
+    if (std::optional<coord::SessionEvent> event = coord::FromProto(frame.event())) {
+      sink_.OnSessionEvent(std::move(*event));
+    }
+  }
+  unread_.erase(0, at);
   reader_ = std::thread([this] { ReadLoop(); });
 }
 
