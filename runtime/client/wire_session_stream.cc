@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/base/log.h"
 #include "runtime/coordination/proto_convert.h"
 #include "runtime/coordination/wire_format.h"
@@ -23,6 +24,8 @@ namespace phalanx::client {
 namespace pb = ::phalanx::coord::v1;
 
 namespace {
+
+constexpr absl::Duration kRedialInterval = absl::Milliseconds(25);
 
 // Milliseconds left until `deadline` for poll(), at least 0.
 int PollMillis(absl::Time deadline) {
@@ -124,7 +127,15 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
     const std::string& address, const std::string& token, const pb::RegisterRequest& request,
     absl::Duration timeout, Sink& sink, bool open_at_once) {
   const absl::Time deadline = absl::Now() + timeout;
+  // Like gRPC's wait-for-ready: a coordinator that is not listening yet (restarting, or its pod
+  // still starting) is dialled again every 25 ms until the deadline, so a task re-registers the
+  // moment it is back instead of after its back-off: peers' calls in between (alive_tasks in a
+  // recovery) would find the task unregistered.
   absl::StatusOr<int> fd = Dial(address, deadline);
+  while (absl::IsUnavailable(fd.status()) && absl::Now() + kRedialInterval < deadline) {
+    absl::SleepFor(kRedialInterval);
+    fd = Dial(address, deadline);
+  }
   if (!fd.ok()) return fd.status();
   auto fail = [&](absl::Status status) {
     close(*fd);
