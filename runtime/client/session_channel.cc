@@ -138,6 +138,14 @@ void SessionChannel::OnSessionDone(absl::Status status) {
   for (auto& [id, done] : orphans) std::move(done)(lost, "");
 }
 
+bool SessionChannel::PauseUnlessStopping(absl::Duration delay) {
+  // Real time, like the transport deadline it lies within (not the injected clock).
+  absl::MutexLock lock(&mu_);
+  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+  mu_.AwaitWithTimeout(absl::Condition(&stopping), delay);
+  return stopping_;
+}
+
 bool SessionChannel::BackOff(absl::Duration delay) {
   absl::MutexLock lock(&mu_);
   auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
@@ -175,7 +183,8 @@ absl::StatusOr<bool> SessionChannel::RegisterTask(bool ever_connected,
     // OnCoordinatorRestarted must run before the session opens.
     absl::StatusOr<WireSessionStream::Opened> opened =
         WireSessionStream::Open(config_.coordinator, config_.token, request, kRegisterTimeout,
-                                *this, /*open_at_once=*/!ever_connected);
+                                *this, /*open_at_once=*/!ever_connected,
+                                [this](absl::Duration d) { return PauseUnlessStopping(d); });
     if (opened.ok()) {
       absl::StatusOr<bool> restarted = AcceptRegistration(opened->registered, ever_connected);
       if (restarted.ok()) *stream = std::move(opened->stream);

@@ -96,6 +96,8 @@ class SessionChannel final : public SessionStream::Sink {
   void SetFatal(const absl::Status& status);
   // Waits `delay` before the next attempt unless Stop() ends the wait; true when stopping.
   bool BackOff(absl::Duration delay);
+  // The same in real time, for a wait inside a transport attempt (the wire's re-dial).
+  bool PauseUnlessStopping(absl::Duration delay);
 
   const ClientConfig& config_;
   const ClientCallbacks& callbacks_;

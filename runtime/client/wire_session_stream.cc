@@ -14,7 +14,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/base/log.h"
 #include "runtime/coordination/proto_convert.h"
 #include "runtime/coordination/wire_format.h"
@@ -125,7 +124,8 @@ absl::Status FromWire(const pb::WireStatus& status) {
 
 absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
     const std::string& address, const std::string& token, const pb::RegisterRequest& request,
-    absl::Duration timeout, Sink& sink, bool open_at_once) {
+    absl::Duration timeout, Sink& sink, bool open_at_once,
+    absl::FunctionRef<bool(absl::Duration)> pause) {
   const absl::Time deadline = absl::Now() + timeout;
   // Like gRPC's wait-for-ready: a coordinator that is not listening yet (restarting, or its pod
   // still starting) is dialled again every 25 ms until the deadline, so a task re-registers the
@@ -133,7 +133,7 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
   // recovery) would find the task unregistered.
   absl::StatusOr<int> fd = Dial(address, deadline);
   while (absl::IsUnavailable(fd.status()) && absl::Now() + kRedialInterval < deadline) {
-    absl::SleepFor(kRedialInterval);
+    if (pause(kRedialInterval)) return fd.status();  // the client is stopping
     fd = Dial(address, deadline);
   }
   if (!fd.ok()) return fd.status();

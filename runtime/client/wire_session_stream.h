@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -41,11 +42,14 @@ class WireSessionStream final : public SessionStream {
   // `timeout`. Errors: FailedPrecondition when the coordinator does not speak the wire (an
   // older one, or one serving TLS: use gRPC); Unavailable when it cannot be reached or closes
   // the connection; otherwise the registration's own error (Unauthenticated, Aborted, ...).
-  // With `open_at_once`, the session's `open` goes in the same write as the hello (one round
-  // trip less; the server ignores it if the registration fails), and Start() sends nothing.
+  // `pause(d)` waits `d` between dials to a coordinator that is not listening yet, and returns
+  // true (Open gives up) when the client is stopping. With `open_at_once`, the session's `open`
+  // goes in the same write as the hello (one round trip less; the server ignores it if the
+  // registration fails), and Start() sends nothing.
   static absl::StatusOr<Opened> Open(const std::string& address, const std::string& token,
                                      const coord::v1::RegisterRequest& request,
-                                     absl::Duration timeout, Sink& sink, bool open_at_once = false);
+                                     absl::Duration timeout, Sink& sink, bool open_at_once,
+                                     absl::FunctionRef<bool(absl::Duration)> pause);
   ~WireSessionStream() override;
 
   void Start() override;
