@@ -235,15 +235,16 @@ void SessionChannel::SessionLoop(std::shared_ptr<SessionStream> first) {
                                    config_.task_id * 7919 + config_.incarnation + 1);
   bool ever_connected = false;
   while (true) {
+    bool stopping;
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) {
-        if (first != nullptr) {
-          stream_ = nullptr;
-          first->Cancel();  // the destructor waits for its reader
-        }
-        return;
-      }
+      stopping = stopping_;
+      if (stopping && first != nullptr) stream_ = nullptr;
+    }
+    if (stopping) {
+      // Outside mu_: the stream tells this channel it is done, which takes mu_.
+      if (first != nullptr) first->Cancel();
+      return;
     }
     std::shared_ptr<SessionStream> stream = std::move(first);
     first = nullptr;

@@ -60,11 +60,13 @@ class Coordinator {
   int port() const { return server_->port(); }
   coord::CoordinationService& service() { return *service_; }
   coord::CoordinationGrpcServer& server() { return *server_; }
-  double AuthFailures() {
+  double AuthFailures() { return Metric("phalanx_coordinator_auth_failures_total"); }
+  // The value of an unlabelled counter or gauge; -1 when there is none.
+  double Metric(const std::string& name) {
     for (const auto& family : registry_.Collect()) {
-      if (family.name == "phalanx_coordinator_auth_failures_total") {
-        return family.metric.at(0).counter.value;
-      }
+      if (family.name != name || family.metric.empty()) continue;
+      return family.type == prometheus::MetricType::Gauge ? family.metric.at(0).gauge.value
+                                                          : family.metric.at(0).counter.value;
     }
     return -1;
   }

@@ -1,21 +1,23 @@
-// WireSessionStream: the client side of the session wire (coordination.proto, ADR 0005): the
-// task's registration and Session over one plain TCP connection to the coordinator's port,
-// without HTTP/2. A call is one framed write from the caller's own thread; its answer is read
-// by the stream's reader thread, which hands it straight to the caller's callback. That is one
-// thread hand-off per call on this side, against several through gRPC's completion queues.
+// WireSessionStream: the client side of one task's session on the session wire
+// (coordination.proto, ADR 0005): its registration and Session as a stream of this process's
+// shared connection to the coordinator (WireConnection), without HTTP/2. A call is one framed
+// write from the caller's own thread; its answer is read by the connection's reader thread,
+// which hands it straight to the caller's callback: one thread hand-off per call on this side,
+// against several through gRPC's completion queues.
 //
-// Deadlines: Open() is bounded by its timeout (connect, hello, answer); a write waits at most
-// kSendTimeout for room in the socket before the stream is broken; reads wait without one,
-// because the session's own heartbeat check (SessionChannel) cancels a silent stream.
-// Thread-safe: Send*/Cancel from any thread; Sink methods on the reader thread, never under
-// this object's lock. The last reference must not be dropped on the reader thread (the
-// SessionChannel keeps one until WaitDone() has returned).
+// Deadlines: Open() is bounded by its timeout (connect, hello, answer); writes and reads as
+// WireConnection's.
+// Thread-safe: Send*/Cancel from any thread. Sink methods run on the connection's reader
+// thread, except the OnSessionDone of Cancel(), which runs on the thread calling Cancel: that
+// thread must hold no lock the sink takes. The last reference must not be dropped on the reader
+// thread (the SessionChannel keeps one until WaitDone() has returned).
 #pragma once
 
-#include <atomic>
+#include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
@@ -24,28 +26,26 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "runtime/client/session_stream.h"
+#include "runtime/client/wire_connection.h"
 #include "runtime/proto/coordination.pb.h"
 
 namespace phalanx::client {
 
-class WireSessionStream final : public SessionStream {
+class WireSessionStream final : public SessionStream, private WireConnection::Receiver {
  public:
   struct Opened {
     std::shared_ptr<WireSessionStream> stream;
     coord::v1::RegisterResponse registered;
   };
-  static constexpr absl::Duration kSendTimeout = absl::Seconds(10);
-  // Largest frame accepted from the coordinator (a key-value answer holds at most 1 MiB).
-  static constexpr size_t kMaxFrameBytes = 16 << 20;
 
-  // Connects to `address` (host:port), presents `token` and registers `request` within
-  // `timeout`. Errors: FailedPrecondition when the coordinator does not speak the wire (an
-  // older one, or one serving TLS: use gRPC); Unavailable when it cannot be reached or closes
-  // the connection; otherwise the registration's own error (Unauthenticated, Aborted, ...).
-  // `pause(d)` waits `d` between dials to a coordinator that is not listening yet, and returns
-  // true (Open gives up) when the client is stopping. With `open_at_once`, the session's `open`
-  // goes in the same write as the hello (one round trip less; the server ignores it if the
-  // registration fails), and Start() sends nothing.
+  // Presents `token` and registers `request` over this process's connection to `address`
+  // (dialled if there is none) within `timeout`. Errors: FailedPrecondition when the
+  // coordinator does not speak the wire (an older one, or one serving TLS: use gRPC);
+  // Unavailable when it cannot be reached or does not answer; otherwise the registration's own
+  // error (Unauthenticated, Aborted, ...). `pause(d)` waits `d` between dials to a coordinator
+  // that is not listening yet, and returns true (Open gives up) when the client is stopping.
+  // With `open_at_once`, the session's `open` goes in the same write as the hello (one round
+  // trip less; the server ignores it if the registration fails), and Start() sends nothing.
   static absl::StatusOr<Opened> Open(const std::string& address, const std::string& token,
                                      const coord::v1::RegisterRequest& request,
                                      absl::Duration timeout, Sink& sink, bool open_at_once,
@@ -56,29 +56,37 @@ class WireSessionStream final : public SessionStream {
   void SendHeartbeat(int64_t sent_unix_micros) override;
   void SendCall(coord::v1::SessionCall call) override;
   void Cancel() override;
-  void WaitDone() override { done_.WaitForNotification(); }
+  void WaitDone() override;
 
  private:
-  WireSessionStream(int fd, coord::v1::TaskRef task, bool open_sent, std::string unread, Sink& sink)
-      : fd_(fd),
+  WireSessionStream(std::shared_ptr<WireConnection> connection, coord::v1::TaskRef task,
+                    bool open_sent, Sink& sink)
+      : connection_(std::move(connection)),
         task_(std::move(task)),
         open_sent_(open_sent),
-        unread_(std::move(unread)),
         sink_(sink) {}
-  // Writes one framed message; a failure breaks the stream (the reader reports it).
+  // WireConnection::Receiver (the reader thread).
+  void OnFrame(coord::v1::WireServerFrame frame) override;
+  void OnConnectionEnd(const absl::Status& status) override;
+  // The session is over (`status`): told to the sink once, if Start() handed it the stream.
+  void End(absl::Status status);
   void Send(const coord::v1::SessionRequest& request);
-  void ReadLoop();
-  absl::Status ReadUntilEnd();
 
-  const int fd_;
+  const std::shared_ptr<WireConnection> connection_;
+  uint32_t id_ = 0;  // set by Open before any frame can arrive
   const coord::v1::TaskRef task_;
   const bool open_sent_;  // `open` went with the hello
-  std::string unread_;    // bytes read with the answer to the hello (reader thread after Start)
   Sink& sink_;
-  std::atomic<bool> cancelled_{false};
-  absl::Mutex write_mu_;  // one frame at a time on the socket
-  std::thread reader_;
-  absl::Notification done_;
+
+  absl::Mutex mu_;
+  // Until Start(), what arrives waits here (Open reads the registration from it).
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<coord::v1::RegisterResponse> registered_ ABSL_GUARDED_BY(mu_);
+  std::deque<coord::SessionEvent> pending_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);  // the stream's end, once known
+  bool end_told_ ABSL_GUARDED_BY(mu_) = false;            // the sink has had OnSessionDone
+  bool close_sent_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Notification done_;  // after the sink's OnSessionDone (only once started)
 };
 
 }  // namespace phalanx::client

@@ -5,8 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/auth/credentials.h"
 #include "common/testing/eventually.h"
@@ -48,19 +50,28 @@ class RawWire {
     ASSERT_EQ(send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(bytes.size()));
   }
-  void SendFrame(const google::protobuf::MessageLite& message) {
+  void SendFrame(const google::protobuf::MessageLite& message, uint32_t stream = 1) {
     std::string bytes;
-    coord::AppendFrame(message, bytes);
+    coord::AppendFrame(message, stream, bytes);
     Send(bytes);
   }
-  void Hello(const std::string& credential, int task) {
+  void SendClose(uint32_t stream) {
+    std::string bytes;
+    coord::AppendCloseFrame(stream, bytes);
+    Send(bytes);
+  }
+  // The magic (first time only), then a hello on `stream`.
+  void Hello(const std::string& credential, int task, uint32_t stream = 1) {
     pb::WireHello hello;
     hello.set_authorization("Bearer " + credential);
     hello.mutable_register_()->mutable_task()->set_task_id(task);
     hello.mutable_register_()->set_job("test");
-    Send(coord::kWireMagicView);
-    SendFrame(hello);
+    if (!magic_sent_) Send(coord::kWireMagicView);
+    magic_sent_ = true;
+    SendFrame(hello, stream);
   }
+  // The stream of the frame Next() returned last.
+  uint32_t last_stream() const { return last_stream_; }
   // The server's magic, then its next frame; nullopt when the connection ends first.
   std::optional<pb::WireServerFrame> Next() {
     if (!magic_seen_) {
@@ -70,12 +81,12 @@ class RawWire {
       magic_seen_ = true;
     }
     while (true) {
-      std::string_view payload;
-      size_t consumed = 0;
-      if (coord::CutFrame(in_, 64 << 20, &payload, &consumed) == coord::FrameCut::kFrame) {
+      coord::Frame cut;
+      if (coord::CutFrame(in_, 64 << 20, &cut) == coord::FrameCut::kFrame) {
         pb::WireServerFrame frame;
-        EXPECT_TRUE(frame.ParseFromArray(payload.data(), payload.size()));
-        in_.erase(0, consumed);
+        EXPECT_TRUE(frame.ParseFromArray(cut.payload.data(), cut.payload.size()));
+        last_stream_ = cut.stream;
+        in_.erase(0, cut.consumed);
         return frame;
       }
       if (!Fill(in_.size() + 1)) return std::nullopt;
@@ -111,7 +122,9 @@ class RawWire {
 
   int fd_ = -1;
   std::string in_;
+  bool magic_sent_ = false;
   bool magic_seen_ = false;
+  uint32_t last_stream_ = 0;
 };
 
 pb::SessionRequest Open(int task) {
@@ -160,9 +173,14 @@ TEST(SessionWire, AWrongToken_EndsUnauthenticated_AndIsCounted) {
   ASSERT_TRUE(end.has_value());
   ASSERT_TRUE(end->has_end()) << end->DebugString();
   EXPECT_EQ(end->end().code(), static_cast<int>(absl::StatusCode::kUnauthenticated));
-  EXPECT_TRUE(wire.Closed());
   EXPECT_GE(coordinator.AuthFailures(), 1);
   EXPECT_EQ(coordinator.service().Snapshot().tasks[0].state, TaskState::kUnregistered);
+  // Only that stream ended: the connection carries another one (a process's next task).
+  wire.Hello(kToken, 0, /*stream=*/2);
+  std::optional<pb::WireServerFrame> registered = wire.Next();
+  ASSERT_TRUE(registered.has_value());
+  EXPECT_TRUE(registered->has_registered()) << registered->DebugString();
+  EXPECT_EQ(wire.last_stream(), 2u);
 }
 
 TEST(SessionWire, ATaskCredential_CannotRegisterAnotherTask) {
@@ -180,7 +198,7 @@ TEST(SessionWire, GarbageAfterTheMagic_EndsWithInvalidArgument) {
   {
     RawWire wire(coordinator.port());
     wire.Send(coord::kWireMagicView);
-    wire.Send(std::string("\x00\x00\x00\x03\xff\xff\xff", 7));  // a frame that is no hello
+    wire.Send(std::string("\x00\x00\x00\x03\x00\x00\x00\x01\xff\xff\xff", 11));  // no hello
     std::optional<pb::WireServerFrame> end = wire.Next();
     ASSERT_TRUE(end.has_value() && end->has_end());
     EXPECT_EQ(end->end().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
@@ -189,15 +207,20 @@ TEST(SessionWire, GarbageAfterTheMagic_EndsWithInvalidArgument) {
   {
     RawWire wire(coordinator.port());
     wire.Send(coord::kWireMagicView);
-    wire.Send(std::string("\x7f\xff\xff\xff", 4));  // announces 2 GiB
+    wire.Send(std::string("\x7f\xff\xff\xff\x00\x00\x00\x05", 8));  // announces 2 GiB
     std::optional<pb::WireServerFrame> end = wire.Next();
     ASSERT_TRUE(end.has_value() && end->has_end());
+    EXPECT_EQ(wire.last_stream(), 5u);
     EXPECT_EQ(end->end().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
     EXPECT_THAT(end->end().message(), HasSubstr("over the limit"));
+    EXPECT_TRUE(wire.Closed());  // nothing after it can be cut into frames
   }
   {
+    // The wire's first byte, then another version's magic: answered with this one, so such a
+    // client learns to use gRPC, and closed.
     RawWire wire(coordinator.port());
-    wire.Send(std::string("\xf0XYZ", 4));  // the wire's first byte, then no magic
+    wire.Send(std::string("\xf0PW\x01", 4));
+    EXPECT_FALSE(wire.Next().has_value());  // the magic is checked inside: it is this version's
     EXPECT_TRUE(wire.Closed());
   }
   // The server is unharmed.
@@ -216,7 +239,6 @@ TEST(SessionWire, AnOpenSentWithARefusedHello_IsIgnored_OneSentWithAnAcceptedOne
     wire.SendFrame(Open(0));  // in flight before the refusal: must not open anything
     std::optional<pb::WireServerFrame> end = wire.Next();
     ASSERT_TRUE(end.has_value() && end->has_end());
-    EXPECT_TRUE(wire.Closed());
   }
   EXPECT_EQ(coordinator.service().Snapshot().tasks[0].state, TaskState::kUnregistered);
   RawWire wire(coordinator.port());
@@ -255,6 +277,53 @@ TEST(SessionWire, ClosingTheConnection_FailsTheTaskAtOnce) {
   // Long before the 3 s heartbeat timeout: the connection's end is the signal.
   EXPECT_TRUE(Eventually(
       [&] { return coordinator.service().Snapshot().tasks[0].state == TaskState::kFailed; },
+      absl::Seconds(2)));
+}
+
+TEST(SessionWire, StreamsOfOneConnection_EndOneByOne_TheConnectionsEndEndsAllOfThem) {
+  Coordinator coordinator(3);
+  {
+    RawWire wire(coordinator.port());
+    for (uint32_t task = 0; task < 3; ++task) {
+      wire.Hello(kToken, task, /*stream=*/task + 1);
+      wire.SendFrame(Open(task), task + 1);
+    }
+    int opened = 0;
+    while (opened < 3) {
+      std::optional<pb::WireServerFrame> frame = wire.NextOwn();
+      ASSERT_TRUE(frame.has_value());
+      if (frame->event().has_opened()) ++opened;
+    }
+    for (int task = 0; task < 3; ++task) {
+      EXPECT_EQ(coordinator.service().Snapshot().tasks[task].state, TaskState::kConnected);
+    }
+    // Task 0's stream closes (its client was destroyed): that task fails, the others do not.
+    wire.SendClose(1);
+    EXPECT_TRUE(Eventually(
+        [&] { return coordinator.service().Snapshot().tasks[0].state == TaskState::kFailed; },
+        absl::Seconds(2)));
+    // What a closed stream still sends is dropped, not taken for a new stream's hello.
+    pb::SessionRequest heartbeat;
+    heartbeat.mutable_heartbeat()->set_sent_unix_micros(1);
+    wire.SendFrame(heartbeat, 1);
+    // Task 1 still answers on its stream.
+    pb::SessionRequest get;
+    get.mutable_call()->set_call_id(9);
+    get.mutable_call()->mutable_kv_insert()->set_key("from-1");
+    wire.SendFrame(get, 2);
+    std::optional<pb::WireServerFrame> answer = wire.NextOwn();
+    ASSERT_TRUE(answer.has_value());
+    EXPECT_EQ(wire.last_stream(), 2u);
+    EXPECT_EQ(answer->event().call_result().call_id(), 9u);
+    EXPECT_EQ(coordinator.service().Snapshot().tasks[1].state, TaskState::kConnected);
+    EXPECT_EQ(coordinator.service().Snapshot().tasks[2].state, TaskState::kConnected);
+  }  // the process "dies": its connection closes, and with it tasks 1 and 2
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto snapshot = coordinator.service().Snapshot();
+        return snapshot.tasks[1].state == TaskState::kFailed &&
+               snapshot.tasks[2].state == TaskState::kFailed;
+      },
       absl::Seconds(2)));
 }
 
@@ -300,6 +369,30 @@ TEST(SessionWire, AClient_FallsBackToGrpc_WhenTheCoordinatorHasNoWire) {
       Config(coordinator.port(), ClientConfig::SessionTransport::kWire));
   EXPECT_THAT(wire_only->Connect(absl::Milliseconds(500)),
               StatusIs(absl::StatusCode::kDeadlineExceeded));
+}
+
+TEST(SessionWire, ClientsOfOneProcess_ShareOneConnection_AndEachEndsOnItsOwn) {
+  Coordinator coordinator(3);
+  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  for (int task = 0; task < 3; ++task) {
+    ClientConfig config = Config(coordinator.port(), ClientConfig::SessionTransport::kWire);
+    config.num_tasks = 3;
+    config.task_id = task;
+    clients.push_back(*GrpcCoordinationClient::Create(config));
+    ASSERT_THAT(clients.back()->Connect(absl::Seconds(20)), IsOk());
+  }
+  EXPECT_EQ(coordinator.Metric("phalanx_coordinator_connections_open"), 1);
+  // Task 0's client goes without shutting down (a crashed task, as far as the coordinator can
+  // tell): only task 0 fails; the others go on over the same connection.
+  clients[0].reset();
+  EXPECT_TRUE(Eventually(
+      [&] { return coordinator.service().Snapshot().tasks[0].state == TaskState::kFailed; },
+      absl::Seconds(5)));
+  EXPECT_THAT(clients[1]->KvInsert("k", "v", false), IsOk());
+  EXPECT_THAT(clients[2]->KvGet("k", absl::Seconds(5)), ::phalanx::testing::IsOkAndHolds("v"));
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[1].state, TaskState::kConnected);
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[2].state, TaskState::kConnected);
+  EXPECT_EQ(coordinator.Metric("phalanx_coordinator_connections_open"), 1);
 }
 
 TEST(SessionWire, ClientConfig_ReadsTheTransportFromTheEnvironment) {

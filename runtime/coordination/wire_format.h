@@ -1,6 +1,11 @@
-// The session wire's framing (coordination.proto, "The session wire"): shared by the
-// coordinator's WireSessionServer and the client's WireSessionStream, so both cut frames the
-// same way. A frame is a 4-byte big-endian length and that many bytes of one message.
+// The session wire's framing (coordination.proto, "The session wire", ADR 0005): shared by the
+// coordinator's WireSessionServer and the client's WireConnection, so both cut frames the same
+// way. A connection starts with the magic (each side sends it once), then carries frames: a
+// 4-byte big-endian payload length, a 4-byte big-endian stream id, and the payload, one message.
+// Streams multiplex the sessions of several tasks of one process over one connection; the
+// client numbers them (1, 2, ..., increasing). A stream's first client frame is its WireHello;
+// a client frame with an empty payload closes the stream (the task is gone, as a closed
+// connection says for all of its streams).
 // Thread-safety: pure functions.
 #pragma once
 
@@ -14,39 +19,67 @@
 namespace phalanx::coord {
 
 // What each side sends first. The first byte tells the coordinator's listener a wire
-// connection from gRPC (HTTP/2 starts with 'P', TLS with 0x16).
-inline constexpr char kWireMagic[4] = {'\xF0', 'P', 'W', '\x01'};
+// connection from gRPC (HTTP/2 starts with 'P', TLS with 0x16); the last is the version (2:
+// streams). A coordinator answers any magic with its own, so a client of another version learns
+// it should use gRPC.
+inline constexpr char kWireMagic[4] = {'\xF0', 'P', 'W', '\x02'};
 inline constexpr std::string_view kWireMagicView(kWireMagic, sizeof(kWireMagic));
 inline constexpr unsigned char kWireFirstByte = 0xF0;
-inline constexpr size_t kWireHeaderBytes = 4;
+inline constexpr size_t kWireHeaderBytes = 8;
 
-// Appends `message` as one frame to `out`.
-inline void AppendFrame(const google::protobuf::MessageLite& message, std::string& out) {
+namespace wire_internal {
+inline void PutBigEndian32(uint32_t value, unsigned char* p) {
+  p[0] = static_cast<unsigned char>(value >> 24);
+  p[1] = static_cast<unsigned char>(value >> 16);
+  p[2] = static_cast<unsigned char>(value >> 8);
+  p[3] = static_cast<unsigned char>(value);
+}
+inline uint32_t GetBigEndian32(const unsigned char* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+}
+}  // namespace wire_internal
+
+// Appends `message` as one frame of `stream` to `out`.
+inline void AppendFrame(const google::protobuf::MessageLite& message, uint32_t stream,
+                        std::string& out) {
   const size_t size = message.ByteSizeLong();
   const size_t at = out.size();
   out.resize(at + kWireHeaderBytes + size);
   auto* p = reinterpret_cast<unsigned char*>(out.data() + at);
-  p[0] = static_cast<unsigned char>(size >> 24);
-  p[1] = static_cast<unsigned char>(size >> 16);
-  p[2] = static_cast<unsigned char>(size >> 8);
-  p[3] = static_cast<unsigned char>(size);
+  wire_internal::PutBigEndian32(static_cast<uint32_t>(size), p);
+  wire_internal::PutBigEndian32(stream, p + 4);
   message.SerializeWithCachedSizesToArray(p + kWireHeaderBytes);
+}
+
+// Appends the frame that closes `stream` (client to coordinator: an empty payload).
+inline void AppendCloseFrame(uint32_t stream, std::string& out) {
+  const size_t at = out.size();
+  out.resize(at + kWireHeaderBytes);
+  auto* p = reinterpret_cast<unsigned char*>(out.data() + at);
+  wire_internal::PutBigEndian32(0, p);
+  wire_internal::PutBigEndian32(stream, p + 4);
 }
 
 enum class FrameCut { kNeedMore, kFrame, kTooBig };
 
-// Cuts the frame at the front of `in`: kFrame with its message bytes in `payload` and the
-// bytes it takes (header included) in `consumed`; kNeedMore when `in` holds less than a whole
-// frame; kTooBig when the header announces more than `max_bytes`.
-inline FrameCut CutFrame(std::string_view in, size_t max_bytes, std::string_view* payload,
-                         size_t* consumed) {
+struct Frame {
+  uint32_t stream = 0;
+  std::string_view payload;
+  size_t consumed = 0;  // bytes the frame takes in the input, header included
+};
+
+// Cuts the frame at the front of `in`: kFrame and `frame` filled in; kNeedMore when `in` holds
+// less than a whole frame; kTooBig when the header announces more than `max_bytes` (then only
+// `frame->stream` is set).
+inline FrameCut CutFrame(std::string_view in, size_t max_bytes, Frame* frame) {
   if (in.size() < kWireHeaderBytes) return FrameCut::kNeedMore;
   const auto* p = reinterpret_cast<const unsigned char*>(in.data());
-  const size_t size = (size_t{p[0]} << 24) | (size_t{p[1]} << 16) | (size_t{p[2]} << 8) | p[3];
+  const size_t size = wire_internal::GetBigEndian32(p);
+  frame->stream = wire_internal::GetBigEndian32(p + 4);
   if (size > max_bytes) return FrameCut::kTooBig;
   if (in.size() < kWireHeaderBytes + size) return FrameCut::kNeedMore;
-  *payload = in.substr(kWireHeaderBytes, size);
-  *consumed = kWireHeaderBytes + size;
+  frame->payload = in.substr(kWireHeaderBytes, size);
+  frame->consumed = kWireHeaderBytes + size;
   return FrameCut::kFrame;
 }
 

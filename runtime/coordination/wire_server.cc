@@ -34,12 +34,10 @@ pb::WireServerFrame EndFrame(const absl::Status& status) {
 
 }  // namespace
 
-// One wire connection. The read side (in_, stage_, session_) belongs to the loop thread; the
-// write side is shared under mu_ by every thread that produces an event for it.
-class WireSessionServer::Connection final : public SessionOutbox::Listener {
+// One wire connection. The read side (in_, magic_seen_, streams_, ...) belongs to the loop
+// thread; the write side is shared under mu_ by every thread that produces an event for it.
+class WireSessionServer::Connection final {
  public:
-  enum class Stage { kMagic, kHello, kSession, kEnding };
-
   Connection(uint64_t id, int fd, std::string peer, int epoll_fd, size_t max_unsent)
       : id_(id), fd_(fd), peer_(std::move(peer)), epoll_fd_(epoll_fd), max_unsent_(max_unsent) {}
 
@@ -49,10 +47,11 @@ class WireSessionServer::Connection final : public SessionOutbox::Listener {
 
   // Loop thread only.
   std::string in_;
-  Stage stage_ = Stage::kMagic;
-  auth::Principal principal_;
-  std::optional<RpcHandler::Session> session_;
-  const std::shared_ptr<SessionOutbox> outbox_ = std::make_shared<SessionOutbox>();
+  bool magic_seen_ = false;
+  bool ending_ = false;         // nothing more is read: the connection is being shut
+  bool authenticated_ = false;  // some stream presented a valid credential
+  uint32_t last_stream_ = 0;    // the highest stream id seen (ids only grow)
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Stream>> streams_;
 
   // Queues `bytes` and sends what the socket takes now; with `last`, the connection's write
   // side is shut once everything queued has gone.
@@ -60,12 +59,12 @@ class WireSessionServer::Connection final : public SessionOutbox::Listener {
     absl::MutexLock lock(&mu_);
     if (closed_ || shut_) return;
     out_.append(bytes);
-    if (last) ending_ = true;
+    if (last) ending_write_ = true;
     SendLocked();
   }
-  void Send(const pb::WireServerFrame& frame, bool last) {
+  void Send(const pb::WireServerFrame& frame, uint32_t stream, bool last) {
     std::string bytes;
-    AppendFrame(frame, bytes);
+    AppendFrame(frame, stream, bytes);
     Write(bytes, last);
   }
   // The socket has room again (loop thread).
@@ -73,29 +72,10 @@ class WireSessionServer::Connection final : public SessionOutbox::Listener {
     absl::MutexLock lock(&mu_);
     if (!closed_) SendLocked();
   }
-  // Shuts the socket both ways; the loop then sees its end and closes it.
-  void Drop() {
-    absl::MutexLock lock(&mu_);
-    if (!closed_) Shut();
-  }
   // No write touches the descriptor after this returns.
   void MarkClosed() {
     absl::MutexLock lock(&mu_);
     closed_ = true;
-  }
-
-  // SessionOutbox::Listener: runs on the thread that produced the events (calls to it are
-  // serialised by the outbox, so events leave in the order they were queued).
-  void OnOutboxReady() override {
-    std::string frames;
-    while (std::optional<SessionEvent> event = outbox_->Pop()) {
-      pb::WireServerFrame frame;
-      *frame.mutable_event() = ToProto(*event);
-      AppendFrame(frame, frames);
-    }
-    std::optional<absl::Status> final_status = outbox_->FinalStatus();
-    if (final_status.has_value()) AppendFrame(EndFrame(*final_status), frames);
-    if (!frames.empty()) Write(frames, final_status.has_value());
   }
 
  private:
@@ -110,7 +90,7 @@ class WireSessionServer::Connection final : public SessionOutbox::Listener {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         if (out_.size() - sent_ > max_unsent_) {
-          // The task stopped reading: drop it rather than grow without bound.
+          // The tasks stopped reading: drop them rather than grow without bound.
           PHX_LOG(WARNING) << "session wire " << peer_ << ": more than " << max_unsent_
                            << " bytes unread by the task; disconnecting it";
           Shut();
@@ -125,8 +105,8 @@ class WireSessionServer::Connection final : public SessionOutbox::Listener {
     out_.clear();
     sent_ = 0;
     Watch(0);
-    if (ending_) {
-      // The `end` frame is out: the task reads it and closes; a broken task's reset ends it too.
+    if (ending_write_) {
+      // The last frame is out: the task reads it and closes; a broken task's reset ends it too.
       shutdown(fd_, SHUT_WR);
       shut_ = true;
     }
@@ -156,9 +136,47 @@ class WireSessionServer::Connection final : public SessionOutbox::Listener {
   std::string out_ ABSL_GUARDED_BY(mu_);
   size_t sent_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of out_ already sent
   uint32_t watching_out_ ABSL_GUARDED_BY(mu_) = 0;
-  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  bool ending_write_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// One task's session on a connection, from its accepted hello on. Its outbox's events are
+// written, tagged with the stream's id, by whichever thread produced them (calls to
+// OnOutboxReady are serialised by the outbox, so events leave in the order they were queued).
+// The connection outlives it: a stream is detached from its outbox before it is destroyed.
+class WireSessionServer::Stream final : public SessionOutbox::Listener {
+ public:
+  Stream(uint32_t id, Connection& connection, auth::Principal principal)
+      : id_(id), connection_(connection), principal_(std::move(principal)) {}
+
+  uint32_t id() const { return id_; }
+  const auth::Principal& principal() const { return principal_; }
+  // Loop thread only.
+  std::optional<RpcHandler::Session> session_;
+  const std::shared_ptr<SessionOutbox> outbox_ = std::make_shared<SessionOutbox>();
+
+  void OnOutboxReady() override {
+    std::string frames;
+    while (std::optional<SessionEvent> event = outbox_->Pop()) {
+      pb::WireServerFrame frame;
+      *frame.mutable_event() = ToProto(*event);
+      AppendFrame(frame, id_, frames);
+    }
+    // The session's end: the task answers by closing the stream, which closes the session here.
+    std::optional<absl::Status> final_status = outbox_->FinalStatus();
+    if (final_status.has_value() && !end_sent_) {
+      AppendFrame(EndFrame(*final_status), id_, frames);
+      end_sent_ = true;
+    }
+    if (!frames.empty()) connection_.Write(frames, /*last=*/false);
+  }
+
+ private:
+  const uint32_t id_;
+  Connection& connection_;
+  const auth::Principal principal_;
+  bool end_sent_ = false;  // serialised by the outbox, like OnOutboxReady
 };
 
 WireSessionServer::WireSessionServer(Options options, RpcHandler& handler,
@@ -278,114 +296,136 @@ void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
 
 void WireSessionServer::HandleFrames(const std::shared_ptr<Connection>& c) {
   size_t at = 0;
-  auto end_with = [&](const absl::Status& status) {
-    c->stage_ = Connection::Stage::kEnding;
-    c->Send(EndFrame(status), /*last=*/true);
-  };
-  while (c->stage_ != Connection::Stage::kEnding) {
+  while (!c->ending_) {
     const std::string_view rest = std::string_view(c->in_).substr(at);
-    if (c->stage_ == Connection::Stage::kMagic) {
+    if (!c->magic_seen_) {
       if (rest.size() < kWireMagicView.size()) break;
-      if (rest.substr(0, kWireMagicView.size()) != kWireMagicView) {
-        // Not the wire after all: no frame can be sent to it; drop it.
-        c->stage_ = Connection::Stage::kEnding;
-        c->Drop();
+      // Answered whatever it is: a client of another version reads this one and uses gRPC.
+      const bool ours = rest.substr(0, kWireMagicView.size()) == kWireMagicView;
+      c->Write(kWireMagicView, /*last=*/!ours);
+      if (!ours) {
+        c->ending_ = true;
         break;
       }
       at += kWireMagicView.size();
-      c->Write(kWireMagicView, false);
-      c->stage_ = Connection::Stage::kHello;
+      c->magic_seen_ = true;
       continue;
     }
-    std::string_view payload;
-    size_t consumed = 0;
-    const FrameCut cut = CutFrame(rest, options_.max_frame_bytes, &payload, &consumed);
+    Frame frame;
+    const FrameCut cut = CutFrame(rest, options_.max_frame_bytes, &frame);
     if (cut == FrameCut::kNeedMore) break;
     if (cut == FrameCut::kTooBig) {
-      end_with(absl::InvalidArgumentError(absl::StrCat("a session wire frame over the limit of ",
-                                                       options_.max_frame_bytes, " bytes")));
+      // The rest of the connection cannot be cut into frames: end it after saying why.
+      c->Send(EndFrame(absl::InvalidArgumentError(absl::StrCat(
+                  "a session wire frame over the limit of ", options_.max_frame_bytes, " bytes"))),
+              frame.stream, /*last=*/true);
+      c->ending_ = true;
       break;
     }
-    at += consumed;
-    if (c->stage_ == Connection::Stage::kHello) {
-      pb::WireHello hello;
-      if (!hello.ParseFromArray(payload.data(), payload.size())) {
-        end_with(absl::InvalidArgumentError("malformed session wire hello"));
-        break;
-      }
-      absl::string_view bearer = hello.authorization();
-      absl::StatusOr<auth::Principal> principal =
-          absl::ConsumePrefix(&bearer, "Bearer ")
-              ? auth::Authenticate(options_.token, bearer)
-              : absl::UnauthenticatedError("the hello's authorization is not 'Bearer <token>'");
-      absl::Status allowed =
-          principal.ok() ? Authorize(*principal, ForTask(hello.register_().task().task_id()))
-                         : principal.status();
-      if (!allowed.ok()) {
-        metrics_.AuthFailure();
-        end_with(allowed);
-        break;
-      }
-      c->principal_ = *principal;
-      authenticated_(c->peer());
-      const absl::Time start = clock_.Now();
-      pb::WireServerFrame frame;
-      absl::Status registered = handler_.Register(hello.register_(), frame.mutable_registered());
-      metrics_.Rpc("Register", registered.code(), clock_.Now() - start);
-      if (!registered.ok()) {
-        end_with(registered);
-        break;
-      }
-      c->Send(frame, false);
-      c->stage_ = Connection::Stage::kSession;
-      continue;
-    }
-    pb::SessionRequest request;
-    if (!request.ParseFromArray(payload.data(), payload.size())) {
-      end_with(absl::InvalidArgumentError("malformed session message"));
-      break;
-    }
-    if (!c->session_.has_value()) {
-      if (request.kind_case() != pb::SessionRequest::kOpen) {
-        end_with(absl::InvalidArgumentError("the first session message must be 'open'"));
-        break;
-      }
-      // Checked here, not per call: every call on the session acts for the task that opened it.
-      if (absl::Status allowed = Authorize(c->principal_, ForTask(request.open().task_id()));
-          !allowed.ok()) {
-        metrics_.AuthFailure();
-        end_with(allowed);
-        break;
-      }
-      c->outbox_->Attach(c.get());
-      absl::StatusOr<RpcHandler::Session> session =
-          handler_.OpenSession(request.open(), c->outbox_);
-      if (!session.ok()) {
-        end_with(session.status());
-        break;
-      }
-      c->session_ = *session;
-    } else if (request.kind_case() == pb::SessionRequest::kCall) {
-      // The result may come on any thread and after the connection is gone: the completion
-      // holds only the outbox (shared) and plain values.
-      handler_.SessionCall(*c->session_, request.call(),
-                           [outbox = c->outbox_, metrics = &metrics_, clock = &clock_,
-                            method = RpcHandler::SessionCallName(request.call()),
-                            start = clock_.Now()](CallResult result) {
-                             metrics->Rpc(method, result.status.code(), clock->Now() - start);
-                             outbox->Push(std::move(result));
-                             outbox->Notify();
-                           });
-    } else {
-      // A heartbeat; a second 'open' or an unknown message still proves the task is alive.
-      handler_.Heartbeat(*c->session_, request);
-    }
+    at += frame.consumed;
+    HandleFrame(c, frame.stream, frame.payload);
   }
-  if (c->stage_ == Connection::Stage::kEnding) {
+  if (c->ending_) {
     c->in_.clear();  // nothing after the end is read
   } else {
     c->in_.erase(0, at);
   }
+}
+
+void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32_t id,
+                                    std::string_view payload) {
+  auto refuse = [&](const absl::Status& status) {
+    c->Send(EndFrame(status), id, /*last=*/false);
+  };
+  auto it = c->streams_.find(id);
+  if (it == c->streams_.end()) {
+    // A stream that ended here already (refused, or closed): what it still sent is dropped.
+    if (id <= c->last_stream_ || payload.empty()) return;
+    c->last_stream_ = id;
+    if (c->streams_.size() >= options_.max_streams_per_connection) {
+      return refuse(absl::ResourceExhaustedError(
+          absl::StrCat("more than ", options_.max_streams_per_connection,
+                       " sessions on one session wire connection")));
+    }
+    pb::WireHello hello;
+    if (!hello.ParseFromArray(payload.data(), payload.size())) {
+      return refuse(absl::InvalidArgumentError("malformed session wire hello"));
+    }
+    absl::string_view bearer = hello.authorization();
+    absl::StatusOr<auth::Principal> principal =
+        absl::ConsumePrefix(&bearer, "Bearer ")
+            ? auth::Authenticate(options_.token, bearer)
+            : absl::UnauthenticatedError("the hello's authorization is not 'Bearer <token>'");
+    absl::Status allowed = principal.ok()
+                               ? Authorize(*principal, ForTask(hello.register_().task().task_id()))
+                               : principal.status();
+    if (!allowed.ok()) {
+      metrics_.AuthFailure();
+      return refuse(allowed);
+    }
+    if (!c->authenticated_) {
+      c->authenticated_ = true;
+      authenticated_(c->peer());
+    }
+    const absl::Time start = clock_.Now();
+    pb::WireServerFrame answer;
+    absl::Status registered = handler_.Register(hello.register_(), answer.mutable_registered());
+    metrics_.Rpc("Register", registered.code(), clock_.Now() - start);
+    if (!registered.ok()) return refuse(registered);
+    c->streams_[id] = std::make_unique<Stream>(id, *c, *std::move(principal));
+    c->Send(answer, id, /*last=*/false);
+    return;
+  }
+  Stream& stream = *it->second;
+  if (payload.empty()) {
+    return EndStream(*c, it, absl::UnavailableError("the task closed its session"));
+  }
+  // A refusal after the hello ends the stream here; the task's session with it.
+  auto end_with = [&](const absl::Status& status) {
+    refuse(status);
+    EndStream(*c, it, status);
+  };
+  pb::SessionRequest request;
+  if (!request.ParseFromArray(payload.data(), payload.size())) {
+    return end_with(absl::InvalidArgumentError("malformed session message"));
+  }
+  if (!stream.session_.has_value()) {
+    if (request.kind_case() != pb::SessionRequest::kOpen) {
+      return end_with(absl::InvalidArgumentError("the first session message must be 'open'"));
+    }
+    // Checked here, not per call: every call on the session acts for the task that opened it.
+    if (absl::Status allowed = Authorize(stream.principal(), ForTask(request.open().task_id()));
+        !allowed.ok()) {
+      metrics_.AuthFailure();
+      return end_with(allowed);
+    }
+    stream.outbox_->Attach(&stream);
+    absl::StatusOr<RpcHandler::Session> session =
+        handler_.OpenSession(request.open(), stream.outbox_);
+    if (!session.ok()) return end_with(session.status());
+    stream.session_ = *session;
+  } else if (request.kind_case() == pb::SessionRequest::kCall) {
+    // The result may come on any thread and after the connection is gone: the completion
+    // holds only the outbox (shared) and plain values.
+    handler_.SessionCall(*stream.session_, request.call(),
+                         [outbox = stream.outbox_, metrics = &metrics_, clock = &clock_,
+                          method = RpcHandler::SessionCallName(request.call()),
+                          start = clock_.Now()](CallResult result) {
+                           metrics->Rpc(method, result.status.code(), clock->Now() - start);
+                           outbox->Push(std::move(result));
+                           outbox->Notify();
+                         });
+  } else {
+    // A heartbeat; a second 'open' or an unknown message still proves the task is alive.
+    handler_.Heartbeat(*stream.session_, request);
+  }
+}
+
+void WireSessionServer::EndStream(Connection& c, StreamMap::iterator it, const absl::Status& why) {
+  std::unique_ptr<Stream> stream = std::move(it->second);
+  c.streams_.erase(it);
+  stream->outbox_->Detach();  // no OnOutboxReady is running or will start
+  if (stream->session_.has_value()) handler_.CloseSession(*stream->session_, why);
 }
 
 void WireSessionServer::Close(const std::shared_ptr<Connection>& c, const absl::Status& why) {
@@ -395,8 +435,8 @@ void WireSessionServer::Close(const std::shared_ptr<Connection>& c, const absl::
   }
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd(), nullptr);
   c->MarkClosed();
-  c->outbox_->Detach();  // no OnOutboxReady is running or will start
-  if (c->session_.has_value()) handler_.CloseSession(*c->session_, why);
+  // The connection's end is every task's on it: the crash signal of a process that died.
+  while (!c->streams_.empty()) EndStream(*c, c->streams_.begin(), why);
   // Shut first: the listener's dup of the socket would otherwise keep it open.
   shutdown(c->fd(), SHUT_RDWR);
   close(c->fd());

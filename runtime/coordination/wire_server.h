@@ -2,6 +2,9 @@
 // task's registration and Session over plain framed TCP on the coordinator's own port, for the
 // hot path (barriers, key-value calls, heartbeats, events), without HTTP/2 and gRPC's thread
 // hand-offs. The ConnectionListener hands it the connections whose first byte is the wire's.
+// A connection carries the sessions of one client process's tasks as streams (wire_format.h):
+// each stream is registered, authenticated and closed on its own; the connection's end closes
+// every session on it, as the process's death does.
 //
 // One event-loop thread reads every wire connection, cuts frames and hands them to the
 // RpcHandler, exactly as SessionReactor does for the gRPC stream (the same conversions, auth,
@@ -15,8 +18,10 @@
 // session breaks, as a hung task's would). Thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -36,6 +41,8 @@ class WireSessionServer {
     std::string token;  // the job token; task credentials derived from it are accepted too
     size_t max_frame_bytes = 4 << 20;
     size_t max_unsent_bytes = 64 << 20;
+    // Tasks one process may run over one connection (a task-host or test process runs many).
+    size_t max_streams_per_connection = 65536;
   };
   // Called with a connection's peer name once it presented a valid credential.
   using Authenticated = absl::AnyInvocable<void(const std::string& peer)>;
@@ -56,11 +63,17 @@ class WireSessionServer {
 
  private:
   class Connection;
+  class Stream;
+  using StreamMap = absl::flat_hash_map<uint32_t, std::unique_ptr<Stream>>;
 
   void Loop();
   // Reads what has arrived, handles every whole frame, and closes the connection if it ended.
   void Readable(const std::shared_ptr<Connection>& connection);
   void HandleFrames(const std::shared_ptr<Connection>& connection);
+  void HandleFrame(const std::shared_ptr<Connection>& connection, uint32_t stream,
+                   std::string_view payload);
+  // Ends a stream: detaches its outbox and closes its session (a task gone: `why`).
+  void EndStream(Connection& connection, StreamMap::iterator stream, const absl::Status& why);
   void Close(const std::shared_ptr<Connection>& connection, const absl::Status& why);
 
   const Options options_;

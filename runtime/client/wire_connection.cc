@@ -1,0 +1,385 @@
+#include "runtime/client/wire_connection.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/coordination/wire_format.h"
+
+namespace phalanx::client {
+
+namespace pb = ::phalanx::coord::v1;
+
+namespace {
+
+constexpr absl::Duration kRedialInterval = absl::Milliseconds(25);
+
+// Milliseconds left until `deadline` for poll(), at least 0.
+int PollMillis(absl::Time deadline) {
+  return static_cast<int>(
+      std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()) + 1));
+}
+
+// Splits "host:port" or "[v6]:port".
+bool SplitAddress(const std::string& address, std::string* host, std::string* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) return false;
+  *host = address.substr(0, colon);
+  *port = address.substr(colon + 1);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  return !host->empty();
+}
+
+// A connected, blocking TCP socket to `address`, or Unavailable.
+absl::StatusOr<int> DialSocket(const std::string& address, absl::Time deadline) {
+  std::string host, port;
+  if (!SplitAddress(address, &host, &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator address '", address, "' is not host:port"));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  // An IP address (what the operator injects) needs no resolver.
+  in6_addr numeric;
+  if (inet_pton(AF_INET, host.c_str(), &numeric) == 1 ||
+      inet_pton(AF_INET6, host.c_str(), &numeric) == 1) {
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  }
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve coordinator '", host, "': ", gai_strerror(rc)));
+  }
+  std::string last_error = "no address";
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    const int s = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+      last_error = std::strerror(errno);
+      continue;
+    }
+    int rc = connect(s, a->ai_addr, a->ai_addrlen);
+    if (rc < 0 && errno == EINPROGRESS) {
+      pollfd p{s, POLLOUT, 0};
+      rc = poll(&p, 1, PollMillis(deadline)) == 1 ? 0 : -1;
+      int error = rc == 0 ? 0 : ETIMEDOUT;
+      socklen_t length = sizeof(error);
+      if (rc == 0) getsockopt(s, SOL_SOCKET, SO_ERROR, &error, &length);
+      if (error != 0) {
+        rc = -1;
+        errno = error;
+      }
+    }
+    if (rc < 0) {
+      last_error = std::strerror(errno);
+      close(s);
+      continue;
+    }
+    fd = s;
+  }
+  freeaddrinfo(found);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to the coordinator at ", address, ": ", last_error));
+  }
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const timeval send_timeout{absl::ToInt64Seconds(WireConnection::kSendTimeout), 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
+  return fd;
+}
+
+bool SendAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(n);
+  }
+  return true;
+}
+
+// The process's connections by address. Weak: a connection lives while a stream uses it.
+struct Registry {
+  absl::Mutex mu;
+  absl::flat_hash_map<std::string, std::weak_ptr<WireConnection>> by_address ABSL_GUARDED_BY(mu);
+};
+
+Registry& TheRegistry() {
+  static auto* registry = new Registry;  // never destroyed: streams may outlive main's statics
+  return *registry;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<WireConnection>> WireConnection::ForAddress(
+    const std::string& address, absl::Time deadline,
+    absl::FunctionRef<bool(absl::Duration)> pause) {
+  Registry& registry = TheRegistry();
+  std::shared_ptr<WireConnection> connection;
+  bool dial = false;
+  {
+    absl::MutexLock lock(&registry.mu);
+    std::weak_ptr<WireConnection>& slot = registry.by_address[address];
+    connection = slot.lock();
+    if (connection != nullptr) {
+      absl::MutexLock state_lock(&connection->mu_);
+      if (connection->state_ == State::kEnded) connection = nullptr;
+    }
+    if (connection == nullptr) {
+      connection.reset(new WireConnection(address));
+      slot = connection;
+      dial = true;
+    }
+  }
+  // Dialled outside the registry's lock: connections to other coordinators go on meanwhile,
+  // and the process's other tasks wait for this one instead of dialling their own.
+  if (dial) connection->Dial(deadline, pause);
+  if (absl::Status status = connection->AwaitDialled(deadline, pause); !status.ok()) {
+    return status;
+  }
+  return connection;
+}
+
+void WireConnection::Dial(absl::Time deadline, absl::FunctionRef<bool(absl::Duration)> pause) {
+  absl::StatusOr<int> fd = DialSocket(address_, deadline);
+  while (absl::IsUnavailable(fd.status()) && absl::Now() + kRedialInterval < deadline) {
+    if (pause(kRedialInterval)) {
+      fd = absl::CancelledError("the client is stopping");
+      break;
+    }
+    fd = DialSocket(address_, deadline);
+  }
+  absl::MutexLock lock(&mu_);
+  if (!fd.ok()) {
+    state_ = State::kEnded;
+    ended_ = fd.status();
+    return;
+  }
+  fd_ = *fd;
+  state_ = State::kOpen;
+  reader_ = std::thread([this] { ReadLoop(); });
+  // The magic leads every write; a write is whole frames, so the streams' first frames follow.
+  absl::MutexLock write_lock(&write_mu_);
+  unsent_.assign(coord::kWireMagicView);
+}
+
+absl::Status WireConnection::AwaitDialled(absl::Time deadline,
+                                          absl::FunctionRef<bool(absl::Duration)> pause) {
+  absl::MutexLock lock(&mu_);
+  auto dialled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_ != State::kDialling;
+  };
+  // In slices, so a caller that is stopping does not wait out another task's dial.
+  while (!dialled() && absl::Now() < deadline) {
+    mu_.AwaitWithDeadline(absl::Condition(&dialled),
+                          std::min(deadline, absl::Now() + kRedialInterval));
+    if (dialled()) break;
+    mu_.Unlock();
+    const bool stopping = pause(absl::ZeroDuration());
+    mu_.Lock();
+    if (stopping) return absl::CancelledError("the client is stopping");
+  }
+  if (state_ == State::kDialling) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to the coordinator at ", address_, " in time"));
+  }
+  if (state_ == State::kEnded) return *ended_;
+  return absl::OkStatus();
+}
+
+WireConnection::~WireConnection() {
+  Break(absl::CancelledError("the session wire connection is closed"));
+  if (reader_.joinable()) {
+    // The last stream let go on the reader thread itself: it is on its way out.
+    if (reader_.get_id() == std::this_thread::get_id()) {
+      reader_.detach();
+    } else {
+      reader_.join();
+    }
+  }
+  if (fd_ >= 0) close(fd_);
+}
+
+uint32_t WireConnection::Attach(Receiver& receiver,
+                                absl::FunctionRef<std::string(uint32_t)> first_frames) {
+  std::optional<absl::Status> ended;
+  uint32_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = ++last_stream_;
+    if (state_ == State::kEnded) {
+      ended = ended_;
+    } else {
+      streams_.emplace(id, Entry{&receiver});
+      // Queued under mu_, so hellos leave in the order of their ids.
+      absl::MutexLock write_lock(&write_mu_);
+      if (!write_broken_) unsent_.append(first_frames(id));
+    }
+  }
+  if (ended.has_value()) {
+    receiver.OnConnectionEnd(*ended);
+    return id;
+  }
+  write_mu_.Lock();
+  Flush();
+  return id;
+}
+
+void WireConnection::Detach(uint32_t stream) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this, stream]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = streams_.find(stream);
+    return it == streams_.end() || it->second.delivering == 0;
+  };
+  mu_.Await(absl::Condition(&idle));
+  streams_.erase(stream);
+}
+
+void WireConnection::Send(std::string bytes) {
+  write_mu_.Lock();
+  if (write_broken_) {
+    write_mu_.Unlock();
+    return;
+  }
+  unsent_.append(bytes);
+  Flush();
+}
+
+void WireConnection::Flush() {
+  if (flushing_ || write_broken_) {
+    // Another thread is in send(): it takes what is queued with its next one.
+    write_mu_.Unlock();
+    return;
+  }
+  flushing_ = true;
+  std::string batch;
+  while (!unsent_.empty()) {
+    batch.swap(unsent_);
+    unsent_.clear();
+    write_mu_.Unlock();
+    const bool sent = SendAll(fd_, batch);
+    write_mu_.Lock();
+    if (!sent) {
+      // Broken, or no room for kSendTimeout (a coordinator that stopped reading): end the
+      // connection; the reader reports it to every stream and the pending calls fail.
+      write_broken_ = true;
+      unsent_.clear();
+      shutdown(fd_, SHUT_RDWR);
+    }
+  }
+  flushing_ = false;
+  write_mu_.Unlock();
+}
+
+void WireConnection::Break(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (!ended_.has_value()) ended_ = why;
+  if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);  // the reader sees the end and tells every stream
+}
+
+void WireConnection::ReadLoop() { EndAll(ReadUntilEnd()); }
+
+absl::Status WireConnection::ReadUntilEnd() {
+  std::string in;
+  size_t at = 0;
+  bool magic_seen = false;
+  std::vector<char> buffer(64 << 10);
+  while (true) {
+    if (!magic_seen && in.size() >= coord::kWireMagicView.size()) {
+      if (in.compare(0, coord::kWireMagicView.size(), coord::kWireMagicView) != 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the coordinator at ", address_, " does not speak the session wire"));
+      }
+      magic_seen = true;
+      at = coord::kWireMagicView.size();
+    }
+    coord::Frame frame;
+    const coord::FrameCut cut = magic_seen ? coord::CutFrame(std::string_view(in).substr(at),
+                                                             kMaxFrameBytes, &frame)
+                                           : coord::FrameCut::kNeedMore;
+    if (cut == coord::FrameCut::kTooBig) {
+      return absl::UnavailableError("session wire: a frame from the coordinator is too big");
+    }
+    if (cut == coord::FrameCut::kFrame) {
+      at += frame.consumed;
+      pb::WireServerFrame message;
+      if (!message.ParseFromArray(frame.payload.data(), frame.payload.size())) {
+        return absl::UnavailableError("session wire: malformed frame from the coordinator");
+      }
+      Route(frame.stream, std::move(message));
+      continue;
+    }
+    in.erase(0, at);
+    at = 0;
+    const ssize_t n = recv(fd_, buffer.data(), buffer.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 && !magic_seen) {
+      return absl::UnavailableError(
+          absl::StrCat("the coordinator at ", address_, " closed the connection before answering"));
+    }
+    if (n == 0) return absl::UnavailableError("the coordinator closed the session connection");
+    if (n < 0) {
+      return absl::UnavailableError(absl::StrCat("session connection: ", std::strerror(errno)));
+    }
+    last_read_micros_ = absl::ToUnixMicros(absl::Now());
+    in.append(buffer.data(), n);
+  }
+}
+
+void WireConnection::Route(uint32_t stream, pb::WireServerFrame frame) {
+  Receiver* receiver;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(stream);
+    if (it == streams_.end()) return;  // detached: its task is gone
+    receiver = it->second.receiver;
+    ++it->second.delivering;
+  }
+  const bool last = frame.has_end();
+  receiver->OnFrame(std::move(frame));
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream);
+  if (--it->second.delivering == 0 && last) streams_.erase(it);
+}
+
+void WireConnection::EndAll(const absl::Status& read_status) {
+  std::vector<std::pair<uint32_t, Receiver*>> receivers;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    state_ = State::kEnded;
+    // A Break() names the cause better than the end it causes.
+    if (!ended_.has_value()) ended_ = read_status;
+    status = *ended_;
+    for (auto& [id, entry] : streams_) {
+      ++entry.delivering;
+      receivers.emplace_back(id, entry.receiver);
+    }
+  }
+  {
+    absl::MutexLock lock(&write_mu_);
+    write_broken_ = true;
+  }
+  for (auto& [id, receiver] : receivers) receiver->OnConnectionEnd(status);
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, receiver] : receivers) streams_.erase(id);
+}
+
+}  // namespace phalanx::client

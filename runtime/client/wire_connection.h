@@ -1,0 +1,117 @@
+// WireConnection: this process's session-wire connection to one coordinator (ADR 0005,
+// wire_format.h). Every task session of the process that goes to the same address rides it as
+// a stream (WireSessionStream), as gRPC shares one HTTP/2 connection between the channels of a
+// process: a task-host or test process with many tasks dials once, starts one reader thread,
+// and the coordinator's fan-out (a barrier's release) reaches all of its tasks in one write.
+//
+// The connection's end is every stream's end; a process that dies closes it, which is the crash
+// signal for each of its tasks. One stream's end (a task closing, a refusal) is its own.
+//
+// Frames are written by the calling thread; when several threads write at once, one of them
+// writes everything queued meanwhile in one send (the others return at once), so a burst of
+// calls costs few system calls. One reader thread per connection reads and hands each frame to
+// its stream's Receiver.
+// Deadlines: dialling is bounded by the caller's; a write waits at most kSendTimeout for room
+// in the socket before the connection is broken; reads wait without one, because each
+// session's heartbeat check (SessionChannel) cancels a silent stream.
+// Thread-safe. Receiver methods run on the reader thread, never under a lock of this object;
+// Detach waits for a call in progress to its receiver, so it must not be called from one.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "runtime/proto/coordination.pb.h"
+
+namespace phalanx::client {
+
+class WireConnection {
+ public:
+  class Receiver {
+   public:
+    virtual ~Receiver() = default;
+    // A frame for this stream. After an `end` frame nothing more comes.
+    virtual void OnFrame(coord::v1::WireServerFrame frame) = 0;
+    // The connection ended (`status` says why); nothing more comes.
+    virtual void OnConnectionEnd(const absl::Status& status) = 0;
+  };
+
+  static constexpr absl::Duration kSendTimeout = absl::Seconds(10);
+  // Largest frame accepted from the coordinator (a key-value answer holds at most 1 MiB).
+  static constexpr size_t kMaxFrameBytes = 16 << 20;
+
+  // This process's live connection to `address` (host:port), dialled now if there is none.
+  // Like gRPC's wait-for-ready, a coordinator that is not listening yet (restarting, or its pod
+  // still starting) is dialled again every 25 ms until `deadline`; `pause(d)` waits between
+  // dials and returns true (give up: Cancelled) when the caller is stopping. Errors:
+  // Unavailable (cannot connect by the deadline), InvalidArgument (not host:port).
+  static absl::StatusOr<std::shared_ptr<WireConnection>> ForAddress(
+      const std::string& address, absl::Time deadline,
+      absl::FunctionRef<bool(absl::Duration)> pause);
+  ~WireConnection();
+  WireConnection(const WireConnection&) = delete;
+  WireConnection& operator=(const WireConnection&) = delete;
+
+  const std::string& address() const { return address_; }
+  // When the reader last received bytes (the infinite past before any).
+  absl::Time last_read() const { return absl::FromUnixMicros(last_read_micros_.load()); }
+
+  // A new stream whose frames go to `receiver`; its id. `first_frames(id)` makes the stream's
+  // first frames (its hello), which are written before any later stream's: the coordinator
+  // takes stream ids in increasing order. On a connection that has ended, `receiver` is told so
+  // before this returns.
+  uint32_t Attach(Receiver& receiver, absl::FunctionRef<std::string(uint32_t)> first_frames);
+  // No call reaches the stream's receiver after this returns. Idempotent.
+  void Detach(uint32_t stream);
+  // Writes whole frames (see the header comment). A failure breaks the connection.
+  void Send(std::string bytes);
+  // Ends the connection and with it every stream on it (told `why`). Idempotent.
+  void Break(const absl::Status& why);
+
+ private:
+  enum class State { kDialling, kOpen, kEnded };
+  struct Entry {
+    Receiver* receiver;
+    int delivering = 0;  // receiver calls in progress
+  };
+
+  explicit WireConnection(std::string address) : address_(std::move(address)) {}
+  // Waits until the dialler is done (or the deadline); the connection's status then.
+  absl::Status AwaitDialled(absl::Time deadline, absl::FunctionRef<bool(absl::Duration)> pause);
+  void Dial(absl::Time deadline, absl::FunctionRef<bool(absl::Duration)> pause);
+  // Writes what is queued unless another thread is already doing so.
+  void Flush() ABSL_UNLOCK_FUNCTION(write_mu_);
+  void ReadLoop();
+  absl::Status ReadUntilEnd();
+  void Route(uint32_t stream, coord::v1::WireServerFrame frame);
+  void EndAll(const absl::Status& status);
+
+  const std::string address_;
+  std::atomic<int64_t> last_read_micros_{std::numeric_limits<int64_t>::min()};
+  int fd_ = -1;  // set once when the dial succeeds (under mu_), constant after
+  std::thread reader_;
+
+  absl::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kDialling;
+  std::optional<absl::Status> ended_ ABSL_GUARDED_BY(mu_);  // why it ended (or is ending)
+  uint32_t last_stream_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint32_t, Entry> streams_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::string unsent_ ABSL_GUARDED_BY(write_mu_);  // written by the thread that is flushing
+  bool flushing_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool write_broken_ ABSL_GUARDED_BY(write_mu_) = false;
+};
+
+}  // namespace phalanx::client
