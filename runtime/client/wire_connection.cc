@@ -183,9 +183,7 @@ void WireConnection::Dial(absl::Time deadline, absl::FunctionRef<bool(absl::Dura
 absl::Status WireConnection::AwaitDialled(absl::Time deadline,
                                           absl::FunctionRef<bool(absl::Duration)> pause) {
   absl::MutexLock lock(&mu_);
-  auto dialled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return state_ != State::kDialling;
-  };
+  auto dialled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return state_ != State::kDialling; };
   // In slices, so a caller that is stopping does not wait out another task's dial.
   while (!dialled() && absl::Now() < deadline) {
     mu_.AwaitWithDeadline(absl::Condition(&dialled),
@@ -311,9 +309,9 @@ absl::Status WireConnection::ReadUntilEnd() {
       at = coord::kWireMagicView.size();
     }
     coord::Frame frame;
-    const coord::FrameCut cut = magic_seen ? coord::CutFrame(std::string_view(in).substr(at),
-                                                             kMaxFrameBytes, &frame)
-                                           : coord::FrameCut::kNeedMore;
+    const coord::FrameCut cut =
+        magic_seen ? coord::CutFrame(std::string_view(in).substr(at), kMaxFrameBytes, &frame)
+                   : coord::FrameCut::kNeedMore;
     if (cut == coord::FrameCut::kTooBig) {
       return absl::UnavailableError("session wire: a frame from the coordinator is too big");
     }
