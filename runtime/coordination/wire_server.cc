@@ -334,9 +334,7 @@ void WireSessionServer::HandleFrames(const std::shared_ptr<Connection>& c) {
 
 void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32_t id,
                                     std::string_view payload) {
-  auto refuse = [&](const absl::Status& status) {
-    c->Send(EndFrame(status), id, /*last=*/false);
-  };
+  auto refuse = [&](const absl::Status& status) { c->Send(EndFrame(status), id, /*last=*/false); };
   auto it = c->streams_.find(id);
   if (it == c->streams_.end()) {
     // A stream that ended here already (refused, or closed): what it still sent is dropped.
