@@ -212,7 +212,7 @@ def median_of(values):
 
 
 def bench_peer(args, peer):
-    """{workload: median} for one peer, plus the server RSS with 1024 connections."""
+    """{workload: median} for one peer, plus the server RSS with 1024 tasks connected."""
     samples = {name: [] for name, _, _ in ROWS}
     rss = []
     sizes = [int(n) for n in args.sizes.split(",") if n]
@@ -314,7 +314,7 @@ def main():
             "%.2fx" % r["phalanx_py"] if "phalanx_py" in r else "-",
             "%.2fx" % r["phalanx_cpp"] if "phalanx_cpp" in r else "-"))
     print("(ratios: how many times better Phalanx is; > 1 means ahead)")
-    print("server RSS with 1024 connections (MiB): " + ", ".join(
+    print("server RSS with 1024 tasks connected (MiB): " + ", ".join(
         "%s %s" % (p, show(v)) for p, v in doc["server_rss_mib_1024"].items()))
     print("written to " + args.out)
     return 0
