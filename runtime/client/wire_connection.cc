@@ -138,6 +138,8 @@ absl::StatusOr<std::shared_ptr<WireConnection>> WireConnection::ForAddress(
     absl::MutexLock lock(&registry.mu);
     std::weak_ptr<WireConnection>& slot = registry.by_address[address];
     connection = slot.lock();
+    // One inherited through fork() is the parent's socket, with no reader in this process.
+    if (connection != nullptr && connection->pid_ != getpid()) connection = nullptr;
     if (connection != nullptr) {
       absl::MutexLock state_lock(&connection->mu_);
       if (connection->state_ == State::kEnded) connection = nullptr;

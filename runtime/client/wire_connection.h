@@ -18,6 +18,9 @@
 // Detach waits for a call in progress to its receiver, so it must not be called from one.
 #pragma once
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -98,6 +101,7 @@ class WireConnection {
   void EndAll(const absl::Status& status);
 
   const std::string address_;
+  const pid_t pid_ = getpid();  // the process that made it
   std::atomic<int64_t> last_read_micros_{std::numeric_limits<int64_t>::min()};
   int fd_ = -1;  // set once when the dial succeeds (under mu_), constant after
   std::thread reader_;

@@ -44,10 +44,8 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
   });
 
   absl::MutexLock lock(&stream->mu_);
-  auto answered = [s = stream.get()]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-    return s->registered_.has_value() || s->end_.has_value();
-  };
-  stream->mu_.AwaitWithDeadline(absl::Condition(&answered), deadline);
+  stream->mu_.AwaitWithDeadline(absl::Condition(stream.get(), &WireSessionStream::Answered),
+                                deadline);
   if (!stream->registered_.has_value()) {
     if (stream->end_.has_value()) return *stream->end_;
     // Nothing at all came on the connection meanwhile either: it is dead (a coordinator that
@@ -62,10 +60,10 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
   }
   // With `open` sent at once its answer follows right behind: wait for it here (within the
   // deadline), so that Start() hands it over on the caller's thread.
-  auto opened = [s = stream.get()]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-    return !s->pending_.empty() || s->end_.has_value();
-  };
-  if (open_at_once) stream->mu_.AwaitWithDeadline(absl::Condition(&opened), deadline);
+  if (open_at_once) {
+    stream->mu_.AwaitWithDeadline(absl::Condition(stream.get(), &WireSessionStream::Delivered),
+                                  deadline);
+  }
   Opened result;
   result.registered = std::move(*stream->registered_);
   result.stream = std::move(stream);

@@ -71,6 +71,13 @@ class WireSessionStream final : public SessionStream, private WireConnection::Re
   // The session is over (`status`): told to the sink once, if Start() handed it the stream.
   void End(absl::Status status);
   void Send(const coord::v1::SessionRequest& request);
+  // Open's waits: the hello answered (or the stream over); an event (`opened`) arrived.
+  bool Answered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return registered_.has_value() || end_.has_value();
+  }
+  bool Delivered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !pending_.empty() || end_.has_value();
+  }
 
   const std::shared_ptr<WireConnection> connection_;
   uint32_t id_ = 0;  // set by Open before any frame can arrive

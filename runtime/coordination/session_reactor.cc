@@ -2,7 +2,7 @@
 
 #include "runtime/coordination/grpc_status.h"
 #include "runtime/coordination/proto_convert.h"
-#include "runtime/coordination/token_auth.h"
+#include "runtime/coordination/session_calls.h"
 
 namespace phalanx::coord {
 
@@ -51,14 +51,8 @@ void SessionReactor::OnReadDone(bool ok) {
 }
 
 void SessionReactor::HandleOpen(const v1::TaskRef& task) {
-  // Checked here, not per call: every call on the stream acts for the task that opened it.
-  if (absl::Status allowed = Authorize(principal_, ForTask(task.task_id())); !allowed.ok()) {
-    metrics_.AuthFailure();
-    absl::MutexLock lock(&mu_);
-    FinishLocked(allowed);
-    return;
-  }
-  absl::StatusOr<RpcHandler::Session> session = handler_.OpenSession(task, outbox_);
+  absl::StatusOr<RpcHandler::Session> session =
+      OpenAuthorizedSession(handler_, metrics_, principal_, task, outbox_);
   if (!session.ok()) {
     absl::MutexLock lock(&mu_);
     FinishLocked(session.status());
@@ -68,16 +62,7 @@ void SessionReactor::HandleOpen(const v1::TaskRef& task) {
 }
 
 void SessionReactor::HandleCall(const v1::SessionCall& call) {
-  // The result may come on any thread and after this reactor is gone: the completion holds
-  // only the outbox (shared) and plain values.
-  handler_.SessionCall(
-      *session_, call,
-      [outbox = outbox_, metrics = &metrics_, clock = &clock_,
-       method = RpcHandler::SessionCallName(call), start = clock_.Now()](CallResult result) {
-        metrics->Rpc(method, result.status.code(), clock->Now() - start);
-        outbox->Push(std::move(result));
-        outbox->Notify();
-      });
+  RunSessionCall(handler_, metrics_, clock_, *session_, call, outbox_);
 }
 
 void SessionReactor::OnOutboxReady() {

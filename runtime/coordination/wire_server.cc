@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "common/base/log.h"
 #include "runtime/coordination/proto_convert.h"
+#include "runtime/coordination/session_calls.h"
 #include "runtime/coordination/session_outbox.h"
 #include "runtime/coordination/token_auth.h"
 #include "runtime/coordination/wire_format.h"
@@ -413,28 +414,13 @@ void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32
     if (request.kind_case() != pb::SessionRequest::kOpen) {
       return end_with(absl::InvalidArgumentError("the first session message must be 'open'"));
     }
-    // Checked here, not per call: every call on the session acts for the task that opened it.
-    if (absl::Status allowed = Authorize(stream.principal(), ForTask(request.open().task_id()));
-        !allowed.ok()) {
-      metrics_.AuthFailure();
-      return end_with(allowed);
-    }
     stream.outbox_->Attach(&stream);
-    absl::StatusOr<RpcHandler::Session> session =
-        handler_.OpenSession(request.open(), stream.outbox_);
+    absl::StatusOr<RpcHandler::Session> session = OpenAuthorizedSession(
+        handler_, metrics_, stream.principal(), request.open(), stream.outbox_);
     if (!session.ok()) return end_with(session.status());
     stream.session_ = *session;
   } else if (request.kind_case() == pb::SessionRequest::kCall) {
-    // The result may come on any thread and after the connection is gone: the completion
-    // holds only the outbox (shared) and plain values.
-    handler_.SessionCall(*stream.session_, request.call(),
-                         [outbox = stream.outbox_, metrics = &metrics_, clock = &clock_,
-                          method = RpcHandler::SessionCallName(request.call()),
-                          start = clock_.Now()](CallResult result) {
-                           metrics->Rpc(method, result.status.code(), clock->Now() - start);
-                           outbox->Push(std::move(result));
-                           outbox->Notify();
-                         });
+    RunSessionCall(handler_, metrics_, clock_, *stream.session_, request.call(), stream.outbox_);
   } else {
     // A heartbeat; a second 'open' or an unknown message still proves the task is alive.
     handler_.Heartbeat(*stream.session_, request);
