@@ -263,7 +263,7 @@ void WireConnection::Send(std::string bytes) {
 }
 
 void WireConnection::Flush() {
-  if (flushing_ || write_broken_) {
+  if (flushing_ || corked_ || write_broken_) {
     // Another thread is in send(): it takes what is queued with its next one.
     write_mu_.Unlock();
     return;
@@ -300,6 +300,7 @@ absl::Status WireConnection::ReadUntilEnd() {
   std::string in;
   size_t at = 0;
   bool magic_seen = false;
+  bool corked = false;  // this thread holds the writes back (corked_)
   std::vector<char> buffer(64 << 10);
   while (true) {
     if (!magic_seen && in.size() >= coord::kWireMagicView.size()) {
@@ -319,12 +320,26 @@ absl::Status WireConnection::ReadUntilEnd() {
     }
     if (cut == coord::FrameCut::kFrame) {
       at += frame.consumed;
+      if (!corked) {
+        // The callers this batch wakes write their next calls meanwhile: they leave together,
+        // in one send, when the batch is done (a barrier's release wakes a process's tasks at
+        // once, and each sends its next call).
+        corked = true;
+        absl::MutexLock lock(&write_mu_);
+        corked_ = true;
+      }
       pb::WireServerFrame message;
       if (!message.ParseFromArray(frame.payload.data(), frame.payload.size())) {
         return absl::UnavailableError("session wire: malformed frame from the coordinator");
       }
       Route(frame.stream, std::move(message));
       continue;
+    }
+    if (corked) {
+      corked = false;
+      write_mu_.Lock();
+      corked_ = false;
+      Flush();
     }
     in.erase(0, at);
     at = 0;

@@ -115,6 +115,8 @@ class WireConnection {
   absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::string unsent_ ABSL_GUARDED_BY(write_mu_);  // written by the thread that is flushing
   bool flushing_ ABSL_GUARDED_BY(write_mu_) = false;
+  // Set while the reader hands out a batch of frames: writes queue, and the reader sends them.
+  bool corked_ ABSL_GUARDED_BY(write_mu_) = false;
   bool write_broken_ ABSL_GUARDED_BY(write_mu_) = false;
 };
 
