@@ -289,7 +289,7 @@ struct KvChain {
 
 void BenchKv(Results& r, int runs) {
   constexpr int kClients = 8;
-  constexpr int kInFlight = 32;  // concurrent set→get chains per client (one connection each)
+  constexpr int kInFlight = 32;  // concurrent set→get chains per client
   const double seconds = absl::GetFlag(FLAGS_kv_seconds);
   std::vector<double> rates;
   for (int run = 0; run < runs; ++run) {
@@ -490,7 +490,8 @@ std::string Json(const Results& r, int runs) {
       absl::StrFormat("  \"runs\": %d,\n", runs),
       absl::StrFormat("  \"cores\": %d,\n", static_cast<int>(std::thread::hardware_concurrency())),
       "  \"method\": \"coordinator = phalanx-coordinator process; tasks = threads in up to 8 "
-      "task-host processes, one gRPC connection per task; kv = 8 clients x 32 in-flight "
+      "task-host processes, sessions on the session wire (one connection per process); kv = 8 "
+      "clients x 32 in-flight "
       "set-then-get chains; latency = 32 connects in a row, 8 synchronous set/get clients; "
       "detection = 4 single-task processes, worst survivor\"\n}\n");
 }
