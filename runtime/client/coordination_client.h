@@ -81,7 +81,9 @@ class CoordinationClient {
   virtual absl::Status KvInsert(const std::string& key, const std::string& value,
                                 bool allow_overwrite) = 0;
   virtual absl::StatusOr<std::string> KvGet(const std::string& key, absl::Duration timeout) = 0;
-  // Non-blocking forms: `done` runs once, on a client thread; keep it short. They let one
+  // Non-blocking forms: `done` runs once, on a client thread (on the session wire, the reader
+  // thread the process's clients share); keep it short and do not wait in it for another
+  // coordination call. They let one
   // thread keep many operations in flight.
   virtual void KvInsertAsync(const std::string& key, const std::string& value, bool allow_overwrite,
                              absl::AnyInvocable<void(absl::Status) &&> done) = 0;

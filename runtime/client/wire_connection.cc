@@ -142,7 +142,10 @@ absl::StatusOr<std::shared_ptr<WireConnection>> WireConnection::ForAddress(
     if (connection != nullptr && connection->pid_ != getpid()) connection = nullptr;
     if (connection != nullptr) {
       absl::MutexLock state_lock(&connection->mu_);
-      if (connection->state_ == State::kEnded) connection = nullptr;
+      // Ended, or ending (broken, its reader not done yet): a new task needs a new one.
+      if (connection->state_ == State::kEnded || connection->ended_.has_value()) {
+        connection = nullptr;
+      }
     }
     if (connection == nullptr) {
       connection.reset(new WireConnection(address));
@@ -163,7 +166,8 @@ void WireConnection::Dial(absl::Time deadline, absl::FunctionRef<bool(absl::Dura
   absl::StatusOr<int> fd = DialSocket(address_, deadline);
   while (absl::IsUnavailable(fd.status()) && absl::Now() + kRedialInterval < deadline) {
     if (pause(kRedialInterval)) {
-      fd = absl::CancelledError("the client is stopping");
+      // The process's other tasks waiting for this dial dial again themselves.
+      fd = absl::UnavailableError("the dial was abandoned: the task making it is stopping");
       break;
     }
     fd = DialSocket(address_, deadline);
@@ -288,6 +292,21 @@ void WireConnection::Flush() {
   write_mu_.Unlock();
 }
 
+void WireConnection::MarkInUse(uint32_t stream) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = streams_.find(stream); it != streams_.end()) it->second.in_use = true;
+}
+
+void WireConnection::BreakUnlessInUse(uint32_t stream, const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, entry] : streams_) {
+      if (id != stream && entry.in_use) return;
+    }
+  }
+  Break(why);
+}
+
 void WireConnection::Break(const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   if (!ended_.has_value()) ended_ = why;
@@ -383,6 +402,8 @@ void WireConnection::EndAll(const absl::Status& read_status) {
     // A Break() names the cause better than the end it causes.
     if (!ended_.has_value()) ended_ = read_status;
     status = *ended_;
+    // A protocol error ends it from this side: the coordinator sees the end at once.
+    if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
     for (auto& [id, entry] : streams_) {
       ++entry.delivering;
       receivers.emplace_back(id, entry.receiver);

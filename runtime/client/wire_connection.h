@@ -15,7 +15,9 @@
 // in the socket before the connection is broken; reads wait without one, because each
 // session's heartbeat check (SessionChannel) cancels a silent stream.
 // Thread-safe. Receiver methods run on the reader thread, never under a lock of this object;
-// Detach waits for a call in progress to its receiver, so it must not be called from one.
+// Detach waits for a call in progress to its receiver, so it must not be called from one. The
+// reader thread is the whole process's: what runs on it (the callbacks of asynchronous calls)
+// must be short and must not wait for another coordination call, whose answer it would read.
 #pragma once
 
 #include <sys/types.h>
@@ -81,12 +83,19 @@ class WireConnection {
   void Send(std::string bytes);
   // Ends the connection and with it every stream on it (told `why`). Idempotent.
   void Break(const absl::Status& why);
+  // The stream's session is open (it counts for BreakUnlessInUse).
+  void MarkInUse(uint32_t stream);
+  // Breaks the connection unless another stream's session is open on it: a silent connection
+  // is only given up where that ends no other task's session (their heartbeat checks judge, and
+  // streams that are only registering again do not hold it).
+  void BreakUnlessInUse(uint32_t stream, const absl::Status& why);
 
  private:
   enum class State { kDialling, kOpen, kEnded };
   struct Entry {
     Receiver* receiver;
-    int delivering = 0;  // receiver calls in progress
+    int delivering = 0;   // receiver calls in progress
+    bool in_use = false;  // its session is open
   };
 
   explicit WireConnection(std::string address) : address_(std::move(address)) {}

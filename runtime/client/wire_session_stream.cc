@@ -49,11 +49,14 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
   if (!stream->registered_.has_value()) {
     if (stream->end_.has_value()) return *stream->end_;
     // Nothing at all came on the connection meanwhile either: it is dead (a coordinator that
-    // vanished without a reset); end it so that the next attempt dials afresh. A short wait
-    // proves nothing: the caller may have given little time.
+    // vanished without a reset); end it so that the next attempt dials afresh, unless other
+    // tasks' sessions ride it (their heartbeat checks judge it for them). A short wait proves
+    // nothing: the caller may have given little time.
     if (timeout >= absl::Seconds(1) && stream->connection_->last_read() < start) {
-      stream->connection_->Break(absl::UnavailableError(absl::StrCat(
-          "the coordinator at ", address, " sent nothing for ", absl::FormatDuration(timeout))));
+      stream->connection_->BreakUnlessInUse(
+          stream->id_,
+          absl::UnavailableError(absl::StrCat("the coordinator at ", address, " sent nothing for ",
+                                              absl::FormatDuration(timeout))));
     }
     return absl::UnavailableError(absl::StrCat(
         "the coordinator at ", address, " did not answer within ", absl::FormatDuration(timeout)));
@@ -73,6 +76,7 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
 WireSessionStream::~WireSessionStream() { Cancel(); }
 
 void WireSessionStream::Start() {
+  connection_->MarkInUse(id_);
   if (!open_sent_) {
     pb::SessionRequest open;
     *open.mutable_open() = task_;

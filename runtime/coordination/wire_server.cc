@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -60,6 +61,8 @@ class WireSessionServer::Connection final
   bool authenticated_ = false;  // some stream presented a valid credential
   uint32_t last_stream_ = 0;    // the highest stream id seen (ids only grow)
   absl::flat_hash_map<uint32_t, std::unique_ptr<Stream>> streams_;
+  // streams_.size() for the writers' limit (they run on any thread).
+  std::atomic<size_t> stream_count_{0};
 
   // Queues `bytes` and sends what the socket takes now; with `last`, the connection's write
   // side is shut once everything queued has gone.
@@ -105,10 +108,13 @@ class WireSessionServer::Connection final
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (out_.size() - sent_ > max_unsent_) {
+        // Per task: one answer fanned out to a process's tasks (a value many of them waited
+        // for) queues once per task on their one connection.
+        const size_t limit = max_unsent_ * std::max<size_t>(1, stream_count_.load());
+        if (out_.size() - sent_ > limit) {
           // The tasks stopped reading: drop them rather than grow without bound.
-          PHX_LOG(WARNING) << "session wire " << peer_ << ": more than " << max_unsent_
-                           << " bytes unread by the task; disconnecting it";
+          PHX_LOG(WARNING) << "session wire " << peer_ << ": more than " << limit
+                           << " bytes unread by its tasks; disconnecting it";
           Shut();
           return;
         }
@@ -394,6 +400,7 @@ void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32
     metrics_.Rpc("Register", registered.code(), clock_.Now() - start);
     if (!registered.ok()) return refuse(registered);
     c->streams_[id] = std::make_unique<Stream>(id, *c, *std::move(principal));
+    c->stream_count_ = c->streams_.size();
     c->Send(answer, id, /*last=*/false);
     return;
   }
@@ -430,6 +437,7 @@ void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32
 void WireSessionServer::EndStream(Connection& c, StreamMap::iterator it, const absl::Status& why) {
   std::unique_ptr<Stream> stream = std::move(it->second);
   c.streams_.erase(it);
+  c.stream_count_ = c.streams_.size();
   stream->outbox_->Detach();  // no OnOutboxReady is running or will start
   if (stream->session_.has_value()) handler_.CloseSession(*stream->session_, why);
 }

@@ -40,7 +40,7 @@ class WireSessionServer {
   struct Options {
     std::string token;  // the job token; task credentials derived from it are accepted too
     size_t max_frame_bytes = 4 << 20;
-    size_t max_unsent_bytes = 64 << 20;
+    size_t max_unsent_bytes = 64 << 20;  // per task on the connection
     // Tasks one process may run over one connection (a task-host or test process runs many).
     size_t max_streams_per_connection = 65536;
   };
