@@ -39,6 +39,7 @@ void SessionChannel::Start(absl::Duration first_attempt) {
     if (registered.ok()) {
       absl::MutexLock lock(&mu_);
       stream_ = first;  // before `opened` can arrive: calls may ride it from then on
+      PublishCallStream();
     } else {
       first.reset();  // the session thread registers again, with its back-off
     }
@@ -82,12 +83,12 @@ bool SessionChannel::TrySend(pb::SessionCall& call, CallDone& done) {
   if (call.ByteSizeLong() > kMaxSessionCallBytes) return false;
   std::shared_ptr<SessionStream> stream;
   {
-    absl::MutexLock lock(&mu_);
-    if (stream_ == nullptr || !connected_) return false;
+    absl::MutexLock lock(&calls_mu_);
+    if (call_stream_ == nullptr) return false;
     const uint64_t id = next_call_id_++;
     call.set_call_id(id);
     pending_calls_.emplace(id, std::move(done));
-    stream = stream_;
+    stream = call_stream_;
   }
   // Outside mu_: a wire write may wait for room in the socket, and the reader thread needs mu_
   // to hand out answers meanwhile. If the stream breaks first, OnSessionDone fails the call.
@@ -100,7 +101,7 @@ void SessionChannel::OnSessionEvent(coord::SessionEvent event) {
     // Call results go straight to their caller, not through the session thread.
     CallDone done;
     {
-      absl::MutexLock lock(&mu_);
+      absl::MutexLock lock(&calls_mu_);
       auto it = pending_calls_.find(result->call_id);
       if (it == pending_calls_.end()) return;
       done = std::move(it->second);
@@ -116,6 +117,7 @@ void SessionChannel::OnSessionEvent(coord::SessionEvent event) {
     // hop through the session thread, which still dispatches the event (on_reconnect).
     connected_ = true;
     session_opened_ = true;
+    PublishCallStream();
   }
   events_.push_back(std::move(event));
 }
@@ -127,6 +129,8 @@ void SessionChannel::OnSessionDone(absl::Status status) {
     stream_done_ = status;
     stream_ = nullptr;
     connected_ = false;  // callers of WaitUntilConnected wait for the reconnect from now on
+    absl::MutexLock calls_lock(&calls_mu_);
+    call_stream_ = nullptr;
     orphans.swap(pending_calls_);
   }
   // A terminal end (this incarnation was retired) keeps its code; anything else is a
@@ -159,6 +163,7 @@ void SessionChannel::SetFatal(const absl::Status& status) {
     if (fatal_.has_value() || stopping_) return;
     fatal_ = status;
     connected_ = false;
+    PublishCallStream();
   }
   PHX_LOG(ERROR) << "task " << config_.task_id << " incarnation " << config_.incarnation
                  << " cannot continue: " << status;
@@ -226,6 +231,7 @@ absl::StatusOr<bool> SessionChannel::AcceptRegistration(const pb::RegisterRespon
   heartbeat_timeout_ = absl::Milliseconds(reg->heartbeat_timeout_ms());
   events_.clear();
   stream_done_.reset();
+  absl::MutexLock calls_lock(&calls_mu_);
   last_contact_ = clock_.Now();
   return coordinator_restarted;
 }
@@ -239,7 +245,10 @@ void SessionChannel::SessionLoop(std::shared_ptr<SessionStream> first) {
     {
       absl::MutexLock lock(&mu_);
       stopping = stopping_;
-      if (stopping && first != nullptr) stream_ = nullptr;
+      if (stopping && first != nullptr) {
+        stream_ = nullptr;
+        PublishCallStream();
+      }
     }
     if (stopping) {
       // Outside mu_: the stream tells this channel it is done, which takes mu_.
@@ -265,6 +274,7 @@ void SessionChannel::SessionLoop(std::shared_ptr<SessionStream> first) {
       {
         absl::MutexLock lock(&mu_);
         stream_ = stream;  // before `opened` can arrive: calls may ride it from then on
+        PublishCallStream();
       }
       stream->Start();
     }
@@ -272,6 +282,7 @@ void SessionChannel::SessionLoop(std::shared_ptr<SessionStream> first) {
     {
       absl::MutexLock lock(&mu_);
       stream_ = nullptr;  // no new calls on it; OnSessionDone fails those in flight
+      PublishCallStream();
     }
     stream->Cancel();
     stream->WaitDone();
@@ -281,6 +292,7 @@ void SessionChannel::SessionLoop(std::shared_ptr<SessionStream> first) {
       was_connected = session_opened_;
       session_opened_ = false;
       connected_ = false;
+      PublishCallStream();
       if (stopping_) return;
     }
     ever_connected = ever_connected || was_connected;
@@ -308,10 +320,11 @@ absl::Status SessionChannel::RunStream(SessionStream& stream, bool reconnect,
       clock_.AwaitWithDeadline(&mu_, absl::Condition(&wake), next_heartbeat);
       if (stopping_) return absl::CancelledError("client stopping");
       events.swap(events_);
-      if (!events.empty()) last_contact_ = clock_.Now();
       if (events.empty()) done = stream_done_;
       interval = heartbeat_interval_;
       timeout = heartbeat_timeout_;
+      absl::MutexLock calls_lock(&calls_mu_);
+      if (!events.empty()) last_contact_ = clock_.Now();
       last_contact = last_contact_;
     }
     for (coord::SessionEvent& event : events) {
@@ -330,6 +343,11 @@ absl::Status SessionChannel::RunStream(SessionStream& stream, bool reconnect,
   }
 }
 
+void SessionChannel::PublishCallStream() {
+  absl::MutexLock lock(&calls_mu_);
+  call_stream_ = connected_ ? stream_ : nullptr;
+}
+
 void SessionChannel::Dispatch(coord::SessionEvent event, bool reconnect,
                               bool coordinator_restarted) {
   if (std::holds_alternative<JobSnapshot>(event)) {
@@ -337,6 +355,7 @@ void SessionChannel::Dispatch(coord::SessionEvent event, bool reconnect,
       absl::MutexLock lock(&mu_);
       connected_ = true;
       session_opened_ = true;
+      PublishCallStream();
     }
     if (reconnect && callbacks_.on_reconnect) callbacks_.on_reconnect(coordinator_restarted);
   } else if (const auto* info = std::get_if<TaskInfo>(&event)) {

@@ -90,6 +90,9 @@ class SessionChannel final : public SessionStream::Sink {
                                           bool ever_connected);
   // Whether to try the session wire (session thread only).
   bool UseWire() const;
+  // Sets call_stream_ from stream_ and connected_; called wherever either changes, in the
+  // same critical section, so TrySend sees them as one.
+  void PublishCallStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one open stream until it ends; returns its final status.
   absl::Status RunStream(SessionStream& stream, bool reconnect, bool coordinator_restarted);
   void Dispatch(coord::SessionEvent event, bool reconnect, bool coordinator_restarted);
@@ -119,9 +122,16 @@ class SessionChannel final : public SessionStream::Sink {
   // While a session is connected. Shared: a call holds it while it writes, outside mu_.
   std::shared_ptr<SessionStream> stream_ ABSL_GUARDED_BY(mu_);
   bool wire_refused_ = false;  // the coordinator does not speak the wire (session thread only)
-  uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<uint64_t, CallDone> pending_calls_ ABSL_GUARDED_BY(mu_);
-  absl::Time last_contact_ ABSL_GUARDED_BY(mu_);
+
+  // The call path has its own lock: the session thread waits on mu_ with a condition, and
+  // every release of a mutex with such a waiter evaluates it (absl), so a call and its answer
+  // that took mu_ would each pay for the session thread's wait.
+  mutable absl::Mutex calls_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  // The stream calls ride: stream_ while connected_, else null.
+  std::shared_ptr<SessionStream> call_stream_ ABSL_GUARDED_BY(calls_mu_);
+  uint64_t next_call_id_ ABSL_GUARDED_BY(calls_mu_) = 1;
+  absl::flat_hash_map<uint64_t, CallDone> pending_calls_ ABSL_GUARDED_BY(calls_mu_);
+  absl::Time last_contact_ ABSL_GUARDED_BY(calls_mu_);
   std::thread session_thread_;  // started once under mu_; joined by Stop()
 };
 
