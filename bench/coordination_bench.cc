@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/barrier_reference.h"
 #include "bench/task_host.h"
 #include "common/base/process_init.h"
 #include "common/process/subprocess.h"
@@ -29,7 +30,8 @@
 ABSL_FLAG(std::string, bin_dir, "build", "build directory");
 ABSL_FLAG(std::string, out, "build/bench/coordination.json", "where the JSON goes");
 ABSL_FLAG(int, runs, 3, "runs per measurement (the median is reported)");
-ABSL_FLAG(std::string, role, "driver", "driver | tasks (internal: a task-host process)");
+ABSL_FLAG(std::string, role, "driver",
+          "driver | tasks | reference (internal: a task-host process, Phalanx or reference)");
 ABSL_FLAG(std::string, address, "", "tasks role: coordinator address");
 ABSL_FLAG(std::string, token, "", "tasks role: job token");
 ABSL_FLAG(int, first, 0, "tasks role: first task id");
@@ -103,18 +105,21 @@ std::unique_ptr<LocalJob> StartCoordinator(int num_tasks, absl::Duration heartbe
   return *std::move(job);
 }
 
-std::unique_ptr<process::Subprocess> StartHost(const LocalJob& job, int first, int count,
+// `role`: tasks (Phalanx clients) or reference (barrier_reference.h; it ignores the token).
+std::unique_ptr<process::Subprocess> StartHost(const std::string& role, const std::string& address,
+                                               const std::string& token,
+                                               const std::string& work_dir, int first, int count,
                                                int num_tasks, int barriers) {
   process::SubprocessOptions options;
   options.argv = {self_path,
-                  "--role=tasks",
-                  "--address=" + job.address(),
-                  "--token=" + job.options().token,
+                  "--role=" + role,
+                  "--address=" + address,
+                  "--token=" + token,
                   absl::StrCat("--first=", first),
                   absl::StrCat("--count=", count),
                   absl::StrCat("--num_tasks=", num_tasks),
                   absl::StrCat("--barriers=", barriers)};
-  options.stderr_path = job.options().work_dir + "/host.log";
+  options.stderr_path = work_dir + "/host.log";
   auto host = process::Subprocess::Start(options);
   if (!host.ok()) {
     std::fprintf(stderr, "bench: %s\n", host.status().ToString().c_str());
@@ -127,22 +132,41 @@ int HostsFor(int n) { return std::clamp(n / 32, 1, 8); }
 
 // Starts N tasks across a few host processes; waits until each printed `expected` PASS lines.
 struct Gang {
-  std::unique_ptr<LocalJob> job;
+  std::unique_ptr<LocalJob> job;  // null for the reference barrier
+  std::unique_ptr<ReferenceBarrierServer> reference;
   std::vector<std::unique_ptr<process::Subprocess>> hosts;
   int64_t t0_us = 0;
   std::vector<Line> lines;
   bool ok = true;
 };
 
-Gang RunGang(int n, int barriers) {
+// `reference`: the reference barrier's server and hosts instead of Phalanx's.
+Gang RunGang(int n, int barriers, bool reference = false) {
   Gang gang;
-  gang.job = StartCoordinator(n, absl::Seconds(10), absl::Seconds(1));
+  std::string address, token, work_dir;
+  if (reference) {
+    auto server = ReferenceBarrierServer::Start(n);
+    if (!server.ok()) {
+      std::fprintf(stderr, "bench: %s\n", server.status().ToString().c_str());
+      std::exit(1);
+    }
+    gang.reference = *std::move(server);
+    address = gang.reference->address();
+    work_dir = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-bench-", getpid());
+    std::filesystem::create_directories(work_dir);
+  } else {
+    gang.job = StartCoordinator(n, absl::Seconds(10), absl::Seconds(1));
+    address = gang.job->address();
+    token = gang.job->options().token;
+    work_dir = gang.job->options().work_dir;
+  }
   const int hosts = HostsFor(n);
   gang.t0_us = absl::ToUnixMicros(absl::Now());
   for (int h = 0; h < hosts; ++h) {
     const int first = n * h / hosts;
     const int last = n * (h + 1) / hosts;
-    gang.hosts.push_back(StartHost(*gang.job, first, last - first, n, barriers));
+    gang.hosts.push_back(StartHost(reference ? "reference" : "tasks", address, token, work_dir,
+                                   first, last - first, n, barriers));
   }
   for (int h = 0; h < hosts; ++h) {
     const int count = n * (h + 1) / hosts - n * h / hosts;
@@ -194,11 +218,13 @@ void StopGang(Gang& gang) {
   for (auto& h : gang.hosts) h->Wait(absl::Seconds(20));
   gang.hosts.clear();
   gang.job.reset();
+  gang.reference.reset();
 }
 
 struct Results {
   std::map<int, double> rendezvous_s;
   std::map<int, double> barrier_p50_ms;
+  std::map<int, double> barrier_reference_ms;
   double kv_ops_per_s = 0;
   double kv_get_p50_us = 0;
   double kv_set_p50_us = 0;
@@ -233,29 +259,38 @@ void BenchRendezvous(Results& r, int runs) {
   }
 }
 
+// One barrier run (Phalanx's, or the reference's): the median round in ms, kFailed if it failed.
+double BarrierRoundP50(int n, int barriers, bool reference) {
+  Gang gang = RunGang(n, barriers, reference);
+  if (!gang.ok) {
+    StopGang(gang);
+    return kFailed;
+  }
+  std::vector<int64_t> last(barriers + 1, 0);
+  for (const Line& l : gang.lines) {
+    if (l.kind != "PASS") continue;
+    const int64_t b = l.Int("barrier") + 1;
+    last[b] = std::max(last[b], l.Int("t_us"));
+  }
+  std::vector<double> rounds;
+  for (int b = 1; b <= barriers; ++b) rounds.push_back((last[b] - last[b - 1]) / 1e3);
+  StopGang(gang);
+  return Median(rounds);
+}
+
 void BenchBarriers(Results& r, int runs) {
   constexpr int kBarriers = 20;
   for (int n : {16, 64, 256}) {
-    std::vector<double> p50s;
+    std::vector<double> p50s, reference;
     for (int run = 0; run < runs; ++run) {
-      Gang gang = RunGang(n, kBarriers);
-      if (!gang.ok) {
-        StopGang(gang);
-        continue;
-      }
-      std::vector<int64_t> last(kBarriers + 1, 0);
-      for (const Line& l : gang.lines) {
-        if (l.kind != "PASS") continue;
-        const int64_t b = l.Int("barrier") + 1;
-        last[b] = std::max(last[b], l.Int("t_us"));
-      }
-      std::vector<double> rounds;
-      for (int b = 1; b <= kBarriers; ++b) rounds.push_back((last[b] - last[b - 1]) / 1e3);
-      p50s.push_back(Median(rounds));
-      StopGang(gang);
+      // Interleaved, so both see the machine at the same speed.
+      p50s.push_back(BarrierRoundP50(n, kBarriers, /*reference=*/false));
+      reference.push_back(BarrierRoundP50(n, kBarriers, /*reference=*/true));
     }
     r.barrier_p50_ms[n] = Median(p50s);
-    std::fprintf(stderr, "  barrier %3d tasks: p50 %.2f ms per barrier\n", n, r.barrier_p50_ms[n]);
+    r.barrier_reference_ms[n] = Median(reference);
+    std::fprintf(stderr, "  barrier %3d tasks: p50 %.2f ms per barrier (reference %.2f ms)\n", n,
+                 r.barrier_p50_ms[n], r.barrier_reference_ms[n]);
   }
 }
 
@@ -415,7 +450,9 @@ double DetectOnce(int sig, absl::Duration heartbeat_timeout, absl::Duration hear
   constexpr int kTasks = 4;
   auto job = StartCoordinator(kTasks, heartbeat_timeout, heartbeat_interval);
   std::vector<std::unique_ptr<process::Subprocess>> hosts;
-  for (int t = 0; t < kTasks; ++t) hosts.push_back(StartHost(*job, t, 1, kTasks, 0));
+  for (int t = 0; t < kTasks; ++t)
+    hosts.push_back(StartHost("tasks", job->address(), job->options().token,
+                              job->options().work_dir, t, 1, kTasks, 0));
   for (auto& h : hosts) {
     if (!h->WaitForLine([](const std::string& l) { return l.rfind("PASS", 0) == 0; },
                         absl::Seconds(60))) {
@@ -479,6 +516,7 @@ std::string Json(const Results& r, int runs) {
   return absl::StrCat(
       "{\n", "  \"rendezvous_s\": ", map(r.rendezvous_s, "%.4f"), ",\n",
       "  \"barrier_p50_ms\": ", map(r.barrier_p50_ms, "%.3f"), ",\n",
+      "  \"barrier_reference_ms\": ", map(r.barrier_reference_ms, "%.3f"), ",\n",
       "  \"kv_ops_per_s\": ", num(r.kv_ops_per_s, "%.0f"), ",\n",
       "  \"kv_get_p50_us\": ", num(r.kv_get_p50_us, "%.1f"), ",\n",
       "  \"kv_set_p50_us\": ", num(r.kv_set_p50_us, "%.1f"), ",\n",
@@ -504,6 +542,10 @@ int main(int argc, char** argv) {
   phalanx::base::InitProcess("bench");
   using namespace phalanx::bench;
   self_path = std::filesystem::canonical("/proc/self/exe");
+  if (absl::GetFlag(FLAGS_role) == "reference") {
+    return RunReferenceHost({absl::GetFlag(FLAGS_address), absl::GetFlag(FLAGS_first),
+                             absl::GetFlag(FLAGS_count), absl::GetFlag(FLAGS_barriers)});
+  }
   if (absl::GetFlag(FLAGS_role) == "tasks") {
     return RunTaskHost({absl::GetFlag(FLAGS_address), absl::GetFlag(FLAGS_token),
                         absl::GetFlag(FLAGS_first), absl::GetFlag(FLAGS_count),
@@ -535,6 +577,8 @@ int main(int argc, char** argv) {
     std::printf("| rendezvous_s.%d | %.3f | %s |\n", n, v, n == 1024 ? "< 0.5" : "");
   for (const auto& [n, v] : r.barrier_p50_ms)
     std::printf("| barrier_p50_ms.%d | %.2f | %s |\n", n, v, n == 256 ? "< 4" : "");
+  for (const auto& [n, v] : r.barrier_reference_ms)
+    std::printf("| barrier_reference_ms.%d | %.2f | |\n", n, v);
   std::printf("| kv_ops_per_s | %.0f | >= 60000 |\n", r.kv_ops_per_s);
   std::printf("| kv_get_p50_us | %.0f | |\n", r.kv_get_p50_us);
   std::printf("| kv_set_p50_us | %.0f | |\n", r.kv_set_p50_us);
