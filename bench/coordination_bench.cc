@@ -531,7 +531,9 @@ std::string Json(const Results& r, int runs) {
       "task-host processes, sessions on the session wire (one connection per process); kv = 8 "
       "clients x 32 in-flight "
       "set-then-get chains; latency = 32 connects in a row, 8 synchronous set/get clients; "
-      "detection = 4 single-task processes, worst survivor\"\n}\n");
+      "detection = 4 single-task processes, worst survivor; barrier reference = the same hosts "
+      "with no service (a byte per arrival, a futex wake per task), run after each barrier "
+      "run\"\n}\n");
 }
 
 }  // namespace
