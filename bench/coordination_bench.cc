@@ -85,13 +85,17 @@ std::vector<Line> Parse(const std::vector<std::string>& raw) {
   return lines;
 }
 
+// This run's scratch directory (coordinator and host logs); removed at the end.
+std::string WorkDir() {
+  return std::filesystem::temp_directory_path() / absl::StrCat("phalanx-bench-", getpid());
+}
+
 // A fresh coordinator for one measurement.
 std::unique_ptr<LocalJob> StartCoordinator(int num_tasks, absl::Duration heartbeat_timeout,
                                            absl::Duration heartbeat_interval) {
   LocalJobOptions options;
   options.bin_dir = absl::GetFlag(FLAGS_bin_dir);
-  options.work_dir =
-      std::filesystem::temp_directory_path() / absl::StrCat("phalanx-bench-", getpid());
+  options.work_dir = WorkDir();
   options.job = "bench";
   options.num_tasks = num_tasks;
   options.heartbeat_timeout = heartbeat_timeout;
@@ -152,7 +156,7 @@ Gang RunGang(int n, int barriers, bool reference = false) {
     }
     gang.reference = *std::move(server);
     address = gang.reference->address();
-    work_dir = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-bench-", getpid());
+    work_dir = WorkDir();
     std::filesystem::create_directories(work_dir);
   } else {
     gang.job = StartCoordinator(n, absl::Seconds(10), absl::Seconds(1));
@@ -567,8 +571,7 @@ int main(int argc, char** argv) {
   BenchDetection(r, runs, want("crash"), want("hang"));
 
   std::error_code ec;
-  std::filesystem::remove_all(
-      std::filesystem::temp_directory_path() / absl::StrCat("phalanx-bench-", getpid()), ec);
+  std::filesystem::remove_all(WorkDir(), ec);
   const std::string json = Json(r, runs);
   const std::string out = absl::GetFlag(FLAGS_out);
   std::filesystem::create_directories(std::filesystem::path(out).parent_path());

@@ -90,8 +90,9 @@ bool SessionChannel::TrySend(pb::SessionCall& call, CallDone& done) {
     pending_calls_.emplace(id, std::move(done));
     stream = call_stream_;
   }
-  // Outside mu_: a wire write may wait for room in the socket, and the reader thread needs mu_
-  // to hand out answers meanwhile. If the stream breaks first, OnSessionDone fails the call.
+  // Outside calls_mu_: a wire write may wait for room in the socket, and the reader thread
+  // needs calls_mu_ to hand out answers meanwhile. If the stream breaks first, OnSessionDone fails
+  // the call.
   stream->SendCall(std::move(call));
   return true;
 }
