@@ -18,13 +18,18 @@ import harness  # noqa: E402
 
 TIMEOUT = 60  # a bound for a loaded machine; nothing here asserts speed
 
-# A rank: prints its environment, then does what $RANK_ACTION says for its task.
+# A rank: prints its environment, then does what $RANK_ACTION says for its task. Each line is
+# one write(2), as the examples write theirs: the ranks share the launcher's stdout pipe, and
+# print() under PYTHONUNBUFFERED (set in this machine's shells and in the test pods' manifests)
+# writes the text and its newline apart, so two ranks' lines could run into one.
 RANK = textwrap.dedent("""
     import os, signal, sys, time
+    def say(line):
+        os.write(1, (line + "\\n").encode())
     names = ["PHALANX_TASK_ID", "PHALANX_INCARNATION", "PHALANX_TOKEN_FILE", "RANK",
              "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "JAX_PROCESS_ID"]
-    print("RANK " + " ".join("%s=%s" % (n, os.environ.get(n)) for n in names)
-          + " pid=%d" % os.getpid(), flush=True)
+    say("RANK " + " ".join("%s=%s" % (n, os.environ.get(n)) for n in names)
+        + " pid=%d" % os.getpid())
     task, inc = int(os.environ["PHALANX_TASK_ID"]), int(os.environ["PHALANX_INCARNATION"])
     action = os.environ.get("RANK_ACTION", "exit0")
     if action == "crash_first" and task == 3 and inc % 1000 == 0:
@@ -37,7 +42,7 @@ RANK = textwrap.dedent("""
     if action == "preempted":
         sys.exit(4)
     if action in ("fatal", "device_failed", "wait_term"):
-        signal.signal(signal.SIGTERM, lambda *_: (print("TERM task=%d" % task, flush=True),
+        signal.signal(signal.SIGTERM, lambda *_: (say("TERM task=%d" % task),
                                                   sys.exit(0)))
         open(os.environ["READY_DIR"] + "/%d" % task, "w").close()
         time.sleep(TIMEOUT_S)
