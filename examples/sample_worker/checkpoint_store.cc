@@ -59,6 +59,8 @@ int64_t CheckpointStore::Latest() const {
   return steps.empty() ? 0 : steps.back();
 }
 
+std::vector<int64_t> CheckpointStore::Kept() const { return SavedSteps(dir_); }
+
 absl::StatusOr<uint64_t> CheckpointStore::Load(int64_t step) const {
   std::ifstream in(absl::StrCat(dir_, "/step-", step));
   uint64_t state;

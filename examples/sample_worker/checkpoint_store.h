@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,6 +21,8 @@ class CheckpointStore {
   absl::Status Save(int64_t step, uint64_t state);
   // The newest saved step (0 when none).
   int64_t Latest() const;
+  // Every step kept, oldest first.
+  std::vector<int64_t> Kept() const;
   // The state saved at `step`; NotFound when it is not kept.
   absl::StatusOr<uint64_t> Load(int64_t step) const;
 

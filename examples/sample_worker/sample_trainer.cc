@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "examples/sample_worker/recovery_offer.h"
 
 namespace phalanx::examples {
 
@@ -84,7 +85,7 @@ uint64_t SampleTrainer::MembershipChanges() {
 }
 
 absl::Status SampleTrainer::AwaitBarrier(const std::string& id, absl::Duration timeout,
-                                         uint64_t seen) {
+                                         uint64_t seen, bool* arrived) {
   auto result = std::make_shared<std::optional<absl::Status>>();
   std::shared_ptr<Shared> shared = shared_;
   {
@@ -94,6 +95,7 @@ absl::Status SampleTrainer::AwaitBarrier(const std::string& id, absl::Duration t
     }
     shared->current_barrier = id;
   }
+  if (arrived != nullptr) *arrived = true;
   client().BarrierAsync(id, timeout, {}, [shared, result](absl::Status status) {
     absl::MutexLock lock(&shared->mu);
     *result = std::move(status);
@@ -137,7 +139,8 @@ absl::Duration SampleTrainer::WorkSince(int64_t to, int64_t from) const {
   return end->second - begin->second;
 }
 
-absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time deadline) {
+absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time deadline,
+                                                                   const std::string& offer) {
   if (absl::Status s = client().WaitUntilConnected(deadline - absl::Now()); !s.ok()) return s;
   const uint64_t seen = MembershipChanges();  // before the snapshot the epoch is built from
   absl::StatusOr<client::JobSnapshot> job = client().WatchJobState(0, absl::Seconds(1));
@@ -156,8 +159,8 @@ absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time de
       absl::StrFormat("e%016x", std::hash<std::string>{}(absl::StrCat(
                                     job->coordinator_id, ":", absl::StrJoin(incarnations, "."))));
   const client::TaskRef me = task_;
-  if (absl::Status s = client().KvInsert(absl::StrCat("recovery/", epoch, "/", me.task_id),
-                                         absl::StrCat(store_.Latest()), true);
+  if (absl::Status s =
+          client().KvInsert(absl::StrCat("recovery/", epoch, "/", me.task_id), offer, true);
       !s.ok()) {
     return s;
   }
@@ -170,13 +173,14 @@ absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time de
   if (static_cast<int>(published->size()) != client().num_tasks()) {
     return absl::UnavailableError("recovery state incomplete (coordinator restarted?)");
   }
-  int64_t resume = INT64_MAX;
+  std::vector<RecoveryOffer> offers;
   for (const auto& [key, value] : *published) {
-    int64_t step = 0;
-    if (!absl::SimpleAtoi(value, &step)) return absl::InternalError("bad recovery entry " + key);
-    resume = std::min(resume, step);
+    absl::StatusOr<RecoveryOffer> parsed = ParseOffer(value);
+    if (!parsed.ok())
+      return absl::InternalError(absl::StrCat(key, ": ", parsed.status().message()));
+    offers.push_back(*std::move(parsed));
   }
-  return Epoch{epoch, resume, seen};
+  return Epoch{epoch, AgreeResumeStep(offers), seen};
 }
 
 absl::Status SampleTrainer::ShutdownBarrier() {
@@ -191,10 +195,17 @@ absl::Status SampleTrainer::ShutdownBarrier() {
   }
 }
 
-absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::Recover() {
+absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::Recover(int64_t step,
+                                                            const std::optional<Pending>& pending) {
+  RecoveryOffer mine;
+  mine.held.insert(0);
+  for (int64_t kept : store_.Kept()) mine.held.insert(kept);
+  mine.held.insert(step);
+  if (pending.has_value()) mine.pending = pending->step;
+  const std::string offer = FormatOffer(mine);
   const absl::Time deadline = absl::Now() + options_.recovery_timeout;
   while (true) {
-    absl::StatusOr<Epoch> epoch = TryRecoverOnce(deadline);
+    absl::StatusOr<Epoch> epoch = TryRecoverOnce(deadline, offer);
     if (epoch.ok() || absl::IsAborted(epoch.status()) || absl::Now() >= deadline) return epoch;
     Event(task_, "recovery_retry", absl::StrCat("reason=\"", epoch.status().message(), "\""));
     if (absl::IsUnavailable(epoch.status())) {
@@ -210,7 +221,7 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
   if (absl::Status s = client().Connect(options_.connect_timeout); !s.ok()) return s;
   Event(me, "connected");
 
-  absl::StatusOr<Epoch> epoch = Recover();
+  absl::StatusOr<Epoch> epoch = Recover(0, std::nullopt);
   if (!epoch.ok()) return epoch.status();
   uint64_t seen_changes = epoch->changes_seen;
   int64_t step = epoch->resume_step;
@@ -224,6 +235,7 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
 
   bool barrier_failed = false;
   bool coordinator_lost = false;
+  std::optional<Pending> pending;  // set by a step barrier that ended unanswered
   while (step < options_.steps) {
     // The sync point before a membership change: the task a round names checkpoints at the
     // agreed step and leaves at once, so its failure may reach us after we passed the step's
@@ -251,7 +263,7 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
     }
 
     if (barrier_failed || coordinator_lost || MembershipChanges() != seen_changes) {
-      absl::StatusOr<Epoch> next = Recover();
+      absl::StatusOr<Epoch> next = Recover(step, pending);
       if (!next.ok()) return next.status();
       seen_changes = next->changes_seen;
       if (next->id == epoch->id) {
@@ -265,8 +277,8 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
       } else {
         const absl::Duration discarded = WorkSince(next->resume_step, step);
         Event(me, "recovered",
-              absl::StrCat("from_step=", step, " resume_step=", next->resume_step,
-                           " lost=", step - next->resume_step, " epoch=", next->id,
+              absl::StrCat("from_step=", step, " resume_step=", next->resume_step, " lost=",
+                           std::max<int64_t>(0, step - next->resume_step), " epoch=", next->id,
                            " rolled_back_ms=", absl::ToInt64Milliseconds(discarded)));
         if (discarded > absl::ZeroDuration()) {
           // For goodput only: a coordinator that cannot take it must not stop training.
@@ -274,23 +286,33 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
             Event(me, "rolled_back_report_failed", absl::StrCat("reason=\"", s.message(), "\""));
           }
         }
+        if (pending.has_value() && next->resume_step == pending->step) {
+          // A peer reached this step, so the barrier before it was released: keep its state.
+          state_ = pending->state;
+          if (absl::Status s = Checkpoint(pending->step, "released"); !s.ok()) return s;
+        } else if (next->resume_step != step) {
+          absl::StatusOr<uint64_t> state =
+              next->resume_step > 0 ? store_.Load(next->resume_step) : absl::StatusOr<uint64_t>(0);
+          if (!state.ok()) return state.status();
+          state_ = *state;
+        }
         step = next->resume_step;
         Reached(step);
-        absl::StatusOr<uint64_t> state = step > 0 ? store_.Load(step) : absl::StatusOr<uint64_t>(0);
-        if (!state.ok()) return state.status();
-        state_ = *state;
         epoch = next;
       }
       barrier_failed = false;
       coordinator_lost = false;
+      pending.reset();
       continue;
     }
 
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.step_time));  // "compute"
     const uint64_t next_state = AdvanceState(state_, step);
     const std::string barrier = absl::StrCat(epoch->id, "/step-", step);
-    absl::Status passed = AwaitBarrier(barrier, options_.barrier_timeout, seen_changes);
+    bool arrived = false;
+    absl::Status passed = AwaitBarrier(barrier, options_.barrier_timeout, seen_changes, &arrived);
     if (!passed.ok()) {
+      if (arrived) pending = Pending{step + 1, next_state};
       Event(me, "barrier_failed",
             absl::StrCat("step=", step, " code=", absl::StatusCodeToString(passed.code()),
                          " reason=\"", passed.message(), "\""));

@@ -5,9 +5,11 @@
 // Recovery (at start, after a peer failure or restart, after a coordinator restart):
 //   1. wait until every task is connected; the epoch is the job's incarnation vector plus the
 //      coordinator id, so every task computes the same epoch for the same membership;
-//   2. publish this task's newest checkpoint step under recovery/<epoch>/<task>;
-//   3. barrier recovery/<epoch>; resume from the smallest published step (a checkpoint
-//      every task has). Step barriers are named <epoch>/step-<n>, fresh for every epoch.
+//   2. publish this task's offer under recovery/<epoch>/<task>: the steps it can resume from
+//      (its kept checkpoints, the step it holds in memory) and the step its unanswered step
+//      barrier would have taken it to (recovery_offer.h);
+//   3. barrier recovery/<epoch>; resume from the newest step every offer can resume from
+//      (AgreeResumeStep). Step barriers are named <epoch>/step-<n>, fresh for every epoch.
 // A coordinator that stops, moves or restarts never fails the task: any call that meets it
 // returns Unavailable, and the task waits for its client to re-register with the successor,
 // re-runs recovery (the successor lost the key-value data and barriers) and goes on; the
@@ -30,6 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -74,6 +77,12 @@ class SampleTrainer {
     int64_t resume_step;
     uint64_t changes_seen;  // membership changes already reflected in this epoch
   };
+  // The step a step barrier would have taken this task to, and the state there, while that
+  // barrier's outcome is unknown (it ended without an answer after this task arrived).
+  struct Pending {
+    int64_t step;
+    uint64_t state;
+  };
   // State shared with the client's callbacks and in-flight RPC completions, which may run
   // after a wait was abandoned (hence shared ownership).
   struct Shared {
@@ -88,11 +97,13 @@ class SampleTrainer {
   uint64_t MembershipChanges();
   // Waits for barrier `id`, or returns Cancelled as soon as the membership changes from
   // `seen` (a survivor must not wait for a task that is gone, even if it entered the barrier
-  // just after the failure was announced).
-  absl::Status AwaitBarrier(const std::string& id, absl::Duration timeout, uint64_t seen);
+  // just after the failure was announced). `arrived`: set when the arrival was sent.
+  absl::Status AwaitBarrier(const std::string& id, absl::Duration timeout, uint64_t seen,
+                            bool* arrived = nullptr);
   // Runs the recovery protocol until it succeeds or recovery_timeout passes.
-  absl::StatusOr<Epoch> Recover();
-  absl::StatusOr<Epoch> TryRecoverOnce(absl::Time deadline);
+  // `step`: the step whose state this task holds in memory; `pending`: see Pending.
+  absl::StatusOr<Epoch> Recover(int64_t step, const std::optional<Pending>& pending);
+  absl::StatusOr<Epoch> TryRecoverOnce(absl::Time deadline, const std::string& offer);
   absl::Status Checkpoint(int64_t step, const char* why);
   // When each step since the oldest one a recovery may resume from was reached (bounded).
   void Reached(int64_t step);

@@ -39,6 +39,9 @@ class ScriptedClient final : public client::CoordinationClient {
   // the first `unavailable_shutdowns` shutdown barriers, fail with Unavailable, as a stopping
   // or restarting coordinator answers.
   std::string unavailable_barrier;
+  // With it: that Unavailable is the coordinator dying as it released the barrier. The peer got
+  // the release, checkpointed at the sync step and left; a successor coordinator took over.
+  bool release_lost_with_the_coordinator = false;
   int unavailable_shutdowns = 0;
   int shutdown_calls = 0;
   // The step the peer's replacement publishes (default: the sync step, so nothing is lost),
@@ -61,6 +64,11 @@ class ScriptedClient final : public client::CoordinationClient {
                     absl::AnyInvocable<void(absl::Status) &&> done) override {
     if (!unavailable_barrier.empty() && absl::EndsWith(id, unavailable_barrier)) {
       unavailable_barrier.clear();
+      if (release_lost_with_the_coordinator) {
+        peer_left_ = true;
+        peer_latest_ = sync_step_;
+        coordinator_id_ = "successor";
+      }
       std::move(done)(absl::UnavailableError("coordinator is shutting down; retry"));
       return;
     }
@@ -87,7 +95,7 @@ class ScriptedClient final : public client::CoordinationClient {
   }
   absl::StatusOr<client::JobSnapshot> WatchJobState(uint64_t, absl::Duration) override {
     // The peer's replacement (incarnation 1) is connected again by the time we recover.
-    client::JobSnapshot snapshot{"job", 1, {}, "coordinator"};
+    client::JobSnapshot snapshot{"job", 1, {}, coordinator_id_};
     snapshot.tasks.push_back({0, 0, client::TaskState::kConnected, "", absl::InfinitePast()});
     snapshot.tasks.push_back(
         {1, peer_left_ ? 1u : 0u, client::TaskState::kConnected, "", absl::InfinitePast()});
@@ -148,6 +156,7 @@ class ScriptedClient final : public client::CoordinationClient {
   bool peer_left_ = false;
   bool sync_answered_ = false;
   int64_t peer_latest_ = 0;
+  std::string coordinator_id_ = "coordinator";
   std::map<std::string, std::string> kv_;
 };
 
@@ -170,9 +179,44 @@ TEST(SampleTrainer, PeerLeavingAtTheSyncStep_StillCheckpointsThereBeforeRecoveri
   // known when the loop got there; recovery then resumed from it, losing nothing.
   EXPECT_THAT(client.sync_checks, Contains(kSyncStep));
   EXPECT_THAT(CheckpointStore(dir, 0).Load(kSyncStep), IsOk());
-  EXPECT_THAT(client.published, Contains(absl::StrCat(kSyncStep)))
-      << "after the peer left, this task must publish the sync step's checkpoint";
+  EXPECT_THAT(client.published, Contains(absl::StrCat("held=0,", kSyncStep)))
+      << "after the peer left, this task must offer the sync step's checkpoint";
   EXPECT_TRUE(client.rolled_back.empty()) << "resuming where it was discards nothing";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SampleTrainer, ABarrierReleaseLostWithTheCoordinator_IsProvenByThePeersCheckpoint) {
+  // The coordinator died the moment it released the barrier before the sync step: the peer got
+  // the release, checkpointed at the sync step and left; this task's barrier ended Unavailable.
+  // The simple rule (smallest newest checkpoint) would roll both back to step 0; the peer's
+  // checkpoint proves the release, so this task resumes at the sync step with the state it
+  // computed for it, and nothing is lost.
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          absl::StrCat("phalanx-trainer-release-lost-", ::getpid());
+  std::filesystem::remove_all(dir);
+  constexpr int64_t kSyncStep = 3;
+  TrainerOptions options;
+  options.steps = 5;
+  options.step_time = absl::Milliseconds(5);
+  options.checkpoint_every = 100;
+  options.checkpoint_dir = dir;
+  SampleTrainer trainer(options, {0, 0});
+  ScriptedClient client(trainer.Callbacks(), kSyncStep);
+  client.unavailable_barrier = absl::StrCat("/step-", kSyncStep - 1);
+  client.release_lost_with_the_coordinator = true;
+
+  ASSERT_THAT(trainer.Run(client), IsOk());
+
+  EXPECT_THAT(client.published,
+              Contains(absl::StrCat("held=0,", kSyncStep - 1, " pending=", kSyncStep)));
+  EXPECT_TRUE(client.rolled_back.empty()) << "nothing was rolled back";
+  // The state it kept for the sync step is the one training from scratch reaches.
+  uint64_t expected = 0;
+  for (int64_t step = 0; step < kSyncStep; ++step) expected = AdvanceState(expected, step);
+  absl::StatusOr<uint64_t> kept = CheckpointStore(dir, 0).Load(kSyncStep);
+  ASSERT_THAT(kept, IsOk());
+  EXPECT_EQ(*kept, expected);
+  EXPECT_THAT(CheckpointStore(dir, 0).Load(options.steps), IsOk()) << "it trained to the end";
   std::filesystem::remove_all(dir);
 }
 
