@@ -176,8 +176,10 @@ absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time de
   std::vector<RecoveryOffer> offers;
   for (const auto& [key, value] : *published) {
     absl::StatusOr<RecoveryOffer> parsed = ParseOffer(value);
-    if (!parsed.ok())
-      return absl::InternalError(absl::StrCat(key, ": ", parsed.status().message()));
+    if (!parsed.ok()) {
+      // A peer of another build or a stray writer: retrying would read the same entry again.
+      return absl::FailedPreconditionError(absl::StrCat(key, ": ", parsed.status().message()));
+    }
     offers.push_back(*std::move(parsed));
   }
   return Epoch{epoch, AgreeResumeStep(offers), seen};
@@ -206,7 +208,10 @@ absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::Recover(int64_t step,
   const absl::Time deadline = absl::Now() + options_.recovery_timeout;
   while (true) {
     absl::StatusOr<Epoch> epoch = TryRecoverOnce(deadline, offer);
-    if (epoch.ok() || absl::IsAborted(epoch.status()) || absl::Now() >= deadline) return epoch;
+    if (epoch.ok() || absl::IsAborted(epoch.status()) ||
+        absl::IsFailedPrecondition(epoch.status()) || absl::Now() >= deadline) {
+      return epoch;
+    }
     Event(task_, "recovery_retry", absl::StrCat("reason=\"", epoch.status().message(), "\""));
     if (absl::IsUnavailable(epoch.status())) {
       // The coordinator is unreachable: give the client's reconnect a moment, not a spin.

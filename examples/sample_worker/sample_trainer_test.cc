@@ -47,6 +47,7 @@ class ScriptedClient final : public client::CoordinationClient {
   // The step the peer's replacement publishes (default: the sync step, so nothing is lost),
   // and the rolled-back reports this task made.
   std::optional<int64_t> peer_checkpoint;
+  std::optional<std::string> peer_offer;  // what the peer publishes instead, verbatim
   std::vector<std::pair<std::string, absl::Duration>> rolled_back;
 
   absl::Status ReportRolledBack(const std::string& recovery, absl::Duration d) override {
@@ -110,7 +111,7 @@ class ScriptedClient final : public client::CoordinationClient {
       const std::string& directory) override {
     std::vector<std::pair<std::string, std::string>> entries;
     entries.emplace_back(directory + "/0", kv_[directory + "/0"]);
-    entries.emplace_back(directory + "/1", absl::StrCat(peer_latest_));
+    entries.emplace_back(directory + "/1", peer_offer.value_or(absl::StrCat(peer_latest_)));
     return entries;
   }
   absl::Status Shutdown(absl::Duration) override {
@@ -217,6 +218,24 @@ TEST(SampleTrainer, ABarrierReleaseLostWithTheCoordinator_IsProvenByThePeersChec
   ASSERT_THAT(kept, IsOk());
   EXPECT_EQ(*kept, expected);
   EXPECT_THAT(CheckpointStore(dir, 0).Load(options.steps), IsOk()) << "it trained to the end";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SampleTrainer, AGarbledPeerOffer_EndsRecoveryWithAClearErrorNotARetryLoop) {
+  const std::string dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("phalanx-trainer-garbled-", ::getpid());
+  std::filesystem::remove_all(dir);
+  TrainerOptions options;
+  options.checkpoint_dir = dir;
+  SampleTrainer trainer(options, {0, 0});
+  ScriptedClient client(trainer.Callbacks(), /*sync_step=*/1000);
+  client.peer_offer = "held=0,ten";
+
+  const absl::Status status = trainer.Run(client);
+
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("'ten' is not a step"));
+  EXPECT_EQ(client.published.size(), 1u) << "read once, not retried until the deadline";
   std::filesystem::remove_all(dir);
 }
 
