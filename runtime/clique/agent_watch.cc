@@ -1,6 +1,7 @@
 #include "runtime/clique/agent_watch.h"
 
-#include "absl/strings/str_replace.h"
+#include <optional>
+
 #include "common/base/log.h"
 #include "runtime/clique/job_cliques.h"
 
@@ -32,10 +33,11 @@ void AgentWatch::Tick() {
   {
     absl::MutexLock lock(&mu_);
     last_status_ = answer.status();
-    if (answer.ok() && answer->rfind("OK abort=", 0) == 0) {
-      aborted_ = true;
-      // The agent writes the reason with '_' for spaces (one word on its line).
-      reason = absl::StrReplaceAll(answer->substr(9), {{"_", " "}});
+    if (answer.ok()) {
+      if (std::optional<std::string> request = AbortRequestIn(*answer)) {
+        aborted_ = true;
+        reason = *std::move(request);
+      }
     }
   }
   if (!reason.empty()) {

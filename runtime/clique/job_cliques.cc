@@ -10,8 +10,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/base/env_and_files.h"
 #include "common/base/log.h"
 #include "common/base/stream_endpoint.h"
@@ -137,9 +139,15 @@ void JobCliques::Report(const CliqueInfo& clique) {
                                                      clique.key.job(), client_.task(), clique);
   if (!answer.ok()) {
     PHX_LOG(WARNING) << "clique report to the node agent failed: " << answer.status();
-  } else if (answer->rfind("OK abort=", 0) == 0) {
-    PHX_LOG(WARNING) << "the node agent asks to abort this task's cliques: " << answer->substr(9);
+  } else if (std::optional<std::string> reason = AbortRequestIn(*answer)) {
+    PHX_LOG(WARNING) << "the node agent asks to abort this task's cliques: " << *reason;
   }
+}
+
+std::optional<std::string> AbortRequestIn(const std::string& answer) {
+  constexpr absl::string_view kAbort = "OK abort=";
+  if (!absl::StartsWith(answer, kAbort)) return std::nullopt;
+  return absl::StrReplaceAll(absl::string_view(answer).substr(kAbort.size()), {{"_", " "}});
 }
 
 absl::StatusOr<std::string> ReportToAgent(const std::string& path, const std::string& key,

@@ -19,6 +19,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -94,5 +95,9 @@ absl::StatusOr<std::string> ReportLineToAgent(const std::string& path, const std
                                               const std::string& job, const client::TaskRef& task,
                                               const std::string& clique, const std::string& state,
                                               const std::vector<int>& devices);
+// The agent's abort request in its answer to a report ("OK abort=<reason>", the reason written
+// with '_' for spaces to stay one word on its line), spaces restored; nullopt for any other
+// answer.
+std::optional<std::string> AbortRequestIn(const std::string& answer);
 
 }  // namespace phalanx::clique

@@ -121,6 +121,14 @@ TEST_F(JobCliquesTest, FormsThroughTheKeyValueStore_AndReformsWhenATaskRestarts)
   EXPECT_GE(tasks_[0]->job_cliques->manager().counters().reforms, 1);
 }
 
+TEST(ReportToAgentTest, AnAbortRequestIsReadFromTheAgentsAnswerWithItsSpacesBack) {
+  // The agent's answer as node_agent/cliques/clique_socket_test.cc pins it.
+  EXPECT_EQ(AbortRequestIn("OK abort=xid_79_on_gpu_3"), "xid 79 on gpu 3");
+  EXPECT_EQ(AbortRequestIn("OK"), std::nullopt);
+  EXPECT_EQ(AbortRequestIn("ERR abort=no"), std::nullopt);
+  EXPECT_EQ(AbortRequestIn("OK abort="), "");
+}
+
 TEST(ReportToAgentTest, NoAgentIsUnavailableNotAHang) {
   CliqueInfo info;
   info.key = KeyFor({0, 0, 0});
