@@ -50,7 +50,10 @@ class TorchAgentLocalClusterTest(LocalClusterCase):
         self.apply_python_job(
             RANKS, ["/bin/sh", "-c", WRAPPER, sys.executable, TRAIN] + ARGS, max_restarts=10,
             extra_env=[{"name": "GLOO_SOCKET_IFNAME", "value": "lo"}],
-            spec={"coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 2}})
+            # Nothing here hangs (the victim exits 5, and its stream's end is the signal): a
+            # timeout long enough that four torch ranks, the control plane and the agents on
+            # two loaded cores never look hung (2 s once cost a second restart).
+            spec={"coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 10}})
         self.assertTrue(harness.eventually(lambda: self.steps() >= 10, TIMEOUT, 0.2),
                         "the tasks did not reach step 10; job=%s" % json.dumps(self.job()))
         # Wired: every task pod got its node's agent address.
