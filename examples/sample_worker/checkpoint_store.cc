@@ -54,11 +54,6 @@ absl::Status CheckpointStore::Save(int64_t step, uint64_t state) {
   return absl::OkStatus();
 }
 
-int64_t CheckpointStore::Latest() const {
-  std::vector<int64_t> steps = SavedSteps(dir_);
-  return steps.empty() ? 0 : steps.back();
-}
-
 std::vector<int64_t> CheckpointStore::Kept() const { return SavedSteps(dir_); }
 
 absl::StatusOr<uint64_t> CheckpointStore::Load(int64_t step) const {

@@ -19,8 +19,6 @@ class CheckpointStore {
 
   // Saves the model state reached after `step` steps.
   absl::Status Save(int64_t step, uint64_t state);
-  // The newest saved step (0 when none).
-  int64_t Latest() const;
   // Every step kept, oldest first.
   std::vector<int64_t> Kept() const;
   // The state saved at `step`; NotFound when it is not kept.

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace phalanx::examples {
@@ -10,6 +11,8 @@ namespace {
 
 using ::phalanx::testing::IsOk;
 using ::phalanx::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
 
 std::string TempDir() {
   std::string dir = std::filesystem::temp_directory_path() /
@@ -22,11 +25,11 @@ std::string TempDir() {
 TEST(CheckpointStore, SavesLoadsAndKeepsTheNewest) {
   const std::string dir = TempDir();
   CheckpointStore store(dir, 2, /*keep=*/2);
-  EXPECT_EQ(store.Latest(), 0);
+  EXPECT_THAT(store.Kept(), IsEmpty());
   ASSERT_THAT(store.Save(10, 111), IsOk());
   ASSERT_THAT(store.Save(20, 222), IsOk());
   ASSERT_THAT(store.Save(30, 333), IsOk());
-  EXPECT_EQ(store.Latest(), 30);
+  EXPECT_THAT(store.Kept(), ElementsAre(20, 30));
   EXPECT_EQ(*store.Load(20), 222u);
   EXPECT_THAT(store.Load(10), StatusIs(absl::StatusCode::kNotFound));
   std::filesystem::remove_all(dir);

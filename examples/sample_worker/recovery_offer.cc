@@ -33,9 +33,8 @@ std::string FormatOffer(const RecoveryOffer& offer) {
 absl::StatusOr<RecoveryOffer> ParseOffer(absl::string_view text) {
   RecoveryOffer offer;
   offer.held.insert(0);
-  if (int64_t step = 0; absl::SimpleAtoi(text, &step)) {
-    if (step < 0) return ParseStep(text, text).status();
-    offer.held.insert(step);
+  if (absl::StatusOr<int64_t> bare = ParseStep(text, text); bare.ok()) {
+    offer.held.insert(*bare);
     return offer;
   }
   bool saw_held = false;
@@ -63,6 +62,7 @@ absl::StatusOr<RecoveryOffer> ParseOffer(absl::string_view text) {
 }
 
 int64_t AgreeResumeStep(const std::vector<RecoveryOffer>& offers) {
+  if (offers.empty()) return 0;
   int64_t proven = 0;  // the newest step some task reached
   for (const RecoveryOffer& offer : offers) {
     if (!offer.held.empty()) proven = std::max(proven, *offer.held.rbegin());
@@ -70,19 +70,16 @@ int64_t AgreeResumeStep(const std::vector<RecoveryOffer>& offers) {
   auto can_resume = [proven](const RecoveryOffer& offer, int64_t step) {
     return step == 0 || offer.held.contains(step) || (offer.pending == step && step <= proven);
   };
-  int64_t resume = 0;
-  for (const RecoveryOffer& offer : offers) {
-    std::set<int64_t> candidates = offer.held;
-    if (offer.pending.has_value()) candidates.insert(*offer.pending);
-    for (int64_t step : candidates) {
-      if (step > resume && std::all_of(offers.begin(), offers.end(), [&](const RecoveryOffer& o) {
-            return can_resume(o, step);
-          })) {
-        resume = step;
-      }
+  // The step must be one the first offer can resume from, so its steps are the candidates.
+  std::set<int64_t> candidates = offers.front().held;
+  if (offers.front().pending.has_value()) candidates.insert(*offers.front().pending);
+  for (auto step = candidates.rbegin(); step != candidates.rend(); ++step) {
+    if (std::all_of(offers.begin(), offers.end(),
+                    [&](const RecoveryOffer& o) { return can_resume(o, *step); })) {
+      return *step;
     }
   }
-  return resume;
+  return 0;
 }
 
 }  // namespace phalanx::examples
