@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     rest.remove_prefix(end == std::string_view::npos ? rest.size() : end + 1);
     const std::string answer = phalanx::agent::HandleCliqueRequest(registry, line, now);
     PHALANX_FUZZ_CHECK(answer.rfind("OK", 0) == 0 || answer.rfind("ERR", 0) == 0 ||
-                       answer.size() >= 3 && answer.compare(answer.size() - 3, 3, "END") == 0);
+                       (answer.size() >= 3 && answer.compare(answer.size() - 3, 3, "END") == 0));
     registry.RequestAbortForDevice(0, "fuzz");
     now += absl::Seconds(1);
   }

@@ -57,8 +57,8 @@ TEST(ApiStatus, MessageUsesTheStatusBodyOrQuotesTheStart) {
 }
 
 TEST(ApiStatus, GarbageBodies_NeverThrow) {
-  for (const std::string body : {std::string("{"), std::string("\xff\xfe"), std::string("[1,2"),
-                                 std::string(R"({"kind":5})"), std::string("null")}) {
+  for (const std::string& body : {std::string("{"), std::string("\xff\xfe"), std::string("[1,2"),
+                                  std::string(R"({"kind":5})"), std::string("null")}) {
     EXPECT_FALSE(StatusFromResponse(500, body, "GET /").ok());
   }
   EXPECT_THAT(StatusFromResponse(200, "{", "GET /"), IsOk());

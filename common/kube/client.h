@@ -32,20 +32,22 @@ struct Resource {
   std::string Qualified() const { return group.empty() ? resource : resource + "." + group; }
 };
 
+// Every member has an initializer, so a designated initializer may name only the ones it sets.
 struct ListOptions {
-  std::string label_selector;
-  std::string field_selector;  // "spec.nodeName=n1,status.phase!=Failed"
+  std::string label_selector{};
+  std::string field_selector{};  // "spec.nodeName=n1,status.phase!=Failed"
   int64_t limit = 0;
-  std::string continue_token;
+  std::string continue_token{};
 };
 
 // How a watch is opened (CONVENTIONS.md "Watches"): from `resource_version` ("" = from now),
 // bookmarks on, and a server-side timeout shorter than the client's own read timeout so a
-// silently dead connection is noticed.
+// silently dead connection is noticed. Every member has an initializer, so a designated
+// initializer may name only the ones it sets.
 struct WatchOptions {
-  std::string resource_version;
-  std::string label_selector;
-  std::string field_selector;
+  std::string resource_version{};
+  std::string label_selector{};
+  std::string field_selector{};
   bool allow_bookmarks = true;
   absl::Duration server_timeout = absl::Minutes(5);
 };

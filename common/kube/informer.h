@@ -47,12 +47,13 @@
 
 namespace phalanx::kube {
 
-// Callbacks for cache changes; unset members are skipped.
+// Callbacks for cache changes; unset members are skipped (each has an initializer, so a
+// designated initializer may name only the ones it sets).
 struct ResourceEventHandler {
-  std::function<void(const Json& object)> on_add;
-  std::function<void(const Json& old_object, const Json& new_object)> on_update;
+  std::function<void(const Json& object)> on_add{};
+  std::function<void(const Json& old_object, const Json& new_object)> on_update{};
   // The object's last known state (from the DELETED event, or the cache on a relist).
-  std::function<void(const Json& object)> on_delete;
+  std::function<void(const Json& object)> on_delete{};
 };
 
 // Maps an object to the index values it is filed under (e.g. every owner uid).

@@ -48,10 +48,11 @@ TEST(WatchDecoder, InStreamGone_IsOutOfRange_SoTheClientRelists) {
 // that truncates to one) decoded as OK with an empty type, so the watch went on as if nothing
 // had happened instead of ending with the server's error.
 TEST(WatchDecoder, ErrorEventWithA2xxCode_IsStillAnError) {
-  for (const std::string& code : {"200", "204", "4294967496", "0"}) {
+  for (const char* code : {"200", "204", "4294967496", "0"}) {
     SCOPED_TRACE(code);
     WatchDecoder::Item item = WatchDecoder::DecodeLine(
-        R"({"type":"ERROR","object":{"kind":"Status","message":"odd","code":)" + code + "}}");
+        R"({"type":"ERROR","object":{"kind":"Status","message":"odd","code":)" + std::string(code) +
+        "}}");
     EXPECT_FALSE(item.status.ok());
     EXPECT_THAT(item.status.message(), HasSubstr("odd"));
     EXPECT_EQ(item.event.type, "");

@@ -215,7 +215,9 @@ absl::StatusOr<std::string> SerializeRequest(const HttpEndpoint& endpoint,
   std::string host = ipv6 ? absl::StrCat("[", endpoint.host, "]") : endpoint.host;
   if (endpoint.port != 80) absl::StrAppend(&host, ":", endpoint.port);
   std::string path = absl::StrCat(endpoint.path_prefix, request.path);
-  if (path.empty()) path = "/";
+  // push_back, not `path = "/"`: assigning a literal here trips GCC 12's false -Wrestrict
+  // (GCC bug 105329).
+  if (path.empty()) path.push_back('/');
   std::string out = absl::StrCat(request.method, " ", path, " HTTP/1.1\r\nHost: ", host,
                                  "\r\nConnection: close\r\n");
   if (request.method != "GET" || !request.body.empty()) {

@@ -95,7 +95,7 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
 // opens it to every namespace).
 struct NetworkPolicyOptions {
   std::map<std::string, std::string> operator_pods = {{"app.kubernetes.io/component", "operator"}};
-  std::string operator_namespace;
+  std::string operator_namespace{};
   std::string metrics_from = "*";
 };
 Json DesiredCoordinatorNetworkPolicy(const Json& job, const CoordinatorPlacement& placement,

@@ -529,7 +529,9 @@ TEST(PlanTest, ConditionTimesMoveOnlyWhenStatusFlips) {
   }
   ReconcilePlan second = Plan(Spec(), first.status, Healthy(), kNow + absl::Seconds(50));
   for (const Condition& c : second.status.conditions) {
-    if (c.type == "Running") EXPECT_EQ(c.last_transition_time, running_since);
+    if (c.type == "Running") {
+      EXPECT_EQ(c.last_transition_time, running_since);
+    }
   }
 }
 

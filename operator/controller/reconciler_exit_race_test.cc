@@ -22,7 +22,9 @@ class ExitRaceReconcilerTest : public ReconcilerTest {
  protected:
   void StartCoordinator() {
     coord::CoordinationService::Options options;
-    options.job = "j";
+    // A constructed string, not `options.job = "j"`: assigning the literal here trips GCC 12's
+    // false -Wrestrict (GCC bug 105329).
+    options.job = std::string("j");
     options.num_tasks = 2;
     service_ = *coord::CoordinationService::Create(options, clock_, metrics_);
     const std::string token = auth::JobToken("", "ns", "j", kube::MetaString(Stored(), "uid"));

@@ -119,7 +119,9 @@ TEST(ApplySuspend, Table) {
     EXPECT_THAT(Reasons(pass.out.events), ElementsAreArray(c.want_events));
     EXPECT_THAT(pass.out.delete_pods, UnorderedElementsAreArray(c.want_deleted));
     EXPECT_EQ(ConditionOf(pass.out.status, "Suspended"), c.want_condition);
-    if (c.want_next == Next::kDone) EXPECT_EQ(pass.out.status.ready_tasks, 0);
+    if (c.want_next == Next::kDone) {
+      EXPECT_EQ(pass.out.status.ready_tasks, 0);
+    }
     for (const TaskRecord& r : pass.tasks) {
       EXPECT_EQ(r.status.incarnation, c.want_incarnation);
       EXPECT_EQ(r.status.state, c.want_state);

@@ -247,7 +247,8 @@ void ConnectionListener::Admit(int fd, const std::string& peer) {
   }
   epoll_event event{};
   // EPOLLHUP and EPOLLERR are always reported; EPOLLIN only until the first byte is seen.
-  event.events = EPOLLRDHUP | (classify ? EPOLLIN : 0);
+  event.events = EPOLLRDHUP;
+  if (classify) event.events |= EPOLLIN;
   event.data.fd = watch_fd;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watch_fd, &event);
   if (!classify) {

@@ -30,11 +30,11 @@ class CoordinationGrpcServer {
  public:
   struct Options {
     std::string listen_address = "127.0.0.1:0";  // port 0: any free port (see port())
-    std::string token;                           // required on every call
+    std::string token{};                         // required on every call
     // PEM certificate chain and private key: when both are set the service speaks TLS only
     // (clients verify it with PHALANX_TLS_CA_FILE); when both are empty, cleartext.
-    std::string tls_cert_pem;
-    std::string tls_key_pem;
+    std::string tls_cert_pem{};
+    std::string tls_key_pem{};
     // Large enough for a 1 MiB value plus framing, so an oversized value gets a clear
     // InvalidArgument from the store rather than a transport error.
     int max_receive_message_bytes = 4 << 20;

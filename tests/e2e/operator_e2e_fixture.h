@@ -131,8 +131,8 @@ class OperatorE2eTest : public ::testing::Test {
     std::string coordination = "{}";
     std::string restart_scope = "Task";
     std::string preemption = "{}";
-    int gpus = 0;             // nvidia.com/gpu each task asks for
-    std::string coordinator;  // spec.coordinator (JSON), if any
+    int gpus = 0;               // nvidia.com/gpu each task asks for
+    std::string coordinator{};  // spec.coordinator (JSON), if any
   };
 
   // A job of sample workers, named "train".

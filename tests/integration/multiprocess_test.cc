@@ -171,7 +171,9 @@ TEST_F(MultiProcess, PreemptionNotice_EveryTaskCheckpointsAtTheSameStep) {
       if (e.incarnation != 0) continue;
       synced += e.kind == "sync_checkpoint";
       left_count += e.kind == "left_for_preemption";
-      if (e.kind == "recovered") EXPECT_EQ(e.Int("lost"), 0) << "task " << task;
+      if (e.kind == "recovered") {
+        EXPECT_EQ(e.Int("lost"), 0) << "task " << task;
+      }
     }
     EXPECT_EQ(synced, 1) << "task " << task << " must checkpoint exactly once for the round";
     EXPECT_EQ(left_count, task == 3 ? 1 : 0) << "task " << task;

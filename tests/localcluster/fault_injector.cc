@@ -60,7 +60,9 @@ void RespondError(HttpResponse& response, const absl::Status& status) {
   body["reason"] = Json::string(http.reason);
   body["code"] = Json::number(http.code);
   std::map<std::string, std::string> headers;
-  if (http.code == 429) headers["Retry-After"] = "1";
+  // emplace, not `headers["Retry-After"] = "1"`: assigning a literal to the new entry trips
+  // GCC 12's false -Wrestrict (GCC bug 105329).
+  if (http.code == 429) headers.emplace("Retry-After", "1");
   response.Respond(http.code, "application/json", body.serialize(), headers);
 }
 

@@ -194,7 +194,7 @@ int Serve(const Args& args) {
             << "  control plane: " << (*cluster)->backend_description() << "\n"
             << "  export KUBECONFIG=" << (*cluster)->kubeconfig_path() << "\n"
             << "  pod logs: " << options.work_dir << "/logs\n";
-  if (phalanx::localcluster::ControlPlane* plane = (*cluster)->control_plane()) {
+  if ((*cluster)->control_plane() != nullptr) {
     std::cerr << "  control-plane logs (etcd, kube-apiserver, kube-controller-manager, audit): "
               << options.work_dir << "/control-plane\n";
   }

@@ -20,21 +20,22 @@
 
 namespace phalanx::localcluster::differential {
 
-// What a response must look like. Unset members are not checked.
+// What a response must look like. Unset members are not checked (each has an initializer, so a
+// designated initializer in the table names only the ones it checks).
 struct Expect {
-  int code = 0;                           // HTTP status
-  std::string reason;                     // Status.reason of an error
-  std::vector<std::string> cause_fields;  // each must be some details.causes[].field
-  std::string message_has;                // substring of Status.message
+  int code = 0;                             // HTTP status
+  std::string reason{};                     // Status.reason of an error
+  std::vector<std::string> cause_fields{};  // each must be some details.causes[].field
+  std::string message_has{};                // substring of Status.message
   // (path, JSON text) pairs: the answer's value at path ("spec.size", "items[0].kind") must
   // equal the JSON text; "<absent>" / "<present>" test only presence.
-  std::vector<std::pair<std::string, std::string>> fields;
-  std::vector<std::string> warnings_have;  // each must be a substring of some Warning
+  std::vector<std::pair<std::string, std::string>> fields{};
+  std::vector<std::string> warnings_have{};  // each must be a substring of some Warning
   bool no_warnings = false;
   // For a WATCH step: events that must appear in this order, as "TYPE" or "TYPE:name" or
   // "ERROR:<code>:<reason>"; events_absent: "TYPE:name" that must not appear.
-  std::vector<std::string> events;
-  std::vector<std::string> events_absent;
+  std::vector<std::string> events{};
+  std::vector<std::string> events_absent{};
 };
 
 struct Step {
