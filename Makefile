@@ -16,12 +16,15 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD)
 
-test: build
-	@cd $(BUILD) && ctest --output-on-failure --timeout 300 $(CTEST_ARGS)
+# Deps, configure (-Werror), build, every test in parallel; ends with per-phase times and ctest's
+# summary (docs/development.md: one test, labels, the time budget).
+test:
+	@scripts/test.sh $(BUILD) $(BUILD_TYPE) $(CTEST_ARGS)
 
-# The operator on the local cluster (KEEP=1 leaves the cluster running for kubectl).
-demo: build
-	@scripts/demo.sh $(BUILD) $(if $(filter 1,$(KEEP)),--keep)
+# The operator on the local cluster (KEEP=1 leaves the cluster running for kubectl). Builds only
+# what the demo runs; apt and compiler output go to $(BUILD)/logs/.
+demo:
+	@scripts/make_demo.sh $(BUILD) $(BUILD_TYPE) $(if $(filter 1,$(KEEP)),--keep)
 
 # The coordination service alone (no Kubernetes): a kill, a restart, a preemption.
 demo-coordination: build

@@ -21,17 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/write_line.h"
 
 namespace phalanx::bench {
 namespace {
 
 constexpr int kWaitSeconds = 120;  // a round that takes longer is an error, not a measurement
-
-void Print(const std::string& line) {
-  std::string out = line + "\n";
-  ssize_t unused = write(STDOUT_FILENO, out.data(), out.size());
-  (void)unused;
-}
 
 void NoDelay(int fd) {
   int one = 1;
@@ -163,7 +158,7 @@ int RunReferenceHost(const ReferenceHostOptions& options) {
   std::vector<std::string> host_port = absl::StrSplit(options.address, ':');
   int port = 0;
   if (host_port.size() != 2 || !absl::SimpleAtoi(host_port[1], &port)) {
-    Print(absl::StrCat("ERROR task=", options.first, " bad address ", options.address));
+    WriteLine(absl::StrCat("ERROR task=", options.first, " bad address ", options.address));
     return 1;
   }
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -172,7 +167,7 @@ int RunReferenceHost(const ReferenceHostOptions& options) {
   addr.sin_port = htons(port);
   inet_pton(AF_INET, host_port[0].c_str(), &addr.sin_addr);
   if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    Print(absl::StrCat("ERROR task=", options.first, " connect: ", std::strerror(errno)));
+    WriteLine(absl::StrCat("ERROR task=", options.first, " connect: ", std::strerror(errno)));
     return 1;
   }
   NoDelay(fd);
@@ -205,15 +200,15 @@ int RunReferenceHost(const ReferenceHostOptions& options) {
       for (int b = -1; b < options.barriers; ++b) {
         const int seen = released[k].load(std::memory_order_acquire);
         if (!SendAll(fd, "a", 1) || !FutexWaitWhile(released[k], seen)) {
-          Print(absl::StrCat(passes, "ERROR task=", task, " barrier ", b, " did not complete"));
+          WriteLine(absl::StrCat(passes, "ERROR task=", task, " barrier ", b, " did not complete"));
           failed = true;
           return;
         }
         absl::StrAppend(&passes, "PASS task=", task, " barrier=", b,
                         " t_us=", absl::ToUnixMicros(absl::Now()), "\n");
       }
-      passes.pop_back();  // Print adds the last newline
-      Print(passes);
+      passes.pop_back();  // WriteLine adds the last newline
+      WriteLine(passes);
     });
   }
   for (std::thread& t : tasks) t.join();

@@ -9,16 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "bench/write_line.h"
 #include "runtime/client/grpc_client.h"
 
 namespace phalanx::bench {
 namespace {
-
-void Print(const std::string& line) {
-  std::string out = line + "\n";
-  ssize_t unused = write(STDOUT_FILENO, out.data(), out.size());
-  (void)unused;
-}
 
 int64_t NowMicros() { return absl::ToUnixMicros(absl::Now()); }
 
@@ -44,33 +39,34 @@ int RunTaskHost(const TaskHostOptions& options) {
       client::ClientCallbacks callbacks;
       callbacks.on_peer_change = [task](const client::TaskInfo& info) {
         if (info.state == client::TaskState::kFailed) {
-          Print(absl::StrCat("TOLD task=", task, " peer=", info.task_id, " t_us=", NowMicros()));
+          WriteLine(
+              absl::StrCat("TOLD task=", task, " peer=", info.task_id, " t_us=", NowMicros()));
         }
       };
       auto created = client::GrpcCoordinationClient::Create(config, callbacks);
       if (!created.ok()) {
-        Print(absl::StrCat("ERROR task=", task, " ", created.status().ToString()));
+        WriteLine(absl::StrCat("ERROR task=", task, " ", created.status().ToString()));
         return;
       }
       auto& client = **created;
       if (absl::Status s = client.Connect(absl::Seconds(120)); !s.ok()) {
-        Print(absl::StrCat("ERROR task=", task, " ", s.ToString()));
+        WriteLine(absl::StrCat("ERROR task=", task, " ", s.ToString()));
         return;
       }
-      Print(absl::StrCat("CONNECTED task=", task, " t_us=", NowMicros()));
+      WriteLine(absl::StrCat("CONNECTED task=", task, " t_us=", NowMicros()));
       // The PASS lines are written after the last barrier, in one write: the harness's own
       // writes (and the driver's reads) stay out of the rounds it times. They carry their time.
       std::string passes;
       for (int b = -1; b < options.barriers; ++b) {
         absl::Status s = client.Barrier(absl::StrCat("b", b), absl::Seconds(120));
         if (!s.ok()) {
-          Print(absl::StrCat(passes, "ERROR task=", task, " ", s.ToString()));
+          WriteLine(absl::StrCat(passes, "ERROR task=", task, " ", s.ToString()));
           return;
         }
         absl::StrAppend(&passes, "PASS task=", task, " barrier=", b, " t_us=", NowMicros(), "\n");
       }
-      passes.pop_back();  // Print adds the last newline
-      Print(passes);
+      passes.pop_back();  // WriteLine adds the last newline
+      WriteLine(passes);
       release.WaitForNotification();  // keep the session alive until the driver is done
     });
   }

@@ -14,11 +14,12 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 else
   mapfile -t files < <(find . -path ./build -prune -o \( -name '*.cc' -o -name '*.h' \) -print)
 fi
-bad=()
-for f in "${files[@]}"; do
-  [ -f "$f" ] || continue
-  if ! "$CLANG_FORMAT" --dry-run -Werror "$f" >/dev/null 2>&1; then bad+=("$f"); fi
-done
+# One clang-format per file, as many at once as there are cores (one after another took ~25 s).
+mapfile -t bad < <(printf '%s\0' "${files[@]}" | xargs -0 -n 16 -P "$(nproc)" sh -c '
+  for f; do
+    [ -f "$f" ] || continue
+    "$0" --dry-run -Werror "$f" >/dev/null 2>&1 || echo "$f"
+  done' "$CLANG_FORMAT" | sort)
 if [ "${#bad[@]}" -gt 0 ]; then
   echo "${#bad[@]} of ${#files[@]} files differ from .clang-format ($("$CLANG_FORMAT" --version)); run 'make format':"
   printf '  %s\n' "${bad[@]}"

@@ -26,7 +26,7 @@ using ::testing::IsEmpty;
 
 const Resource kJobs{"phalanx.dev", "v1", "trainingjobs", true};
 const Resource kPods{"", "v1", "pods", true};
-constexpr absl::Duration kWait = absl::Seconds(30);
+constexpr absl::Duration kControllerWait = absl::Seconds(30);
 
 Json Object(const std::string& name, const std::optional<OwnerReference>& owner = std::nullopt) {
   Json o = Json::object();
@@ -99,7 +99,7 @@ class ControllerTest : public ::testing::Test {
     o.poll_interval = absl::Milliseconds(20);
     o.queue.base_delay = absl::Milliseconds(1);
     o.queue.max_delay = absl::Milliseconds(10);
-    o.sync_timeout = kWait;
+    o.sync_timeout = kControllerWait;
     return o;
   }
   static Informer::Options FastInformer() {
@@ -135,7 +135,7 @@ TEST_F(ControllerTest, ReconcilesEveryObject_AndOwnersOfChangedChildren) {
       [&] {
         return calls_.Keys() == std::set<std::string>{"ns/j1", "ns/j2"};
       },
-      kWait));
+      kControllerWait));
 
   // A pod owned by j1 changes: j1 is reconciled again; an unowned pod enqueues nothing.
   const int before = calls_.Count("ns/j1");
@@ -144,7 +144,7 @@ TEST_F(ControllerTest, ReconcilesEveryObject_AndOwnersOfChangedChildren) {
                                                            "u", true, true})),
               IsOk());
   ASSERT_THAT(client_.Create(kPods, "ns", Object("stray")), IsOk());
-  ASSERT_TRUE(Eventually([&] { return calls_.Count("ns/j1") > before; }, kWait));
+  ASSERT_TRUE(Eventually([&] { return calls_.Count("ns/j1") > before; }, kControllerWait));
   EXPECT_EQ(calls_.Keys(), (std::set<std::string>{"ns/j1", "ns/j2"}));
   EXPECT_GE(controller_.reconciles(), 3);
   EXPECT_EQ(controller_.errors(), 0);
@@ -163,7 +163,7 @@ TEST_F(ControllerTest, Errors_AreRetriedWithBackoff_ThenForgotten) {
         clock_.Advance(absl::Seconds(1));  // the per-key backoff runs on the fake clock
         return calls_.Count("ns/flaky") == 3;
       },
-      kWait));
+      kControllerWait));
   EXPECT_EQ(controller_.errors(), 2);
   EXPECT_EQ(controller_.conflicts(), 0);
 }
@@ -180,7 +180,7 @@ TEST_F(ControllerTest, Conflict_RequeuesQuietly) {
         clock_.Advance(absl::Seconds(1));  // the per-key backoff runs on the fake clock
         return calls_.Count("ns/j") == 2;
       },
-      kWait));
+      kControllerWait));
   EXPECT_EQ(controller_.conflicts(), 1);
   EXPECT_EQ(controller_.errors(), 0) << "a conflict is not an error";
 }
@@ -193,7 +193,7 @@ TEST_F(ControllerTest, RequeueAfter_FollowsTheInjectedClock) {
               IsOk());
   const absl::Time start = clock_.Now();
   controller_.Enqueue("ns/timer");
-  ASSERT_TRUE(Eventually([&] { return calls_.Count("ns/timer") == 1; }, kWait));
+  ASSERT_TRUE(Eventually([&] { return calls_.Count("ns/timer") == 1; }, kControllerWait));
   // Both workers are back waiting on the fake clock, each until its next poll, none until the
   // key is due: from here nothing can run before the clock moves.
   auto both_idle_since = [&](absl::Time t) {
@@ -206,7 +206,7 @@ TEST_F(ControllerTest, RequeueAfter_FollowsTheInjectedClock) {
   ASSERT_TRUE(both_idle_since(start + absl::Minutes(4)));
   EXPECT_EQ(calls_.Count("ns/timer"), 1) << "still a minute short of due";
   clock_.Advance(absl::Minutes(1));
-  EXPECT_TRUE(Eventually([&] { return calls_.Count("ns/timer") == 2; }, kWait));
+  EXPECT_TRUE(Eventually([&] { return calls_.Count("ns/timer") == 2; }, kControllerWait));
 }
 
 TEST_F(ControllerTest, OneWorkerPerKey_EvenWhenEnqueuedWhileRunning) {
@@ -233,7 +233,7 @@ TEST_F(ControllerTest, OneWorkerPerKey_EvenWhenEnqueuedWhileRunning) {
     controller.Enqueue("ns/k" + std::to_string(i % 5));
     absl::SleepFor(absl::Milliseconds(1));
   }
-  ASSERT_TRUE(Eventually([&] { return controller.queue_depth() == 0; }, kWait));
+  ASSERT_TRUE(Eventually([&] { return controller.queue_depth() == 0; }, kControllerWait));
   controller.Stop();
   absl::MutexLock lock(&mu);
   EXPECT_EQ(max_in_flight, 1);
@@ -275,7 +275,7 @@ TEST_F(ControllerTest, ThrowingReconciler_CountsAsAnError_AndTheWorkerSurvives) 
         clock_.Advance(absl::Seconds(1));  // the per-key backoff runs on the fake clock
         return calls_.Count("ns/bad") == 2;
       },
-      kWait));
+      kControllerWait));
   EXPECT_EQ(controller_.errors(), 1);
 }
 

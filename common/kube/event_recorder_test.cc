@@ -19,7 +19,7 @@ using ::phalanx::testing::IsOk;
 using ::testing::MatchesRegex;
 using ::testing::SizeIs;
 
-const Resource kJobs{"phalanx.dev", "v1", "trainingjobs", true};
+const Resource kRecordedJobs{"phalanx.dev", "v1", "trainingjobs", true};
 
 class EventRecorderTest : public ::testing::Test {
  protected:
@@ -28,7 +28,7 @@ class EventRecorderTest : public ::testing::Test {
     job["apiVersion"] = Json::string("phalanx.dev/v1");
     job["kind"] = Json::string("TrainingJob");
     job["metadata"]["name"] = Json::string("train");
-    auto created = client_.Create(kJobs, "ml", job);
+    auto created = client_.Create(kRecordedJobs, "ml", job);
     ASSERT_THAT(created, IsOk());
     job_ = *created;
   }

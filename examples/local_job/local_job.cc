@@ -152,8 +152,19 @@ std::optional<WorkerEvent> LocalJob::WaitForEvent(
     // Wait for the current process to print anything new (bounded by the deadline).
     process::Subprocess& current = worker(task);
     const size_t seen = current.Lines().size();
-    current.WaitForLine([](const std::string&) { return true; },
-                        std::min(absl::Milliseconds(200), deadline - absl::Now()), seen);
+    const absl::Time slice_end = std::min(absl::Now() + absl::Milliseconds(200), deadline);
+    if (current.WaitForLine([](const std::string&) { return true; }, slice_end - absl::Now(), seen)
+            .has_value()) {
+      continue;
+    }
+    // WaitForLine returns at once, with nothing, once the process has exited (its stdout is
+    // closed): wait for the task's next incarnation until the slice ends instead of spinning.
+    absl::MutexLock lock(&mu_);
+    const size_t incarnations = workers_[task].size();
+    auto replaced = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return workers_[task].size() != incarnations;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&replaced), slice_end);
   }
 }
 

@@ -48,7 +48,7 @@ int Connect(const std::string& path, bool nonblocking = false) {
 }
 
 // One request on a fresh connection; the answer through its last line (END for LIST).
-std::string Ask(const std::string& path, const std::string& request) {
+std::string AskOnce(const std::string& path, const std::string& request) {
   const int fd = Connect(path);
   if (fd < 0) return "connect failed";
   const std::string line = request + "\n";
@@ -91,8 +91,10 @@ TEST_F(CliqueSocketLimitsTest, AnIdleClientDoesNotDelayAnotherClientsList) {
   (void)!send(idle, "LI", 2, MSG_NOSIGNAL);  // half a request, then nothing
   const int silent = Connect(path);          // and one that sends nothing at all
   ASSERT_GE(silent, 0);
-  EXPECT_EQ(Ask(path, "REPORT job=j task=0 inc=0 clique=c state=READY devices=0 key=k"), "OK\n");
-  EXPECT_EQ(Ask(path, "LIST key=k"), "job=j task=0 inc=0 clique=c state=READY devices=0\nEND\n");
+  EXPECT_EQ(AskOnce(path, "REPORT job=j task=0 inc=0 clique=c state=READY devices=0 key=k"),
+            "OK\n");
+  EXPECT_EQ(AskOnce(path, "LIST key=k"),
+            "job=j task=0 inc=0 clique=c state=READY devices=0\nEND\n");
   close(idle);
   close(silent);
 }
@@ -124,7 +126,9 @@ TEST_F(CliqueSocketLimitsTest, ADripClientIsCutAtTheWholeRequestDeadline) {
   close(fd);
   EXPECT_TRUE(cut) << "the drip client sent its whole line (" << sent << " bytes)";
   EXPECT_LT(sent, line.size());
-  if (!answer.empty()) EXPECT_THAT(answer, StartsWith("ERR request deadline exceeded"));
+  if (!answer.empty()) {
+    EXPECT_THAT(answer, StartsWith("ERR request deadline exceeded"));
+  }
   EXPECT_EQ(server_->cut_at_deadline(), 1);
   EXPECT_THAT(Metrics(),
               HasSubstr(R"(phalanx_agent_clique_connections_dropped_total{reason="deadline"} 1)"));
@@ -142,8 +146,9 @@ TEST_F(CliqueSocketLimitsTest, AThousandConnectionsDoNotStarveAValidClient) {
     if (fd >= 0) flood.push_back(fd);
   }
   EXPECT_GT(flood.size(), 16u);
-  EXPECT_EQ(Ask(path, "REPORT job=j task=3 inc=0 clique=c state=READY devices=3 key=k"), "OK\n");
-  EXPECT_THAT(Ask(path, "LIST key=k"), HasSubstr("job=j task=3"));
+  EXPECT_EQ(AskOnce(path, "REPORT job=j task=3 inc=0 clique=c state=READY devices=3 key=k"),
+            "OK\n");
+  EXPECT_THAT(AskOnce(path, "LIST key=k"), HasSubstr("job=j task=3"));
   EXPECT_GT(server_->refused_over_limit(), 0);
   EXPECT_THAT(Metrics(),
               HasSubstr(R"(phalanx_agent_clique_connections_dropped_total{reason="limit"})"));
@@ -176,7 +181,7 @@ std::string RunPython(const std::string& script) {
 TEST_F(CliqueSocketLimitsTest, AProcessWithAnotherJobsKeyCannotReadOrOverwriteEntries) {
   const std::string path = SocketPath("access");
   Start({path, 64, absl::Seconds(10)});
-  ASSERT_EQ(Ask(path, "REPORT job=a task=0 inc=0 clique=c state=READY devices=0 key=job-a-key"),
+  ASSERT_EQ(AskOnce(path, "REPORT job=a task=0 inc=0 clique=c state=READY devices=0 key=job-a-key"),
             "OK\n");
   const std::string out = RunPython(absl::StrCat(R"(
 import socket
@@ -205,7 +210,7 @@ print("nokey=" + ask("REPORT job=a task=0 inc=9 clique=c state=FAILED devices=0"
   EXPECT_THAT(out, HasSubstr("forget=ERR permission denied"));
   EXPECT_THAT(out, HasSubstr("nokey=ERR permission denied"));
   // Job a's entry is as its owner left it.
-  EXPECT_EQ(Ask(path, "LIST key=job-a-key"),
+  EXPECT_EQ(AskOnce(path, "LIST key=job-a-key"),
             "job=a task=0 inc=0 clique=c state=READY devices=0\nEND\n");
 }
 

@@ -25,7 +25,7 @@ using ::testing::Optional;
 constexpr char kToken[] = "/latest/api/token";
 constexpr char kAction[] = "/latest/meta-data/spot/instance-action";
 constexpr char kEvents[] = "/latest/meta-data/events/maintenance/scheduled";
-const absl::Time kNow = absl::FromUnixSeconds(1'700'000'000);
+const absl::Time kAwsNow = absl::FromUnixSeconds(1'700'000'000);
 
 absl::Time Utc(int y, int mo, int d, int h, int mi, int s) {
   return absl::FromCivil(absl::CivilSecond(y, mo, d, h, mi, s), absl::UTCTimeZone());
@@ -54,7 +54,7 @@ class AwsSpotSourceTest : public ::testing::Test {
 };
 
 TEST_F(AwsSpotSourceTest, NoInstanceActionAndNoEvents_IsNoNotice) {
-  EXPECT_EQ(PollOrFail(*source_, kNow), std::nullopt);
+  EXPECT_EQ(PollOrFail(*source_, kAwsNow), std::nullopt);
   const std::vector<testing::ReceivedRequest> requests = server_->requests();
   ASSERT_EQ(requests.size(), 3u);
   EXPECT_EQ(requests[0].method, "PUT");
@@ -84,7 +84,7 @@ TEST_F(AwsSpotSourceTest, InstanceActions_ArePreemptionNoticesDueAtTheirTime) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.body);
     server_->Set("GET", kAction, ScriptedResponse::Ok(c.body));
-    EXPECT_THAT(PollOrFail(*source_, kNow),
+    EXPECT_THAT(PollOrFail(*source_, kAwsNow),
                 Optional(NodeNotice{"aws-spot", "preemption", c.detail, c.deadline}));
   }
   // An interruption outranks maintenance; the events path is not even read.
@@ -92,21 +92,21 @@ TEST_F(AwsSpotSourceTest, InstanceActions_ArePreemptionNoticesDueAtTheirTime) {
 }
 
 TEST_F(AwsSpotSourceTest, TokenIsReusedUntilShortlyBeforeItExpires) {
-  ASSERT_EQ(PollOrFail(*source_, kNow), std::nullopt);
-  ASSERT_EQ(PollOrFail(*source_, kNow + absl::Hours(5)), std::nullopt);
+  ASSERT_EQ(PollOrFail(*source_, kAwsNow), std::nullopt);
+  ASSERT_EQ(PollOrFail(*source_, kAwsNow + absl::Hours(5)), std::nullopt);
   EXPECT_EQ(server_->CountOf("PUT", kToken), 1);
-  ASSERT_EQ(PollOrFail(*source_, kNow + absl::Hours(6) - absl::Seconds(30)), std::nullopt);
+  ASSERT_EQ(PollOrFail(*source_, kAwsNow + absl::Hours(6) - absl::Seconds(30)), std::nullopt);
   EXPECT_EQ(server_->CountOf("PUT", kToken), 2);
 }
 
 TEST_F(AwsSpotSourceTest, RejectedToken_IsUnavailableAndRenewedOnTheNextPoll) {
-  ASSERT_EQ(PollOrFail(*source_, kNow), std::nullopt);
+  ASSERT_EQ(PollOrFail(*source_, kAwsNow), std::nullopt);
   server_->Set("GET", kAction, ScriptedResponse::Status(401));
-  EXPECT_THAT(source_->Poll(kNow + absl::Seconds(1)),
+  EXPECT_THAT(source_->Poll(kAwsNow + absl::Seconds(1)),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rejected the session token")));
   server_->Set("GET", kAction, ScriptedResponse::Status(404));
   server_->Set("PUT", kToken, ScriptedResponse::Ok("token-2"));
-  ASSERT_EQ(PollOrFail(*source_, kNow + absl::Seconds(2)), std::nullopt);
+  ASSERT_EQ(PollOrFail(*source_, kAwsNow + absl::Seconds(2)), std::nullopt);
   EXPECT_EQ(server_->CountOf("PUT", kToken), 2);
   EXPECT_EQ(server_->requests().back().headers.at("x-aws-ec2-metadata-token"), "token-2");
 }
@@ -142,7 +142,7 @@ TEST_F(AwsSpotSourceTest, ScheduledEvents_AreMaintenanceNoticesUnlessCanceledOrC
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     server_->Set("GET", kEvents, ScriptedResponse::Ok(c.body));
-    EXPECT_EQ(PollOrFail(*source_, kNow), c.want);
+    EXPECT_EQ(PollOrFail(*source_, kAwsNow), c.want);
   }
 }
 
@@ -150,7 +150,7 @@ TEST_F(AwsSpotSourceTest, ScheduledEventsAreNotReadWhenDisabled) {
   source_ = MakeSource({.check_scheduled_maintenance = false});
   ASSERT_NE(source_, nullptr);
   server_->Set("GET", kEvents, ScriptedResponse::Ok(R"([{"Code": "system-reboot"}])"));
-  EXPECT_EQ(PollOrFail(*source_, kNow), std::nullopt);
+  EXPECT_EQ(PollOrFail(*source_, kAwsNow), std::nullopt);
   EXPECT_EQ(server_->CountOf("GET", kEvents), 0);
 }
 
@@ -198,7 +198,7 @@ TEST_F(AwsSpotSourceTest, BadAnswers_AreErrorsThatSayWhatWasWrong) {
     server_->Set("GET", kAction, ScriptedResponse::Status(404));
     server_->Set("GET", kEvents, ScriptedResponse::Ok("[]"));
     server_->Set(c.method, c.path, c.response);
-    EXPECT_THAT(source_->Poll(kNow), StatusIs(c.code, HasSubstr(c.message)));
+    EXPECT_THAT(source_->Poll(kAwsNow), StatusIs(c.code, HasSubstr(c.message)));
   }
 }
 
@@ -221,7 +221,7 @@ TEST_F(AwsSpotSourceTest, SlowServer_IsDeadlineExceededWithinTheRequestTimeout) 
     server_->Set("GET", kEvents, ScriptedResponse::Ok("[]"));
     server_->Set(c.method, c.path, ScriptedResponse::Ok("[]").After(absl::Seconds(30)));
     const absl::Time start = absl::Now();
-    EXPECT_THAT(source_->Poll(kNow), StatusIs(absl::StatusCode::kDeadlineExceeded));
+    EXPECT_THAT(source_->Poll(kAwsNow), StatusIs(absl::StatusCode::kDeadlineExceeded));
     EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // not the server's 30 s
   }
 }
@@ -230,7 +230,7 @@ TEST(AwsSpotSourceServerDownTest, ConnectionRefused_IsUnavailable) {
   absl::StatusOr<std::unique_ptr<AwsSpotSource>> source = AwsSpotSource::Create(
       {.base_url = absl::StrCat("http://127.0.0.1:", FakeMetadataServer::UnusedPort())});
   ASSERT_THAT(source, IsOk());
-  EXPECT_THAT((*source)->Poll(kNow),
+  EXPECT_THAT((*source)->Poll(kAwsNow),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("refused")));
 }
 

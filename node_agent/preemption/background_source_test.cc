@@ -21,8 +21,8 @@ using ::phalanx::agent::testing::ScriptedResponse;
 using ::phalanx::testing::Eventually;
 using ::phalanx::testing::StatusIs;
 
-constexpr char kPreempted[] = "/computeMetadata/v1/instance/preempted";
-constexpr char kMaintenance[] = "/computeMetadata/v1/instance/maintenance-event";
+constexpr char kGcePreemptedPath[] = "/computeMetadata/v1/instance/preempted";
+constexpr char kGceMaintenancePath[] = "/computeMetadata/v1/instance/maintenance-event";
 
 std::unique_ptr<NoticeSource> Gce(const FakeMetadataServer& server, absl::Duration timeout) {
   GceMetadataOptions options;
@@ -37,12 +37,12 @@ TEST(BackgroundSourceTest, AHangingServerDoesNotHoldUpPoll) {
                                                  // hanging request its thread is in
   auto server = *FakeMetadataServer::Start();
   // Answers after an hour (the server's destructor cuts it short); the source would wait 10 min.
-  server->Set("GET", kPreempted, ScriptedResponse::Ok("FALSE").After(absl::Hours(1)));
+  server->Set("GET", kGcePreemptedPath, ScriptedResponse::Ok("FALSE").After(absl::Hours(1)));
   background = std::make_unique<BackgroundSource>(Gce(*server, absl::Minutes(10)), clock,
                                                   absl::Seconds(1), absl::Seconds(10));
   BackgroundSource& source = *background;
-  ASSERT_TRUE(
-      Eventually([&] { return server->CountOf("GET", kPreempted) == 1; }, absl::Seconds(30)));
+  ASSERT_TRUE(Eventually([&] { return server->CountOf("GET", kGcePreemptedPath) == 1; },
+                         absl::Seconds(30)));
   ASSERT_TRUE(source.in_flight());
   // Nothing known yet, answered at once while the poll hangs.
   absl::StatusOr<std::optional<NodeNotice>> polled = source.Poll(clock.Now());
@@ -59,8 +59,8 @@ TEST(BackgroundSourceTest, AHangingServerDoesNotHoldUpPoll) {
 
 TEST(BackgroundSourceTest, PollsOnItsOwnScheduleAndPassesResultsThrough) {
   auto server = *FakeMetadataServer::Start();
-  server->Set("GET", kPreempted, ScriptedResponse::Ok("TRUE"));
-  server->Set("GET", kMaintenance, ScriptedResponse::Ok("NONE"));
+  server->Set("GET", kGcePreemptedPath, ScriptedResponse::Ok("TRUE"));
+  server->Set("GET", kGceMaintenancePath, ScriptedResponse::Ok("NONE"));
   phalanx::testing::FakeClock clock;
   BackgroundSource source(Gce(*server, absl::Seconds(30)), clock, absl::Seconds(1),
                           absl::Seconds(10));
@@ -71,7 +71,7 @@ TEST(BackgroundSourceTest, PollsOnItsOwnScheduleAndPassesResultsThrough) {
   EXPECT_EQ((*polled)->kind, kPreemptionNotice);
   // The next poll waits for the source's own period on the clock.
   ASSERT_TRUE(clock.WaitForWaiters({clock.Now() + absl::Seconds(1)}));
-  server->Set("GET", kPreempted, ScriptedResponse::Status(500, "oops"));
+  server->Set("GET", kGcePreemptedPath, ScriptedResponse::Status(500, "oops"));
   clock.Advance(absl::Seconds(1));
   ASSERT_TRUE(Eventually([&] { return source.completed_polls() == 2; }, absl::Seconds(30)));
   EXPECT_THAT(source.Poll(clock.Now()), StatusIs(absl::StatusCode::kUnavailable));

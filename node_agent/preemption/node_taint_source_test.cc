@@ -20,7 +20,7 @@ using ::phalanx::testing::IsOk;
 using ::phalanx::testing::StatusIs;
 
 using kube::kNodes;
-const absl::Time kNow = absl::FromUnixSeconds(1'700'000'000);
+const absl::Time kTaintNow = absl::FromUnixSeconds(1'700'000'000);
 
 kube::Json Node(const std::string& name, const std::string& spec_json) {
   return kube::Json::parse(R"({"apiVersion": "v1", "kind": "Node", "metadata": {"name": ")" + name +
@@ -79,7 +79,7 @@ TEST_F(NodeTaintSourceTest, NodeTaintsAndCordon_AreNotices) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     ASSERT_THAT(client_.Create(kNodes, "", Node("gpu-node-1", c.spec)), IsOk());
-    EXPECT_EQ(PollOrFail(source_, kNow), c.want);
+    EXPECT_EQ(PollOrFail(source_, kTaintNow), c.want);
     ASSERT_THAT(client_.Delete(kNodes, "", "gpu-node-1", {}), IsOk());
   }
   EXPECT_EQ(source_.name(), "node-taint");
@@ -91,19 +91,19 @@ TEST_F(NodeTaintSourceTest, OnlyItsOwnNodeCounts) {
       client_.Create(kNodes, "",
                      Node("gpu-node-2", R"({"taints": [{"key": "phalanx.dev/preempting"}]})")),
       IsOk());
-  EXPECT_EQ(PollOrFail(source_, kNow), std::nullopt);
+  EXPECT_EQ(PollOrFail(source_, kTaintNow), std::nullopt);
 }
 
 TEST_F(NodeTaintSourceTest, TaintAddedLater_IsSeenOnTheNextPoll) {
   ASSERT_THAT(client_.Create(kNodes, "", Node("gpu-node-1", "{}")), IsOk());
-  ASSERT_EQ(PollOrFail(source_, kNow), std::nullopt);
+  ASSERT_EQ(PollOrFail(source_, kTaintNow), std::nullopt);
   ASSERT_THAT(client_.Patch(kNodes, "", "gpu-node-1", kube::PatchType::kMerge,
                             kube::Json::parse(R"({"spec": {"taints": [
                                 {"key": "cloud.google.com/impending-node-termination",
                                  "effect": "NoSchedule"}]}})"),
                             {}),
               IsOk());
-  const std::optional<NodeNotice> notice = PollOrFail(source_, kNow + absl::Seconds(1));
+  const std::optional<NodeNotice> notice = PollOrFail(source_, kTaintNow + absl::Seconds(1));
   ASSERT_TRUE(notice.has_value());
   EXPECT_EQ(notice->kind, "preemption");
 }
@@ -113,21 +113,21 @@ TEST_F(NodeTaintSourceTest, TheAgentsOwnMarker_IsNotANotice) {
   ASSERT_THAT(client_.Create(kNodes, "", Node("gpu-node-1", R"({"taints": [
       {"key": "phalanx.dev/preempting", "value": "gce-metadata", "effect": "NoSchedule"}]})")),
               IsOk());
-  EXPECT_EQ(PollOrFail(source, kNow), std::nullopt);
+  EXPECT_EQ(PollOrFail(source, kTaintNow), std::nullopt);
   // Someone else's marker (a test, an operator by hand) still is.
   ASSERT_THAT(client_.Delete(kNodes, "", "gpu-node-1", {}), IsOk());
   ASSERT_THAT(client_.Create(kNodes, "", Node("gpu-node-1", R"({"taints": [
       {"key": "phalanx.dev/preempting", "value": "by-hand", "effect": "NoSchedule"}]})")),
               IsOk());
-  EXPECT_NE(PollOrFail(source, kNow), std::nullopt);
+  EXPECT_NE(PollOrFail(source, kTaintNow), std::nullopt);
 }
 
 TEST_F(NodeTaintSourceTest, ApiErrors_AreReturned) {
-  EXPECT_THAT(source_.Poll(kNow), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(source_.Poll(kTaintNow), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_THAT(client_.Create(kNodes, "", Node("gpu-node-1", "{}")), IsOk());
   client_.FailNext(1, absl::UnavailableError("injected 503"));
-  EXPECT_THAT(source_.Poll(kNow), StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_EQ(PollOrFail(source_, kNow), std::nullopt);
+  EXPECT_THAT(source_.Poll(kTaintNow), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(PollOrFail(source_, kTaintNow), std::nullopt);
 }
 
 }  // namespace

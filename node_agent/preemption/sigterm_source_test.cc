@@ -13,12 +13,12 @@ namespace {
 using ::phalanx::agent::testing::PollOrFail;
 using ::testing::Optional;
 
-const absl::Time kNow = absl::FromUnixSeconds(1'700'000'000);
+const absl::Time kSigtermNow = absl::FromUnixSeconds(1'700'000'000);
 
 TEST(SigtermSourceTest, NoSignal_IsNoNotice) {
   SigtermSource source;
   EXPECT_FALSE(source.triggered());
-  EXPECT_EQ(PollOrFail(source, kNow), std::nullopt);
+  EXPECT_EQ(PollOrFail(source, kSigtermNow), std::nullopt);
   EXPECT_EQ(source.name(), "sigterm");
 }
 
@@ -28,18 +28,18 @@ TEST(SigtermSourceTest, Signal_IsPreemptionNoticeGraceAfterTheFirstPollThatSawIt
   std::thread([&source] { source.Trigger(); }).join();
   EXPECT_TRUE(source.triggered());
   const NodeNotice want{"sigterm", "preemption", "agent received SIGTERM (node shutting down)",
-                        kNow + absl::Seconds(45)};
-  EXPECT_THAT(PollOrFail(source, kNow), Optional(want));
+                        kSigtermNow + absl::Seconds(45)};
+  EXPECT_THAT(PollOrFail(source, kSigtermNow), Optional(want));
   source.Trigger();  // a second SIGTERM changes nothing
-  EXPECT_THAT(PollOrFail(source, kNow + absl::Seconds(3)), Optional(want));
+  EXPECT_THAT(PollOrFail(source, kSigtermNow + absl::Seconds(3)), Optional(want));
 }
 
 TEST(SigtermSourceTest, DefaultGrace_IsThirtySeconds) {
   SigtermSource source;
   source.Trigger();
-  const std::optional<NodeNotice> notice = PollOrFail(source, kNow);
+  const std::optional<NodeNotice> notice = PollOrFail(source, kSigtermNow);
   ASSERT_TRUE(notice.has_value());
-  EXPECT_EQ(notice->deadline, kNow + absl::Seconds(30));
+  EXPECT_EQ(notice->deadline, kSigtermNow + absl::Seconds(30));
 }
 
 }  // namespace

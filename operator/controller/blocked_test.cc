@@ -13,7 +13,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+const absl::Time kBlockedAt = absl::FromUnixSeconds(1'800'000'000);
 
 // The message kube-apiserver v1.26 sends when PodSecurity "restricted" refuses a pod (403).
 const absl::Status kForbidden = absl::PermissionDeniedError(
@@ -57,7 +57,8 @@ TEST(RecordChildOutcome, Table) {
   };
   TrainingJobStatus was_refused = Status(kPhaseBlocked);
   SetCondition(was_refused.conditions,
-               {kConditionChildrenReady, "False", kReasonFailedCreate, "x", kNow, 2}, kNow);
+               {kConditionChildrenReady, "False", kReasonFailedCreate, "x", kBlockedAt, 2},
+               kBlockedAt);
   const std::vector<Case> cases = {
       {"nothingToDo", Status(kPhaseRunning), {}, false, kPhaseRunning, "none", {}},
       {"created", Status(kPhasePending), {}, true, kPhasePending, "True/ChildrenCreated", {}},
@@ -114,7 +115,7 @@ TEST(RecordChildOutcome, Table) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    StageResult r = RecordChildOutcome(c.written, c.failures, c.acted, kNow);
+    StageResult r = RecordChildOutcome(c.written, c.failures, c.acted, kBlockedAt);
     EXPECT_EQ(r.status.phase, c.want_phase);
     EXPECT_EQ(ReadyOf(r.status), c.want_ready);
     std::vector<std::string> events;
@@ -133,14 +134,16 @@ TEST(RecordChildOutcome, Table) {
 
 TEST(RecordChildOutcome, TheSameRefusalAgainChangesNothing) {
   const std::vector<ChildFailure> refused = {{false, "Pod", "j-task-0-0", kForbidden}};
-  StageResult first = RecordChildOutcome(Status(kPhasePending), refused, true, kNow);
-  StageResult again = RecordChildOutcome(first.status, refused, true, kNow + absl::Seconds(30));
+  StageResult first = RecordChildOutcome(Status(kPhasePending), refused, true, kBlockedAt);
+  StageResult again =
+      RecordChildOutcome(first.status, refused, true, kBlockedAt + absl::Seconds(30));
   EXPECT_EQ(again.status, first.status);  // no status write, so no watch event, no hot loop
 }
 
 TEST(InvalidSpecStatus, BlocksWithTheProblemsAndOneEvent) {
-  StageResult r = InvalidSpecStatus(
-      Status(kPhasePending), 5, {"spec.template.spec.containers[0].image: required", "b"}, kNow);
+  StageResult r =
+      InvalidSpecStatus(Status(kPhasePending), 5,
+                        {"spec.template.spec.containers[0].image: required", "b"}, kBlockedAt);
   EXPECT_EQ(r.status.phase, kPhaseBlocked);
   EXPECT_EQ(r.status.observed_generation, 5);
   std::optional<Condition> c = FindCondition(r.status.conditions, kConditionInvalidSpec);
@@ -152,17 +155,19 @@ TEST(InvalidSpecStatus, BlocksWithTheProblemsAndOneEvent) {
   // Unchanged on the next pass: no second Event.
   EXPECT_THAT(
       InvalidSpecStatus(r.status, 5, {"spec.template.spec.containers[0].image: required", "b"},
-                        kNow + absl::Seconds(10))
+                        kBlockedAt + absl::Seconds(10))
           .events,
       IsEmpty());
   // A job that already ended keeps its phase.
-  EXPECT_EQ(InvalidSpecStatus(Status(kPhaseFailed), 5, {"x"}, kNow).status.phase, kPhaseFailed);
+  EXPECT_EQ(InvalidSpecStatus(Status(kPhaseFailed), 5, {"x"}, kBlockedAt).status.phase,
+            kPhaseFailed);
 }
 
 TEST(StaysBlocked, OnlyWhileTheRefusedChildIsStillToCreate) {
   TrainingJobStatus blocked = Status(kPhaseBlocked);
   SetCondition(blocked.conditions,
-               {kConditionChildrenReady, "False", kReasonFailedCreate, "x", kNow, 2}, kNow);
+               {kConditionChildrenReady, "False", kReasonFailedCreate, "x", kBlockedAt, 2},
+               kBlockedAt);
   EXPECT_TRUE(StaysBlocked(blocked, true));
   EXPECT_FALSE(StaysBlocked(blocked, false));
   TrainingJobStatus invalid_spec_fixed = Status(kPhaseBlocked);  // no ChildrenReady=False

@@ -27,7 +27,7 @@ Json Job(const std::string& name) {
       R"(","namespace":"ns","uid":"u1"},"spec":{"replicas":2}})"));
 }
 
-TrainingJobSpec Spec() {
+TrainingJobSpec DefaultSpec() {
   TrainingJobSpec spec;
   spec.replicas = 10000;
   spec.pod_template =
@@ -86,7 +86,7 @@ std::vector<std::string> RestrictedViolations(const Json& pod) {
 }
 
 TEST(DesiredCoordinatorPod, PassesPodSecurityRestricted) {
-  const Json pod = DesiredCoordinatorPod(Job("j"), Spec(), CoordinatorPlacement{}, "t");
+  const Json pod = DesiredCoordinatorPod(Job("j"), DefaultSpec(), CoordinatorPlacement{}, "t");
   EXPECT_THAT(RestrictedViolations(pod), ::testing::IsEmpty()) << pod.serialize();
   const Json& psc = pod.at("spec").at("securityContext");
   EXPECT_EQ(psc.at("seccompProfile").at("type").as_string(), "RuntimeDefault");
@@ -103,7 +103,7 @@ TEST(DesiredCoordinatorPod, PassesPodSecurityRestricted) {
 TEST(DesiredCoordinatorPod, HasAGrpcLivenessProbeAndBoundedResources) {
   CoordinatorPlacement placement;
   placement.port = 20470;
-  const Json pod = DesiredCoordinatorPod(Job("j"), Spec(), placement, "t");
+  const Json pod = DesiredCoordinatorPod(Job("j"), DefaultSpec(), placement, "t");
   const Json& c = pod.at("spec").at("containers").at(0);
   const Json& probe = c.at("livenessProbe");
   EXPECT_EQ(probe.at("grpc").at("port").as_integer(), 20470);
@@ -119,7 +119,7 @@ TEST(DesiredCoordinatorPod, HasAGrpcLivenessProbeAndBoundedResources) {
 
 TEST(RestrictedViolations, CatchesWhatThePodSecurityPluginRefuses) {
   // The checker itself: the coordinator pod as it was before issue 11 (no seccomp profile).
-  Json pod = DesiredCoordinatorPod(Job("j"), Spec(), CoordinatorPlacement{}, "t");
+  Json pod = DesiredCoordinatorPod(Job("j"), DefaultSpec(), CoordinatorPlacement{}, "t");
   pod["spec"].as_object().erase("securityContext");
   pod["spec"]["containers"][0]["securityContext"].as_object().erase("seccompProfile");
   EXPECT_THAT(RestrictedViolations(pod), ::testing::ElementsAre("coordinator: seccompProfile"));
@@ -128,7 +128,7 @@ TEST(RestrictedViolations, CatchesWhatThePodSecurityPluginRefuses) {
 // Issue 16 items 8 and 9: every pod gets its credential as a mounted file, never as an env
 // var, and a task pod gets only its own task's credential.
 TEST(DesiredTaskPod, MountsOnlyItsOwnTaskCredentialAsAFile) {
-  TrainingJobSpec spec = Spec();
+  TrainingJobSpec spec = DefaultSpec();
   spec.replicas = 4;
   const Json pod = DesiredTaskPod(Job("j"), spec, 2, 5, "c:1");
   const std::string text = pod.serialize();
@@ -144,7 +144,7 @@ TEST(DesiredTaskPod, MountsOnlyItsOwnTaskCredentialAsAFile) {
 }
 
 TEST(DesiredSecret, HoldsTheJobTokenAndOneCredentialPerTask) {
-  TrainingJobSpec spec = Spec();
+  TrainingJobSpec spec = DefaultSpec();
   spec.replicas = 3;
   const Json secret = DesiredSecret(Job("j"), spec, "jt");
   const Json& data = secret.at("stringData");
@@ -154,7 +154,7 @@ TEST(DesiredSecret, HoldsTheJobTokenAndOneCredentialPerTask) {
 }
 
 TEST(DesiredCoordinatorPod, ReadsItsTokenFromAFileAndKnowsItsFingerprint) {
-  const Json pod = DesiredCoordinatorPod(Job("j"), Spec(), CoordinatorPlacement{}, "jt");
+  const Json pod = DesiredCoordinatorPod(Job("j"), DefaultSpec(), CoordinatorPlacement{}, "jt");
   const std::string text = pod.serialize();
   EXPECT_THAT(text, ::testing::Not(HasSubstr("secretKeyRef")));
   EXPECT_THAT(text, HasSubstr("--token_file=/var/run/phalanx/token/token"));
@@ -207,7 +207,7 @@ std::vector<std::string> InvalidChildNames(const std::string& job) {
     if (!ok) bad.push_back(what);
   };
   const Json j = Job(job);
-  const TrainingJobSpec spec = Spec();
+  const TrainingJobSpec spec = DefaultSpec();
   const int last = spec.replicas - 1;
   const int big_incarnation = 2147483647;
   want(IsDns1123Subdomain(SecretName(job)), "secret " + SecretName(job));
@@ -250,7 +250,7 @@ TEST(DesiredChildren, DumpForTheRealApiServerCheck) {
   if (dir == nullptr) GTEST_SKIP() << "PHALANX_DUMP_CHILDREN_DIR not set";
   Json job = Job("dumped");
   job["metadata"]["namespace"] = Json::string("restricted");
-  TrainingJobSpec spec = Spec();
+  TrainingJobSpec spec = DefaultSpec();
   spec.replicas = 2;
   spec.pod_template = Json::parse(
       R"({"metadata":{"labels":{"team":"a"},"annotations":{"note":"x"}},

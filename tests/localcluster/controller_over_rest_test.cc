@@ -27,7 +27,7 @@ using ::phalanx::testing::IsOk;
 
 using kube::kConfigMaps;
 
-Json ConfigMap(const std::string& name) {
+Json NamedConfigMap(const std::string& name) {
   return Json::parse(absl::StrCat(R"({"metadata":{"name":")", name, R"("},"data":{"k":"v"}})"));
 }
 
@@ -68,14 +68,14 @@ TEST_F(ControllerOverRestTest, InformerConvergesThroughDroppedWatchesExpiryAndEr
   kube::Informer informer(*client, clock_, kConfigMaps, options);
   std::atomic<int> deletes{0};
   informer.AddHandler({.on_delete = [&](const Json&) { deletes.fetch_add(1); }});
-  ASSERT_THAT(writer_->Create(kConfigMaps, "default", ConfigMap("a")).status(), IsOk());
+  ASSERT_THAT(writer_->Create(kConfigMaps, "default", NamedConfigMap("a")).status(), IsOk());
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(30)));
   EXPECT_TRUE(informer.Get("default", "a").has_value());
 
   // A dropped watch: the informer re-watches from its last version and misses nothing.
   cluster_->api().DropWatches();
-  ASSERT_THAT(writer_->Create(kConfigMaps, "default", ConfigMap("b")).status(), IsOk());
+  ASSERT_THAT(writer_->Create(kConfigMaps, "default", NamedConfigMap("b")).status(), IsOk());
   ASSERT_TRUE(
       Eventually([&] { return informer.Get("default", "b").has_value(); }, absl::Seconds(30)));
 
@@ -86,7 +86,7 @@ TEST_F(ControllerOverRestTest, InformerConvergesThroughDroppedWatchesExpiryAndEr
   cluster_->store().Delete("configmaps", "default", "a").IgnoreError();
   for (int i = 0; i < 150; ++i) {
     cluster_->store()
-        .Create("configmaps", "default", ConfigMap(absl::StrCat("bulk", i)))
+        .Create("configmaps", "default", NamedConfigMap(absl::StrCat("bulk", i)))
         .IgnoreError();
   }
   cluster_->api().InjectErrors(0, 500);
@@ -134,7 +134,7 @@ TEST_F(ControllerOverRestTest, LeaderElectionHandsOverBetweenTwoClients) {
 }
 
 TEST_F(ControllerOverRestTest, EventsAreRecordedAndAggregated) {
-  absl::StatusOr<Json> owner = writer_->Create(kConfigMaps, "default", ConfigMap("job"));
+  absl::StatusOr<Json> owner = writer_->Create(kConfigMaps, "default", NamedConfigMap("job"));
   ASSERT_THAT(owner.status(), IsOk());
   kube::EventRecorder recorder(*writer_, clock_, "phalanx-operator");
   for (int i = 0; i < 3; ++i) {

@@ -11,14 +11,14 @@ namespace {
 
 using kube::StringAt;
 
-constexpr char kLocalIp[] = "127.0.0.1";
+constexpr char kPodIp[] = "127.0.0.1";
 constexpr char kPreemptionTaint[] = "cloud.google.com/impending-node-termination";
 
 constexpr auto& Field = kube::FieldOrNull;
 
 Json IpList() {
   Json ip = Json::object();
-  ip["ip"] = Json::string(kLocalIp);
+  ip["ip"] = Json::string(kPodIp);
   Json list = Json::array();
   list[0] = ip;
   return list;
@@ -79,7 +79,7 @@ Json PodStatus(const Json& pod, const PodReport& report, absl::Time now) {
   status["hostIP"] = Json::string(report.host_ip);
   // No status.hostIPs: Kubernetes 1.28 added it, and the oldest API server Phalanx supports
   // (1.26) refuses it under strict field validation.
-  status["podIP"] = Json::string(kLocalIp);
+  status["podIP"] = Json::string(kPodIp);
   status["podIPs"] = IpList();
   status["startTime"] = Json::string(kube::FormatKubeTime(report.start_time));
 

@@ -16,7 +16,7 @@ using ::testing::IsEmpty;
 
 const absl::Time kNow = absl::FromUnixSeconds(1700000000);
 
-Json ParseJson(const std::string& text) { return Json::parse(text); }
+Json TableJson(const std::string& text) { return Json::parse(text); }
 
 std::string Ago(absl::Duration d) { return kube::FormatKubeTime(kNow - d); }
 
@@ -81,7 +81,7 @@ TEST(HumanAge, FollowsKubectlRules) {
 // ---- Table shape ----
 
 TEST(BuildTable, HasTheMetaV1TableShape) {
-  const Json object = ParseJson(R"({"metadata":{"name":"cm1","creationTimestamp":")" +
+  const Json object = TableJson(R"({"metadata":{"name":"cm1","creationTimestamp":")" +
                                 Ago(absl::Seconds(5)) + R"("}})");
   const Json table = BuildTable("configmaps", {}, {object}, "42", kNow);
   EXPECT_EQ(table.at("kind").as_string(), "Table");
@@ -97,7 +97,7 @@ TEST(BuildTable, HasTheMetaV1TableShape) {
   EXPECT_EQ(name.at("format").as_string(), "name");
   EXPECT_EQ(name.at("description").as_string(), "Name must be unique within a namespace.");
   ASSERT_EQ(table.at("rows").size(), 1u);
-  EXPECT_EQ(Cells(table, 0), ParseJson(R"(["cm1","5s"])"));
+  EXPECT_EQ(Cells(table, 0), TableJson(R"(["cm1","5s"])"));
   EXPECT_EQ(table.at("rows").at(0).at("object"), object);
 }
 
@@ -114,7 +114,7 @@ Json Pod(const std::string& phase, const std::string& statuses, int containers =
          const std::string& extra_metadata = "") {
   std::string specs;
   for (int i = 0; i < containers; ++i) specs += std::string(i ? "," : "") + R"({"name":"c"})";
-  return ParseJson(R"({"metadata":{"name":"p","creationTimestamp":")" + Ago(absl::Minutes(5)) +
+  return TableJson(R"({"metadata":{"name":"p","creationTimestamp":")" + Ago(absl::Minutes(5)) +
                    "\"" + extra_metadata + R"(},"spec":{"containers":[)" + specs +
                    R"(],"nodeName":"n1"},"status":{"phase":")" + phase +
                    R"(","podIP":"10.0.0.7","containerStatuses":)" + statuses + "}}");
@@ -131,15 +131,15 @@ TEST(BuildTable, Pods_ReadyRestartsAgeAndWideColumns) {
   EXPECT_EQ(table.at("columnDefinitions").at(3).at("type").as_string(), "integer");
   EXPECT_EQ(table.at("columnDefinitions").at(5).at("priority").as_integer(), 1);
   const Json& cells = Cells(table, 0);
-  EXPECT_EQ(cells, ParseJson(R"(["p","1/2","Running",3,"5m","10.0.0.7","n1"])"));
+  EXPECT_EQ(cells, TableJson(R"(["p","1/2","Running",3,"5m","10.0.0.7","n1"])"));
   EXPECT_TRUE(cells.at(3).is_integer());
 }
 
 TEST(BuildTable, Pods_UnscheduledPodPrintsNone) {
-  const Json pod = ParseJson(R"({"metadata":{"name":"p"},"spec":{"containers":[{}]},
+  const Json pod = TableJson(R"({"metadata":{"name":"p"},"spec":{"containers":[{}]},
                                  "status":{"phase":"Pending"}})");
   EXPECT_EQ(Cells(BuildTable("pods", {}, {pod}, "1", kNow), 0),
-            ParseJson(R"(["p","0/1","Pending",0,"<unknown>","<none>","<none>"])"));
+            TableJson(R"(["p","0/1","Pending",0,"<unknown>","<none>","<none>"])"));
 }
 
 struct PodStatusCase {
@@ -174,16 +174,16 @@ TEST(BuildTable, Pods_StatusColumnFollowsKubectl) {
       {"Terminating", Pod("Running", R"([{"ready":true,"state":{"running":{}}}])", 1, deleting),
        "Terminating"},
       {"Evicted",
-       ParseJson(R"({"metadata":{"name":"p"},"status":{"phase":"Failed","reason":"Evicted"}})"),
+       TableJson(R"({"metadata":{"name":"p"},"status":{"phase":"Failed","reason":"Evicted"}})"),
        "Evicted"},
       {"InitWaiting",
-       ParseJson(R"({"metadata":{"name":"p"},"spec":{"initContainers":[{},{}],"containers":[{}]},
+       TableJson(R"({"metadata":{"name":"p"},"spec":{"initContainers":[{},{}],"containers":[{}]},
                      "status":{"phase":"Pending","initContainerStatuses":[
                        {"state":{"terminated":{"exitCode":0}}},
                        {"state":{"waiting":{"reason":"PodInitializing"}}}]}})"),
        "Init:1/2"},
       {"InitFailed",
-       ParseJson(R"({"metadata":{"name":"p"},"spec":{"initContainers":[{}],"containers":[{}]},
+       TableJson(R"({"metadata":{"name":"p"},"spec":{"initContainers":[{}],"containers":[{}]},
                      "status":{"phase":"Pending","initContainerStatuses":[
                        {"restartCount":2,"state":{"terminated":{"exitCode":1,"reason":"Error"}}}]}})"),
        "Init:Error"},
@@ -199,54 +199,54 @@ TEST(BuildTable, Pods_StatusColumnFollowsKubectl) {
 TEST(BuildTable, Nodes_StatusRolesAndVersion) {
   const std::string created = Ago(absl::Hours(30));
   const Json ready =
-      ParseJson(R"({"metadata":{"name":"n1","creationTimestamp":")" + created + R"("},
+      TableJson(R"({"metadata":{"name":"n1","creationTimestamp":")" + created + R"("},
       "status":{"conditions":[{"type":"MemoryPressure","status":"False"},
                               {"type":"Ready","status":"True"}],
                 "nodeInfo":{"kubeletVersion":"v1.30.0"}}})");
-  const Json cordoned = ParseJson(R"({"metadata":{"name":"n2",
+  const Json cordoned = TableJson(R"({"metadata":{"name":"n2",
       "labels":{"node-role.kubernetes.io/control-plane":"","kubernetes.io/role":"gpu"}},
       "spec":{"unschedulable":true},
       "status":{"conditions":[{"type":"Ready","status":"False"}]}})");
-  const Json unknown = ParseJson(R"({"metadata":{"name":"n3"}})");
+  const Json unknown = TableJson(R"({"metadata":{"name":"n3"}})");
   const Json table = BuildTable("nodes", {}, {ready, cordoned, unknown}, "1", kNow);
   EXPECT_THAT(ColumnNames(table), ElementsAre("Name", "Status", "Roles", "Age", "Version"));
-  EXPECT_EQ(Cells(table, 0), ParseJson(R"(["n1","Ready","<none>","30h","v1.30.0"])"));
+  EXPECT_EQ(Cells(table, 0), TableJson(R"(["n1","Ready","<none>","30h","v1.30.0"])"));
   EXPECT_EQ(
       Cells(table, 1),
-      ParseJson(R"(["n2","NotReady,SchedulingDisabled","control-plane,gpu","<unknown>",""])"));
-  EXPECT_EQ(Cells(table, 2), ParseJson(R"(["n3","Unknown","<none>","<unknown>",""])"));
+      TableJson(R"(["n2","NotReady,SchedulingDisabled","control-plane,gpu","<unknown>",""])"));
+  EXPECT_EQ(Cells(table, 2), TableJson(R"(["n3","Unknown","<none>","<unknown>",""])"));
 }
 
 TEST(BuildTable, Events_LastSeenObjectAndRepeats) {
-  const Json once = ParseJson(R"({"metadata":{"name":"e1"},"type":"Normal","reason":"Scheduled",
+  const Json once = TableJson(R"({"metadata":{"name":"e1"},"type":"Normal","reason":"Scheduled",
       "message":"assigned to n1\n","involvedObject":{"kind":"Pod","name":"p1"},
       "firstTimestamp":")" + Ago(absl::Minutes(3)) +
                               R"("})");
-  const Json repeated = ParseJson(R"({"metadata":{"name":"e2"},"type":"Warning","reason":"BackOff",
+  const Json repeated = TableJson(R"({"metadata":{"name":"e2"},"type":"Warning","reason":"BackOff",
       "message":"restarting","involvedObject":{"kind":"TrainingJob","name":"j"},"count":4,
       "firstTimestamp":")" + Ago(absl::Minutes(20)) +
                                   R"(","lastTimestamp":")" + Ago(absl::Seconds(30)) + R"("})");
   const Json table = BuildTable("events", {}, {once, repeated}, "1", kNow);
   EXPECT_THAT(ColumnNames(table), ElementsAre("Last Seen", "Type", "Reason", "Object", "Message"));
-  EXPECT_EQ(Cells(table, 0), ParseJson(R"(["3m","Normal","Scheduled","pod/p1","assigned to n1"])"));
+  EXPECT_EQ(Cells(table, 0), TableJson(R"(["3m","Normal","Scheduled","pod/p1","assigned to n1"])"));
   EXPECT_EQ(
       Cells(table, 1),
-      ParseJson(
+      TableJson(
           R"json(["30s (x4 over 20m)","Warning","BackOff","trainingjob/j","restarting"])json"));
 }
 
 TEST(BuildTable, Namespaces_NameStatusAge) {
-  const Json ns = ParseJson(R"({"metadata":{"name":"default","creationTimestamp":")" +
+  const Json ns = TableJson(R"({"metadata":{"name":"default","creationTimestamp":")" +
                             Ago(absl::Hours(24 * 4 + 3)) + R"("},"status":{"phase":"Active"}})");
   const Json table = BuildTable("namespaces", {}, {ns}, "1", kNow);
   EXPECT_THAT(ColumnNames(table), ElementsAre("Name", "Status", "Age"));
-  EXPECT_EQ(Cells(table, 0), ParseJson(R"(["default","Active","4d3h"])"));
+  EXPECT_EQ(Cells(table, 0), TableJson(R"(["default","Active","4d3h"])"));
 }
 
 // ---- Custom resources ----
 
 TEST(PrinterColumnsFromCrdVersion, ReadsEveryFieldAndSkipsGarbage) {
-  const Json version = ParseJson(R"({"name":"v1","additionalPrinterColumns":[
+  const Json version = TableJson(R"({"name":"v1","additionalPrinterColumns":[
       {"name":"Phase","type":"string","jsonPath":".status.phase","description":"The phase"},
       {"name":"Tasks","type":"integer","jsonPath":".spec.tasks","priority":1,"format":"int32"},
       {"name":"NoPath","type":"string"},
@@ -262,9 +262,9 @@ TEST(PrinterColumnsFromCrdVersion, ReadsEveryFieldAndSkipsGarbage) {
   EXPECT_EQ(columns[1].priority, 1);
   EXPECT_EQ(columns[1].format, "int32");
 
-  EXPECT_THAT(PrinterColumnsFromCrdVersion(ParseJson(R"({"name":"v1"})")), IsEmpty());
-  EXPECT_THAT(PrinterColumnsFromCrdVersion(ParseJson("[1]")), IsEmpty());
-  EXPECT_THAT(PrinterColumnsFromCrdVersion(ParseJson(R"({"additionalPrinterColumns":{}})")),
+  EXPECT_THAT(PrinterColumnsFromCrdVersion(TableJson(R"({"name":"v1"})")), IsEmpty());
+  EXPECT_THAT(PrinterColumnsFromCrdVersion(TableJson("[1]")), IsEmpty());
+  EXPECT_THAT(PrinterColumnsFromCrdVersion(TableJson(R"({"additionalPrinterColumns":{}})")),
               IsEmpty());
 }
 
@@ -287,14 +287,14 @@ TEST(BuildTable, CustomColumns_EvaluateJsonPathWithApiserverCellTypes) {
       Column("Unparseable", "string", "status["),
       Column("Structured", "string", ".spec.tasks[0]"),
   };
-  const Json job = ParseJson(R"({"metadata":{"name":"j","labels":{"app.kubernetes.io/name":"demo"}},
+  const Json job = TableJson(R"({"metadata":{"name":"j","labels":{"app.kubernetes.io/name":"demo"}},
       "spec":{"replicas":4,"fraction":2.9,"suspend":false,
               "tasks":[{"name":"a"},{"name":"b"},{"name":"c"}]},
       "status":{"phase":"Running","startTime":")" +
                              Ago(absl::Hours(2)) + R"("}})");
   const Json table = BuildTable("trainingjobs", columns, {job}, "1", kNow);
   const Json& cells = Cells(table, 0);
-  EXPECT_EQ(cells, ParseJson(R"(["j","Running",4,2,4.0,false,"120m","<invalid>","a","c","a,b,c",
+  EXPECT_EQ(cells, TableJson(R"(["j","Running",4,2,4.0,false,"120m","<invalid>","a","c","a,b,c",
                                  "demo",null,null,null,null,"{\"name\":\"a\"}"])"));
   EXPECT_TRUE(cells.at(2).is_integer());
   EXPECT_TRUE(cells.at(3).is_integer());
@@ -309,32 +309,32 @@ TEST(BuildTable, CustomColumns_DefinitionsAndNoImplicitAge) {
       BuildTable("trainingjobs", {Column("Phase", "string", ".status.phase", "The phase"), wide},
                  {}, "1", kNow);
   EXPECT_THAT(ColumnNames(table), ElementsAre("Name", "Phase", "Node"));
-  EXPECT_EQ(table.at("columnDefinitions").at(1), ParseJson(R"({"name":"Phase","type":"string",
+  EXPECT_EQ(table.at("columnDefinitions").at(1), TableJson(R"({"name":"Phase","type":"string",
       "format":"","description":"The phase","priority":0})"));
-  EXPECT_EQ(table.at("columnDefinitions").at(2), ParseJson(R"({"name":"Node","type":"string",
+  EXPECT_EQ(table.at("columnDefinitions").at(2), TableJson(R"({"name":"Node","type":"string",
       "format":"hostname","priority":1,
       "description":"Custom resource definition column (in JSONPath format): .spec.node"})"));
 }
 
 TEST(BuildTable, CrdWithoutColumns_GetsNameAndAge) {
-  const Json job = ParseJson(R"({"metadata":{"name":"j","creationTimestamp":")" +
+  const Json job = TableJson(R"({"metadata":{"name":"j","creationTimestamp":")" +
                              Ago(absl::Hours(50)) + R"("}})");
   const Json table = BuildTable("trainingjobs", {}, {job}, "1", kNow);
   EXPECT_THAT(ColumnNames(table), ElementsAre("Name", "Age"));
-  EXPECT_EQ(Cells(table, 0), ParseJson(R"(["j","2d2h"])"));
+  EXPECT_EQ(Cells(table, 0), TableJson(R"(["j","2d2h"])"));
 }
 
 // ---- Garbage ----
 
 TEST(BuildTable, GarbageObjects_DoNotCrash) {
   const std::vector<Json> objects = {
-      ParseJson("5"),
-      ParseJson(R"("pod")"),
+      TableJson("5"),
+      TableJson(R"("pod")"),
       Json::null(),
-      ParseJson("[]"),
-      ParseJson("{}"),
-      ParseJson(R"({"metadata":3,"spec":[],"status":"x"})"),
-      ParseJson(R"({"metadata":{"name":7,"creationTimestamp":"yesterday","labels":[]},
+      TableJson("[]"),
+      TableJson("{}"),
+      TableJson(R"({"metadata":3,"spec":[],"status":"x"})"),
+      TableJson(R"({"metadata":{"name":7,"creationTimestamp":"yesterday","labels":[]},
           "spec":{"containers":"many","unschedulable":"yes"},
           "status":{"phase":1,"conditions":[1,{"type":2}],"nodeInfo":[],
                     "containerStatuses":[1,null,{"state":[],"restartCount":"x"},
@@ -356,7 +356,7 @@ TEST(BuildTable, GarbageObjects_DoNotCrash) {
   }
   const Json table = BuildTable("things", custom, objects, "1", kNow);
   ASSERT_EQ(table.at("rows").size(), 3u);
-  EXPECT_EQ(Cells(table, 2), ParseJson(R"(["","<invalid>",null,null])"));
+  EXPECT_EQ(Cells(table, 2), TableJson(R"(["","<invalid>",null,null])"));
 }
 
 }  // namespace

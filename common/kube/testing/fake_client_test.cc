@@ -15,7 +15,7 @@ using ::phalanx::testing::StatusIs;
 
 using kube::kPods;
 
-Json Pod(const std::string& name, const std::string& job) {
+Json JobPod(const std::string& name, const std::string& job) {
   return Json::parse(R"({"metadata":{"name":")" + name + R"(","labels":{"job":")" + job +
                      R"("}},"spec":{}})");
 }
@@ -27,7 +27,7 @@ class FakeClientTest : public ::testing::Test {
 };
 
 TEST_F(FakeClientTest, CrudThroughTheClientInterface) {
-  ASSERT_THAT(client_.Create(kPods, "ns", Pod("a", "j1")), IsOk());
+  ASSERT_THAT(client_.Create(kPods, "ns", JobPod("a", "j1")), IsOk());
   auto got = client_.Get(kPods, "ns", "a");
   ASSERT_THAT(got, IsOk());
   auto list = client_.List(kPods, "ns", {.label_selector = "job=j1"});
@@ -47,9 +47,10 @@ TEST_F(FakeClientTest, CrudThroughTheClientInterface) {
 
 TEST_F(FakeClientTest, InjectedFailures_HitTheNextCallsOnly) {
   client_.FailNext(2, absl::UnavailableError("injected 500"));
-  EXPECT_THAT(client_.Create(kPods, "ns", Pod("a", "j")), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(client_.Create(kPods, "ns", JobPod("a", "j")),
+              StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(client_.Get(kPods, "ns", "a"), StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(client_.Create(kPods, "ns", Pod("a", "j")), IsOk());
+  EXPECT_THAT(client_.Create(kPods, "ns", JobPod("a", "j")), IsOk());
 }
 
 TEST_F(FakeClientTest, Watch_DeliversMatchingEventsFromAVersion) {
@@ -59,8 +60,8 @@ TEST_F(FakeClientTest, Watch_DeliversMatchingEventsFromAVersion) {
       kPods, "ns", {.resource_version = list->resource_version, .label_selector = "job=j1"});
   ASSERT_THAT(watch, IsOk());
   std::thread writer([&] {
-    client_.Create(kPods, "ns", Pod("other", "j2")).IgnoreError();
-    client_.Create(kPods, "ns", Pod("mine", "j1")).IgnoreError();
+    client_.Create(kPods, "ns", JobPod("other", "j2")).IgnoreError();
+    client_.Create(kPods, "ns", JobPod("mine", "j1")).IgnoreError();
   });
   auto event = (*watch)->Next(absl::Seconds(20));
   writer.join();
@@ -77,7 +78,7 @@ TEST_F(FakeClientTest, Watch_FromAnExpiredVersion_IsOutOfRange) {
   ObjectStore small(base::RealClock::Get(), 2);
   FakeClient client(small);
   for (const char* name : {"a", "b", "c", "d"})
-    client.Create(kPods, "ns", Pod(name, "j")).IgnoreError();
+    client.Create(kPods, "ns", JobPod(name, "j")).IgnoreError();
   auto watch = client.Watch(kPods, "ns", {.resource_version = "1"});
   ASSERT_THAT(watch, IsOk());
   EXPECT_THAT((*watch)->Next(absl::Seconds(1)), StatusIs(absl::StatusCode::kOutOfRange));

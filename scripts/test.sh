@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `make test`: installs what is missing, configures (warnings are errors), builds everything and
+# runs every test in parallel. Ends with one line of per-phase times, then ctest's summary.
+#   scripts/test.sh BUILD_DIR BUILD_TYPE [CTEST_ARGS...]
+# Logs: BUILD_DIR/logs/{deps,configure,build,ctest}.log. STEPS_VERBOSE=1 streams apt and
+# compiler output too. PHALANX_TEST_JOBS overrides how many tests run at once (docs/development.md
+# says why the default is twice the core count).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:?usage: test.sh BUILD_DIR BUILD_TYPE [CTEST_ARGS...]}
+BUILD_TYPE=${2:?usage: test.sh BUILD_DIR BUILD_TYPE [CTEST_ARGS...]}
+shift 2
+STEPS_LOG_DIR="$BUILD/logs"
+source scripts/steps_lib.sh
+
+step_begin deps
+step_run deps.log scripts/install-deps.sh
+step_end
+
+step_begin configure
+step_run configure.log cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
+  -DPHALANX_WERROR=ON
+step_end
+
+step_begin build
+step_build build.log cmake --build "$BUILD"
+step_end
+
+# Most tests wait on processes, sockets and timers rather than compute, so twice the cores keeps
+# the machine busy; tests that need it alone say so (RUN_SERIAL / RESOURCE_LOCK in CMake).
+JOBS=${PHALANX_TEST_JOBS:-$(($(nproc) * 2))}
+step_begin tests
+echo "tests: ctest -j$JOBS (log: $BUILD/logs/ctest.log)"
+set +e
+(cd "$BUILD" && ctest --output-on-failure --timeout 300 -j"$JOBS" "$@") 2>&1 |
+  tee "$STEPS_LOG_DIR/ctest.log"
+rc=${PIPESTATUS[0]}
+set -e
+step_end
+
+echo
+steps_summary "make test"
+# ctest's own closing lines last, so every reader of the run (people and CI) ends on them.
+sed -n '/tests passed, /,$p' "$STEPS_LOG_DIR/ctest.log"
+exit "$rc"
