@@ -24,9 +24,9 @@ using kube::StringAt;
 
 constexpr char kLocalIp[] = "127.0.0.1";
 
-constexpr auto& Field = kube::FieldOrNull;
+using kube::FieldOrNull;
 
-constexpr auto& ArrayField = kube::ArrayOrEmpty;
+using kube::ArrayOrEmpty;
 
 std::vector<std::string> Strings(const Json& array) {
   std::vector<std::string> out;
@@ -50,7 +50,7 @@ absl::StatusOr<std::string> FieldRef(const Json& pod, const std::string& path,
     const std::string prefix = absl::StrCat("metadata.", map, "['");
     if (path.rfind(prefix, 0) == 0 && path.size() > prefix.size() + 2 &&
         path.substr(path.size() - 2) == "']") {
-      const Json& values = Field(Field(pod, "metadata"), map);
+      const Json& values = FieldOrNull(FieldOrNull(pod, "metadata"), map);
       const std::string key = path.substr(prefix.size(), path.size() - prefix.size() - 2);
       return values.is_object() && values.has_field(key) && values.at(key).is_string()
                  ? values.at(key).as_string()
@@ -109,16 +109,16 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> WriteSecretVolu
     const Json& pod, const Json& container, const SecretLookup& secret_value,
     const std::string& volume_dir) {
   std::vector<std::pair<std::string, std::string>> mounts;
-  const Json& volumes = ArrayField(Field(pod, "spec"), "volumes");
-  for (const Json& mount : ArrayField(container, "volumeMounts").as_array()) {
+  const Json& volumes = ArrayOrEmpty(FieldOrNull(pod, "spec"), "volumes");
+  for (const Json& mount : ArrayOrEmpty(container, "volumeMounts").as_array()) {
     const std::string volume_name = StringAt(mount, "name");
     const Json* volume = nullptr;
     for (const Json& v : volumes.as_array()) {
       if (StringAt(v, "name") == volume_name) volume = &v;
     }
-    if (volume == nullptr || Field(*volume, "secret").is_null()) continue;  // not modelled
+    if (volume == nullptr || FieldOrNull(*volume, "secret").is_null()) continue;  // not modelled
     const std::string secret = StringAt(*volume, "secret.secretName");
-    const Json& items = ArrayField(Field(*volume, "secret"), "items");
+    const Json& items = ArrayOrEmpty(FieldOrNull(*volume, "secret"), "items");
     if (volume_dir.empty() || items.size() == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "volume ", volume_name, ": the local cluster mounts a Secret only with items"));
@@ -155,17 +155,17 @@ absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
     const Json& pod, const std::string& log_path,
     const std::map<std::string, std::string>& extra_env, const SecretLookup& secret_value,
     const std::string& volume_dir, const std::string& host_ip) {
-  const Json& containers = Field(Field(pod, "spec"), "containers");
+  const Json& containers = FieldOrNull(FieldOrNull(pod, "spec"), "containers");
   if (!containers.is_array() || containers.size() == 0) {
     return absl::InvalidArgumentError("pod has no containers");
   }
   const Json& container = containers.at(0);
   std::map<std::string, std::string> env = extra_env;
   env["HOSTNAME"] = MetaString(pod, "name");
-  for (const Json& var : ArrayField(container, "env").as_array()) {
+  for (const Json& var : ArrayOrEmpty(container, "env").as_array()) {
     const std::string name = StringAt(var, "name");
     if (name.empty()) continue;
-    if (Field(var, "value").is_string()) {
+    if (FieldOrNull(var, "value").is_string()) {
       env[name] = ExpandKubeVars(var.at("value").as_string(), env);
     } else if (const std::string path = StringAt(var, "valueFrom.fieldRef.fieldPath");
                !path.empty()) {
@@ -177,7 +177,8 @@ absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
       const std::string key = StringAt(var, "valueFrom.secretKeyRef.key");
       std::optional<std::string> value =
           secret_value ? secret_value(secret, key) : std::optional<std::string>();
-      const Json& optional = Field(Field(Field(var, "valueFrom"), "secretKeyRef"), "optional");
+      const Json& optional =
+          FieldOrNull(FieldOrNull(FieldOrNull(var, "valueFrom"), "secretKeyRef"), "optional");
       if (value.has_value()) {
         env[name] = *value;
       } else if (!(optional.is_boolean() && optional.as_bool())) {
@@ -185,20 +186,20 @@ absl::StatusOr<process::SubprocessOptions> ContainerLaunchOptions(
         return absl::FailedPreconditionError(
             absl::StrCat("env ", name, ": secret \"", secret, "\" has no key \"", key, "\""));
       }
-    } else if (!Field(var, "valueFrom").is_null()) {
+    } else if (!FieldOrNull(var, "valueFrom").is_null()) {
       continue;  // config maps and resource fields are not modelled
     } else {
       env[name] = "";
     }
   }
-  std::vector<std::string> argv = Strings(Field(container, "command"));
+  std::vector<std::string> argv = Strings(FieldOrNull(container, "command"));
   if (argv.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "container \"", StringAt(container, "name"),
         "\" has no command: the local cluster runs spec.containers[0].command and ignores the "
         "image"));
   }
-  for (std::string& arg : Strings(Field(container, "args"))) argv.push_back(std::move(arg));
+  for (std::string& arg : Strings(FieldOrNull(container, "args"))) argv.push_back(std::move(arg));
   for (std::string& arg : argv) arg = ExpandKubeVars(arg, env);
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> mounts =
       WriteSecretVolumes(pod, container, secret_value, volume_dir);

@@ -27,7 +27,7 @@ namespace {
 using kube::MetaString;
 using kube::StringAt;
 
-constexpr auto& Field = kube::FieldOrNull;
+using kube::FieldOrNull;
 
 // state.terminated for a container that ran from `started` and exited.
 Json ExitState(int exit_code, std::optional<int> signal, absl::Time started, absl::Time now) {
@@ -42,7 +42,7 @@ Json ExitState(int exit_code, std::optional<int> signal, absl::Time started, abs
 // here shows them all). "" for any other policy, or an exit code of 0.
 std::string FallbackTerminationMessage(const Json& pod, int exit_code, const std::string& log_path,
                                        std::streamoff run_start) {
-  const Json& containers = Field(Field(pod, "spec"), "containers");
+  const Json& containers = FieldOrNull(FieldOrNull(pod, "spec"), "containers");
   if (exit_code == 0 || !containers.is_array() || containers.size() == 0 ||
       StringAt(containers.at(0), "terminationMessagePolicy") != "FallbackToLogsOnError") {
     return "";
@@ -61,7 +61,7 @@ std::string FallbackTerminationMessage(const Json& pod, int exit_code, const std
 }
 
 int64_t MetaInt(const Json& object, const char* field) {
-  const Json& value = Field(Field(object, "metadata"), field);
+  const Json& value = FieldOrNull(FieldOrNull(object, "metadata"), field);
   return value.is_number() ? value.as_number().to_int64() : 0;
 }
 
@@ -313,9 +313,9 @@ void Kubelet::SyncPod(const PodKey& key, const Json& pod, absl::Time now) {
         rt->backoff = options_.restart_backoff_initial;
         // A pod this kubelet ran before it was restarted keeps its start time and count.
         rt->start_time = kube::ParseKubeTime(StringAt(pod, "status.startTime")).value_or(now);
-        const Json& statuses = Field(Field(pod, "status"), "containerStatuses");
+        const Json& statuses = FieldOrNull(FieldOrNull(pod, "status"), "containerStatuses");
         if (statuses.is_array() && statuses.size() > 0) {
-          const Json& count = Field(statuses.at(0), "restartCount");
+          const Json& count = FieldOrNull(statuses.at(0), "restartCount");
           if (count.is_number()) rt->restart_count = count.as_number().to_int32();
         }
         const std::string phase = StringAt(pod, "status.phase");
@@ -429,7 +429,7 @@ Kubelet::Action Kubelet::AdvanceLocked(PodRuntime& rt, const Json& pod, absl::Ti
       break;
   }
   Json status = BuildStatusLocked(rt, pod, now);
-  if (!(status == Field(pod, "status"))) action.status = std::move(status);
+  if (!(status == FieldOrNull(pod, "status"))) action.status = std::move(status);
   return action;
 }
 
@@ -519,7 +519,7 @@ void Kubelet::ContainerExitedLocked(PodRuntime& rt, const Json& pod, int exit_co
     rt.last_terminated = std::move(terminated);
     rt.state = ContainerPhase::kBackOff;
     rt.restart_at = now + rt.backoff;
-    const Json& containers = Field(Field(pod, "spec"), "containers");
+    const Json& containers = FieldOrNull(FieldOrNull(pod, "spec"), "containers");
     rt.waiting_message = absl::StrCat(
         "back-off ", absl::FormatDuration(rt.backoff), " restarting failed container=",
         containers.is_array() && containers.size() > 0 ? StringAt(containers.at(0), "name") : "",
@@ -593,7 +593,7 @@ absl::Status Kubelet::SyncNode(const NodeConfig& config, absl::Time now) {
     absl::MutexLock lock(&mu_);
     nodes_[config.name].taint_seen = true;
   }
-  const Json& old_status = Field(*node, "status");
+  const Json& old_status = FieldOrNull(*node, "status");
   Json status = NodeStatus(old_status, report, now, options_.full_resync_interval);
   if (status != old_status) {
     Json updated = *node;

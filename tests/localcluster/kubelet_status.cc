@@ -14,7 +14,7 @@ using kube::StringAt;
 constexpr char kPodIp[] = "127.0.0.1";
 constexpr char kPreemptionTaint[] = "cloud.google.com/impending-node-termination";
 
-constexpr auto& Field = kube::FieldOrNull;
+using kube::FieldOrNull;
 
 Json IpList() {
   Json ip = Json::object();
@@ -25,7 +25,7 @@ Json IpList() {
 }
 
 bool HasCondition(const Json& status, const std::string& type) {
-  const Json& conditions = Field(status, "conditions");
+  const Json& conditions = FieldOrNull(status, "conditions");
   if (!conditions.is_array()) return false;
   for (const Json& c : conditions.as_array()) {
     if (StringAt(c, "type") == type) return true;
@@ -73,7 +73,7 @@ Json TerminatedState(int exit_code, std::optional<int> signal, const std::string
 Json PodStatus(const Json& pod, const PodReport& report, absl::Time now) {
   const bool running = report.container == ContainerPhase::kRunning;
   const bool finished = report.phase == "Succeeded" || report.phase == "Failed";
-  const Json& old_status = Field(pod, "status");
+  const Json& old_status = FieldOrNull(pod, "status");
   Json status = old_status.is_object() ? old_status : Json::object();
   status["phase"] = Json::string(report.phase);
   status["hostIP"] = Json::string(report.host_ip);
@@ -84,7 +84,7 @@ Json PodStatus(const Json& pod, const PodReport& report, absl::Time now) {
   status["startTime"] = Json::string(kube::FormatKubeTime(report.start_time));
 
   std::vector<const Json*> containers;
-  const Json& spec_containers = Field(Field(pod, "spec"), "containers");
+  const Json& spec_containers = FieldOrNull(FieldOrNull(pod, "spec"), "containers");
   if (spec_containers.is_array()) {
     for (const Json& c : spec_containers.as_array()) {
       containers.push_back(&c);
@@ -121,7 +121,7 @@ Json PodStatus(const Json& pod, const PodReport& report, absl::Time now) {
     // Only the mark this kubelet set: a preemption called off (its taint removed by hand) no
     // longer disrupts the pod, as kube-controller-manager's pod GC resets a stale
     // DisruptionTarget. Marks from evictions through the API are not ours to clear.
-    for (const Json& c : Field(status, "conditions").as_array()) {
+    for (const Json& c : FieldOrNull(status, "conditions").as_array()) {
       if (StringAt(c, "type") == "DisruptionTarget" && StringAt(c, "status") == "True" &&
           StringAt(c, "reason") == "TerminationByKubelet") {
         SetCondition(status, "DisruptionTarget", false, "PreemptionCancelled",
@@ -215,7 +215,7 @@ Json NodeStatus(const Json& old_status, const NodeReport& report, absl::Time now
   }
   std::string heartbeat = kube::FormatKubeTime(now);
   // The heartbeat moves only when due (or the condition flips): an idle node is not rewritten.
-  const Json& conditions = Field(status, "conditions");
+  const Json& conditions = FieldOrNull(status, "conditions");
   for (size_t i = 0; conditions.is_array() && i < conditions.size(); ++i) {
     const Json& c = conditions.at(i);
     const std::optional<absl::Time> last = kube::ParseKubeTime(StringAt(c, "lastHeartbeatTime"));

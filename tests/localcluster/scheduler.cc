@@ -18,7 +18,7 @@ using kube::StringAt;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
 
-constexpr auto& Field = kube::FieldOrNull;
+using kube::FieldOrNull;
 
 constexpr auto& Array = kube::ArrayOrEmpty;
 
@@ -36,7 +36,7 @@ bool IsTerminated(const Json& pod) {
 }
 
 bool IsReady(const Json& node) {
-  for (const Json& c : Array(Field(node, "status"), "conditions").as_array()) {
+  for (const Json& c : Array(FieldOrNull(node, "status"), "conditions").as_array()) {
     if (StringAt(c, "type") == "Ready") return StringAt(c, "status") == "True";
   }
   return false;
@@ -56,7 +56,7 @@ bool Tolerates(const Json& toleration, const std::string& key, const std::string
 
 bool PodTolerates(const Json& pod, const std::string& key, const std::string& value,
                   const std::string& effect) {
-  for (const Json& t : Array(Field(pod, "spec"), "tolerations").as_array()) {
+  for (const Json& t : Array(FieldOrNull(pod, "spec"), "tolerations").as_array()) {
     if (Tolerates(t, key, value, effect)) return true;
   }
   return false;
@@ -102,14 +102,14 @@ bool TermMatches(const Json& term, const Json& node) {
 }
 
 const Json& AffinityOf(const Json& pod, const char* kind) {
-  return Field(Field(Field(pod, "spec"), "affinity"), kind);
+  return FieldOrNull(FieldOrNull(FieldOrNull(pod, "spec"), "affinity"), kind);
 }
 
 // requiredDuringSchedulingIgnoredDuringExecution of the pod's node affinity: any term (they are
 // ORed) matches; no such field matches every node.
 bool RequiredNodeAffinityMatches(const Json& pod, const Json& node) {
-  const Json& required =
-      Field(AffinityOf(pod, "nodeAffinity"), "requiredDuringSchedulingIgnoredDuringExecution");
+  const Json& required = FieldOrNull(AffinityOf(pod, "nodeAffinity"),
+                                     "requiredDuringSchedulingIgnoredDuringExecution");
   if (!required.is_object()) return true;
   for (const Json& term : Array(required, "nodeSelectorTerms").as_array()) {
     if (TermMatches(term, node)) return true;
@@ -121,7 +121,7 @@ bool RequiredNodeAffinityMatches(const Json& pod, const Json& node) {
 // `labels`; a null selector matches nothing, an empty one everything.
 bool SelectorMatches(const Json& selector, const std::map<std::string, std::string>& labels) {
   if (!selector.is_object()) return false;
-  const Json& match = Field(selector, "matchLabels");
+  const Json& match = FieldOrNull(selector, "matchLabels");
   if (match.is_object()) {
     for (const auto& [k, v] : match.as_object()) {
       auto it = labels.find(k);
@@ -145,8 +145,8 @@ int64_t Preference(const Json& pod, const Json& node, const std::vector<Json>& n
   for (const Json& term :
        Array(AffinityOf(pod, "nodeAffinity"), "preferredDuringSchedulingIgnoredDuringExecution")
            .as_array()) {
-    const Json& weight = Field(term, "weight");
-    if (weight.is_integer() && TermMatches(Field(term, "preference"), node)) {
+    const Json& weight = FieldOrNull(term, "weight");
+    if (weight.is_integer() && TermMatches(FieldOrNull(term, "preference"), node)) {
       score += weight.as_integer();
     }
   }
@@ -154,8 +154,8 @@ int64_t Preference(const Json& pod, const Json& node, const std::vector<Json>& n
   for (const Json& term :
        Array(AffinityOf(pod, "podAntiAffinity"), "preferredDuringSchedulingIgnoredDuringExecution")
            .as_array()) {
-    const Json& weight = Field(term, "weight");
-    const Json& affinity_term = Field(term, "podAffinityTerm");
+    const Json& weight = FieldOrNull(term, "weight");
+    const Json& affinity_term = FieldOrNull(term, "podAffinityTerm");
     const std::string key = StringAt(affinity_term, "topologyKey");
     const std::map<std::string, std::string> node_labels = kube::LabelsOf(node);
     auto domain = node_labels.find(key);
@@ -170,7 +170,7 @@ int64_t Preference(const Json& pod, const Json& node, const std::vector<Json>& n
       auto d = domain_of.find(StringAt(other, "spec.nodeName"));
       if (d == domain_of.end() || d->second != domain->second || IsTerminated(other) ||
           MetaString(other, "namespace") != ns ||
-          !SelectorMatches(Field(affinity_term, "labelSelector"), kube::LabelsOf(other))) {
+          !SelectorMatches(FieldOrNull(affinity_term, "labelSelector"), kube::LabelsOf(other))) {
         continue;
       }
       score -= weight.as_integer();
@@ -183,8 +183,8 @@ int64_t Preference(const Json& pod, const Json& node, const std::vector<Json>& n
 // Why `node` cannot take `pod` (a kube-scheduler reason, counted per node), or "" if it can.
 // Checks run in kube-scheduler's plugin order and the first failure is the node's reason.
 std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t gpus_wanted) {
-  const Json& spec = Field(node, "spec");
-  if (Field(spec, "unschedulable").is_boolean() && spec.at("unschedulable").as_bool() &&
+  const Json& spec = FieldOrNull(node, "spec");
+  if (FieldOrNull(spec, "unschedulable").is_boolean() && spec.at("unschedulable").as_bool() &&
       !PodTolerates(pod, "node.kubernetes.io/unschedulable", "", "NoSchedule")) {
     return "node(s) were unschedulable";
   }
@@ -199,7 +199,7 @@ std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t
       return absl::StrCat("node(s) had untolerated taint {", key, ": ", value, "}");
     }
   }
-  const Json& selector = Field(Field(pod, "spec"), "nodeSelector");
+  const Json& selector = FieldOrNull(FieldOrNull(pod, "spec"), "nodeSelector");
   if (selector.is_object()) {
     const std::map<std::string, std::string> labels = kube::LabelsOf(node);
     for (const auto& [key, value] : selector.as_object()) {
@@ -212,7 +212,8 @@ std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t
   if (!RequiredNodeAffinityMatches(pod, node)) {
     return "node(s) didn't match Pod's node affinity/selector";
   }
-  const int64_t allocatable = Quantity(Field(Field(Field(node, "status"), "allocatable"), kGpu));
+  const int64_t allocatable =
+      Quantity(FieldOrNull(FieldOrNull(FieldOrNull(node, "status"), "allocatable"), kGpu));
   if (gpus_wanted > 0 && gpus_used + gpus_wanted > allocatable) {
     return absl::StrCat("Insufficient ", kGpu);
   }
@@ -241,7 +242,8 @@ std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Js
       ++reasons[misfit];
       continue;
     }
-    const int64_t allocatable = Quantity(Field(Field(Field(node, "status"), "allocatable"), kGpu));
+    const int64_t allocatable =
+        Quantity(FieldOrNull(FieldOrNull(FieldOrNull(node, "status"), "allocatable"), kGpu));
     std::tuple<int64_t, int64_t, std::string> score{-Preference(pod, node, nodes, pods),
                                                     allocatable - used - wanted, name};
     if (!best.has_value() || score < *best) best = std::move(score);
@@ -299,10 +301,11 @@ bool SetScheduledCondition(Json& pod, bool scheduled, const std::string& message
 
 int64_t PodGpuRequest(const Json& pod) {
   int64_t total = 0;
-  for (const Json& container : Array(Field(pod, "spec"), "containers").as_array()) {
-    const Json& resources = Field(container, "resources");
-    const Json& limit = Field(Field(resources, "limits"), kGpu);
-    total += Quantity(limit.is_null() ? Field(Field(resources, "requests"), kGpu) : limit);
+  for (const Json& container : Array(FieldOrNull(pod, "spec"), "containers").as_array()) {
+    const Json& resources = FieldOrNull(container, "resources");
+    const Json& limit = FieldOrNull(FieldOrNull(resources, "limits"), kGpu);
+    total +=
+        Quantity(limit.is_null() ? FieldOrNull(FieldOrNull(resources, "requests"), kGpu) : limit);
   }
   return total;
 }
