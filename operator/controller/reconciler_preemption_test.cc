@@ -20,7 +20,8 @@ class Coordinator {
  public:
   Coordinator(base::Clock& clock, const std::string& token, int port) {
     coord::CoordinationService::Options options;
-    options.job = "j";
+    // Constructed, not a literal assigned: GCC 12's -Wrestrict false positive (GCC bug 105329).
+    options.job = std::string("j");
     options.num_tasks = 2;
     service_ = *coord::CoordinationService::Create(options, clock, metrics_);
     auto server = coord::CoordinationGrpcServer::Start({absl::StrCat("127.0.0.1:", port), token},
