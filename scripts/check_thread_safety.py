@@ -31,7 +31,10 @@ def clang_command(entry, clang):
         if arg == "-o":
             skip = True
             continue
-        if arg in ("-c", entry["file"], entry.get("unity", "")) or arg.startswith("-fsanitize"):
+        # -Werror (PHALANX_WERROR) is GCC's gate on GCC's warnings; clang's own -Wall findings
+        # are not this check's business, only -Werror=thread-safety below.
+        if arg in ("-c", "-Werror", entry["file"], entry.get("unity", "")) or \
+                arg.startswith("-fsanitize"):
             continue
         out.append(arg)
     return out + ["-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety",
