@@ -7,6 +7,7 @@
 # says why the default is twice the core count).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SRC=$(pwd)
 BUILD=${1:?usage: test.sh BUILD_DIR BUILD_TYPE [CTEST_ARGS...]}
 BUILD_TYPE=${2:?usage: test.sh BUILD_DIR BUILD_TYPE [CTEST_ARGS...]}
 shift 2
@@ -27,12 +28,15 @@ step_build build.log cmake --build "$BUILD"
 step_end
 
 # Most tests wait on processes, sockets and timers rather than compute, so twice the cores keeps
-# the machine busy; tests that need it alone say so (RUN_SERIAL / RESOURCE_LOCK in CMake).
+# the machine busy; at most two "heavy" tests (a real control plane, torch ranks, the clang
+# check) run at once (tests/resources.json), and tests that need a fixed resource say so
+# (RESOURCE_LOCK in CMake).
 JOBS=${PHALANX_TEST_JOBS:-$(($(nproc) * 2))}
 step_begin tests
 echo "tests: ctest -j$JOBS (log: $BUILD/logs/ctest.log)"
 set +e
-(cd "$BUILD" && ctest --output-on-failure --timeout 300 -j"$JOBS" "$@") 2>&1 |
+(cd "$BUILD" && ctest --output-on-failure --timeout 300 -j"$JOBS" \
+  --resource-spec-file "$SRC/tests/resources.json" "$@") 2>&1 |
   tee "$STEPS_LOG_DIR/ctest.log"
 rc=${PIPESTATUS[0]}
 set -e
