@@ -132,8 +132,10 @@ UNIT_SUFFIXES = ("_total", "_seconds", "_bytes", "_bucket", "_count", "_sum", "_
 def _looks_like_metric(name, components):
     # A metric reference names a component that exports metrics (phalanx_operator_...) or ends in
     # a unit suffix; other phalanx_* words are C ABI functions (phalanx_barrier) or CMake
-    # targets (phalanx_clique).
+    # targets (phalanx_clique; test binaries such as phalanx_agent_test name a component too).
     parts = name.split("_")
+    if name.endswith("_test"):
+        return False
     return (len(parts) > 2 and parts[1] in components) or name.endswith(UNIT_SUFFIXES)
 
 
