@@ -271,7 +271,7 @@ std::map<Kubelet::PodKey, Json> Kubelet::CollectWork(absl::Time now) {
                  rt->state == ContainerPhase::kBackOff ||
                  // waiting for a Secret: tried again each sync, as a kubelet retries a mount
                  (rt->state == ContainerPhase::kCreating && !rt->waiting_reason.empty()) ||
-                 (evict_at.has_value() && !rt->evicted && rt->final_phase.empty())) {
+                 (evict_at.has_value() && !rt->evicted)) {
         work[key] = rt->pod;  // time-driven work: exits to notice, deadlines to meet
       }
     }
@@ -392,7 +392,9 @@ Kubelet::Action Kubelet::AdvanceLocked(PodRuntime& rt, const Json& pod, absl::Ti
   }
   if (rt.adopted_final) return action;
   const std::optional<absl::Time>& evict_at = nodes_[rt.node].evict_at;
-  action.evict = evict_at.has_value() && now >= *evict_at && !rt.evicted && rt.final_phase.empty();
+  // Finished pods too: when the grace ends the node goes away, and every pod on it with it (a
+  // task that checkpointed and exited during the grace must not outlive its node).
+  action.evict = evict_at.has_value() && now >= *evict_at && !rt.evicted;
 
   switch (rt.state) {
     case ContainerPhase::kCreating:

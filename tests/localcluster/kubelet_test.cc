@@ -582,6 +582,23 @@ TEST_F(KubeletTest, PreemptNode_TaintsMarksThenEvictsAfterGrace) {
   ASSERT_TRUE(SyncUntil([&] { return !Pod("worker").has_value(); }));
 }
 
+// A task that checkpoints and exits during the grace (the normal preemption path) leaves a
+// finished pod; the node's end takes it too, as it does on a cloud (the operator's e2e test
+// waited for that pod to go and failed when the task was faster than the eviction).
+TEST_F(KubeletTest, PreemptNode_APodThatFinishedDuringTheGraceIsRemovedWithTheNode) {
+  Make();
+  Create(ShellPod("quitter", "trap 'exit 4' TERM; echo ready; while true; do sleep 0.05; done"));
+  kubelet_->SyncOnce();
+  ASSERT_TRUE(Eventually([&] { return Log("quitter").find("ready") != std::string::npos; }, kWait));
+  ASSERT_THAT(kubelet_->PreemptNode("node-a", absl::Seconds(30)), IsOk());
+  ASSERT_THAT(kubelet_->KillPod("ns", "quitter", SIGTERM), IsOk());
+  ASSERT_TRUE(SyncUntil([&] { return Phase("quitter") == "Failed"; }));
+  EXPECT_FALSE(kube::IsBeingDeleted(*Pod("quitter"))) << "not before the grace ends";
+
+  clock_.Advance(absl::Seconds(30));
+  ASSERT_TRUE(SyncUntil([&] { return !Pod("quitter").has_value(); }));
+}
+
 // Issue 13: a preemption taint removed by hand came back at the next resync, and every pod the
 // scheduler placed on the untainted node in between was evicted at once (the operator moved a
 // task six times in a second). Removing it calls the preemption off.
