@@ -9,6 +9,7 @@ include(GoogleTest)
 function(phalanx_test name)
   cmake_parse_arguments(T "HEAVY" "COST" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
+  phalanx_test_only_code(${name})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gmock GTest::gtest_main)
   set(schedule)
   if(T_COST)
@@ -26,4 +27,17 @@ endfunction()
 function(phalanx_no_unity)
   set_source_files_properties(${ARGN} DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}
                               PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+endfunction()
+
+# phalanx_test_only_code(TARGETS...): code that only tests run (test binaries, fakes, the local
+# cluster) is compiled with -O1 instead of the build type's -O2. Measured on a 4-file unity batch
+# of coordination tests: -O2 36 s, -O1 22 s, -O0 19 s (-fsyntax-only 8.5 s; a precompiled
+# header of gtest/gmock/gRPC/absl saved under 1.5 s of it): the time is gtest/gmock template
+# code being optimized, which no test needs. -O1 rather than -O0 keeps the simulated-node and
+# fuzz loops quick. What ships (libraries, programs, benchmarks) stays at the build type's level,
+# and the tests link those same libraries.
+function(phalanx_test_only_code)
+  foreach(target ${ARGN})
+    target_compile_options(${target} PRIVATE $<$<CONFIG:RelWithDebInfo,Release,MinSizeRel>:-O1>)
+  endforeach()
 endfunction()

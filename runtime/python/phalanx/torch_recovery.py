@@ -27,7 +27,9 @@ What :meth:`Manager.run` does around ``train_step``:
    its newest checkpoint), and after one barrier all agree on the *source*: the task holding the
    newest state (in memory before on disk, lowest task id on a tie). The process group is
    ``init_process_group(store=PhalanxStore(prefix="torch/<epoch>/pg"))``, where the epoch is the
-   tasks' incarnations joined, so each re-formation has fresh rendezvous keys.
+   tasks' incarnations joined and, when the same members form again (a transport error with
+   nobody replaced), ``-<n>`` for their n-th formation: each formation has a fresh barrier and
+   fresh rendezvous keys.
 2. **Restores state from the source**: model, optimizer, the step, and every object in
    ``stateful`` (``state_dict``/``load_state_dict``), broadcast as one ``torch.save`` blob over the
    new group, so a replacement starts bitwise identical to the survivors. Everyone resumes at the
@@ -251,6 +253,7 @@ class Manager:
         self._leaving_round = None
         self._aborter = None      # the current group's collectives (deterministic DDP only)
         self._members = {}        # task id -> incarnation in the current group
+        self._agreements = {}     # incarnations joined -> member agreements that returned them
         self._abandoned = []      # groups with a collective stuck on a hung peer
         self._agent_devices = (local_devices() if agent_devices is None
                                else [int(d) for d in agent_devices])
@@ -505,7 +508,17 @@ class Manager:
                 raise DeadlineExceeded("not every task came back")
             alive = self._client.alive_tasks(timeout=max(1.0, min(remaining, 120.0)))
             if len(alive) == self.world_size:
-                return ".".join(str(t.incarnation) for t in alive)
+                members = ".".join(str(t.incarnation) for t in alive)
+                # The same members can agree more than once (a transport error that replaced
+                # nobody, a retry). Barriers are single-use and an earlier formation's store keys
+                # must not be read, so each agreement needs its own name. Every member took part
+                # in every agreement that returned these incarnations (a replacement changes
+                # them), so all count alike; torchrun.py names its rounds the same way. (Without
+                # this, a re-formation after a coordinator restart reused an epoch with a step of
+                # its own, and on the same coordinator it would have met a passed barrier.)
+                n = self._agreements.get(members, 0) + 1
+                self._agreements = {members: n}  # older memberships never return
+                return members if n == 1 else "%s-%d" % (members, n)
             # A replacement is not registered yet: its registration is a peer change.
             self._peer_change_since(seen, min(5.0, max(0.0, remaining)))
 
@@ -539,7 +552,7 @@ class Manager:
             self._client, self._gpu_uuids, "%s/%s/devices" % (self._prefix, epoch),
             timeout=self._collective_timeout)
         with self._cond:
-            self._members = {t: int(i) for t, i in enumerate(epoch.split("."))}
+            self._members = {t: int(i) for t, i in enumerate(epoch.split("-")[0].split("."))}
             self._aborter = CollectiveAborter()
         watch = AgentWatch(os.environ.get("PHALANX_JOB", ""), self.rank, self.incarnation,
                            "torch-%s-%s" % (self._prefix.replace("/", "-"), epoch),
