@@ -116,7 +116,7 @@ class KvStore {
   absl::Status CheckRoom(const std::string& key, const std::string& value,
                          const std::string* existing) const;
 
-  const Limits limits_;
+  const Limits limits_{};
   std::map<std::string, std::string> data_;
   size_t bytes_ = 0;
   std::multimap<std::string, Waiter> waiters_;

@@ -32,8 +32,8 @@ std::string PercentDecode(absl::string_view in, bool plus_is_space) {
     if (in[i] == '%' && i + 2 < in.size() && absl::ascii_isxdigit(in[i + 1]) &&
         absl::ascii_isxdigit(in[i + 2])) {
       int v = 0;
-      absl::SimpleHexAtoi(in.substr(i + 1, 2), &v);
-      out += static_cast<char>(v);
+      // Always true: two hex digits, checked above.
+      if (absl::SimpleHexAtoi(in.substr(i + 1, 2), &v)) out += static_cast<char>(v);
       i += 2;
     } else if (in[i] == '+' && plus_is_space) {
       out += ' ';
