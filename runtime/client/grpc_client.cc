@@ -81,10 +81,17 @@ GrpcCoordinationClient::GrpcCoordinationClient(ClientConfig config, ClientCallba
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(8 << 20);
   args.SetMaxSendMessageSize(8 << 20);
-  // Come back quickly when a restarted coordinator is reachable again.
+  // Come back quickly when a restarted coordinator is reachable again: retry after 100 ms,
+  // backing off to 1 s.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // gRPC reads this one as the *minimum connect timeout* of an attempt (default 20 s), not as
+  // a backoff. It was 100 ms: on a loaded machine a connection whose TCP and HTTP/2 handshake
+  // took longer failed ("connection attempt timed out before receiving SETTINGS frame"), and a
+  // call without wait-for-ready failed with it (PythonClient.TorchStore's first kv_try_get, twice
+  // in one loaded run). 5 s: a loaded peer gets time to answer, and an address that swallows
+  // packets (a coordinator's old pod IP) still costs an attempt at most 5 s.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!config_.tls_ca_pem.empty()) {
     grpc::SslCredentialsOptions ssl;
