@@ -122,6 +122,12 @@ class KubeletTest : public ::testing::Test {
         timeout);
   }
   std::string Log(const std::string& pod) { return ReadFile(log_dir_ + "/ns_" + pod + ".log"); }
+  // Creates pod `name`, starts it, and waits until its script has said "ready" (its traps set).
+  bool StartUntilReady(const std::string& name, const Json& pod) {
+    Create(pod);
+    kubelet_->SyncOnce();
+    return Eventually([&] { return Log(name).find("ready") != std::string::npos; }, kWait);
+  }
 
   phalanx::testing::FakeClock clock_;
   ObjectStore store_{clock_};
@@ -487,11 +493,9 @@ TEST_F(KubeletTest, GracefulDelete_TermTrappingProcessExits_PodDisappears) {
 
 TEST_F(KubeletTest, GracefulDelete_TermIgnoringProcess_KilledWhenGraceEnds) {
   Make();
-  Create(ShellPod("stubborn", "trap '' TERM; echo ready; while true; do sleep 0.05; done", "Never",
-                  5));
-  kubelet_->SyncOnce();
-  ASSERT_TRUE(
-      Eventually([&] { return Log("stubborn").find("ready") != std::string::npos; }, kWait));
+  ASSERT_TRUE(StartUntilReady(
+      "stubborn", ShellPod("stubborn", "trap '' TERM; echo ready; while true; do sleep 0.05; done",
+                           "Never", 5)));
   const pid_t pid = *kubelet_->PodPid("ns", "stubborn");
   ASSERT_THAT(store_.Delete("pods", "ns", "stubborn"), IsOk());
   for (int i = 0; i < 20; ++i) {
@@ -553,9 +557,9 @@ TEST_F(KubeletTest, SetNodeReady_FlipsNodeAndPodReadiness_ProcessKeepsRunning) {
 
 TEST_F(KubeletTest, PreemptNode_TaintsMarksThenEvictsAfterGrace) {
   Make();
-  Create(ShellPod("worker", "trap 'exit 0' TERM; echo ready; while true; do sleep 0.05; done"));
-  kubelet_->SyncOnce();
-  ASSERT_TRUE(Eventually([&] { return Log("worker").find("ready") != std::string::npos; }, kWait));
+  ASSERT_TRUE(StartUntilReady(
+      "worker",
+      ShellPod("worker", "trap 'exit 0' TERM; echo ready; while true; do sleep 0.05; done")));
   ASSERT_THAT(kubelet_->PreemptNode("node-a", absl::Seconds(30)), IsOk());
   auto node = store_.Get("nodes", "", "node-a");
   const Json& taint = node->at("spec").at("taints").at(0);
@@ -587,9 +591,9 @@ TEST_F(KubeletTest, PreemptNode_TaintsMarksThenEvictsAfterGrace) {
 // waited for that pod to go and failed when the task was faster than the eviction).
 TEST_F(KubeletTest, PreemptNode_APodThatFinishedDuringTheGraceIsRemovedWithTheNode) {
   Make();
-  Create(ShellPod("quitter", "trap 'exit 4' TERM; echo ready; while true; do sleep 0.05; done"));
-  kubelet_->SyncOnce();
-  ASSERT_TRUE(Eventually([&] { return Log("quitter").find("ready") != std::string::npos; }, kWait));
+  ASSERT_TRUE(StartUntilReady(
+      "quitter",
+      ShellPod("quitter", "trap 'exit 4' TERM; echo ready; while true; do sleep 0.05; done")));
   ASSERT_THAT(kubelet_->PreemptNode("node-a", absl::Seconds(30)), IsOk());
   ASSERT_THAT(kubelet_->KillPod("ns", "quitter", SIGTERM), IsOk());
   ASSERT_TRUE(SyncUntil([&] { return Phase("quitter") == "Failed"; }));
