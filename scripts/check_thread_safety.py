@@ -32,22 +32,24 @@ CAPABILITY_WORDS = ("Mutex", "GUARDED_BY", "LOCKS_REQUIRED", "LOCKS_EXCLUDED", "
 CHECKED_DIRS = ("/common/", "/runtime/", "/operator/", "/node_agent/", "/examples/", "/bench/", "/tests/")
 
 
-def clang_command(entry, clang):
-    args = shlex.split(entry["command"])
-    out, skip = [clang], False
-    for arg in args[1:]:
+def compile_flags(entry):
+    """The entry's compiler and flags, without its output (-o X), -c and the source compiled."""
+    out, skip = [], False
+    for arg in shlex.split(entry["command"]):
         if skip:
             skip = False
-            continue
-        if arg == "-o":
+        elif arg == "-o":
             skip = True
-            continue
-        # Warning flags: only the thread-safety analysis is this check's business (GCC's
-        # -Wall/-Wextra gate the build), and clang's other warnings cost ~15% of its time.
-        if arg in ("-c", entry["file"], entry.get("unity", "")) or \
-                arg.startswith(("-fsanitize", "-W")):
-            continue
-        out.append(arg)
+        elif arg not in ("-c", entry["file"], entry.get("unity", "")):
+            out.append(arg)
+    return out
+
+
+def clang_command(entry, clang):
+    # Warning flags: only the thread-safety analysis is this check's business (GCC's
+    # -Wall/-Wextra gate the build), and clang's other warnings cost ~15% of its time.
+    out = [clang] + [arg for arg in compile_flags(entry)[1:]
+                     if not arg.startswith(("-fsanitize", "-W"))]
     return out + ["-fsyntax-only", "-Wno-everything", "-Wthread-safety", "-Werror=thread-safety",
                   entry["file"]]
 
@@ -170,19 +172,11 @@ def self_test(build_dir=None):
             # The build stands in for the pass: its own compile command must fail on the file.
             with open(f"{build_dir}/compile_commands.json") as f:
                 entry = next(e for e in json.load(f) if any(wanted(s) for s in sources_of(e)))
-            args = shlex.split(entry["command"])
-            command, skip = [], False
-            for arg in args:
-                if skip:
-                    skip = False
-                elif arg == "-o":
-                    skip = True
-                elif arg not in ("-c", entry["file"]):
-                    command.append(arg)
+            command = compile_flags(entry)
             built = subprocess.run(command + ["-fsyntax-only", source], cwd=entry["directory"],
                                    capture_output=True, text=True)
             if built.returncode == 0 or "newest_" not in built.stderr:
-                print(f"self-test FAILED: the build's compile command ({args[0]}) accepts the "
+                print(f"self-test FAILED: the build's compile command ({command[0]}) accepts the "
                       f"planted unguarded write:\n{built.stderr}")
                 return 1
             print("self-test: the build's own compile command fails on it too:\n" + built.stderr)
