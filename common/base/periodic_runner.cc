@@ -3,8 +3,10 @@
 namespace phalanx::base {
 
 PeriodicRunner::PeriodicRunner(Clock& clock, absl::Duration period,
-                               std::function<void(absl::Time)> tick)
-    : clock_(clock), period_(period), tick_(std::move(tick)), thread_([this] { Loop(); }) {}
+                               std::function<void(absl::Time)> tick, FirstTick first)
+    : clock_(clock), period_(period), tick_(std::move(tick)), first_(first), thread_([this] {
+        Loop();
+      }) {}
 
 PeriodicRunner::~PeriodicRunner() { Stop(); }
 
@@ -14,6 +16,7 @@ void PeriodicRunner::Stop() {
 }
 
 void PeriodicRunner::Loop() {
+  if (first_ == FirstTick::kAtOnce && !stop_.HasBeenNotified()) tick_(clock_.Now());
   // Waiting on the stop notification (not sleeping) lets Stop() end the thread at once.
   while (!stop_.WaitForNotificationWithTimeout(period_)) {
     tick_(clock_.Now());

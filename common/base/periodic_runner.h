@@ -1,4 +1,5 @@
-// PeriodicRunner: calls `tick(now)` on its own thread every `period` until destroyed.
+// PeriodicRunner: calls `tick(now)` on its own thread every `period` until destroyed; with
+// FirstTick::kAtOnce also once as soon as the thread starts (a report that must not wait a period).
 // Production code drives time-based logic (`CheckStaleness(now)`, deadline expiry) with it;
 // tests call the same tick functions directly with a FakeClock instead.
 // Thread-safe: Stop() may be called from any thread except the tick itself.
@@ -14,9 +15,12 @@
 
 namespace phalanx::base {
 
+enum class FirstTick { kAfterOnePeriod, kAtOnce };
+
 class PeriodicRunner {
  public:
-  PeriodicRunner(Clock& clock, absl::Duration period, std::function<void(absl::Time)> tick);
+  PeriodicRunner(Clock& clock, absl::Duration period, std::function<void(absl::Time)> tick,
+                 FirstTick first = FirstTick::kAfterOnePeriod);
   ~PeriodicRunner();
   PeriodicRunner(const PeriodicRunner&) = delete;
   PeriodicRunner& operator=(const PeriodicRunner&) = delete;
@@ -30,6 +34,7 @@ class PeriodicRunner {
   Clock& clock_;
   const absl::Duration period_;
   std::function<void(absl::Time)> tick_;
+  const FirstTick first_;
   absl::Notification stop_;
   std::thread thread_;
 };

@@ -10,8 +10,10 @@ namespace phalanx::clique {
 AgentWatch::AgentWatch(Options options, base::Clock& clock,
                        std::function<void(const std::string&)> on_abort)
     : options_(std::move(options)), on_abort_(std::move(on_abort)) {
-  runner_ = std::make_unique<base::PeriodicRunner>(clock, options_.period,
-                                                   [this](absl::Time) { Tick(); });
+  // The first report goes at once: a GPU that fails in this task's first period must find the
+  // task in the agent's table, or the agent has no one to ask to abort.
+  runner_ = std::make_unique<base::PeriodicRunner>(
+      clock, options_.period, [this](absl::Time) { Tick(); }, base::FirstTick::kAtOnce);
 }
 
 AgentWatch::~AgentWatch() { runner_->Stop(); }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing/eventually.h"
 #include "common/testing/http_get.h"
 #include "common/testing/status_matchers.h"
 #include "examples/local_job/local_job.h"
@@ -227,6 +228,23 @@ TEST_F(MultiProcess, FailedGpu_TheAgentEndsOnlyTheWorkerOnIt_WhichIsReplaced) {
                 IsOk());
   }
   WaitForCheckpoint(*job, 10);
+  // The XID must find every worker in the agent's table: a worker that reports after the GPU
+  // failed is not one the agent knew to be on it (each reports once at start, then every 250 ms).
+  const size_t metrics_at = ready->find("metrics=127.0.0.1:");
+  ASSERT_NE(metrics_at, std::string::npos) << *ready;
+  int metrics_port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(
+      ready->substr(metrics_at + 18, ready->find(' ', metrics_at) - metrics_at - 18),
+      &metrics_port))
+      << *ready;
+  ASSERT_TRUE(phalanx::testing::Eventually(
+      [&] {
+        auto metrics = phalanx::testing::HttpGet(metrics_port, "/metrics");
+        return metrics.has_value() &&
+               metrics->body.find("phalanx_agent_cliques{state=\"READY\"} 3") != std::string::npos;
+      },
+      kTimeout))
+      << "the agent never saw the three workers' cliques";
   std::ofstream(xids, std::ios::app) << "1 79\n";
 
   auto left = job->WaitForEvent(1, "device_failed", kTimeout);
