@@ -5,7 +5,7 @@ include(GoogleTest)
 # first, so the long tail of a parallel run is not one slow test started last (ctest keeps
 # measured costs in Testing/Temporary/CTestCostData.txt after a first run; a fresh clone has none).
 # HEAVY: a case keeps cores busy for long (a real control plane, torch ranks); `make test` runs at
-# most two such at once (RESOURCE_GROUPS heavy:1 against tests/resources.json), beside light tests.
+# most three such at once (RESOURCE_GROUPS heavy:1 against tests/resources.json), beside light tests.
 function(phalanx_test name)
   cmake_parse_arguments(T "HEAVY" "COST" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
