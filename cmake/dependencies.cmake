@@ -1,7 +1,10 @@
 # Every third-party dependency comes from a Debian package (scripts/install-deps.sh).
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(GRPCPP REQUIRED IMPORTED_TARGET grpc++)
-pkg_check_modules(PROTOBUF REQUIRED IMPORTED_TARGET protobuf)
+# gRPC through its CMake package (gRPC::grpc++, which brings protobuf::libprotobuf): 0.6 s. The
+# pkg-config route (pkg_check_modules(grpc++)) took 23 of configure's 33 s: ~18 pkg-config runs,
+# each resolving grpc++'s whole graph of absl modules. Debian's gRPC package names
+# protobuf::libprotobuf without finding it: CMake's FindProtobuf module provides it.
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
 find_program(PROTOC protoc REQUIRED)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 

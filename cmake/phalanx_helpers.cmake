@@ -58,14 +58,17 @@ if(PHALANX_TEST_PCH AND CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   add_executable(phalanx_test_pch_host ${CMAKE_CURRENT_LIST_DIR}/test_pch_host.cc)
   target_link_libraries(phalanx_test_pch_host PRIVATE GTest::gmock GTest::gtest_main)
   target_precompile_headers(phalanx_test_pch_host PRIVATE ${CMAKE_CURRENT_LIST_DIR}/test_pch.h)
+  # -pthread on every user of the PCH: clang refuses a PCH built without it in a unit built
+  # with it (gRPC's targets add it), and the other way round.
   target_compile_options(phalanx_test_pch_host
-    PRIVATE $<$<CONFIG:RelWithDebInfo,Release,MinSizeRel>:-O0>)
+    PRIVATE $<$<CONFIG:RelWithDebInfo,Release,MinSizeRel>:-O0> -pthread)
 endif()
 function(phalanx_test_binary_code)
   foreach(target ${ARGN})
     target_compile_options(${target} PRIVATE $<$<CONFIG:RelWithDebInfo,Release,MinSizeRel>:-O0>)
     if(TARGET phalanx_test_pch_host)
       target_precompile_headers(${target} REUSE_FROM phalanx_test_pch_host)
+      target_compile_options(${target} PRIVATE -pthread)
     endif()
   endforeach()
 endfunction()
