@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -63,6 +64,18 @@ std::unique_ptr<LocalJob> StartJob(LocalJobOptions options) {
   auto job = LocalJob::Start(std::move(options));
   EXPECT_THAT(job, IsOk());
   return *std::move(job);
+}
+
+// The port a ready line names after `label` (e.g. "metrics=127.0.0.1:"), up to the next space.
+std::optional<int> PortAfter(const std::string& line, const std::string& label) {
+  const size_t at = line.find(label);
+  if (at == std::string::npos) return std::nullopt;
+  const size_t start = at + label.size();
+  int port = 0;
+  if (!absl::SimpleAtoi(line.substr(start, line.find(' ', start) - start), &port)) {
+    return std::nullopt;
+  }
+  return port;
 }
 
 // Waits until every task has passed `step` (its periodic checkpoint at that step).
@@ -219,9 +232,10 @@ TEST_F(MultiProcess, FailedGpu_TheAgentEndsOnlyTheWorkerOnIt_WhichIsReplaced) {
   ASSERT_THAT(agent, IsOk());
   std::optional<std::string> ready = (*agent)->WaitForLine(
       [](const std::string& line) { return line.rfind("ready ", 0) == 0; }, kTimeout);
-  ASSERT_TRUE(ready.has_value() && ready->find("clique_port=") != std::string::npos);
-  const std::string address = "127.0.0.1:" + ready->substr(ready->find("clique_port=") +
-                                                           std::string("clique_port=").size());
+  ASSERT_TRUE(ready.has_value());
+  const std::optional<int> clique_port = PortAfter(*ready, "clique_port=");
+  ASSERT_TRUE(clique_port.has_value()) << *ready;
+  const std::string address = absl::StrCat("127.0.0.1:", *clique_port);
   for (int task = 0; task < 3; ++task) {
     ASSERT_THAT(job->StartWorker(task, {{"PHALANX_CLIQUE_ADDRESS", address},
                                         {"LOCAL_RANK", absl::StrCat(task)}}),
@@ -230,16 +244,11 @@ TEST_F(MultiProcess, FailedGpu_TheAgentEndsOnlyTheWorkerOnIt_WhichIsReplaced) {
   WaitForCheckpoint(*job, 10);
   // The XID must find every worker in the agent's table: a worker that reports after the GPU
   // failed is not one the agent knew to be on it (each reports once at start, then every 250 ms).
-  const size_t metrics_at = ready->find("metrics=127.0.0.1:");
-  ASSERT_NE(metrics_at, std::string::npos) << *ready;
-  int metrics_port = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(
-      ready->substr(metrics_at + 18, ready->find(' ', metrics_at) - metrics_at - 18),
-      &metrics_port))
-      << *ready;
+  const std::optional<int> metrics_port = PortAfter(*ready, "metrics=127.0.0.1:");
+  ASSERT_TRUE(metrics_port.has_value()) << *ready;
   ASSERT_TRUE(phalanx::testing::Eventually(
       [&] {
-        auto metrics = phalanx::testing::HttpGet(metrics_port, "/metrics");
+        auto metrics = phalanx::testing::HttpGet(*metrics_port, "/metrics");
         return metrics.has_value() &&
                metrics->body.find("phalanx_agent_cliques{state=\"READY\"} 3") != std::string::npos;
       },
@@ -274,14 +283,12 @@ TEST_F(MultiProcess, Coordinator_ServesMetricsAndHealth) {
   for (const std::string& line : job->coordinator().Lines()) {
     if (line.rfind("ready ", 0) == 0) ready = line;
   }
-  const size_t at = ready.find("metrics=127.0.0.1:");
-  ASSERT_NE(at, std::string::npos) << ready;
-  int port = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(ready.substr(at + 18), &port)) << ready;
-  auto health = phalanx::testing::HttpGet(port, "/healthz");
+  const std::optional<int> port = PortAfter(ready, "metrics=127.0.0.1:");
+  ASSERT_TRUE(port.has_value()) << ready;
+  auto health = phalanx::testing::HttpGet(*port, "/healthz");
   ASSERT_TRUE(health.has_value());
   EXPECT_EQ(health->code, 200);
-  auto metrics = phalanx::testing::HttpGet(port, "/metrics");
+  auto metrics = phalanx::testing::HttpGet(*port, "/metrics");
   ASSERT_TRUE(metrics.has_value());
   EXPECT_EQ(metrics->code, 200);
   EXPECT_THAT(metrics->body, HasSubstr("phalanx_coordinator_tasks_registered 2"));
