@@ -32,7 +32,8 @@ through ``alive_tasks`` that all of them are alive; its name is the tasks' incar
 alike. The round's c10d store is a :class:`~phalanx.torch_store.PhalanxStore` under
 ``torchrun/<run id>/<epoch>/<n>``. An agent that needs a new round while the others run their
 workers sets ``restart`` in the current round's store; the others see it in
-``num_nodes_waiting``.
+``num_nodes_waiting``. Only a run whose workers succeeded closes the rendezvous
+(:func:`close_rendezvous`); an agent that fails leaves it open for its pod's next incarnation.
 """
 
 import argparse
@@ -130,10 +131,10 @@ class PhalanxRendezvousHandler(RendezvousHandler):
         return self._store, rank, world
 
     def is_closed(self):
-        return self._client.kv_try_get(self._prefix + "/closed") is not None
+        return self._client.kv_try_get(_closed_key(self._run_id)) is not None
 
     def set_closed(self):
-        self._client.kv_set(self._prefix + "/closed", b"1", overwrite=True)
+        close_rendezvous(self._client, self._run_id)
 
     def num_nodes_waiting(self):
         """1 when the workers must restart for a new round: a peer of the current round failed
@@ -151,12 +152,13 @@ class PhalanxRendezvousHandler(RendezvousHandler):
         return 0
 
     def shutdown(self):
-        try:
-            self.set_closed()
-            return True
-        except Error as e:
-            log.warning("phalanx rendezvous %s: could not close: %s", self._run_id, e)
-            return False
+        """Leaves the rendezvous open. torch's launcher calls this whenever its agent stops,
+        failed or not (torch 1.13's ``launch_agent``), and under torchrun that closes the
+        rendezvous for every agent. Under Phalanx a failed agent's pod comes back as the task's
+        next incarnation, which must find the rendezvous open (a closed one fails every
+        replacement until the job's ``maxRestarts`` are spent), so only a run whose workers
+        succeeded closes it: :func:`main` calls :func:`close_rendezvous` then."""
+        return True
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -199,6 +201,16 @@ class PhalanxRendezvousHandler(RendezvousHandler):
 
 
 _MAX_CHANGES = 1024
+
+
+def _closed_key(run_id):
+    return "torchrun/%s/closed" % run_id
+
+
+def close_rendezvous(client, run_id):
+    """Marks run ``run_id`` finished: an agent that starts a rendezvous after this (a pod
+    restarted after its peers succeeded) stops at once instead of waiting for peers that left."""
+    client.kv_set(_closed_key(run_id), b"1", overwrite=True)
 
 
 def create_handler(params, client=None):
@@ -308,6 +320,7 @@ def main(argv=None):
         client.close()
         return 1
     try:
+        close_rendezvous(client, config.run_id)
         client.shutdown(timeout=120)
     except Error as e:
         sys.stderr.write("phalanx-torchrun: shutdown: %s\n" % e)

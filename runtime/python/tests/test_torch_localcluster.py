@@ -148,8 +148,10 @@ class TorchSeveralRanksPerPodTest(LocalClusterCase):
             self.PODS, [sys.executable, "-m", "phalanx.launch", sys.executable, TRAIN] + ARGS
             + ["--checkpoint_dir=" + os.path.join(self.dir, "ckpt")], max_restarts=10,
             extra_env=[{"name": "GLOO_SOCKET_IFNAME", "value": "lo"}],
+            # The killed rank's broken session is the detection; a short heartbeat timeout
+            # would only let a loaded machine declare a live rank dead (an extra restart).
             spec={"nprocPerNode": self.NPROC,
-                  "coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 2}})
+                  "coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 10}})
         self.assertTrue(harness.eventually(lambda: self.steps() >= 10, TIMEOUT, 0.2),
                         "the ranks did not reach step 10; job=%s" % json.dumps(self.job()))
         pid = self.launcher_pid(3, 0)
@@ -204,7 +206,9 @@ class TorchrunLocalClusterTest(LocalClusterCase):
                        # The user's own value wins over the operator's (a cluster DNS name).
                        {"name": "MASTER_ADDR", "value": "127.0.0.1"},
                        {"name": "OMP_NUM_THREADS", "value": "1"}],
-            spec={"coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 2}})
+            # The killed pod's broken session is the detection; with a 2 s heartbeat timeout a
+            # loaded machine once declared a live agent dead (an extra restart).
+            spec={"coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 10}})
         self.assertTrue(harness.eventually(lambda: self.steps() >= 20, TIMEOUT, 0.2),
                         "the workers did not reach step 20; job=%s" % json.dumps(self.job()))
         worker = [e for e in self.task_pod_events("start", 1) if " task=3 " in e]

@@ -97,6 +97,20 @@ class TorchStoreTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             PhalanxStore(self.client, prefix="/")
 
+    def test_a_torchrun_agent_that_stops_leaves_the_rendezvous_open_for_its_replacement(self):
+        # torch's launcher shuts the handler down whenever its agent stops, failed or not; the
+        # agent's pod then comes back as the task's next incarnation, whose first rendezvous
+        # must not find the run closed (it once spent a job's maxRestarts that way).
+        from phalanx.torchrun import PhalanxRendezvousHandler, close_rendezvous
+        failed = PhalanxRendezvousHandler(self.client, "run")
+        self.assertTrue(failed.shutdown())
+        replacement = PhalanxRendezvousHandler(self.client, "run")
+        self.assertFalse(replacement.is_closed())
+        # A run whose workers succeeded closes it: a late agent stops instead of waiting.
+        close_rendezvous(self.client, "run")
+        self.assertTrue(replacement.is_closed())
+        self.assertFalse(PhalanxRendezvousHandler(self.client, "another-run").is_closed())
+
     def test_a_gloo_group_forms_and_reduces_through_it(self):
         python_path = [] if harness.INSTALLED else [harness.PYTHON_DIR]
         script = WORKER % {"python_path": python_path, "timeout": TIMEOUT, "world": WORLD}
