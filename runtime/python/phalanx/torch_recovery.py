@@ -569,16 +569,17 @@ class Manager:
                 self.step = 0  # fresh start: this process's initial state is the job's
             buffer = io.BytesIO()
             torch.save(self.state_dict(), buffer)
-            payload = torch.frombuffer(bytearray(buffer.getbuffer()), dtype=torch.uint8)
-            size = torch.tensor([payload.numel()], dtype=torch.int64)
+            payload = torch.frombuffer(bytearray(buffer.getbuffer()),
+                                       dtype=torch.uint8).to(self._wire)
+            size = torch.tensor([payload.numel()], dtype=torch.int64, device=self._wire)
         else:
-            size = torch.zeros(1, dtype=torch.int64)
+            size = torch.zeros(1, dtype=torch.int64, device=self._wire)
         dist.broadcast(size, src=source)
         if self.rank != source:
-            payload = torch.empty(int(size.item()), dtype=torch.uint8)
+            payload = torch.empty(int(size.item()), dtype=torch.uint8, device=self._wire)
         dist.broadcast(payload, src=source)
         if self.rank != source and not (self._have_state and self.step == step and not from_disk):
-            self.load_state_dict(torch.load(io.BytesIO(payload.numpy().tobytes()),
+            self.load_state_dict(torch.load(io.BytesIO(payload.cpu().numpy().tobytes()),
                                             map_location=self._placement))
         self._have_state = True
         self.step = step
@@ -590,6 +591,14 @@ class Manager:
                 self.model.register_comm_hook(self._aborter, ordered_allreduce_hook)
         else:
             self.model = self._module
+
+    @property
+    def _wire(self):
+        """Where the state's broadcast tensors live: NCCL moves CUDA tensors only (a CPU tensor
+        fails the collective), gloo and the others take CPU tensors."""
+        if dist.get_backend() == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
 
     def _placement(self, storage, location):
         """``map_location`` for a state saved by another process (a peer, or this task before a
