@@ -3,7 +3,7 @@ BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo demo-coordination bench wheel images asan tsan fuzz format clean
+.PHONY: all deps configure build test demo demo-coordination bench wheel images gpu-proof-bundle asan tsan fuzz format clean
 
 all: build
 
@@ -52,6 +52,14 @@ wheel: build
 images: build
 	@scripts/build-images.sh $(BUILD)
 	@scripts/build-torch-worker-image.sh $(BUILD)
+
+# What scripts/gpu-proof.sh runs on a GPU machine, built here (docs/gpu-proof.md): the programs
+# with their libraries and the wheel in $(BUILD)/gpu-proof, at most 48 MiB; builds only those.
+GPU_PROOF_TARGETS = phalanx-coordinator phalanx-sample-worker phalanx-agent phalanx-nvml-probe \
+  phalanx_clique_gpu_test phalanx_agent_gpu_real_test phalanx_c
+gpu-proof-bundle: configure
+	@cmake --build $(BUILD) --target $(GPU_PROOF_TARGETS)
+	@python3 scripts/gpu_proof_bundle.py --build $(BUILD)
 
 # Sanitizer builds (CMakePresets.json has the same configurations for IDEs).
 asan: deps

@@ -180,11 +180,11 @@ def run_world(args, world, report):
                 line = next(l for l in logs.splitlines() if "Duplicate GPU" in l)
                 report("SKIP", what, "NCCL allows one rank per GPU: " + line.strip()[:300])
                 return
-            report("FAIL", what + ": undisturbed run", "finals %s; logs in %s" % (
+            report("FAIL", what + " / undisturbed run", "finals %s; logs in %s" % (
                 finals, undisturbed.dir))
             return
         reference = next(iter(finals.values()))
-        report("PASS", what + ": undisturbed run", "%d steps in %.1f s, params %s" % (
+        report("PASS", what + " / undisturbed run", "%d steps in %.1f s, params %s" % (
             args.steps, time.monotonic() - start, reference[:16]))
     finally:
         undisturbed.close()
@@ -198,7 +198,7 @@ def run_world(args, world, report):
             t == victim and k == "step" and int(f.get("step", 0)) >= KILL_AT_STEP
             for t, _, k, f in ev), args.timeout)
         if not reached:
-            report("FAIL", what + ": recovery", "task %d never reached step %d; logs in %s" % (
+            report("FAIL", what + " / recovery", "task %d never reached step %d; logs in %s" % (
                 victim, KILL_AT_STEP, disturbed.dir))
             return
         killed = time.monotonic()
@@ -212,11 +212,11 @@ def run_world(args, world, report):
                                   == world, args.timeout)
         finals = disturbed.finals()
         if not (resumed and done) or set(finals.values()) != {reference}:
-            report("FAIL", what + ": recovery", "resumed=%s finals %s, undisturbed %s; logs in %s"
+            report("FAIL", what + " / recovery", "resumed=%s finals %s, undisturbed %s; logs in %s"
                    % (resumed, finals, reference[:16], disturbed.dir))
             return
         how = "from its checkpoint" if world == 1 else "from the survivors' memory"
-        report("PASS", what + ": recovery", "task %d killed at step >= %d, restarted %s, its "
+        report("PASS", what + " / recovery", "task %d killed at step >= %d, restarted %s, its "
                "first step %.1f s after the kill; final params bitwise equal to the undisturbed "
                "run's" % (victim, KILL_AT_STEP, how, recovery_s))
     finally:
