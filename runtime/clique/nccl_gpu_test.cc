@@ -85,6 +85,50 @@ TEST(NcclGpuTest, OneGpuClique_ThroughTheManager_IsReadyThenAbortedWhenItsTaskRe
   EXPECT_EQ(manager.counters().aborts, 1);
 }
 
+// The clique's whole life on a real device: formed, aborted when its task restarts, formed again
+// for the next incarnation (a new unique id, a new communicator), released. Prints each time.
+TEST(NcclGpuTest, OneGpuClique_AbortedForARestart_FormsAgainAtTheNextIncarnation) {
+  if (std::string why = WhyNoGpu(); !why.empty()) GTEST_SKIP() << why;
+  auto loader = NcclLoader::Create();
+  if (!loader.ok()) GTEST_SKIP() << "no NCCL: " << loader.status();
+  InMemoryUniqueIdExchange exchange;
+  base::Clock& clock = base::RealClock::Get();
+  CliqueManager manager(**loader, exchange, clock, {});
+  auto form = [&](uint64_t incarnation, double* ms) -> absl::StatusOr<CliqueId> {
+    auto key = CliqueKey::Create("gpu-test", {{0, incarnation, {0}}});
+    if (!key.ok()) return key.status();
+    const absl::Time start = absl::Now();
+    auto id = manager.Acquire(*key, 0, clock.Now() + absl::Seconds(60), /*cuda_device=*/0);
+    if (!id.ok()) return id.status();
+    if (!Eventually(
+            [&] {
+              manager.Poll(clock.Now());
+              return manager.Get(*id)->state != CliqueState::kForming;
+            },
+            absl::Seconds(90))) {
+      return absl::DeadlineExceededError("the clique is still forming after 90 s");
+    }
+    *ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    if (manager.Get(*id)->state != CliqueState::kReady) return manager.Get(*id)->status;
+    return id;
+  };
+  double first_ms = 0, again_ms = 0;
+  absl::StatusOr<CliqueId> first = form(0, &first_ms);
+  ASSERT_THAT(first, IsOk());
+  const absl::Time abort_start = absl::Now();
+  manager.OnMembershipChange({{{0, 1}}});
+  const double abort_ms = absl::ToDoubleMilliseconds(absl::Now() - abort_start);
+  ASSERT_EQ(manager.Get(*first)->state, CliqueState::kFailed);
+  EXPECT_THAT(manager.Release(*first), IsOk());
+  absl::StatusOr<CliqueId> again = form(1, &again_ms);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_NE(*again, *first);
+  EXPECT_EQ(manager.counters().aborts, 1);
+  EXPECT_THAT(manager.Release(*again), IsOk());
+  std::printf("clique on 1 GPU: init %.1f ms, abort %.1f ms, re-init at the next incarnation "
+              "%.1f ms\n", first_ms, abort_ms, again_ms);
+}
+
 TEST(NcclGpuTest, AllReduceOverEveryLocalGpu_IsCorrect) {
   if (std::string why = WhyNoGpu(); !why.empty()) GTEST_SKIP() << why;
   absl::StatusOr<AllReduceCheck> check = RunLocalAllReduce(size_t{16} << 20, 5);
