@@ -91,8 +91,8 @@ step() {
     if [ $rc = 0 ] && [ -n "$skips" ] && ! printf '%s\n' "$output" | grep -q '^\[  PASSED  \] [1-9]'; then
       rc=77
       detail=$(printf '%s\n' "$output" | grep -A1 -E ': Skipped$' | grep -v ': Skipped$' | head -1)
-    else
-      detail="$cases"
+    else  # each case's time, and the timings the GPU tests print ("init 12.3 ms, ...")
+      detail="$cases $(printf '%s\n' "$output" | grep -E '^[a-z].* [0-9.]+ ms' | tr '\n' ';')"
     fi
   fi
   # The agent's preflight says "skipped" and exits 0 on a machine without GPUs.
