@@ -6,6 +6,9 @@
 // rollout); SIGINT just stops it.
 //   phalanx-agent [--kubeconfig FILE] --node_name NODE [flags]
 //   phalanx-agent preflight      checks this node's GPUs ("skipped: no GPU" where there are none)
+//   phalanx-agent prepare-socket-dir DIR UID:GID
+//                                the DaemonSet's init container: hands the host's socket folder
+//                                to the agent's user (the image has no shell to do it)
 #include <signal.h>
 
 #include <algorithm>
@@ -39,6 +42,7 @@
 #include "node_agent/preemption/node_taint_source.h"
 #include "node_agent/preemption/sigterm_source.h"
 #include "node_agent/preflight.h"
+#include "node_agent/socket_dir.h"
 #include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig file (empty: in-cluster service account)");
@@ -88,10 +92,21 @@ int main(int argc, char** argv) {
   base::InitProcess("agent", "phalanx-agent");  // before --version is parsed
   absl::SetProgramUsageMessage(
       "phalanx-agent [--kubeconfig FILE] --node_name NODE [flags]\n"
-      "phalanx-agent preflight");
+      "phalanx-agent preflight\n"
+      "phalanx-agent prepare-socket-dir DIR UID:GID");
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() == 2 && std::string(rest[1]) == "preflight") {
     return agent::RunPreflight(absl::GetFlag(FLAGS_nvml_path), std::cout);
+  }
+  if (rest.size() >= 2 && std::string(rest[1]) == "prepare-socket-dir") {
+    if (rest.size() != 4) return Fail("usage: phalanx-agent prepare-socket-dir DIR UID:GID");
+    absl::StatusOr<agent::SocketDirOwner> owner = agent::ParseSocketDirOwner(rest[3]);
+    if (!owner.ok()) return Fail(std::string(owner.status().message()));
+    if (absl::Status s = agent::PrepareSocketDir(rest[2], *owner); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    std::cout << "prepare-socket-dir: " << rest[2] << " is mode 0750, owned by " << rest[3] << "\n";
+    return 0;
   }
   if (rest.size() > 1) return Fail(absl::StrCat("unexpected argument ", rest[1]));
 

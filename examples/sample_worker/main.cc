@@ -3,12 +3,16 @@
 // Exit codes: 0 done, 2 bad configuration, 3 this incarnation was superseded or declared
 // failed (restart it with a new incarnation), 4 checkpointed at a preemption sync point and left
 // because its node is being preempted (move it), 5 the node agent saw the GPU it uses fail
-// (start it elsewhere), 1 any other failure.
+// (start it elsewhere), 143 / 130 stopped by SIGTERM / SIGINT (also as a container's PID 1),
+// 1 any other failure.
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -54,9 +58,29 @@ absl::StatusOr<std::vector<int>> AgentDevices() {
   return devices;
 }
 
+// As a container's PID 1 the worker would never see SIGTERM: the kernel drops a signal that PID 1
+// has no handler for, so every pod deletion waited out its whole grace period. Ends the process as
+// an unhandled SIGTERM or SIGINT would (exit 128 + the signal), saying so. Call before any thread
+// starts, so that every thread inherits the blocked mask and only the waiting thread takes them.
+void ExitOnStopSignals() {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  std::thread([stop] {
+    int sig = 0;
+    if (sigwait(&stop, &sig) != 0) return;
+    std::fprintf(stderr, "phalanx-sample-worker: signal %d: stopping\n", sig);
+    std::fflush(nullptr);
+    _exit(128 + sig);
+  }).detach();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  ExitOnStopSignals();
   phalanx::base::InitProcess("worker", "phalanx-sample-worker");  // before --version is parsed
   absl::SetProgramUsageMessage("A simulated Phalanx training task.");
   absl::ParseCommandLine(argc, argv);

@@ -95,11 +95,10 @@ std::string ProbeXidEvents(NvmlApi& nvml, int count, absl::Duration window) {
     absl::SleepFor(absl::Milliseconds(100));
   } while (absl::Now() < end);
   (void)nvml.EventSetFree(*set);
-  return absl::StrCat("{\"registered\": ", registered, ", \"refused\": [",
-                      absl::StrJoin(refused, ", "), "], \"polls\": ", polls,
-                      ", \"longest_poll_ms\": ", absl::ToDoubleMilliseconds(longest_poll),
-                      ", \"poll_error\": ", poll_error, ", \"events\": [",
-                      absl::StrJoin(events, ", "), "]}");
+  return absl::StrCat(
+      "{\"registered\": ", registered, ", \"refused\": [", absl::StrJoin(refused, ", "),
+      "], \"polls\": ", polls, ", \"longest_poll_ms\": ", absl::ToDoubleMilliseconds(longest_poll),
+      ", \"poll_error\": ", poll_error, ", \"events\": [", absl::StrJoin(events, ", "), "]}");
 }
 
 int Probe() {
@@ -124,22 +123,22 @@ int Probe() {
   for (const GpuInfo& gpu : inventory->gpus) {
     std::vector<std::string> reasons;
     for (const std::string& r : gpu.health_reasons) reasons.push_back(Quoted(r));
-    gpus.push_back(absl::StrCat(
-        "{\"index\": ", gpu.index, ", \"name\": ", Quoted(gpu.name), ", \"uuid\": ",
-        Quoted(gpu.uuid), ", \"pci_bus_id\": ", Quoted(gpu.pci_bus_id),
-        ", \"memory_total_bytes\": ", gpu.memory_total_bytes,
-        ", \"temperature_c\": ", OrNull(gpu.temperature_c),
-        ", \"ecc_corrected\": ", OrNull(gpu.ecc_corrected),
-        ", \"ecc_uncorrected\": ", OrNull(gpu.ecc_uncorrected), ", \"health\": ",
-        Quoted(GpuHealthName(gpu.health)), ", \"health_reasons\": [", absl::StrJoin(reasons, ", "),
-        "]}"));
+    gpus.push_back(absl::StrCat("{\"index\": ", gpu.index, ", \"name\": ", Quoted(gpu.name),
+                                ", \"uuid\": ", Quoted(gpu.uuid),
+                                ", \"pci_bus_id\": ", Quoted(gpu.pci_bus_id),
+                                ", \"memory_total_bytes\": ", gpu.memory_total_bytes,
+                                ", \"temperature_c\": ", OrNull(gpu.temperature_c),
+                                ", \"ecc_corrected\": ", OrNull(gpu.ecc_corrected),
+                                ", \"ecc_uncorrected\": ", OrNull(gpu.ecc_uncorrected),
+                                ", \"health\": ", Quoted(GpuHealthName(gpu.health)),
+                                ", \"health_reasons\": [", absl::StrJoin(reasons, ", "), "]}"));
   }
   const std::string xid = ProbeXidEvents(*nvml, static_cast<int>(inventory->gpus.size()),
                                          absl::GetFlag(FLAGS_xid_poll));
   std::cout << "{\"source\": " << Quoted(source)
             << ", \"driver_version\": " << Quoted(inventory->driver_version)
-            << ", \"cuda_driver_version\": " << inventory->cuda_driver_version
-            << ", \"gpus\": [" << absl::StrJoin(gpus, ", ") << "], \"xid\": " << xid << "}\n";
+            << ", \"cuda_driver_version\": " << inventory->cuda_driver_version << ", \"gpus\": ["
+            << absl::StrJoin(gpus, ", ") << "], \"xid\": " << xid << "}\n";
   (void)nvml->Shutdown();
   return 0;
 }

@@ -125,8 +125,10 @@ TEST(NcclGpuTest, OneGpuClique_AbortedForARestart_FormsAgainAtTheNextIncarnation
   EXPECT_NE(*again, *first);
   EXPECT_EQ(manager.counters().aborts, 1);
   EXPECT_THAT(manager.Release(*again), IsOk());
-  std::printf("clique on 1 GPU: init %.1f ms, abort %.1f ms, re-init at the next incarnation "
-              "%.1f ms\n", first_ms, abort_ms, again_ms);
+  std::printf(
+      "clique on 1 GPU: init %.1f ms, abort %.1f ms, re-init at the next incarnation "
+      "%.1f ms\n",
+      first_ms, abort_ms, again_ms);
 }
 
 TEST(NcclGpuTest, AllReduceOverEveryLocalGpu_IsCorrect) {

@@ -298,6 +298,12 @@ def check_render(src, binary_dir, helm):
     vols = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
     check(vols["socket-dir"]["hostPath"]["path"] == "/var/run/phalanx", "agent: hostPath socket dir")
     check(any(m["mountPath"] == "/var/run/phalanx" for m in ag["volumeMounts"]), "agent: socket mount")
+    # The agent's image is FROM scratch: its init container can run only the agent itself
+    # (once a /bin/sh -c chown here left every default install in Init:CrashLoopBackOff).
+    init = ds["spec"]["template"]["spec"]["initContainers"][0]
+    check("command" not in init, "agent init container: the image's entrypoint, no command")
+    check(init.get("args") == ["prepare-socket-dir", "/var/run/phalanx", "65532:65532"],
+          f"agent init container: args {init.get('args')}")
     spec = ds["spec"]["template"]["spec"]
     check(spec.get("nodeSelector") == {"nvidia.com/gpu.present": "true"}, "agent: GPU nodeSelector")
     check(any(t.get("key") == "nvidia.com/gpu" for t in spec.get("tolerations", [])), "agent: GPU toleration")

@@ -250,6 +250,15 @@ def main():
                     break
                 print(f"{image}: buildah run exited 0 with no output (stderr {ran.stderr!r}); "
                       f"running it again", flush=True)
+            if image == "phalanx-agent":
+                # The DaemonSet's init container, as the chart runs it: root, the entrypoint
+                # with prepare-socket-dir (the image has no shell for a chown).
+                init = store.result("run", "--isolation", "chroot", "--user", "0:0", ctr, "--",
+                                    *entrypoint, "prepare-socket-dir", "/tmp/phalanx",
+                                    "65532:65532", timeout=60)
+                check(init.returncode == 0 and "/tmp/phalanx is mode 0750, owned by 65532:65532"
+                      in init.stdout, f"{image}: the init container's prepare-socket-dir: "
+                      f"{init.returncode} {init.stdout!r} {init.stderr!r}")
             store("rm", ctr)
             check(out == want, f"{image}: entrypoint --version printed {out!r}, want {want!r} "
                                f"(buildah's stderr: {ran.stderr!r})")
