@@ -734,6 +734,18 @@ def check_containerfiles(src, binary_dir):
         check(not values[component]["image"].get("tag"), f"values.yaml {component}.image.tag overrides appVersion")
     check(values["coordinator"]["command"] in ("phalanx-coordinator", "/usr/local/bin/phalanx-coordinator"),
           "values.yaml coordinator.command is not the coordinator image's binary")
+    # The examples name images a user can have: those `make images` builds, at the same tag
+    # (once examples/trainingjob.yaml named phalanx/sample-worker:dev, which nothing built).
+    built = {f"{registry}/{i}:{version}" for i in list(images) + ["phalanx-torch-worker"]}
+    examples = os.path.join(src, "examples")
+    for name in sorted(os.listdir(examples)):
+        if name.endswith(".yaml"):
+            refs = re.findall(r"^\s*image:\s*(\S+)", open(os.path.join(examples, name)).read(),
+                              re.M)
+            check(refs, f"examples/{name} names no image")
+            for ref in refs:
+                check(ref in built, f"examples/{name}: image {ref} is not one `make images` builds "
+                                    f"({sorted(built)})")
     print(f"{len(images)} Containerfiles, chart images {registry}/<name>:{version}")
 
 
