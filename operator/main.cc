@@ -67,6 +67,9 @@ ABSL_FLAG(std::string, key_namespace, "",
           "namespace of the operator-key Secret, the operator's own (default: --lease_namespace)");
 ABSL_FLAG(std::string, key_secret, "phalanx-operator-key",
           "Secret holding the key every job token is derived from; created on first start");
+ABSL_FLAG(std::string, owner_service_account, "",
+          "the operator's ServiceAccount (in --key_namespace): the Lease and the key Secret the "
+          "operator creates are owned by it, so deleting it (helm uninstall) removes them too");
 ABSL_FLAG(bool, network_policy, true,
           "create a NetworkPolicy per job: only its pods and the operator reach the coordinator");
 ABSL_FLAG(std::string, operator_namespace, "",
@@ -151,8 +154,22 @@ int main(int argc, char** argv) {
   const std::string key_namespace = absl::GetFlag(FLAGS_key_namespace).empty()
                                         ? absl::GetFlag(FLAGS_lease_namespace)
                                         : absl::GetFlag(FLAGS_key_namespace);
-  absl::StatusOr<std::string> operator_key =
-      op::LoadOrCreateOperatorKey(**client, key_namespace, absl::GetFlag(FLAGS_key_secret));
+  // What the operator creates for itself (its Lease, its key) belongs to its ServiceAccount,
+  // which the chart installs: `helm uninstall` then leaves none of it behind.
+  std::vector<kube::OwnerReference> own_objects_owner;
+  if (const std::string account = absl::GetFlag(FLAGS_owner_service_account); !account.empty()) {
+    absl::StatusOr<kube::Json> sa = (*client)->Get(kube::kServiceAccounts, key_namespace, account);
+    if (!sa.ok()) {
+      return Fail(absl::StrCat("--owner_service_account: ServiceAccount ", key_namespace, "/",
+                               account, ": ", sa.status().message()));
+    }
+    own_objects_owner.push_back({.api_version = "v1",
+                                 .kind = "ServiceAccount",
+                                 .name = account,
+                                 .uid = kube::MetaString(*sa, "uid")});
+  }
+  absl::StatusOr<std::string> operator_key = op::LoadOrCreateOperatorKey(
+      **client, key_namespace, absl::GetFlag(FLAGS_key_secret), own_objects_owner);
   if (!operator_key.ok()) {
     return Fail(absl::StrCat("the operator key (Secret ", key_namespace, "/",
                              absl::GetFlag(FLAGS_key_secret),
@@ -223,6 +240,8 @@ int main(int argc, char** argv) {
     kube::LeaderElector::Options le;
     le.lease_name = absl::GetFlag(FLAGS_lease_name);
     le.lease_namespace = absl::GetFlag(FLAGS_lease_namespace);
+    // The ServiceAccount lives in the key's namespace; an owner must share the Lease's.
+    if (le.lease_namespace == key_namespace) le.owner_references = own_objects_owner;
     le.identity = absl::GetFlag(FLAGS_identity);
     if (le.identity.empty()) {
       char host[256] = {0};

@@ -103,6 +103,13 @@ Json LeaderElector::NewLease(const LeaderElectionRecord& record) const {
   lease["kind"] = Json::string("Lease");
   lease["metadata"]["name"] = Json::string(options_.lease_name);
   lease["metadata"]["namespace"] = Json::string(options_.lease_namespace);
+  if (!options_.owner_references.empty()) {
+    Json owners = Json::array(options_.owner_references.size());
+    for (size_t i = 0; i < options_.owner_references.size(); ++i) {
+      owners[i] = options_.owner_references[i].ToJson();
+    }
+    lease["metadata"]["ownerReferences"] = std::move(owners);
+  }
   record.EncodeInto(lease);
   return lease;
 }

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -28,6 +29,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/kube/client.h"
+#include "common/kube/object_meta.h"
 #include "common/kube/resources.h"
 
 namespace phalanx::kube {
@@ -59,6 +61,9 @@ class LeaderElector {
     absl::Duration lease_duration = absl::Seconds(15);
     absl::Duration renew_deadline = absl::Seconds(10);
     absl::Duration retry_period = absl::Seconds(2);
+    // Written on the Lease when this candidate creates it, so that deleting the owner (e.g. the
+    // Helm release's ServiceAccount) lets the garbage collector remove the Lease too.
+    std::vector<OwnerReference> owner_references;
   };
 
   // InvalidArgument for missing names or durations that violate

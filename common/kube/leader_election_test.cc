@@ -88,6 +88,21 @@ TEST_F(LeaderElectionTest, FirstCandidate_CreatesTheLeaseAndLeads) {
   EXPECT_EQ(StringAt(*raw, "spec.renewTime"), "2023-11-14T22:13:20.000000Z") << "MicroTime";
 }
 
+TEST_F(LeaderElectionTest, TheLeaseItCreates_CarriesTheOwnerReferences) {
+  LeaderElector::Options options = OptionsFor("a");
+  options.owner_references.push_back(
+      {.api_version = "v1", .kind = "ServiceAccount", .name = "phalanx-operator", .uid = "u-1"});
+  auto a = LeaderElector::Create(client_, clock_, options);
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT((*a)->TryAcquireOrRenew(), IsOk());
+  auto raw = client_.Get(kLeaseResource, "phalanx-system", "phalanx-operator");
+  ASSERT_THAT(raw, IsOk());
+  const std::vector<OwnerReference> owners = OwnerReferencesOf(*raw);
+  ASSERT_EQ(owners.size(), 1u);
+  EXPECT_EQ(owners[0].kind, "ServiceAccount");
+  EXPECT_EQ(owners[0].uid, "u-1");
+}
+
 TEST_F(LeaderElectionTest, SecondCandidate_WaitsForExpiry_ThenTakesOver) {
   auto a = Elector("a");
   auto b = Elector("b");

@@ -10,6 +10,7 @@ inline const Resource kPods{"", "v1", "pods", true};
 inline const Resource kNodes{"", "v1", "nodes", false};
 inline const Resource kServices{"", "v1", "services", true};
 inline const Resource kSecrets{"", "v1", "secrets", true};
+inline const Resource kServiceAccounts{"", "v1", "serviceaccounts", true};
 inline const Resource kConfigMaps{"", "v1", "configmaps", true};
 inline const Resource kNamespaces{"", "v1", "namespaces", false};
 inline const Resource kEvents{"", "v1", "events", true};

@@ -28,8 +28,9 @@ absl::StatusOr<std::string> KeyOf(const Json& secret, const std::string& ns,
 
 }  // namespace
 
-absl::StatusOr<std::string> LoadOrCreateOperatorKey(kube::Client& client, const std::string& ns,
-                                                    const std::string& name) {
+absl::StatusOr<std::string> LoadOrCreateOperatorKey(
+    kube::Client& client, const std::string& ns, const std::string& name,
+    const std::vector<kube::OwnerReference>& owners) {
   absl::StatusOr<Json> existing = client.Get(kube::kSecrets, ns, name);
   if (existing.ok()) return KeyOf(*existing, ns, name);
   if (!absl::IsNotFound(existing.status())) return existing.status();
@@ -39,6 +40,11 @@ absl::StatusOr<std::string> LoadOrCreateOperatorKey(kube::Client& client, const 
   secret["metadata"] = Json::object();
   secret["metadata"]["name"] = Json::string(name);
   secret["metadata"]["namespace"] = Json::string(ns);
+  if (!owners.empty()) {
+    Json refs = Json::array(owners.size());
+    for (size_t i = 0; i < owners.size(); ++i) refs[i] = owners[i].ToJson();
+    secret["metadata"]["ownerReferences"] = std::move(refs);
+  }
   secret["type"] = Json::string("Opaque");
   secret["data"] = Json::object();
   const std::string key = auth::RandomHex(32);

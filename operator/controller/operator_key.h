@@ -7,9 +7,11 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/kube/client.h"
+#include "common/kube/object_meta.h"
 
 namespace phalanx::op {
 
@@ -17,8 +19,10 @@ inline constexpr char kOperatorKeyField[] = "key";
 
 // The key in Secret `ns`/`name`, creating the Secret when there is none (a replica racing to
 // create it reads the winner's). FailedPrecondition when the Secret exists without a usable
-// key (at least 32 characters); other API errors as the client returns them.
-absl::StatusOr<std::string> LoadOrCreateOperatorKey(kube::Client& client, const std::string& ns,
-                                                    const std::string& name);
+// key (at least 32 characters); other API errors as the client returns them. A Secret it creates
+// carries `owners` (the operator's ServiceAccount, so that `helm uninstall` removes the key too).
+absl::StatusOr<std::string> LoadOrCreateOperatorKey(
+    kube::Client& client, const std::string& ns, const std::string& name,
+    const std::vector<kube::OwnerReference>& owners = {});
 
 }  // namespace phalanx::op

@@ -27,6 +27,22 @@ TEST(OperatorKey, FirstStartCreatesTheKeyAndEveryLaterStartReadsTheSame) {
   EXPECT_EQ(*again, *first);
 }
 
+TEST(OperatorKey, TheSecretItCreates_IsOwnedByWhatTheCallerNames) {
+  testing::FakeClock clock;
+  kube::fake::ObjectStore store(clock, 1000);
+  kube::fake::FakeClient client(store);
+  ASSERT_THAT(LoadOrCreateOperatorKey(
+                  client, "phalanx-system", "k",
+                  {{.api_version = "v1", .kind = "ServiceAccount", .name = "op", .uid = "u-2"}}),
+              IsOk());
+  absl::StatusOr<Json> secret = client.Get(kube::kSecrets, "phalanx-system", "k");
+  ASSERT_THAT(secret, IsOk());
+  const std::vector<kube::OwnerReference> owners = kube::OwnerReferencesOf(*secret);
+  ASSERT_EQ(owners.size(), 1u);
+  EXPECT_EQ(owners[0].name, "op");
+  EXPECT_EQ(owners[0].uid, "u-2");
+}
+
 TEST(OperatorKey, ASecretWithoutAUsableKeyIsRefused) {
   testing::FakeClock clock;
   kube::fake::ObjectStore store(clock, 1000);

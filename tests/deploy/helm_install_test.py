@@ -167,8 +167,35 @@ def run_test(src, build, helm, kubectl, tmp):
         with open(os.path.join(tmp, "operator.log")) as f:
             text = f.read()
         dt.check("forbidden" not in text.lower(), "the operator logged 'forbidden':\n" + text[-3000:])
+        # `helm uninstall` leaves nothing in the release namespace: what the operator created
+        # for itself (its Lease, its key Secret) is owned by the chart's ServiceAccount, and the
+        # garbage collector removes it with the account.
+        operator.terminate()
+        operator.wait(timeout=30)
+        operator = None
+        owned = {}
+        for kind, name in (("lease", "phalanx-operator"), ("secret", "phalanx-operator-key")):
+            got = json.loads(kc("get", kind, name, "-n", NAMESPACE, "-o", "json").stdout)
+            owned[kind] = [o.get("kind") for o in got["metadata"].get("ownerReferences", [])]
+        dt.check(owned == {"lease": ["ServiceAccount"], "secret": ["ServiceAccount"]},
+                 f"the operator's own objects are not owned by its ServiceAccount: {owned}")
+        r = dt.run([helm, "--kubeconfig", admin, "uninstall", RELEASE, "-n", NAMESPACE,
+                    "--wait", "--timeout", "120s"], timeout=180)
+        dt.check(r.returncode == 0, f"helm uninstall:\n{r.stdout}{r.stderr}")
+
+        def left_behind():
+            out = kc("get", "leases,secrets,configmaps,serviceaccounts,roles,rolebindings,"
+                     "services,deployments,daemonsets", "-n", NAMESPACE, "-o",
+                     "jsonpath={range .items[*]}{.kind}/{.metadata.name} {end}").stdout.split()
+            # What Kubernetes itself keeps in every namespace.
+            return [o for o in out if o not in ("ConfigMap/kube-root-ca.crt",
+                                                "ServiceAccount/default")]
+        try:
+            wait_until("helm uninstall to leave nothing behind", lambda: not left_behind(), 90)
+        except dt.Failure:
+            raise dt.Failure(f"left behind in {NAMESPACE} after helm uninstall: {left_behind()}")
         print(f"PASS (helm install): {requests} operator requests, none refused; "
-              f"job restarted task 1 and succeeded")
+              f"job restarted task 1 and succeeded; helm uninstall left nothing in {NAMESPACE}")
         return 0
     finally:
         if operator is not None:
