@@ -6,8 +6,9 @@ include(GoogleTest)
 # measured costs in Testing/Temporary/CTestCostData.txt after a first run; a fresh clone has none).
 # HEAVY: a case keeps cores busy for long (a real control plane, torch ranks); `make test` runs at
 # most three such at once (RESOURCE_GROUPS heavy:1 against tests/resources.json), beside light tests.
+# PROPERTIES: more CTest properties for every case (e.g. FIXTURES_REQUIRED, ENVIRONMENT).
 function(phalanx_test name)
-  cmake_parse_arguments(T "HEAVY" "COST" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "HEAVY" "COST" "SOURCES;LIBS;LABELS;PROPERTIES" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   phalanx_test_binary_code(${name})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gmock GTest::gtest_main)
@@ -18,7 +19,8 @@ function(phalanx_test name)
   if(T_HEAVY)
     list(APPEND schedule RESOURCE_GROUPS heavy:1)
   endif()
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${T_LABELS}" ${schedule})
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+                       PROPERTIES LABELS "${T_LABELS}" ${schedule} ${T_PROPERTIES})
 endfunction()
 
 # phalanx_no_unity(FILES...): these sources are compiled on their own in unity builds

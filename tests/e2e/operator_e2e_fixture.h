@@ -1,6 +1,12 @@
 // The fixture of the operator end-to-end tests: the local cluster (phalanx-localcluster), the
 // operator, and helpers to create jobs and read what their workers reported. Shared by
 // operator_e2e_test.cc (restarts, suspend, faults) and operator_preemption_e2e_test.cc.
+//
+// A real control plane costs ~7 CPU-seconds to start, about half of a case. So a case whose
+// suite leaves the nodes and the API server alone (SharesTheCluster) runs on the cluster CTest
+// started for the whole run (the fixture e2e_shared_cluster, tests/e2e/shared_cluster.sh; its
+// folder in $PHALANX_E2E_SHARED_CLUSTER), in a namespace of its own with an operator that watches
+// only it. Without that variable (the binary run by hand) every case starts its own cluster.
 #pragma once
 
 #include <gmock/gmock.h>
@@ -8,6 +14,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/kube/cluster_config.h"
 #include "common/kube/object_meta.h"
+#include "common/kube/resources.h"
 #include "common/kube/rest_client.h"
 #include "common/process/subprocess.h"
 #include "common/testing/eventually.h"
@@ -43,11 +51,58 @@ inline const std::string kSource = PHALANX_SOURCE_DIR;
 
 class OperatorE2eTest : public ::testing::Test {
  protected:
+  // Whether this suite's cases may share a cluster: they change no Node and inject no API
+  // server faults, and need the default two nodes without GPUs.
+  virtual bool SharesTheCluster() const { return nodes_ == 2 && gpus_per_node_ == 0; }
+
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-op-e2e-", getpid());
     std::filesystem::create_directories(dir_);
+    const char* shared = std::getenv("PHALANX_E2E_SHARED_CLUSTER");
+    if (shared != nullptr && *shared != '\0' && SharesTheCluster()) {
+      ASSERT_NO_FATAL_FAILURE(JoinSharedCluster(shared));
+    } else {
+      ASSERT_NO_FATAL_FAILURE(StartOwnCluster());
+    }
+    absl::StatusOr<kube::ClusterConfig> config = kube::LoadKubeconfig(kubeconfig_);
+    ASSERT_TRUE(config.ok()) << config.status();
+    client_ = *kube::RestClient::Create(*config);
+    if (ns_ != "default") {
+      kube::Json ns = kube::Json::object();
+      ns["metadata"]["name"] = kube::Json::string(ns_);
+      absl::StatusOr<kube::Json> created = client_->Create(kube::kNamespaces, "", ns);
+      ASSERT_TRUE(created.ok()) << created.status();
+    }
+    ASSERT_NO_FATAL_FAILURE(InstallCrd());
+
+    // Coordinators share the machine's one network namespace: give each job its own port.
+    std::mt19937 rng(static_cast<unsigned>(getpid()));
+    // Below Linux's ephemeral range (32768-60999): the real control plane's many client
+    // connections take ephemeral ports, and a coordinator port among them may already be bound.
+    port_base_ = 20000 + static_cast<int>(rng() % 5000) * 2;
+    operator_ = StartOperator();
+    ASSERT_NE(operator_, nullptr);
+  }
+
+  // The cluster shared_cluster.sh started: its kubeconfig, its pod logs, its ready line.
+  void JoinSharedCluster(const std::filesystem::path& shared) {
+    kubeconfig_ = (shared / "kubeconfig").string();
+    logs_dir_ = shared / "cluster" / "logs";
+    std::ifstream ready_file(shared / "ready");
+    std::string ready;
+    ASSERT_TRUE(std::getline(ready_file, ready))
+        << "PHALANX_E2E_SHARED_CLUSTER=" << shared.string()
+        << " has no ready line: its set-up test (E2eSharedCluster.Start) did not finish";
+    backend_ = ready.substr(ready.rfind("backend=") + 8);
+    std::cerr << "shared local cluster: " << ready << "\n";
+    RecordProperty("backend", backend_);
+    ns_ = absl::StrCat("e2e-", getpid());
+  }
+
+  void StartOwnCluster() {
     const std::string kubeconfig = (dir_ / "kubeconfig").string();
     kubeconfig_ = kubeconfig;
+    logs_dir_ = dir_ / "cluster" / "logs";
     cluster_ =
         Start({kBuild + "/tests/localcluster/phalanx-localcluster", "--kubeconfig-out", kubeconfig,
                "--work-dir", (dir_ / "cluster").string(), "--nodes", absl::StrCat(nodes_),
@@ -62,17 +117,17 @@ class OperatorE2eTest : public ::testing::Test {
         RecordProperty("backend", backend_);
       }
     }
-    absl::StatusOr<kube::ClusterConfig> config = kube::LoadKubeconfig(kubeconfig);
-    ASSERT_TRUE(config.ok()) << config.status();
-    client_ = *kube::RestClient::Create(*config);
+  }
 
+  // The CRD, once per cluster (a shared one already has it: AlreadyExists is fine).
+  void InstallCrd() {
     std::stringstream crd;
     crd << std::ifstream(kSource + "/crds/trainingjobs.phalanx.dev.yaml").rdbuf();
     absl::StatusOr<kube::Json> crd_json = op::YamlToJson(crd.str());
     ASSERT_TRUE(crd_json.ok()) << crd_json.status();
     const kube::Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
     absl::StatusOr<kube::Json> created = client_->Create(crds, "", *crd_json);
-    ASSERT_TRUE(created.ok()) << created.status();
+    ASSERT_TRUE(created.ok() || absl::IsAlreadyExists(created.status())) << created.status();
     // A real API server serves a new CRD's resource only once it is Established.
     ASSERT_TRUE(Eventually(
         [&] {
@@ -88,14 +143,6 @@ class OperatorE2eTest : public ::testing::Test {
           return false;
         },
         absl::Seconds(30)));
-
-    // Coordinators share the machine's one network namespace: give each job its own port.
-    std::mt19937 rng(static_cast<unsigned>(getpid()));
-    // Below Linux's ephemeral range (32768-60999): the real control plane's many client
-    // connections take ephemeral ports, and a coordinator port among them may already be bound.
-    port_base_ = 20000 + static_cast<int>(rng() % 5000) * 2;
-    operator_ = StartOperator();
-    ASSERT_NE(operator_, nullptr);
   }
 
   void TearDown() override {
@@ -104,6 +151,11 @@ class OperatorE2eTest : public ::testing::Test {
         (*p)->Signal(SIGTERM);
         (*p)->Wait(absl::Seconds(30));
       }
+    }
+    // On a shared cluster the namespace goes, and its pods with it (not waited for). A failed
+    // case's is kept, with its pods' logs, for whoever reads the failure.
+    if (client_ != nullptr && ns_ != "default" && !HasFailure()) {
+      (void)client_->Delete(kube::kNamespaces, "", ns_, {});
     }
     if (!HasFailure()) std::filesystem::remove_all(dir_);
   }
@@ -120,7 +172,7 @@ class OperatorE2eTest : public ::testing::Test {
   }
 
   kube::Json Job() {
-    absl::StatusOr<kube::Json> job = client_->Get(op::kTrainingJobs, "default", "train");
+    absl::StatusOr<kube::Json> job = client_->Get(op::kTrainingJobs, ns_, "train");
     return job.ok() ? *job : kube::Json::null();
   }
 
@@ -153,7 +205,7 @@ class OperatorE2eTest : public ::testing::Test {
         worker, R"("],"args":["--steps=)", o.steps,
         R"(","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
         (dir_ / "ckpt").string(), R"("])", resources, R"(}]}}}})"));
-    return client_->Create(op::kTrainingJobs, "default", job).status();
+    return client_->Create(op::kTrainingJobs, ns_, job).status();
   }
 
   // A 2-task job of sample workers training `steps` steps of 40 ms.
@@ -163,14 +215,20 @@ class OperatorE2eTest : public ::testing::Test {
     return CreateJob(JobOptions{.steps = steps, .backoff = backoff, .coordination = coordination});
   }
 
-  bool PodExists(const std::string& name) { return client_->Get(op::kPods, "default", name).ok(); }
+  bool PodExists(const std::string& name) { return client_->Get(op::kPods, ns_, name).ok(); }
 
-  // The EVENT lines every pod of the job printed (the kubelet keeps each pod's log file, also
-  // after the pod is deleted), pod by pod.
+  // Asks the local cluster to kill (SIGKILL) a pod of this case's namespace.
+  bool KillPod(const std::string& pod) {
+    return client_->Raw("POST", absl::StrCat("/admin/pods/", ns_, "/", pod, "/kill")).ok();
+  }
+
+  // The EVENT lines every pod of the job printed (the kubelet keeps each pod's log file,
+  // "<namespace>_<pod>.log", also after the pod is deleted), pod by pod.
   std::map<std::string, std::vector<std::string>> WorkerEvents(const std::string& kind) {
     std::map<std::string, std::vector<std::string>> events;
-    for (const auto& entry : std::filesystem::directory_iterator(dir_ / "cluster" / "logs")) {
+    for (const auto& entry : std::filesystem::directory_iterator(logs_dir_)) {
       const std::string pod = entry.path().stem().string();
+      if (!absl::StartsWith(pod, ns_ + "_")) continue;
       std::ifstream in(entry.path());
       std::string line;
       while (std::getline(in, line)) {
@@ -193,13 +251,15 @@ class OperatorE2eTest : public ::testing::Test {
                   "--coordinator_command", kBuild + "/runtime/coordination/phalanx-coordinator",
                   "--coordinator_address", "pod-ip", "--coordinator_port_base",
                   absl::StrCat(port_base_), "--coordinator_port_span", absl::StrCat(port_span),
-                  "--metrics_listen", "127.0.0.1:0", "--lease_namespace", "default"},
+                  "--metrics_listen", "127.0.0.1:0", "--lease_namespace", ns_,
+                  // On a shared cluster, this case's namespace only ("" watches all).
+                  absl::StrCat("--namespace=", ns_ == "default" ? "" : ns_)},
                  "operator", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
   }
 
   int TaskPodCount() {
     absl::StatusOr<kube::ObjectList> pods =
-        client_->List(op::kPods, "default", {.label_selector = "phalanx.dev/role=task"});
+        client_->List(op::kPods, ns_, {.label_selector = "phalanx.dev/role=task"});
     return pods.ok() ? static_cast<int>(pods->items.size()) : -1;
   }
 
@@ -209,6 +269,8 @@ class OperatorE2eTest : public ::testing::Test {
   std::string kubeconfig_;
   int port_base_ = 0;
   std::filesystem::path dir_;
+  std::string ns_ = "default";      // where this case's jobs and pods live
+  std::filesystem::path logs_dir_;  // the kubelet's pod logs ("<namespace>_<pod>.log")
   std::unique_ptr<process::Subprocess> cluster_;
   std::unique_ptr<process::Subprocess> operator_;
   std::unique_ptr<kube::RestClient> client_;

@@ -14,14 +14,14 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
                          absl::Seconds(90)))
       << Job().serialize();
   // Task 1's process dies (as from an OOM kill or a crash).
-  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-1-0/kill").ok());
+  ASSERT_TRUE(KillPod("train-task-1-0"));
 
-  ASSERT_TRUE(Eventually([&] { return client_->Get(op::kPods, "default", "train-task-1-1").ok(); },
+  ASSERT_TRUE(Eventually([&] { return client_->Get(op::kPods, ns_, "train-task-1-1").ok(); },
                          absl::Seconds(60)))
       << Job().serialize();
   // Task 0 was never touched.
-  EXPECT_TRUE(client_->Get(op::kPods, "default", "train-task-0-0").ok());
-  EXPECT_FALSE(client_->Get(op::kPods, "default", "train-task-0-1").ok());
+  EXPECT_TRUE(client_->Get(op::kPods, ns_, "train-task-0-0").ok());
+  EXPECT_FALSE(client_->Get(op::kPods, ns_, "train-task-0-1").ok());
 
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
                          absl::Seconds(120)))
@@ -32,7 +32,7 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
   EXPECT_EQ(final_job.at("status").at("tasks").at(0).at("incarnation").as_integer(), 0);
 
   absl::StatusOr<kube::ObjectList> events = client_->List(
-      {"", "v1", "events", true}, "default", {.field_selector = "involvedObject.name=train"});
+      {"", "v1", "events", true}, ns_, {.field_selector = "involvedObject.name=train"});
   ASSERT_TRUE(events.ok());
   bool restarted_event = false;
   for (const kube::Json& e : events->items) {
@@ -70,13 +70,13 @@ TEST_F(OperatorE2eTest, CoordinatorPodKilledIsRecreatedAndTheJobContinues) {
   ASSERT_OK_JOB(CreateJob(150));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
-  absl::StatusOr<kube::Json> before = client_->Get(op::kPods, "default", "train-coordinator");
+  absl::StatusOr<kube::Json> before = client_->Get(op::kPods, ns_, "train-coordinator");
   ASSERT_TRUE(before.ok());
-  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-coordinator/kill").ok());
+  ASSERT_TRUE(KillPod("train-coordinator"));
   // A new coordinator pod (new uid) under the same name; the tasks reconnect and finish.
   ASSERT_TRUE(Eventually(
       [&] {
-        absl::StatusOr<kube::Json> now = client_->Get(op::kPods, "default", "train-coordinator");
+        absl::StatusOr<kube::Json> now = client_->Get(op::kPods, ns_, "train-coordinator");
         return now.ok() && kube::MetaString(*now, "uid") != kube::MetaString(*before, "uid") &&
                kube::StringAt(*now, "status.phase") == "Running";
       },
@@ -101,9 +101,9 @@ TEST_F(OperatorE2eTest, TwoJobsInTwoCoordinatorPortSlotsBothRunWithoutACoordinat
   if (other.has_field("status")) other.as_object().erase("status");
   kube::Json& args = other["spec"]["template"]["spec"]["containers"][0]["args"];
   args[args.size() - 1] = kube::Json::string("--checkpoint_dir=" + (dir_ / "ckpt-other").string());
-  ASSERT_TRUE(client_->Create(op::kTrainingJobs, "default", other).ok());
+  ASSERT_TRUE(client_->Create(op::kTrainingJobs, ns_, other).ok());
   auto phase = [&](const std::string& job) {
-    absl::StatusOr<kube::Json> j = client_->Get(op::kTrainingJobs, "default", job);
+    absl::StatusOr<kube::Json> j = client_->Get(op::kTrainingJobs, ns_, job);
     return j.ok() ? kube::StringAt(*j, "status.phase") : "";
   };
   ASSERT_TRUE(
@@ -111,7 +111,7 @@ TEST_F(OperatorE2eTest, TwoJobsInTwoCoordinatorPortSlotsBothRunWithoutACoordinat
                  absl::Seconds(150)))
       << phase("train") << " " << phase("other");
   for (const std::string job : {"train", "other"}) {
-    absl::StatusOr<kube::Json> j = client_->Get(op::kTrainingJobs, "default", job);
+    absl::StatusOr<kube::Json> j = client_->Get(op::kTrainingJobs, ns_, job);
     ASSERT_TRUE(j.ok());
     EXPECT_FALSE(
         kube::FieldOrNull(kube::FieldOrNull(*j, "status"), "coordinator").has_field("restarts"))
@@ -170,7 +170,7 @@ TEST_F(OperatorE2eTest, TaskPodsRefusedByPodSecurityBlockTheJobUntilTheNamespace
   const kube::Resource namespaces{"", "v1", "namespaces", false};
   auto enforce = [&](const std::string& level) {
     return client_->Patch(
-        namespaces, "", "default", kube::PatchType::kMerge,
+        namespaces, "", ns_, kube::PatchType::kMerge,
         kube::Json::parse(absl::StrCat(
             R"({"metadata":{"labels":{"pod-security.kubernetes.io/enforce":")", level, R"("}}})")),
         {});
@@ -195,9 +195,9 @@ TEST_F(OperatorE2eTest, TaskPodsRefusedByPodSecurityBlockTheJobUntilTheNamespace
       << Job().serialize();
   EXPECT_THAT(children_ready("message"), ::testing::HasSubstr("violates PodSecurity"));
   // The coordinator pod Phalanx makes itself passes restricted.
-  EXPECT_TRUE(client_->Get(op::kPods, "default", "train-coordinator").ok());
+  EXPECT_TRUE(client_->Get(op::kPods, ns_, "train-coordinator").ok());
   absl::StatusOr<kube::ObjectList> events = client_->List(
-      {"", "v1", "events", true}, "default", {.field_selector = "involvedObject.name=train"});
+      {"", "v1", "events", true}, ns_, {.field_selector = "involvedObject.name=train"});
   ASSERT_TRUE(events.ok());
   bool failed_create = false;
   for (const kube::Json& e : events->items) {
@@ -223,15 +223,15 @@ TEST_F(OperatorE2eTest, HungTaskDeclaredFailedByTheCoordinatorIsRestartedWhileIt
   // Once task 0 has registered with the coordinator (its log says so)...
   ASSERT_TRUE(Eventually(
       [&] {
-        absl::StatusOr<std::string> log =
-            client_->Raw("GET", "/api/v1/namespaces/default/pods/train-task-0-0/log");
+        absl::StatusOr<std::string> log = client_->Raw(
+            "GET", absl::StrCat("/api/v1/namespaces/", ns_, "/pods/train-task-0-0/log"));
         return log.ok() && absl::StrContains(*log, "kind=connected");
       },
       absl::Seconds(60)));
   // ...SIGSTOP it: the process hangs and its pod stays Running; only the coordinator's
   // heartbeats notice.
-  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-0-0/stop").ok());
-  ASSERT_TRUE(Eventually([&] { return client_->Get(op::kPods, "default", "train-task-0-1").ok(); },
+  ASSERT_TRUE(client_->Raw("POST", absl::StrCat("/admin/pods/", ns_, "/train-task-0-0/stop")).ok());
+  ASSERT_TRUE(Eventually([&] { return client_->Get(op::kPods, ns_, "train-task-0-1").ok(); },
                          absl::Seconds(60)))
       << Job().serialize();
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
@@ -260,7 +260,7 @@ TEST_F(OperatorE2eTest, SuspendDeletesThePodsAndResumeFinishesTheJob) {
                          absl::Seconds(90)));
   auto suspend = [&](bool on) {
     return client_
-        ->Patch(op::kTrainingJobs, "default", "train", kube::PatchType::kMerge,
+        ->Patch(op::kTrainingJobs, ns_, "train", kube::PatchType::kMerge,
                 kube::Json::parse(on ? R"({"spec":{"suspend":true}})"
                                      : R"({"spec":{"suspend":false}})"),
                 {})
@@ -284,7 +284,7 @@ TEST_F(OperatorE2eTest, ATaskThatKeepsFailingExhaustsMaxRestartsAndFailsTheJob) 
           "spec":{"replicas":1,"failurePolicy":{"maxRestarts":2,"backoff":{"baseSeconds":1,"maxSeconds":1}},
             "template":{"spec":{"containers":[{"name":"w","image":"x",
               "command":["/bin/sh","-c","exit 7"]}]}}}})");
-  ASSERT_TRUE(client_->Create(op::kTrainingJobs, "default", job).ok());
+  ASSERT_TRUE(client_->Create(op::kTrainingJobs, ns_, job).ok());
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Failed"; },
                          absl::Seconds(90)))
       << Job().serialize();
@@ -306,9 +306,9 @@ TEST_F(OperatorE2eTest, JobRestartScopeReplacesEveryTaskWhenOneFails) {
   ASSERT_OK_JOB(CreateJob(JobOptions{.steps = 150, .restart_scope = "Job"}));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
-  absl::StatusOr<kube::Json> survivor = client_->Get(op::kPods, "default", "train-task-0-0");
+  absl::StatusOr<kube::Json> survivor = client_->Get(op::kPods, ns_, "train-task-0-0");
   ASSERT_TRUE(survivor.ok());
-  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-1-0/kill").ok());
+  ASSERT_TRUE(KillPod("train-task-1-0"));
   // Both tasks come back as incarnation 1: the healthy one is replaced too.
   ASSERT_TRUE(Eventually([&] { return PodExists("train-task-0-1") && PodExists("train-task-1-1"); },
                          absl::Seconds(60)))
@@ -325,21 +325,27 @@ TEST_F(OperatorE2eTest, JobRestartScopeReplacesEveryTaskWhenOneFails) {
   EXPECT_FALSE(PodExists("train-task-0-0"));
 }
 
-TEST_F(OperatorE2eTest, ApiServerFaultsDuringARestartStillConverge) {
+// Injects errors into, and cuts the watches of, the whole API front: never on a shared cluster.
+class ApiServerFaultsE2eTest : public OperatorE2eTest {
+ protected:
+  bool SharesTheCluster() const override { return false; }
+};
+
+TEST_F(ApiServerFaultsE2eTest, ApiServerFaultsDuringARestartStillConverge) {
   ASSERT_OK_JOB(CreateJob(200));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
   // A third of the API requests fail with 500 and every watch is cut while a task dies...
   ASSERT_TRUE(client_->Raw("POST", "/admin/errors?share=0.3&code=500").ok());
   ASSERT_TRUE(client_->Raw("POST", "/admin/watches/drop").ok());
-  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-1-0/kill").ok());
+  ASSERT_TRUE(KillPod("train-task-1-0"));
   ASSERT_TRUE(client_->Raw("POST", "/admin/watches/drop").ok());
   ASSERT_TRUE(Eventually([&] { return PodExists("train-task-1-1"); }, absl::Seconds(60)))
       << Job().serialize();
   // ...then the server throttles half the requests (429) while the other task dies.
   ASSERT_TRUE(client_->Raw("POST", "/admin/errors?share=0.5&code=429").ok());
   ASSERT_TRUE(client_->Raw("POST", "/admin/watches/drop").ok());
-  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-0-0/kill").ok());
+  ASSERT_TRUE(KillPod("train-task-0-0"));
   ASSERT_TRUE(Eventually([&] { return PodExists("train-task-0-1"); }, absl::Seconds(60)))
       << Job().serialize();
   ASSERT_TRUE(client_->Raw("POST", "/admin/errors?share=0").ok());
@@ -352,7 +358,7 @@ TEST_F(OperatorE2eTest, ApiServerFaultsDuringARestartStillConverge) {
   // Failed, for its logs: keepFailedPods).
   kube::ListOptions tasks;
   tasks.label_selector = "phalanx.dev/role=task";
-  absl::StatusOr<kube::ObjectList> pods = client_->List(op::kPods, "default", tasks);
+  absl::StatusOr<kube::ObjectList> pods = client_->List(op::kPods, ns_, tasks);
   ASSERT_TRUE(pods.ok()) << pods.status();
   int live = 0;
   for (const kube::Json& pod : pods->items) live += kube::StringAt(pod, "status.phase") != "Failed";

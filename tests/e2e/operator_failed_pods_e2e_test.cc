@@ -18,11 +18,11 @@ class FailedPodsE2eTest : public OperatorE2eTest {
         keep_failed_pods, R"(,"backoff":{"baseSeconds":1,"maxSeconds":1}},
             "template":{"spec":{"containers":[{"name":"w","image":"x","command":["/bin/sh","-c",
               "echo crash-of-incarnation-$PHALANX_INCARNATION; [ \"$PHALANX_INCARNATION\" = 0 ] && exit 1; exit 0"]}]}}}})"));
-    return client_->Create(op::kTrainingJobs, "default", job).status();
+    return client_->Create(op::kTrainingJobs, ns_, job).status();
   }
 
   kube::Json JobNamed(const std::string& name) {
-    absl::StatusOr<kube::Json> job = client_->Get(op::kTrainingJobs, "default", name);
+    absl::StatusOr<kube::Json> job = client_->Get(op::kTrainingJobs, ns_, name);
     return job.ok() ? *job : kube::Json::null();
   }
 
@@ -52,11 +52,11 @@ TEST_F(FailedPodsE2eTest, AFailedPodIsKeptWithItsLogUntilTheJobIsDeleted) {
   }
 
   // keepFailedPods 3: incarnation 0's pod is still there, Failed, and its log is readable.
-  absl::StatusOr<kube::Json> kept = client_->Get(op::kPods, "default", "keep-task-0-0");
+  absl::StatusOr<kube::Json> kept = client_->Get(op::kPods, ns_, "keep-task-0-0");
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(kube::StringAt(*kept, "status.phase"), "Failed");
   absl::StatusOr<std::string> log =
-      client_->Raw("GET", "/api/v1/namespaces/default/pods/keep-task-0-0/log");
+      client_->Raw("GET", absl::StrCat("/api/v1/namespaces/", ns_, "/pods/keep-task-0-0/log"));
   ASSERT_TRUE(log.ok()) << log.status();
   EXPECT_THAT(*log, ::testing::HasSubstr("crash-of-incarnation-0"));
   EXPECT_TRUE(PodExists("keep-task-0-1"));  // the replacement, Succeeded
@@ -65,7 +65,7 @@ TEST_F(FailedPodsE2eTest, AFailedPodIsKeptWithItsLogUntilTheJobIsDeleted) {
   EXPECT_TRUE(Eventually([&] { return !PodExists("nokeep-task-0-0"); }, absl::Seconds(30)));
 
   // Deleting the job deletes the kept pod (controller owner reference, garbage collection).
-  ASSERT_TRUE(client_->Delete(op::kTrainingJobs, "default", "keep", {}).ok());
+  ASSERT_TRUE(client_->Delete(op::kTrainingJobs, ns_, "keep", {}).ok());
   EXPECT_TRUE(Eventually([&] { return !PodExists("keep-task-0-0"); }, absl::Seconds(90)));
 }
 

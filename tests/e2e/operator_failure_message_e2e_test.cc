@@ -20,11 +20,11 @@ class FailureMessageE2eTest : public OperatorE2eTest {
         R"("},"spec":{"replicas":1,"failurePolicy":)", failure_policy,
         R"(,"template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[{"name":"w",)",
         container, "}]}}}}"));
-    return client_->Create(op::kTrainingJobs, "default", job).status();
+    return client_->Create(op::kTrainingJobs, ns_, job).status();
   }
 
   kube::Json JobNamed(const std::string& name) {
-    absl::StatusOr<kube::Json> job = client_->Get(op::kTrainingJobs, "default", name);
+    absl::StatusOr<kube::Json> job = client_->Get(op::kTrainingJobs, ns_, name);
     return job.ok() ? *job : kube::Json::null();
   }
 
@@ -32,7 +32,7 @@ class FailureMessageE2eTest : public OperatorE2eTest {
   std::vector<std::string> EventsOf(const std::string& name) {
     std::vector<std::string> out;
     absl::StatusOr<kube::ObjectList> events = client_->List(
-        {"", "v1", "events", true}, "default", {.field_selector = "involvedObject.name=" + name});
+        {"", "v1", "events", true}, ns_, {.field_selector = "involvedObject.name=" + name});
     if (!events.ok()) return out;
     for (const kube::Json& e : events->items) {
       out.push_back(kube::StringAt(e, "reason") + ": " + kube::StringAt(e, "message"));
@@ -108,7 +108,7 @@ TEST_F(FailureMessageE2eTest, AKilledTaskIsClassifiedByItsExitCodeNotTheCoordina
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)))
       << Job().serialize();
-  ASSERT_TRUE(client_->Raw("POST", "/admin/pods/default/train-task-1-0/kill").ok());
+  ASSERT_TRUE(KillPod("train-task-1-0"));
   ASSERT_TRUE(Eventually([&] { return PodExists("train-task-1-1"); }, absl::Seconds(60)))
       << Job().serialize();
   const kube::Json job = Job();

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The local cluster the operator end-to-end cases share (CTest fixture e2e_shared_cluster; see
+# operator_e2e_fixture.h):
+#   shared_cluster.sh start BUILD_DIR DIR   starts phalanx-localcluster (2 nodes) in the
+#                                           background, waits for it, writes DIR/ready
+#   shared_cluster.sh stop DIR              stops it (SIGTERM, then SIGKILL after 30 s)
+# The cluster outlives the start script, so it is bounded twice over: `stop` ends it, and it ends
+# itself after an hour (timeout) should the run be killed before `stop`. A new `start` first
+# stops a previous one left in DIR.
+set -u
+what=${1:-} 
+stop() {
+  local dir=$1 pid
+  pid=$(cat "$dir/pid" 2>/dev/null) || return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid"
+    for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+  fi
+  rm -f "$dir/pid" "$dir/ready"
+}
+case "$what" in
+  start)
+    build=$2 dir=$3
+    stop "$dir"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    # setsid: its own process group, so that CTest ending this script does not end it.
+    setsid timeout 3600 "$build/tests/localcluster/phalanx-localcluster" \
+      --kubeconfig-out "$dir/kubeconfig" --work-dir "$dir/cluster" --nodes 2 \
+      >"$dir/out" 2>"$dir/cluster.log" </dev/null &
+    echo $! >"$dir/pid"
+    for _ in $(seq 1 1800); do  # 180 s: a real control plane on a loaded machine
+      if grep -q '^ready ' "$dir/out" 2>/dev/null; then
+        grep '^ready ' "$dir/out" >"$dir/ready"
+        echo "shared local cluster: $(cat "$dir/ready") (pid $(cat "$dir/pid"))"
+        exit 0
+      fi
+      if ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+        echo "the shared local cluster exited before it was ready:"; tail -20 "$dir/cluster.log"
+        exit 1
+      fi
+      sleep 0.1
+    done
+    echo "the shared local cluster was not ready within 180 s:"; tail -20 "$dir/cluster.log"
+    stop "$dir"
+    exit 1
+    ;;
+  stop)
+    stop "$2"
+    rm -rf "$2"
+    echo "shared local cluster stopped"
+    ;;
+  *)
+    echo "usage: shared_cluster.sh start BUILD_DIR DIR | stop DIR" >&2
+    exit 2
+    ;;
+esac
