@@ -189,7 +189,9 @@ step "agent preflight (all-reduce over every GPU)" 120 ours "$bundle/bin/phalanx
 # The node agent's health loop against the device (fake GPUs in the dry run) for a few seconds,
 # read back through its metrics.
 agent_health() {
-  ours "$bundle/bin/phalanx-agent" --kube=false --notice_sources= --node_name=gpu-proof \
+  # Not through `ours`: a backgrounded function is a subshell, and killing it would leave the
+  # agent running.
+  LD_LIBRARY_PATH="$gpu_path" "$bundle/bin/phalanx-agent" --kube=false --notice_sources= --node_name=gpu-proof \
     --metrics_listen=127.0.0.1:0 --clique_socket="$work/cliques.sock" --poll_interval=500ms \
     $fakes >"$work/agent.out" 2>"$work/agent.err" &
   local agent_pid=$!

@@ -31,6 +31,12 @@ else
   echo "NOTE: /usr/bin/python3 has no torch: the PyTorch Manager step was skipped"
 fi
 [ -s "$dir/out/gpu-proof.log" ] || fail "no log"
+# Nothing the proof started outlives it (the agent of the health loop once did, every run).
+if pgrep -f "$dir/bundle/bin/" >/dev/null; then
+  pgrep -fa "$dir/bundle/bin/"
+  pkill -f "$dir/bundle/bin/"
+  fail "the proof left processes running"
+fi
 echo "PASS: the dry run: $(grep -o '[0-9]* PASS, 0 FAIL, [0-9]* SKIP' "$report")"
 
 # A bundle that lost a library: the proof must say FAIL and exit 1 (a short budget: the first
