@@ -35,7 +35,14 @@ absl::Status PrepareSocketDir(const std::string& dir, SocketDirOwner owner) {
   if (!S_ISDIR(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(dir, " is not a folder"));
   }
-  // Mode first: while root still owns it, only root can write it.
+  // Already handed over (the pod restarted, or the DaemonSet was updated): nothing to do. The
+  // init container holds CAP_CHOWN only, so it could not chmod a folder it no longer owns.
+  if (st.st_uid == owner.uid && st.st_gid == owner.gid && (st.st_mode & 07777) == 0750) {
+    return absl::OkStatus();
+  }
+  // Otherwise take it back first (CAP_CHOWN), so that the chmod is the owner's own, then set
+  // the mode while it is ours (nobody else can write it meanwhile), then hand it over.
+  if (st.st_uid != geteuid() && lchown(dir.c_str(), geteuid(), -1) != 0) return failed("chown");
   if (chmod(dir.c_str(), 0750) != 0) return failed("chmod");
   if (lchown(dir.c_str(), owner.uid, owner.gid) != 0) return failed("chown");
   return absl::OkStatus();
