@@ -101,15 +101,10 @@ Json LeaderElector::NewLease(const LeaderElectionRecord& record) const {
   Json lease = Json::object();
   lease["apiVersion"] = Json::string("coordination.k8s.io/v1");
   lease["kind"] = Json::string("Lease");
-  lease["metadata"]["name"] = Json::string(options_.lease_name);
-  lease["metadata"]["namespace"] = Json::string(options_.lease_namespace);
-  if (!options_.owner_references.empty()) {
-    Json owners = Json::array(options_.owner_references.size());
-    for (size_t i = 0; i < options_.owner_references.size(); ++i) {
-      owners[i] = options_.owner_references[i].ToJson();
-    }
-    lease["metadata"]["ownerReferences"] = std::move(owners);
-  }
+  ObjectMeta{.name = options_.lease_name,
+             .namespace_ = options_.lease_namespace,
+             .owner_references = options_.owner_references}
+      .EncodeInto(lease);
   record.EncodeInto(lease);
   return lease;
 }

@@ -16,8 +16,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/clock.h"
 #include "node_agent/gpu/fake_nvml.h"
 #include "node_agent/gpu/gpu_health.h"
 #include "node_agent/gpu/gpu_inventory.h"
@@ -60,7 +60,8 @@ int Fail(const std::string& error) {
 
 // The XID event set over every GPU: how many registered (and why not, per GPU), then what a
 // non-blocking poll returns for `window`. On a healthy GPU: no events, and no call blocks.
-std::string ProbeXidEvents(NvmlApi& nvml, int count, absl::Duration window) {
+std::string ProbeXidEvents(NvmlApi& nvml, const base::Clock& clock, int count,
+                           absl::Duration window) {
   absl::StatusOr<NvmlEventSet> set = nvml.EventSetCreate();
   if (!set.ok()) return absl::StrCat("{\"error\": ", Quoted(set.status().ToString()), "}");
   int registered = 0;
@@ -78,11 +79,12 @@ std::string ProbeXidEvents(NvmlApi& nvml, int count, absl::Duration window) {
   std::string poll_error = "null";
   int polls = 0;
   absl::Duration longest_poll;
-  const absl::Time end = absl::Now() + window;
-  do {
-    const absl::Time start = absl::Now();
+  const absl::Time end = clock.Now() + window;
+  while (true) {
+    const absl::Time start = clock.Now();
     absl::StatusOr<std::vector<XidEvent>> got = nvml.PollXidEvents(*set);
-    longest_poll = std::max(longest_poll, absl::Now() - start);
+    const absl::Time polled = clock.Now();
+    longest_poll = std::max(longest_poll, polled - start);
     ++polls;
     if (!got.ok()) {
       poll_error = Quoted(got.status().ToString());
@@ -92,8 +94,10 @@ std::string ProbeXidEvents(NvmlApi& nvml, int count, absl::Duration window) {
       events.push_back(absl::StrCat("{\"gpu\": ", e.device_index, ", \"xid\": ", e.xid,
                                     ", \"fatal\": ", IsFatalXid(e.xid) ? "true" : "false", "}"));
     }
-    absl::SleepFor(absl::Milliseconds(100));
-  } while (absl::Now() < end);
+    if (polled >= end) break;
+    // Paced, as the agent's own XID poll is: NVML offers no wait that a deadline could end.
+    clock.SleepFor(std::min(absl::Milliseconds(100), end - polled));
+  }
   (void)nvml.EventSetFree(*set);
   return absl::StrCat(
       "{\"registered\": ", registered, ", \"refused\": [", absl::StrJoin(refused, ", "),
@@ -133,8 +137,9 @@ int Probe() {
                                 ", \"health\": ", Quoted(GpuHealthName(gpu.health)),
                                 ", \"health_reasons\": [", absl::StrJoin(reasons, ", "), "]}"));
   }
-  const std::string xid = ProbeXidEvents(*nvml, static_cast<int>(inventory->gpus.size()),
-                                         absl::GetFlag(FLAGS_xid_poll));
+  const std::string xid =
+      ProbeXidEvents(*nvml, base::RealClock::Get(), static_cast<int>(inventory->gpus.size()),
+                     absl::GetFlag(FLAGS_xid_poll));
   std::cout << "{\"source\": " << Quoted(source)
             << ", \"driver_version\": " << Quoted(inventory->driver_version)
             << ", \"cuda_driver_version\": " << inventory->cuda_driver_version << ", \"gpus\": ["

@@ -37,14 +37,7 @@ absl::StatusOr<std::string> LoadOrCreateOperatorKey(
   Json secret = Json::object();
   secret["apiVersion"] = Json::string("v1");
   secret["kind"] = Json::string("Secret");
-  secret["metadata"] = Json::object();
-  secret["metadata"]["name"] = Json::string(name);
-  secret["metadata"]["namespace"] = Json::string(ns);
-  if (!owners.empty()) {
-    Json refs = Json::array(owners.size());
-    for (size_t i = 0; i < owners.size(); ++i) refs[i] = owners[i].ToJson();
-    secret["metadata"]["ownerReferences"] = std::move(refs);
-  }
+  kube::ObjectMeta{.name = name, .namespace_ = ns, .owner_references = owners}.EncodeInto(secret);
   secret["type"] = Json::string("Opaque");
   secret["data"] = Json::object();
   const std::string key = auth::RandomHex(32);
