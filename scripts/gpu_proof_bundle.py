@@ -2,6 +2,7 @@
 """Builds the GPU proof's bundle from a build tree (`make gpu-proof-bundle`):
 
     scripts/gpu_proof_bundle.py --build BUILD_DIR [--out DIR]
+    scripts/gpu_proof_bundle.py --check DIR     (what gpu-proof.sh's first step runs there)
 
 DIR (default BUILD_DIR/gpu-proof) then holds everything scripts/gpu-proof.sh runs on a GPU
 machine where nothing can be built or installed (docs/gpu-proof.md):
@@ -47,17 +48,54 @@ def nccl_header_seen(build):
     return False
 
 
+def loaded_from_outside(bundle):
+    """One line per library a program in ``bundle``/bin would load from anywhere but
+    ``bundle``/lib or the base system, with no help from the environment (a clean
+    LD_LIBRARY_PATH), as on the GPU machine; "not found" counts as outside."""
+    lib_dir = os.path.join(os.path.realpath(bundle), "lib")
+    bin_dir = os.path.join(bundle, "bin")
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    outside = []
+    for name in sorted(os.listdir(bin_dir)):
+        ldd = subprocess.run(["ldd", os.path.join(bin_dir, name)], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        for line in ldd.splitlines():
+            parts = line.split()
+            if len(parts) < 3 or parts[1] != "=>" or parts[0] in SYSTEM_LIBRARIES:
+                continue
+            if os.path.dirname(os.path.realpath(parts[2])) != lib_dir:
+                outside.append("bin/%s loads %s from outside the bundle: %s" % (
+                    name, parts[0], line.strip()))
+    return outside
+
+
+def check(bundle):
+    outside = loaded_from_outside(bundle)
+    for line in outside:
+        print("FAIL: " + line)
+    if outside:
+        sys.exit(1)
+    print("ok: every program in bin/ loads its libraries from the bundle (%d bundled)" %
+          len(os.listdir(os.path.join(bundle, "lib"))))
+
+
 def size_of(tree):
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(tree) for f in files)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build", required=True, help="the CMake build directory")
+    parser.add_argument("--build", help="the CMake build directory")
     parser.add_argument("--out", help="the bundle's directory (default BUILD/gpu-proof)")
     parser.add_argument("--allow-no-nccl", action="store_true",
                         help="bundle a build without nccl.h (the dry run's test only)")
+    parser.add_argument("--check", metavar="DIR",
+                        help="only check that the bundle in DIR loads nothing from outside it")
     args = parser.parse_args()
+    if args.check:
+        return check(args.check)
+    if not args.build:
+        parser.error("--build (or --check) is required")
     build = os.path.abspath(args.build)
     out = os.path.abspath(args.out or os.path.join(build, "gpu-proof"))
     if not nccl_header_seen(build) and not args.allow_no_nccl:
@@ -87,19 +125,9 @@ def main():
         run("strip", "--strip-debug", target)
         run("patchelf", "--set-rpath", "$ORIGIN", target)
 
-    # Every bundled program resolves into lib/ or to the base system, with no help from the
-    # environment (a clean LD_LIBRARY_PATH), as on the GPU machine.
-    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    for name in sorted(os.listdir(bin_dir)):
-        ldd = subprocess.run(["ldd", os.path.join(bin_dir, name)], env=env, check=True,
-                             capture_output=True, text=True).stdout
-        for line in ldd.splitlines():
-            parts = line.split()
-            if len(parts) < 3 or parts[1] != "=>" or parts[0] in SYSTEM_LIBRARIES:
-                continue
-            if os.path.dirname(os.path.realpath(parts[2])) != lib_dir:
-                fail("bin/%s loads %s from outside the bundle: %s" % (name, parts[0],
-                                                                        line.strip()))
+    outside = loaded_from_outside(out)
+    if outside:
+        fail(outside[0])
 
     wheel = run(sys.executable, os.path.join(SRC, "scripts", "build_wheel.py"), "--build", build,
                 "--out", os.path.join(out, "wheel")).strip().splitlines()[-1]
