@@ -30,7 +30,15 @@ gateway=10.244.1.1
 cgroup_root=phalanx-$node
 
 usage() { sed -n '2,21p' "$0" >&2; exit 2; }
+# shellcheck source=demo_lib.sh
+source "$here/demo_lib.sh"  # wait_for SECONDS COMMAND...
 say() { echo "real-node-cluster: $*" >&2; }
+# up WHAT SECONDS COMMAND...: waits for COMMAND to succeed, or stops the start with a pointer.
+up() {
+  local what=$1 seconds=$2
+  shift 2
+  wait_for "$seconds" "$@" || { say "$what did not come up in ${seconds}s; logs in $dir/logs"; exit 1; }
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 stop() {
@@ -154,12 +162,6 @@ EOF
     echo $! >"$dir/pids/$name"
   }
   local kubectl="$dir/bin/kubectl --kubeconfig $dir/kubeconfig"
-  wait_for() {  # WHAT SECONDS COMMAND...
-    local what=$1 seconds=$2
-    shift 2
-    for _ in $(seq 1 $((seconds * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
-    say "$what did not come up in ${seconds}s; logs in $dir/logs"; exit 1
-  }
 
   launch etcd "$dir/bin/etcd" --data-dir "$dir/etcd" \
     --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
@@ -177,7 +179,7 @@ EOF
     --service-cluster-ip-range=10.96.0.0/16 --kubelet-client-certificate="$pki/kubelet-client.crt" \
     --kubelet-client-key="$pki/kubelet-client.key" \
     --kubelet-preferred-address-types=InternalIP,Hostname --allow-privileged=true
-  wait_for kube-apiserver 90 $kubectl get --raw /readyz
+  up kube-apiserver 90 $kubectl get --raw /readyz
   launch kube-controller-manager "$dir/bin/kube-controller-manager" \
     --kubeconfig="$dir/controller-manager.kubeconfig" \
     --controllers='*,-nodeipam,-cloud-node-lifecycle,-service,-route' \
@@ -238,7 +240,7 @@ EOF
 EOF
   launch containerd containerd --config "$n/containerd.toml"
   local ctr="ctr --address $n/containerd.sock -n k8s.io"
-  wait_for containerd 30 $ctr version
+  up containerd 30 $ctr version
   $ctr images import --snapshotter native "$dir/pause/pause.tar" >/dev/null
   local archive
   for archive in "$@"; do
@@ -284,7 +286,7 @@ imageGCLowThresholdPercent: 99
 EOF
   launch kubelet "$dir/bin/kubelet" --config="$n/kubelet.yaml" --kubeconfig="$dir/node.kubeconfig" \
     --root-dir="$n/kubelet" --cert-dir="$n/kubelet/pki" --hostname-override="$node" --node-ip="$ip"
-  wait_for "the node" 90 sh -c "$kubectl get node $node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
+  up "the node" 90 sh -c "$kubectl get node $node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
 
   cat >"$dir/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
