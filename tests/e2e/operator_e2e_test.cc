@@ -167,10 +167,9 @@ TEST_F(OperatorE2eTest, TaskPodsRefusedByPodSecurityBlockTheJobUntilTheNamespace
     GTEST_SKIP() << "PodSecurity admission runs only on the real control plane (the built-in API "
                     "server has none; see tests/localcluster/README.md)";
   }
-  const kube::Resource namespaces{"", "v1", "namespaces", false};
   auto enforce = [&](const std::string& level) {
     return client_->Patch(
-        namespaces, "", ns_, kube::PatchType::kMerge,
+        kube::kNamespaces, "", ns_, kube::PatchType::kMerge,
         kube::Json::parse(absl::StrCat(
             R"({"metadata":{"labels":{"pod-security.kubernetes.io/enforce":")", level, R"("}}})")),
         {});
