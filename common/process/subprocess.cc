@@ -174,10 +174,19 @@ void Subprocess::Signal(int sig) {
 }
 
 std::optional<int> Subprocess::Wait(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  // The reader thread may not yet have read the last of stdout when the child is reaped (its
+  // final line, often unterminated, as `kubectl -o jsonpath` prints it): wait for the pipe's
+  // end too, within the same deadline, so that Lines() after Wait is the whole output. (A
+  // grandchild that kept the pipe open makes this wait out the deadline; the status is kept.)
+  auto drained = [this, deadline]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    mu_.AwaitWithDeadline(absl::Condition(&stdout_closed_), deadline);
+    return wait_status_;
+  };
   {
     absl::MutexLock lock(&mu_);
     ReapLocked();
-    if (wait_status_.has_value()) return wait_status_;
+    if (wait_status_.has_value()) return drained();
   }
   // A pidfd becomes readable when the child exits: wait on it with the deadline.
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
@@ -192,7 +201,8 @@ std::optional<int> Subprocess::Wait(absl::Duration timeout) {
   }
   absl::MutexLock lock(&mu_);
   ReapLocked();
-  return wait_status_;
+  if (!wait_status_.has_value()) return std::nullopt;
+  return drained();
 }
 
 std::optional<int> Subprocess::ExitCode() {

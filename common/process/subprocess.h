@@ -56,7 +56,8 @@ class Subprocess {
   // Sends `sig` to the child's process group unless the child was already reaped (a zombie
   // child still reserves the group id, so the signal cannot reach a stranger's group).
   void SignalGroup(int sig);
-  // Waits up to `timeout` for the child to exit; returns its wait status (as from waitpid).
+  // Waits up to `timeout` for the child to exit and for the end of its stdout (so that Lines()
+  // then holds all of it); returns its wait status (as from waitpid), nullopt while it runs.
   std::optional<int> Wait(absl::Duration timeout);
   // The exit code if it exited normally, or 128+signal if killed; nullopt while running.
   std::optional<int> ExitCode();

@@ -7,7 +7,10 @@
 
 #include <cerrno>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace phalanx::process {
 namespace {
@@ -60,6 +63,36 @@ TEST(SubprocessTest, WithoutDieWithParent_ChildOutlivesItsStartingThread) {
   EXPECT_FALSE(child->Wait(absl::Milliseconds(300)).has_value());
   child->Signal(SIGKILL);
   EXPECT_TRUE(child->Wait(absl::Seconds(10)).has_value());
+}
+
+// What a child printed is all in Lines() once Wait returns, its last unterminated line too
+// (`kubectl -o jsonpath=...` prints no newline). Wait used to return as soon as the child was
+// reaped, before the reader thread had read the pipe's end: a kubectl test then saw "" now and
+// then. Many short children, so that the race would show.
+TEST(SubprocessTest, Wait_ReturnsOnlyOnceAllOfStdoutIsInLines) {
+  for (int i = 0; i < 200; ++i) {
+    SubprocessOptions options;
+    options.argv = {"/usr/bin/printf", "first\\nnode-%d", std::to_string(i)};
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(options);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_TRUE((*p)->Wait(absl::Seconds(30)).has_value());
+    EXPECT_EQ((*p)->Lines(), (std::vector<std::string>{"first", "node-" + std::to_string(i)}))
+        << "run " << i;
+  }
+}
+
+// A grandchild that keeps the pipe open does not hide the child's exit: Wait gives the status
+// once its deadline has passed, with what was read by then.
+TEST(SubprocessTest, Wait_GivesTheStatusWhenAGrandchildKeepsStdoutOpen) {
+  SubprocessOptions options;
+  options.argv = {"/bin/sh", "-c", "sleep 30 & echo started; exit 3"};
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::optional<int> status = (*p)->Wait(absl::Seconds(1));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ((*p)->ExitCode(), 3);
+  EXPECT_EQ((*p)->Lines(), std::vector<std::string>{"started"});
+  kill(-(*p)->pid(), SIGKILL);  // the sleep, still in the child's process group
 }
 
 }  // namespace
