@@ -52,7 +52,8 @@ inline const std::string kSource = PHALANX_SOURCE_DIR;
 class OperatorE2eTest : public ::testing::Test {
  protected:
   // Whether this suite's cases may share a cluster: they change no Node and inject no API
-  // server faults, and need the default two nodes without GPUs.
+  // server faults, and need the default two nodes and no GPUs (the shared nodes have two fake
+  // GPUs each, which tasks that ask for none never see).
   virtual bool SharesTheCluster() const { return nodes_ == 2 && gpus_per_node_ == 0; }
 
   void SetUp() override {

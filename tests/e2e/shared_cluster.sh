@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The local cluster the operator end-to-end cases share (CTest fixture e2e_shared_cluster; see
-# operator_e2e_fixture.h):
-#   shared_cluster.sh start BUILD_DIR DIR   starts phalanx-localcluster (2 nodes) in the
+# The local cluster the operator end-to-end cases and the kubectl cases share (CTest fixture
+# e2e_shared_cluster; see operator_e2e_fixture.h and tests/localcluster/kubectl_test.cc):
+#   shared_cluster.sh start BUILD_DIR DIR   starts phalanx-localcluster (2 nodes, 2 fake GPUs
+#                                           each: the kubectl cases' pod asks for one) in the
 #                                           background, waits for it, writes DIR/ready
 #   shared_cluster.sh stop DIR              stops it (SIGTERM, then SIGKILL after 30 s)
 # The cluster outlives the start script, so it is bounded twice over: `stop` ends it, and it ends
@@ -27,7 +28,7 @@ case "$what" in
     mkdir -p "$dir"
     # setsid: its own process group, so that CTest ending this script does not end it.
     setsid timeout 3600 "$build/tests/localcluster/phalanx-localcluster" \
-      --kubeconfig-out "$dir/kubeconfig" --work-dir "$dir/cluster" --nodes 2 \
+      --kubeconfig-out "$dir/kubeconfig" --work-dir "$dir/cluster" --nodes 2 --gpus-per-node 2 \
       >"$dir/out" 2>"$dir/cluster.log" </dev/null &
     echo $! >"$dir/pid"
     for _ in $(seq 1 1800); do  # 180 s: a real control plane on a loaded machine

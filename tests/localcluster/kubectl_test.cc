@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <regex>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -63,6 +65,42 @@ class KubectlTest : public ::testing::Test {
       GTEST_SKIP() << "kubectl is not installed at " << kKubectl;
     dir_ = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-kubectl-test-", getpid());
     std::filesystem::create_directories(dir_);
+    // Each case works in a namespace of its own, so that a shared cluster (the CTest fixture
+    // e2e_shared_cluster, found through PHALANX_E2E_SHARED_CLUSTER) suffices; the binary run by
+    // hand starts a cluster of its own.
+    // (The pid and the case's number in this process: run by hand, all cases share one pid.)
+    static int cases_in_this_process = 0;
+    namespace_ = absl::StrCat("kubectl-", getpid(), "-", cases_in_this_process++);
+    const char* shared = std::getenv("PHALANX_E2E_SHARED_CLUSTER");
+    if (shared != nullptr && *shared != '\0') {
+      ASSERT_NO_FATAL_FAILURE(JoinSharedCluster(shared));
+    } else {
+      ASSERT_NO_FATAL_FAILURE(StartOwnCluster());
+    }
+    Result r = Kubectl({"create", "namespace", namespace_});
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+
+  void TearDown() override {
+    // A shared cluster outlives the case: leave it as it was found (the namespace controller
+    // deletes what is left in the namespace).
+    if (cluster_ == nullptr && !kubeconfig_.empty()) {
+      Kubectl({"delete", "namespace", namespace_, "--wait=false"});
+    }
+  }
+
+  // The cluster tests/e2e/shared_cluster.sh started (two nodes, two fake GPUs each).
+  void JoinSharedCluster(const std::filesystem::path& shared) {
+    kubeconfig_ = (shared / "kubeconfig").string();
+    std::ifstream ready_file(shared / "ready");
+    std::string ready;
+    ASSERT_TRUE(std::getline(ready_file, ready))
+        << "PHALANX_E2E_SHARED_CLUSTER=" << shared.string()
+        << " has no ready line: its set-up test (E2eSharedCluster.Start) did not finish";
+    backend_ = ready.substr(ready.rfind("backend=") + 8);
+  }
+
+  void StartOwnCluster() {
     kubeconfig_ = (dir_ / "kubeconfig").string();
     process::SubprocessOptions options;
     options.argv = {kCluster,     "--kubeconfig-out",       kubeconfig_,
@@ -109,7 +147,9 @@ class KubectlTest : public ::testing::Test {
                     "--cache-dir",
                     (dir_ / "cache").string(),
                     "--request-timeout",
-                    "30s"};
+                    "30s",
+                    "--namespace",
+                    namespace_};
     options.argv.insert(options.argv.end(), args.begin(), args.end());
     options.stderr_path = (dir_ / "kubectl.err").string();
     return options;
@@ -138,8 +178,9 @@ class KubectlTest : public ::testing::Test {
 
   std::filesystem::path dir_;
   std::string kubeconfig_;
-  std::string backend_;  // "real" or "builtin", from the ready line
-  std::unique_ptr<process::Subprocess> cluster_;
+  std::string namespace_;
+  std::string backend_;                           // "real" or "builtin", from the ready line
+  std::unique_ptr<process::Subprocess> cluster_;  // none when the cluster is shared
 };
 
 TEST_F(KubectlTest, AppliesACrdAndCustomResourcesWithServerSideValidation) {
@@ -287,9 +328,14 @@ spec:
         return absl::StrContains(Kubectl({"logs", "p1"}).out, "hello from p1");
       },
       absl::Seconds(30)));
+  // The node the scheduler chose (the shared cluster has two) is the one describe names.
+  r = Kubectl({"get", "pod", "p1", "-o", "jsonpath={.spec.nodeName}"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string node(absl::StripAsciiWhitespace(r.out));
+  EXPECT_THAT(node, ::testing::MatchesRegex("node-[0-9]+")) << r.out;
   r = Kubectl({"describe", "pod", "p1"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("node-0"));
+  EXPECT_THAT(r.out, HasSubstr(node));
   EXPECT_THAT(r.out, HasSubstr("Running"));
   r = Kubectl({"get", "pods"});
   EXPECT_THAT(r.out, ::testing::ContainsRegex("p1 +1/1 +Running"));
@@ -297,7 +343,8 @@ spec:
   // Fault injection from the shell: the process dies, the kubelet restarts it (restartPolicy
   // Always).
   process::SubprocessOptions admin;
-  admin.argv = {kCluster, "admin", "--kubeconfig", kubeconfig_, "kill-pod", "default/p1"};
+  admin.argv = {kCluster,    "admin",    "--kubeconfig",
+                kubeconfig_, "kill-pod", absl::StrCat(namespace_, "/p1")};
   admin.stderr_path = (dir_ / "admin.err").string();
   r = Run(admin);
   ASSERT_EQ(r.exit_code, 0) << r.out;
