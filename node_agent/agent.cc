@@ -42,6 +42,11 @@ Agent::Agent(AgentOptions options, AgentMetrics& metrics, NodeMarker* marker, No
       nvml_status_(std::move(nvml_status)),
       cliques_(cliques) {
   metrics_.SetNvmlAvailable(gpus_ != nullptr);
+  // Each source's error counter exists from the start at 0, so that the first error is an
+  // increase an alert can see (a series that appears at 1 shows none).
+  for (const std::unique_ptr<NoticeSource>& source : sources_) {
+    metrics_.NoticeSourceKnown(source->name());
+  }
   if (gpus_ == nullptr) {
     metrics_.SetGpus(0);
     PHX_LOG(WARNING) << "no GPU health: " << nvml_status_;

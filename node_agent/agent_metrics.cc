@@ -78,6 +78,11 @@ void AgentMetrics::SourceError(const std::string& source) {
   Child(source_errors_, error_counters_, "source", source).Increment();
 }
 
+void AgentMetrics::NoticeSourceKnown(const std::string& source) {
+  absl::MutexLock lock(&mu_);
+  Child(source_errors_, error_counters_, "source", source);
+}
+
 void AgentMetrics::SetCheck(const std::string& check, bool ok) {
   absl::MutexLock lock(&mu_);
   Child(checks_, check_gauges_, "check", check).Set(ok ? 1 : 0);

@@ -26,6 +26,8 @@ class AgentMetrics {
   void AddXid(int xid);
   void Notice(const std::string& source, const std::string& kind);
   void SourceError(const std::string& source);
+  // The source's error counter, at 0 until its first error.
+  void NoticeSourceKnown(const std::string& source);
   void SetCheck(const std::string& check, bool ok);
   void SetCliquesByState(const std::map<std::string, int>& counts);
   // The clique socket closed a connection: "limit" (over --clique_socket_max_connections) or

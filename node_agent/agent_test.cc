@@ -165,6 +165,9 @@ TEST_F(AgentTest, TaintingAgainUpdatesOnlyAChangedAnnotation) {
 
 TEST_F(AgentTest, AFailingSourceIsCountedAndTheTickGoesOn) {
   auto agent = MakeAgent(nullptr);
+  // At 0 before the first error, so that an alert on its increase sees that first one.
+  EXPECT_THAT(Metrics(),
+              HasSubstr(R"(phalanx_agent_notice_source_errors_total{source="scripted"} 0)"));
   source_->next = absl::UnavailableError("metadata server down");
   agent->Tick(clock_.Now());
   agent->Tick(clock_.Now());

@@ -7,6 +7,7 @@
 
 #include <iostream>
 #include <mutex>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -26,10 +27,10 @@
 #include "common/kube/leader_election.h"
 #include "common/kube/object_meta.h"
 #include "common/kube/rest_client.h"
+#include "operator/controller/job_sample.h"
 #include "operator/controller/node_watch.h"
 #include "operator/controller/operator_key.h"
 #include "operator/controller/reconciler.h"
-#include "operator/controller/schedulability.h"
 #include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig file (empty: in-cluster service account)");
@@ -261,13 +262,15 @@ int main(int argc, char** argv) {
     metrics.SetQueueDepth(controller.queue_depth());
     std::map<std::string, int> phases;
     int unschedulable = 0;
+    std::vector<op::JobSample> samples;
     for (const kube::Json& job : jobs->List()) {
-      const std::string phase = kube::StringAt(job, "status.phase");
-      ++phases[phase.empty() ? "Pending" : phase];
-      if (op::JobIsUnschedulable(job)) ++unschedulable;
+      samples.push_back(op::SampleJob(job));
+      ++phases[samples.back().phase];
+      if (samples.back().unschedulable) ++unschedulable;
     }
     metrics.SetJobsByPhase(phases);
     metrics.SetUnschedulableJobs(unschedulable);
+    metrics.SetJobs(samples);
   });
   std::cout << "ready metrics=127.0.0.1:" << (*status_server)->port() << std::endl;
 

@@ -14,6 +14,7 @@ PACKAGES=(
   buildah ca-certificates       # make images: daemonless builds, the images' CA bundle
   python3-torch                 # torch.distributed on Phalanx (label torch; CPU, gloo)
   patchelf python3-venv         # make wheel: bundle the client's libraries; the wheel test's venv
+  prometheus                    # promtool: alert rule unit tests, metrics lint (label prometheus)
 )
 
 missing=()

@@ -72,7 +72,41 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                             .Help("Job-seconds first counted productive, then found lost (a "
                                   "failure found late, rolled-back work), all jobs")
                             .Register(registry)
-                            .Add({})) {}
+                            .Add({})),
+      job_phase_(prometheus::BuildGauge()
+                     .Name("phalanx_operator_job_phase")
+                     .Help("1 for each TrainingJob, labelled with its phase")
+                     .Register(registry)),
+      job_unschedulable_(prometheus::BuildGauge()
+                             .Name("phalanx_operator_job_unschedulable")
+                             .Help("1 while the TrainingJob's condition Unschedulable is True (a "
+                                   "task pod that no node can take), else 0")
+                             .Register(registry)),
+      job_productive_(prometheus::BuildGauge()
+                          .Name("phalanx_operator_job_productive_seconds")
+                          .Help("The TrainingJob's seconds with every task running "
+                                "(status.productiveSeconds; goes down when time is found lost)")
+                          .Register(registry)),
+      job_lost_(prometheus::BuildGauge()
+                    .Name("phalanx_operator_job_lost_seconds")
+                    .Help("The TrainingJob's lost seconds by cause: detection (failure to "
+                          "reaction), coordinator_outage, rolled_back (discarded work), recovery "
+                          "(Restarting, or Starting after it had run)")
+                    .Register(registry)),
+      job_restarts_(prometheus::BuildGauge()
+                        .Name("phalanx_operator_job_restarts")
+                        .Help("The TrainingJob's task restarts (status.restarts)")
+                        .Register(registry)),
+      job_preemptions_(prometheus::BuildGauge()
+                           .Name("phalanx_operator_job_preemptions")
+                           .Help("The TrainingJob's tasks moved off preempted nodes "
+                                 "(status.preemptions)")
+                           .Register(registry)),
+      job_coordinator_restarts_(prometheus::BuildGauge()
+                                    .Name("phalanx_operator_job_coordinator_restarts")
+                                    .Help("The TrainingJob's coordinator restarts after a failure "
+                                          "(status.coordinator.restarts)")
+                                    .Register(registry)) {}
 
 void OperatorMetrics::Reconciled(bool ok, absl::Duration took) {
   (ok ? reconciles_ok_ : reconciles_error_).Increment();
@@ -111,6 +145,64 @@ void OperatorMetrics::Goodput(double productive_seconds, double lost_seconds) {
   if (productive_seconds > 0) productive_seconds_.Increment(productive_seconds);
   if (productive_seconds < 0) rebooked_seconds_.Increment(-productive_seconds);
   if (lost_seconds > 0) lost_seconds_.Increment(lost_seconds);
+}
+
+void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, JobSeries> kept;
+  for (const JobSample& job : jobs) {
+    const std::string key = absl::StrCat(job.ns, "/", job.name);
+    auto found = job_series_.find(key);
+    JobSeries series;
+    if (found != job_series_.end()) {
+      series = std::move(found->second);
+      job_series_.erase(found);
+    }
+    const prometheus::Labels labels{{"namespace", job.ns}, {"trainingjob", job.name}};
+    auto add = [&labels](prometheus::Family<prometheus::Gauge>& family, prometheus::Gauge*& g,
+                         prometheus::Labels extra = {}) {
+      if (g != nullptr) return;
+      prometheus::Labels all = labels;
+      all.insert(extra.begin(), extra.end());
+      g = &family.Add(all);
+    };
+    if (series.phase != job.phase && series.phase_gauge != nullptr) {
+      job_phase_.Remove(series.phase_gauge);
+      series.phase_gauge = nullptr;
+    }
+    series.phase = job.phase;
+    add(job_phase_, series.phase_gauge, {{"phase", job.phase}});
+    series.phase_gauge->Set(1);
+    add(job_unschedulable_, series.unschedulable);
+    series.unschedulable->Set(job.unschedulable ? 1 : 0);
+    add(job_productive_, series.productive);
+    series.productive->Set(job.productive_seconds);
+    for (const auto& [cause, seconds] : job.lost_seconds) {
+      add(job_lost_, series.lost[cause], {{"cause", cause}});
+      series.lost[cause]->Set(seconds);
+    }
+    add(job_restarts_, series.restarts);
+    series.restarts->Set(job.restarts);
+    add(job_preemptions_, series.preemptions);
+    series.preemptions->Set(job.preemptions);
+    add(job_coordinator_restarts_, series.coordinator_restarts);
+    series.coordinator_restarts->Set(job.coordinator_restarts);
+    kept[key] = std::move(series);
+  }
+  // What is left belongs to jobs that are gone.
+  for (auto& [key, series] : job_series_) {
+    if (series.phase_gauge != nullptr) job_phase_.Remove(series.phase_gauge);
+    for (auto [family, gauge] :
+         {std::pair{&job_unschedulable_, series.unschedulable},
+          std::pair{&job_productive_, series.productive},
+          std::pair{&job_restarts_, series.restarts},
+          std::pair{&job_preemptions_, series.preemptions},
+          std::pair{&job_coordinator_restarts_, series.coordinator_restarts}}) {
+      if (gauge != nullptr) family->Remove(gauge);
+    }
+    for (auto& [cause, gauge] : series.lost) job_lost_.Remove(gauge);
+  }
+  job_series_ = std::move(kept);
 }
 
 void OperatorMetrics::ApiRequest(const std::string& verb, int code) {

@@ -4,10 +4,12 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "operator/controller/job_sample.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -36,8 +38,24 @@ class OperatorMetrics {
   // Productive time found lost later (controller/accounting.h) makes the first negative: a
   // counter cannot go down, so that part counts in phalanx_operator_rebooked_seconds_total.
   void Goodput(double productive_seconds, double lost_seconds);
+  // The per-job series (labels namespace and trainingjob), from every job in the cache: its
+  // phase (one series, value 1, label phase), Unschedulable (0/1), productive seconds, lost
+  // seconds by cause, restarts, preemptions and coordinator restarts, as status has them. Ten
+  // series per job; a job not in `jobs` (deleted) loses its series.
+  void SetJobs(const std::vector<JobSample>& jobs);
 
  private:
+  // One job's series, so that they can be updated in place and removed with the job.
+  struct JobSeries {
+    std::string phase;
+    prometheus::Gauge* phase_gauge = nullptr;
+    prometheus::Gauge* unschedulable = nullptr;
+    prometheus::Gauge* productive = nullptr;
+    std::map<std::string, prometheus::Gauge*> lost;  // by cause
+    prometheus::Gauge* restarts = nullptr;
+    prometheus::Gauge* preemptions = nullptr;
+    prometheus::Gauge* coordinator_restarts = nullptr;
+  };
   prometheus::Registry& registry_;
   prometheus::Family<prometheus::Counter>& reconciles_;
   prometheus::Counter& reconciles_ok_;
@@ -53,11 +71,20 @@ class OperatorMetrics {
   prometheus::Counter& productive_seconds_;
   prometheus::Counter& lost_seconds_;
   prometheus::Counter& rebooked_seconds_;
+  prometheus::Family<prometheus::Gauge>& job_phase_;
+  prometheus::Family<prometheus::Gauge>& job_unschedulable_;
+  prometheus::Family<prometheus::Gauge>& job_productive_;
+  prometheus::Family<prometheus::Gauge>& job_lost_;
+  prometheus::Family<prometheus::Gauge>& job_restarts_;
+  prometheus::Family<prometheus::Gauge>& job_preemptions_;
+  prometheus::Family<prometheus::Gauge>& job_coordinator_restarts_;
   absl::Mutex mu_;
   std::map<std::string, prometheus::Counter*> restart_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> preemption_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> api_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Gauge*> phase_gauges_ ABSL_GUARDED_BY(mu_);
+  // By "namespace/name".
+  std::map<std::string, JobSeries> job_series_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace phalanx::op

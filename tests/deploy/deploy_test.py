@@ -347,6 +347,10 @@ def check_render(src, binary_dir, helm):
     check(len(sms) == 2, f"custom: two ServiceMonitors, got {len(sms)}")
     for sm in sms:
         check(sm["metadata"]["labels"].get("release") == "kube-prometheus-stack", "ServiceMonitor labels")
+    # The operator's per-job series keep their job's `namespace` label (the alerts group by it).
+    op_sm = [sm for sm in sms if sm["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"]
+    check(len(op_sm) == 1 and op_sm[0]["spec"]["endpoints"][0].get("honorLabels") is True,
+          "the operator's ServiceMonitor must set honorLabels: true")
     pm = one(objs, "PodMonitor")
     check(pm["spec"]["selector"]["matchLabels"] == {"phalanx.dev/role": "coordinator"}, "PodMonitor selector")
     pr = one(objs, "PrometheusRule")
@@ -614,13 +618,14 @@ def check_metrics(src, binary_dir):
         bad += [f"{where}: {n}" for n in sorted(names - allowed)]
     check(not bad, "metrics Phalanx does not export:\n  " + "\n  ".join(bad))
     # A replacement no node can take leaves its job in Starting, not Restarting (issue 13): the
-    # stuck-job alert must count the operator's Unschedulable gauge too.
+    # stuck-job alert must count the job's Unschedulable series too (its unit tests,
+    # tests/prometheus/phalanx-rules_test.yaml, check that it fires on one).
     stuck = [r["expr"] for g in rules["groups"] for r in g["rules"]
              if r["alert"] == "PhalanxJobStuckRestarting"]
-    check(stuck and {"phalanx_operator_jobs", "phalanx_operator_jobs_unschedulable"}
+    check(stuck and {"phalanx_operator_job_phase", "phalanx_operator_job_unschedulable"}
           <= promql_metrics(stuck[0]),
-          "alert PhalanxJobStuckRestarting must use phalanx_operator_jobs (Restarting) and "
-          "phalanx_operator_jobs_unschedulable (a job stuck in Starting on an unschedulable pod)")
+          "alert PhalanxJobStuckRestarting must use phalanx_operator_job_phase (Restarting) and "
+          "phalanx_operator_job_unschedulable (a job stuck in Starting on an unschedulable pod)")
     print(f"{len(exprs)} expressions use {len(used)} metrics, all exported "
           f"({len(exported)} families found in the sources)")
 

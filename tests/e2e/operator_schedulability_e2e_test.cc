@@ -38,6 +38,12 @@ class OperatorSchedulabilityE2eTest : public OperatorE2eTest {
     return 0;
   }
 
+  // The operator's per-job phase series of the job "train" in phase `phase`, as /metrics has it.
+  static std::string JobPhaseSeries(const std::string& phase) {
+    return absl::StrCat("\nphalanx_operator_job_phase{namespace=\"default\",phase=\"", phase,
+                        "\",trainingjob=\"train\"} 1");
+  }
+
   // Event reasons recorded about the job, in any order.
   std::multiset<std::string> JobEventReasons() {
     std::multiset<std::string> reasons;
@@ -78,6 +84,18 @@ TEST_F(OperatorSchedulabilityE2eTest, TasksAskingForMoreGpusThanAnyNodeHasShowUn
         auto metrics = phalanx::testing::HttpGet(port, "/metrics");
         return metrics.has_value() &&
                absl::StrContains(metrics->body, "\nphalanx_operator_jobs_unschedulable 1");
+      },
+      absl::Seconds(30)));
+  // And the per-job series that say which job: Unschedulable, and its phase.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto metrics = phalanx::testing::HttpGet(port, "/metrics");
+        return metrics.has_value() &&
+               absl::StrContains(metrics->body,
+                                 "\nphalanx_operator_job_unschedulable{namespace=\"default\","
+                                 "trainingjob=\"train\"} 1") &&
+               (absl::StrContains(metrics->body, JobPhaseSeries("Pending")) ||
+                absl::StrContains(metrics->body, JobPhaseSeries("Starting")));
       },
       absl::Seconds(30)));
 

@@ -1,0 +1,135 @@
+// The per-job series (phalanx_operator_job_*): SampleJob reads them from a job's status, and
+// OperatorMetrics::SetJobs keeps one set per job, moves the phase series with the phase and drops
+// a deleted job's series.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "operator/api/codec.h"
+#include "operator/controller/job_sample.h"
+#include "operator/controller/metrics.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace phalanx::op {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+kube::Json Job(const std::string& ns, const std::string& name, const TrainingJobStatus& status) {
+  kube::Json job = kube::Json::object();
+  job["metadata"]["namespace"] = kube::Json::string(ns);
+  job["metadata"]["name"] = kube::Json::string(name);
+  job["status"] = EncodeStatus(status);
+  return job;
+}
+
+TEST(SampleJob, ReadsPhaseCountersAndLostTimeByCause) {
+  TrainingJobStatus status;
+  status.phase = kPhaseRunning;
+  status.restarts = 3;
+  status.preemptions = 2;
+  status.coordinator.restarts = 1;
+  status.productive_seconds = 100;
+  status.lost_seconds = 30;
+  status.goodput.detection_seconds = 4;
+  status.goodput.coordinator_outage_seconds = 5;
+  status.goodput.rolled_back_seconds = 6;
+  status.conditions.push_back({.type = "Unschedulable", .status = "True"});
+  const JobSample s = SampleJob(Job("ml", "llm", status));
+  EXPECT_EQ(s.ns, "ml");
+  EXPECT_EQ(s.name, "llm");
+  EXPECT_EQ(s.phase, "Running");
+  EXPECT_TRUE(s.unschedulable);
+  EXPECT_EQ(s.restarts, 3);
+  EXPECT_EQ(s.preemptions, 2);
+  EXPECT_EQ(s.coordinator_restarts, 1);
+  EXPECT_DOUBLE_EQ(s.productive_seconds, 100);
+  EXPECT_DOUBLE_EQ(s.lost_seconds.at(kLostDetection), 4);
+  EXPECT_DOUBLE_EQ(s.lost_seconds.at(kLostCoordinatorOutage), 5);
+  EXPECT_DOUBLE_EQ(s.lost_seconds.at(kLostRolledBack), 6);
+  // The rest of lostSeconds: the phases' own loss (Restarting, Starting after a run).
+  EXPECT_DOUBLE_EQ(s.lost_seconds.at(kLostRecovery), 15);
+}
+
+TEST(SampleJob, AJobWithoutStatusIsPendingWithNothingBooked) {
+  kube::Json job = kube::Json::object();
+  job["metadata"]["namespace"] = kube::Json::string("default");
+  job["metadata"]["name"] = kube::Json::string("new");
+  const JobSample s = SampleJob(job);
+  EXPECT_EQ(s.phase, "Pending");
+  EXPECT_FALSE(s.unschedulable);
+  EXPECT_EQ(s.lost_seconds.size(), 4u);
+  for (const auto& [cause, seconds] : s.lost_seconds) EXPECT_EQ(seconds, 0) << cause;
+}
+
+TEST(SampleJob, LostPartsLargerThanTheTotalLeaveNoNegativeRecovery) {
+  TrainingJobStatus status;
+  status.lost_seconds = 1;
+  status.goodput.detection_seconds = 3;  // a hand-edited status
+  EXPECT_DOUBLE_EQ(SampleJob(Job("a", "b", status)).lost_seconds.at(kLostRecovery), 0);
+}
+
+std::string Exposition(prometheus::Registry& registry) {
+  return prometheus::TextSerializer().Serialize(registry.Collect());
+}
+
+JobSample Sample(const std::string& name, const std::string& phase) {
+  TrainingJobStatus status;
+  status.phase = phase;
+  status.restarts = 1;
+  status.productive_seconds = 7;
+  return SampleJob(Job("ml", name, status));
+}
+
+TEST(OperatorMetricsJobs, EachJobHasItsSeriesAndOnePhase) {
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  metrics.SetJobs({Sample("a", "Running"), Sample("b", "Failed")});
+  const std::string text = Exposition(registry);
+  EXPECT_THAT(
+      text,
+      HasSubstr(R"(phalanx_operator_job_phase{namespace="ml",phase="Running",trainingjob="a"} 1)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(R"(phalanx_operator_job_phase{namespace="ml",phase="Failed",trainingjob="b"} 1)"));
+  EXPECT_THAT(text,
+              HasSubstr(R"(phalanx_operator_job_restarts{namespace="ml",trainingjob="a"} 1)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(R"(phalanx_operator_job_productive_seconds{namespace="ml",trainingjob="b"} 7)"));
+  EXPECT_THAT(text,
+              HasSubstr(R"(phalanx_operator_job_unschedulable{namespace="ml",trainingjob="a"} 0)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(phalanx_operator_job_lost_seconds{cause="recovery",namespace="ml",trainingjob="a"} 0)"));
+}
+
+TEST(OperatorMetricsJobs, APhaseChangeMovesTheSeriesAndADeletedJobLosesAll) {
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  metrics.SetJobs({Sample("a", "Running"), Sample("b", "Running")});
+  metrics.SetJobs({Sample("a", "Failed")});  // b deleted
+  const std::string text = Exposition(registry);
+  EXPECT_THAT(
+      text,
+      HasSubstr(R"(phalanx_operator_job_phase{namespace="ml",phase="Failed",trainingjob="a"} 1)"));
+  EXPECT_THAT(text, Not(HasSubstr(R"(phase="Running",trainingjob="a")")));
+  EXPECT_THAT(text, Not(HasSubstr(R"(trainingjob="b")")));
+  // Ten series for the one job left: phase, unschedulable, productive, four lost causes,
+  // restarts, preemptions, coordinator restarts.
+  size_t series = 0;
+  for (size_t at = text.find("trainingjob=\"a\""); at != std::string::npos;
+       at = text.find("trainingjob=\"a\"", at + 1)) {
+    ++series;
+  }
+  EXPECT_EQ(series, 10u);
+}
+
+}  // namespace
+}  // namespace phalanx::op

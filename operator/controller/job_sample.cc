@@ -1,0 +1,34 @@
+#include "operator/controller/job_sample.h"
+
+#include <algorithm>
+
+#include "common/kube/object_meta.h"
+#include "operator/api/codec.h"
+#include "operator/controller/schedulability.h"
+
+namespace phalanx::op {
+
+JobSample SampleJob(const kube::Json& job) {
+  const TrainingJobStatus status = DecodeStatus(job);
+  JobSample s;
+  s.ns = kube::MetaString(job, "namespace");
+  s.name = kube::MetaString(job, "name");
+  s.phase = status.phase.empty() ? std::string(kPhasePending) : status.phase;
+  s.unschedulable = JobIsUnschedulable(job);
+  s.productive_seconds = status.productive_seconds;
+  const GoodputStatus& g = status.goodput;
+  s.lost_seconds[kLostDetection] = g.detection_seconds;
+  s.lost_seconds[kLostCoordinatorOutage] = g.coordinator_outage_seconds;
+  s.lost_seconds[kLostRolledBack] = g.rolled_back_seconds;
+  // The parts add up to lostSeconds; what they do not name is the phases' own loss. Never
+  // negative, should a hand-edited status disagree.
+  s.lost_seconds[kLostRecovery] =
+      std::max(0.0, status.lost_seconds - g.detection_seconds - g.coordinator_outage_seconds -
+                        g.rolled_back_seconds);
+  s.restarts = status.restarts;
+  s.preemptions = status.preemptions;
+  s.coordinator_restarts = status.coordinator.restarts;
+  return s;
+}
+
+}  // namespace phalanx::op
