@@ -34,6 +34,7 @@
 #include "node_agent/preemption/fake_metadata_server.h"
 #include "operator/api/yaml_json.h"
 #include "operator/controller/reconciler.h"
+#include "tests/e2e/shared_cluster.h"
 
 namespace phalanx::e2e {
 
@@ -59,9 +60,11 @@ class OperatorE2eTest : public ::testing::Test {
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / absl::StrCat("phalanx-op-e2e-", getpid());
     std::filesystem::create_directories(dir_);
-    const char* shared = std::getenv("PHALANX_E2E_SHARED_CLUSTER");
-    if (shared != nullptr && *shared != '\0' && SharesTheCluster()) {
-      ASSERT_NO_FATAL_FAILURE(JoinSharedCluster(shared));
+    absl::StatusOr<std::optional<phalanx::testing::SharedCluster>> shared =
+        phalanx::testing::SharedClusterFromEnv();
+    ASSERT_TRUE(shared.ok()) << shared.status();
+    if (shared->has_value() && SharesTheCluster()) {
+      JoinSharedCluster(**shared);
     } else {
       ASSERT_NO_FATAL_FAILURE(StartOwnCluster());
     }
@@ -86,16 +89,11 @@ class OperatorE2eTest : public ::testing::Test {
   }
 
   // The cluster shared_cluster.sh started: its kubeconfig, its pod logs, its ready line.
-  void JoinSharedCluster(const std::filesystem::path& shared) {
-    kubeconfig_ = (shared / "kubeconfig").string();
-    logs_dir_ = shared / "cluster" / "logs";
-    std::ifstream ready_file(shared / "ready");
-    std::string ready;
-    ASSERT_TRUE(std::getline(ready_file, ready))
-        << "PHALANX_E2E_SHARED_CLUSTER=" << shared.string()
-        << " has no ready line: its set-up test (E2eSharedCluster.Start) did not finish";
-    backend_ = ready.substr(ready.rfind("backend=") + 8);
-    std::cerr << "shared local cluster: " << ready << "\n";
+  void JoinSharedCluster(const phalanx::testing::SharedCluster& shared) {
+    kubeconfig_ = shared.kubeconfig;
+    logs_dir_ = shared.logs_dir;
+    backend_ = shared.backend;
+    std::cerr << "shared local cluster: " << shared.ready_line << "\n";
     RecordProperty("backend", backend_);
     ns_ = absl::StrCat("e2e-", getpid());
   }
@@ -157,8 +155,22 @@ class OperatorE2eTest : public ::testing::Test {
     // case's is kept, with its pods' logs, for whoever reads the failure.
     if (client_ != nullptr && ns_ != "default" && !HasFailure()) {
       (void)client_->Delete(kube::kNamespaces, "", ns_, {});
+      // Its workers write checkpoints under dir_ until their pods are gone: removing dir_
+      // before then raced with them ("Directory not empty", or files left behind).
+      const bool gone = phalanx::testing::Eventually(
+          [&] {
+            absl::StatusOr<kube::ObjectList> pods = client_->List(kube::kPods, ns_, {});
+            return pods.ok() && pods->items.empty();
+          },
+          absl::Seconds(60));
+      if (!gone) std::cerr << "namespace " << ns_ << " still has pods; " << dir_ << " is kept\n";
+      if (!gone) return;
     }
-    if (!HasFailure()) std::filesystem::remove_all(dir_);
+    if (!HasFailure()) {
+      std::error_code error;
+      std::filesystem::remove_all(dir_, error);
+      if (error) std::cerr << "could not remove " << dir_ << ": " << error.message() << "\n";
+    }
   }
 
   std::unique_ptr<process::Subprocess> Start(std::vector<std::string> argv, const std::string& name,

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "common/process/subprocess.h"
 #include "common/testing/eventually.h"
+#include "tests/e2e/shared_cluster.h"
 
 namespace phalanx::localcluster {
 namespace {
@@ -71,9 +71,12 @@ class KubectlTest : public ::testing::Test {
     // (The pid and the case's number in this process: run by hand, all cases share one pid.)
     static int cases_in_this_process = 0;
     namespace_ = absl::StrCat("kubectl-", getpid(), "-", cases_in_this_process++);
-    const char* shared = std::getenv("PHALANX_E2E_SHARED_CLUSTER");
-    if (shared != nullptr && *shared != '\0') {
-      ASSERT_NO_FATAL_FAILURE(JoinSharedCluster(shared));
+    absl::StatusOr<std::optional<phalanx::testing::SharedCluster>> shared =
+        phalanx::testing::SharedClusterFromEnv();
+    ASSERT_TRUE(shared.ok()) << shared.status();
+    if (shared->has_value()) {
+      kubeconfig_ = (*shared)->kubeconfig;
+      backend_ = (*shared)->backend;
     } else {
       ASSERT_NO_FATAL_FAILURE(StartOwnCluster());
     }
@@ -87,17 +90,6 @@ class KubectlTest : public ::testing::Test {
     if (cluster_ == nullptr && !kubeconfig_.empty()) {
       Kubectl({"delete", "namespace", namespace_, "--wait=false"});
     }
-  }
-
-  // The cluster tests/e2e/shared_cluster.sh started (two nodes, two fake GPUs each).
-  void JoinSharedCluster(const std::filesystem::path& shared) {
-    kubeconfig_ = (shared / "kubeconfig").string();
-    std::ifstream ready_file(shared / "ready");
-    std::string ready;
-    ASSERT_TRUE(std::getline(ready_file, ready))
-        << "PHALANX_E2E_SHARED_CLUSTER=" << shared.string()
-        << " has no ready line: its set-up test (E2eSharedCluster.Start) did not finish";
-    backend_ = ready.substr(ready.rfind("backend=") + 8);
   }
 
   void StartOwnCluster() {
