@@ -44,6 +44,7 @@ trap 'exit 130' INT TERM
 : >"$log"
 started=$(date +%s)
 passed=0 failed=0 skipped=0
+bundle_broken=0
 rows=()
 
 # The Python that has torch: Debian's for the dry run (its python3-torch), else the machine's.
@@ -67,7 +68,11 @@ step() {
   local name=$1 limit=$2
   shift 2
   local now; now=$(date +%s)
-  if [ $((now - started + 5)) -gt "$budget" ]; then
+  if [ "$bundle_broken" = 1 ]; then
+    record SKIP "$name" 0 "the bundle does not load (first step)"
+    return
+  fi
+  if [ "${budget_exempt:-0}" != 1 ] && [ $((now - started + 5)) -gt "$budget" ]; then
     record SKIP "$name" 0 "out of time: the proof's budget of ${budget} s is spent"
     return
   fi
@@ -152,7 +157,11 @@ note "gpu-proof: $facts $torch_facts"
 # script's own check (stdlib Python, so it runs there too).
 bundle_loads() { "$python" "$here/gpu_proof_bundle.py" --check "$bundle"; }
 export -f bundle_loads
-step "bundle loads" 30 bundle_loads
+# Nothing else means anything unless the bundle loads: this step runs whatever the budget (a
+# loaded machine once spent a short budget before it, so a broken bundle "passed" with every
+# step out of time), and when it fails the other steps are SKIP, not each a FAIL of one cause.
+budget_exempt=1 step "bundle loads" 30 bundle_loads
+[ "$failed" = 0 ] || bundle_broken=1
 
 nvml_probe() {
   # shellcheck disable=SC2086  # $fakes is one flag
