@@ -260,16 +260,8 @@ int main(int argc, char** argv) {
   // Gauges that are states, not events: sampled, so no reconcile pays for them.
   base::PeriodicRunner gauges(clock, absl::Seconds(5), [&](absl::Time) {
     metrics.SetQueueDepth(controller.queue_depth());
-    std::map<std::string, int> phases;
-    int unschedulable = 0;
     std::vector<op::JobSample> samples;
-    for (const kube::Json& job : jobs->List()) {
-      samples.push_back(op::SampleJob(job));
-      ++phases[samples.back().phase];
-      if (samples.back().unschedulable) ++unschedulable;
-    }
-    metrics.SetJobsByPhase(phases);
-    metrics.SetUnschedulableJobs(unschedulable);
+    for (const kube::Json& job : jobs->List()) samples.push_back(op::SampleJob(job));
     metrics.SetJobs(samples);
   });
   std::cout << "ready metrics=127.0.0.1:" << (*status_server)->port() << std::endl;

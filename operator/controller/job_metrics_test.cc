@@ -108,6 +108,10 @@ TEST(OperatorMetricsJobs, EachJobHasItsSeriesAndOnePhase) {
       text,
       HasSubstr(
           R"(phalanx_operator_job_lost_seconds{cause="recovery",namespace="ml",trainingjob="a"} 0)"));
+  // The cluster-wide gauges come from the same sample.
+  EXPECT_THAT(text, HasSubstr(R"(phalanx_operator_jobs{phase="Running"} 1)"));
+  EXPECT_THAT(text, HasSubstr(R"(phalanx_operator_jobs{phase="Failed"} 1)"));
+  EXPECT_THAT(text, HasSubstr("phalanx_operator_jobs_unschedulable 0"));
 }
 
 TEST(OperatorMetricsJobs, APhaseChangeMovesTheSeriesAndADeletedJobLosesAll) {
@@ -121,6 +125,8 @@ TEST(OperatorMetricsJobs, APhaseChangeMovesTheSeriesAndADeletedJobLosesAll) {
       HasSubstr(R"(phalanx_operator_job_phase{namespace="ml",phase="Failed",trainingjob="a"} 1)"));
   EXPECT_THAT(text, Not(HasSubstr(R"(phase="Running",trainingjob="a")")));
   EXPECT_THAT(text, Not(HasSubstr(R"(trainingjob="b")")));
+  EXPECT_THAT(text, HasSubstr(R"(phalanx_operator_jobs{phase="Running"} 0)"));
+  EXPECT_THAT(text, HasSubstr(R"(phalanx_operator_jobs{phase="Failed"} 1)"));
   // Ten series for the one job left: phase, unschedulable, productive, four lost causes,
   // restarts, preemptions, coordinator restarts.
   size_t series = 0;

@@ -113,8 +113,7 @@ void OperatorMetrics::Reconciled(bool ok, absl::Duration took) {
   reconcile_seconds_.Observe(absl::ToDoubleSeconds(took));
 }
 
-void OperatorMetrics::SetJobsByPhase(const std::map<std::string, int>& counts) {
-  absl::MutexLock lock(&mu_);
+void OperatorMetrics::SetJobsByPhaseLocked(const std::map<std::string, int>& counts) {
   for (auto& [phase, gauge] : phase_gauges_) gauge->Set(0);
   for (const auto& [phase, count] : counts) {
     prometheus::Gauge*& g = phase_gauges_[phase];
@@ -149,8 +148,12 @@ void OperatorMetrics::Goodput(double productive_seconds, double lost_seconds) {
 
 void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
   absl::MutexLock lock(&mu_);
+  std::map<std::string, int> phases;
+  int unschedulable = 0;
   std::map<std::string, JobSeries> kept;
   for (const JobSample& job : jobs) {
+    ++phases[job.phase];
+    if (job.unschedulable) ++unschedulable;
     const std::string key = absl::StrCat(job.ns, "/", job.name);
     auto found = job_series_.find(key);
     JobSeries series;
@@ -203,6 +206,8 @@ void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
     for (auto& [cause, gauge] : series.lost) job_lost_.Remove(gauge);
   }
   job_series_ = std::move(kept);
+  SetJobsByPhaseLocked(phases);
+  unschedulable_jobs_.Set(unschedulable);
 }
 
 void OperatorMetrics::ApiRequest(const std::string& verb, int code) {

@@ -24,11 +24,6 @@ class OperatorMetrics {
 
   void Reconciled(bool ok, absl::Duration took);
   void SetQueueDepth(int depth) { queue_depth_.Set(depth); }
-  void SetJobsByPhase(const std::map<std::string, int>& counts);
-  // Jobs whose condition Unschedulable is True (a task pod no node can take): sampled like the
-  // phases, for the PhalanxJobStuckRestarting alert (a job stuck in Starting or Pending on a
-  // replacement that cannot be scheduled is not Restarting).
-  void SetUnschedulableJobs(int count) { unschedulable_jobs_.Set(count); }
   void TaskRestarted(const std::string& reason);
   void Preempted(const std::string& reason);
   // Failure observed → replacement pod created.
@@ -38,13 +33,18 @@ class OperatorMetrics {
   // Productive time found lost later (controller/accounting.h) makes the first negative: a
   // counter cannot go down, so that part counts in phalanx_operator_rebooked_seconds_total.
   void Goodput(double productive_seconds, double lost_seconds);
-  // The per-job series (labels namespace and trainingjob), from every job in the cache: its
-  // phase (one series, value 1, label phase), Unschedulable (0/1), productive seconds, lost
-  // seconds by cause, restarts, preemptions and coordinator restarts, as status has them. Ten
-  // series per job; a job not in `jobs` (deleted) loses its series.
+  // Every job in the cache, sampled: the cluster-wide gauges (phalanx_operator_jobs by phase,
+  // phalanx_operator_jobs_unschedulable: jobs whose condition Unschedulable is True) and the
+  // per-job series (labels namespace and trainingjob): its phase (one series, value 1, label
+  // phase), Unschedulable (0/1), productive seconds, lost seconds by cause, restarts,
+  // preemptions and coordinator restarts, as status has them. Ten series per job; a job not in
+  // `jobs` (deleted) loses its series. Both from one sample, so they never disagree.
   void SetJobs(const std::vector<JobSample>& jobs);
 
  private:
+  void SetJobsByPhaseLocked(const std::map<std::string, int>& counts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // One job's series, so that they can be updated in place and removed with the job.
   struct JobSeries {
     std::string phase;
