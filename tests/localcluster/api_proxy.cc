@@ -68,7 +68,8 @@ bool IsWatch(const HttpRequest& request) {
 // wake every 200 ms so a relay can notice a dropped watch or a stopping server.
 class ApiProxy::Upstream {
  public:
-  Upstream(SSL_CTX* ctx, int port) : ctx_(ctx), port_(port) {}
+  Upstream(SSL_CTX* ctx, std::string address, int port)
+      : ctx_(ctx), address_(std::move(address)), port_(port) {}
   ~Upstream() {
     if (ssl_ != nullptr) {
       SSL_shutdown(ssl_);
@@ -85,14 +86,14 @@ class ApiProxy::Upstream {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port_));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (inet_pton(AF_INET, address_.c_str(), &addr.sin_addr) != 1 ||
+        connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
       return absl::UnavailableError(
-          absl::StrCat("the API server on port ", port_, " refused the connection"));
+          absl::StrCat("the API server on ", address_, ":", port_, " refused the connection"));
     }
     ssl_ = SSL_new(ctx_);
     SSL_set_fd(ssl_, fd_);
-    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), "127.0.0.1");
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), address_.c_str());
     if (SSL_connect(ssl_) != 1) {
       return absl::UnavailableError("TLS handshake with the API server failed");
     }
@@ -162,6 +163,7 @@ class ApiProxy::Upstream {
 
  private:
   SSL_CTX* ctx_;
+  std::string address_;
   int port_;
   int fd_ = -1;
   SSL* ssl_ = nullptr;
@@ -198,7 +200,7 @@ void ApiProxy::Handle(const HttpRequest& request, HttpResponse& response) {
       (parts.size() >= 3 && parts[0] == "api") || (parts.size() >= 4 && parts[0] == "apis");
   if (resource_request && faults_.InjectedError(response)) return;
   // /api/v1/namespaces/NS/pods/NAME/log
-  if (request.method == "GET" && parts.size() == 7 && parts[0] == "api" && parts[1] == "v1" &&
+  if (!options_.log_dir.empty() && request.method == "GET" && parts.size() == 7 && parts[0] == "api" && parts[1] == "v1" &&
       parts[2] == "namespaces" && parts[4] == "pods" && parts[6] == "log") {
     return PodLog(request, response, parts[3], parts[5]);
   }
@@ -206,13 +208,13 @@ void ApiProxy::Handle(const HttpRequest& request, HttpResponse& response) {
 }
 
 void ApiProxy::Forward(const HttpRequest& request, HttpResponse& response) {
-  Upstream upstream(Ctx(ssl_ctx_), options_.upstream_port);
+  Upstream upstream(Ctx(ssl_ctx_), options_.upstream_address, options_.upstream_port);
   if (absl::Status s = upstream.Connect(); !s.ok()) {
     return RespondError(response, s);
   }
   std::string head =
       absl::StrCat(request.method, " ", request.target, " HTTP/1.1\r\n",
-                   "Host: 127.0.0.1:", options_.upstream_port, "\r\n", "Connection: close\r\n");
+                   "Host: ", options_.upstream_address, ":", options_.upstream_port, "\r\n", "Connection: close\r\n");
   for (const auto& [name, value] : request.headers) {
     if (!HopByHop(name)) absl::StrAppend(&head, name, ": ", value, "\r\n");
   }
@@ -309,11 +311,11 @@ void ApiProxy::PodLog(const HttpRequest& request, HttpResponse& response, const 
                       const std::string& pod) {
   // Let the API server authenticate and authorize the caller (and say whether the pod exists)
   // by asking it for the pod itself with the caller's credentials.
-  Upstream upstream(Ctx(ssl_ctx_), options_.upstream_port);
+  Upstream upstream(Ctx(ssl_ctx_), options_.upstream_address, options_.upstream_port);
   absl::Status connected = upstream.Connect();
   if (!connected.ok()) return RespondError(response, connected);
   std::string head = absl::StrCat("GET /api/v1/namespaces/", ns, "/pods/", pod,
-                                  " HTTP/1.1\r\nHost: 127.0.0.1:", options_.upstream_port,
+                                  " HTTP/1.1\r\nHost: ", options_.upstream_address, ":", options_.upstream_port,
                                   "\r\nConnection: close\r\nAccept: application/json\r\n");
   if (const std::string auth = request.Header("authorization"); !auth.empty()) {
     absl::StrAppend(&head, "Authorization: ", auth, "\r\n");

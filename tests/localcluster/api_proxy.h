@@ -24,10 +24,13 @@ namespace phalanx::localcluster {
 class ApiProxy {
  public:
   struct Options {
-    int upstream_port = 0;  // kube-apiserver on 127.0.0.1
+    std::string upstream_address = "127.0.0.1";  // kube-apiserver's (an IPv4 address)
+    int upstream_port = 0;
     std::string upstream_ca_pem;
     std::string admin_token;  // required for /admin
-    std::string log_dir;      // pod logs: <log_dir>/<namespace>_<pod>.log
+    // Pod logs of process nodes: <log_dir>/<namespace>_<pod>.log; empty: forwarded (real
+    // kubelets serve their pods' logs to the API server).
+    std::string log_dir;
   };
 
   explicit ApiProxy(Options options);

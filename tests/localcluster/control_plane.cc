@@ -1,8 +1,6 @@
 #include "tests/localcluster/control_plane.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,54 +8,18 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/log.h"
 #include "common/kube/cluster_config.h"
 #include "common/kube/rest_client.h"
+#include "tests/localcluster/free_port.h"
+#include "tests/localcluster/text_files.h"
 
 namespace phalanx::localcluster {
 namespace {
-
-// A port nobody listens on now (the kernel's pick); the process we hand it to binds it a moment
-// later. A lost race shows as that process failing to start, which Start reports.
-absl::StatusOr<int> FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket() failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  if (port <= 0) return absl::InternalError("no free loopback port");
-  return port;
-}
-
-absl::Status WriteFile(const std::string& path, const std::string& text, mode_t mode = 0600) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", path));
-  out.close();
-  chmod(path.c_str(), mode);
-  return absl::OkStatus();
-}
-
-// The last lines of a log, for start-up errors.
-std::string Tail(const std::string& path, size_t lines = 15) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  std::string line;
-  while (std::getline(in, line)) all.push_back(line);
-  const size_t from = all.size() > lines ? all.size() - lines : 0;
-  return absl::StrJoin(all.begin() + static_cast<long>(from), all.end(), "\n");
-}
 
 // Every request's metadata (user, verb, resource, response code), without bodies: enough to
 // find a 403, cheap enough to keep on.
@@ -121,10 +83,10 @@ absl::Status ControlPlane::WriteFiles() {
   std::filesystem::create_directories(Path("etcd"), ec);
   if (ec)
     return absl::InternalError(absl::StrCat("cannot create ", Path("etcd"), ": ", ec.message()));
-  absl::StatusOr<int> port = FreeLoopbackPort();
+  absl::StatusOr<int> port = FreeTcpPort();
   if (!port.ok()) return port.status();
   port_ = *port;
-  url_ = absl::StrCat("https://127.0.0.1:", port_);
+  url_ = absl::StrCat("https://", options_.bind_address, ":", port_);
   audit_log_ = Path("audit.log");
   const TlsMaterial& tls = options_.tls;
   for (const auto& [file, text] : std::vector<std::pair<std::string, std::string>>{
@@ -133,8 +95,11 @@ absl::Status ControlPlane::WriteFiles() {
            {"apiserver.key", tls.server_key_pem},
            {"service-account.key", tls.service_account_key_pem},
            {"service-account.pub", tls.service_account_public_pem},
-           {"tokens.csv", absl::StrCat(options_.admin_token,
-                                       ",phalanx-admin,phalanx-admin,\"system:masters\"\n")},
+           {"tokens.csv",
+            absl::StrCat(options_.admin_token, ",phalanx-admin,phalanx-admin,\"system:masters\"\n",
+                         absl::StrJoin(options_.extra_token_lines, "\n"), "\n")},
+           {"kubelet-client.crt", tls.kubelet_client_cert_pem},
+           {"kubelet-client.key", tls.kubelet_client_key_pem},
            {"audit-policy.yaml", kAuditPolicy},
            {"controller-manager.kubeconfig",
             absl::StrCat("apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n"
@@ -143,14 +108,14 @@ absl::Status ControlPlane::WriteFiles() {
                          "\nusers:\n- name: admin\n  user:\n    token: ", options_.admin_token,
                          "\ncontexts:\n- name: local\n  context:\n    cluster: local\n"
                          "    user: admin\ncurrent-context: local\n")}}) {
-    if (absl::Status s = WriteFile(Path(file), text); !s.ok()) return s;
+    if (absl::Status s = WriteTextFile(Path(file), text); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
 absl::Status ControlPlane::StartEtcd() {
-  absl::StatusOr<int> client_port = FreeLoopbackPort();
-  absl::StatusOr<int> peer_port = FreeLoopbackPort();
+  absl::StatusOr<int> client_port = FreeTcpPort();
+  absl::StatusOr<int> peer_port = FreeTcpPort();
   if (!client_port.ok()) return client_port.status();
   if (!peer_port.ok()) return peer_port.status();
   const std::string client_url = absl::StrCat("http://127.0.0.1:", *client_port);
@@ -184,8 +149,10 @@ absl::Status ControlPlane::StartEtcd() {
 
 absl::Status ControlPlane::StartApiServer() {
   process::SubprocessOptions o;
+  const bool loopback = absl::StartsWith(options_.bind_address, "127.");
   o.argv = {options_.assets.kube_apiserver, "--etcd-servers=" + etcd_url_,
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            "--bind-address=" + options_.bind_address,
+            "--advertise-address=" + options_.bind_address,
             absl::StrCat("--secure-port=", port_), "--tls-cert-file=" + Path("apiserver.crt"),
             "--tls-private-key-file=" + Path("apiserver.key"), "--client-ca-file=" + Path("ca.crt"),
             "--token-auth-file=" + Path("tokens.csv"), "--authorization-mode=Node,RBAC",
@@ -195,7 +162,13 @@ absl::Status ControlPlane::StartApiServer() {
             "--service-account-signing-key-file=" + Path("service-account.key"),
             "--service-cluster-ip-range=10.96.0.0/16",
             // A loopback address is not a valid endpoint for the kubernetes Service.
-            "--endpoint-reconciler-type=none", "--allow-privileged=true",
+            loopback ? "--endpoint-reconciler-type=none" : "--endpoint-reconciler-type=lease",
+            "--allow-privileged=true",
+            // Real nodes: `kubectl logs`/`exec` reach the kubelet at its InternalIP, as the
+            // API server's client (the kubelet's webhook authorizes system:masters).
+            "--kubelet-client-certificate=" + Path("kubelet-client.crt"),
+            "--kubelet-client-key=" + Path("kubelet-client.key"),
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--audit-policy-file=" + Path("audit-policy.yaml"), "--audit-log-path=" + audit_log_,
             "--audit-log-maxsize=200", "--v=1"};
   o.stdout_path = Path("kube-apiserver.log");
@@ -236,13 +209,13 @@ absl::Status ControlPlane::WaitUntil(const std::string& what, const std::functio
       if (std::optional<int> code = process->ExitCode(); code.has_value()) {
         return absl::UnavailableError(absl::StrCat(
             "control plane: ", log.substr(0, log.find('.')), " exited with ", *code,
-            " while waiting for ", what, "; ", Path(log), " ends:\n", Tail(Path(log))));
+            " while waiting for ", what, "; ", Path(log), " ends:\n", LogTail(Path(log))));
       }
     }
     if (absl::Now() >= deadline) {
       return absl::UnavailableError(absl::StrCat(
           "control plane: no ", what, " within ", absl::FormatDuration(options_.start_timeout),
-          "; ", Path("kube-apiserver.log"), " ends:\n", Tail(Path("kube-apiserver.log"))));
+          "; ", Path("kube-apiserver.log"), " ends:\n", LogTail(Path("kube-apiserver.log"))));
     }
     // Start-up polling of child processes (test harness; bounded by the deadline above).
     absl::SleepFor(absl::Milliseconds(100));

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -30,6 +31,13 @@ struct ControlPlaneOptions {
   std::string work_dir;     // created; holds certificates, etcd's data and the logs
   TlsMaterial tls;          // the API server serves tls.server_cert_pem
   std::string admin_token;  // system:masters
+  // Where kube-apiserver listens and what it advertises. Loopback (the default) leaves the
+  // kubernetes Service without endpoints (a loopback address is not a valid one); real nodes
+  // give an address their pods reach (the Service's endpoint, through kube-proxy).
+  std::string bind_address = "127.0.0.1";
+  // More `token,user,uid,"groups"` lines for the static token file (real nodes' kubelets,
+  // kube-scheduler, kube-proxy, CoreDNS).
+  std::vector<std::string> extra_token_lines;
   absl::Duration start_timeout = absl::Seconds(90);
 };
 
@@ -42,12 +50,14 @@ class ControlPlane {
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
 
-  // https://127.0.0.1:PORT of kube-apiserver itself.
+  // https://<bind_address>:PORT of kube-apiserver itself.
   const std::string& url() const { return url_; }
   int port() const { return port_; }
   // The API server's gitVersion ("v1.26.0").
   const std::string& version() const { return version_; }
   const std::string& audit_log() const { return audit_log_; }
+  // The CA certificate's file (clients of real nodes name it in their kubeconfigs).
+  std::string ca_file() const { return Path("ca.crt"); }
   // Idempotent.
   void Stop();
 

@@ -19,7 +19,9 @@ bool Executable(const std::string& path) {
   return !path.empty() && access(path.c_str(), X_OK) == 0;
 }
 
-std::string OnPath(const std::string& program) {
+}  // namespace
+
+std::string FindOnPath(const std::string& program) {
   const char* path = std::getenv("PATH");
   if (path == nullptr) return "";
   for (absl::string_view dir : absl::StrSplit(path, ':', absl::SkipEmpty())) {
@@ -29,8 +31,15 @@ std::string OnPath(const std::string& program) {
   return "";
 }
 
-// The assets in `dir`, or why not.
-absl::StatusOr<EnvtestAssets> Probe(const std::string& dir, const std::string& source) {
+std::string FindTool(const std::string& program) {
+  std::string found = FindOnPath(program);
+  for (const char* dir : {"/usr/sbin/", "/sbin/", "/usr/bin/"}) {
+    if (found.empty() && Executable(dir + program)) found = dir + program;
+  }
+  return found;
+}
+
+absl::StatusOr<EnvtestAssets> ProbeEnvtestAssets(const std::string& dir, const std::string& source) {
   EnvtestAssets assets;
   assets.dir = dir;
   assets.source = source;
@@ -38,7 +47,7 @@ absl::StatusOr<EnvtestAssets> Probe(const std::string& dir, const std::string& s
   if (!Executable(assets.kube_apiserver)) {
     return absl::NotFoundError(absl::StrCat(dir, " has no executable kube-apiserver"));
   }
-  assets.etcd = Executable(dir + "/etcd") ? dir + "/etcd" : OnPath("etcd");
+  assets.etcd = Executable(dir + "/etcd") ? dir + "/etcd" : FindOnPath("etcd");
   if (assets.etcd.empty()) {
     return absl::NotFoundError(
         absl::StrCat(dir, " has no etcd and none is on PATH (apt-get install etcd-server)"));
@@ -49,11 +58,9 @@ absl::StatusOr<EnvtestAssets> Probe(const std::string& dir, const std::string& s
   return assets;
 }
 
-}  // namespace
-
 absl::StatusOr<EnvtestAssets> FindEnvtestAssets() {
   if (const char* env = std::getenv("KUBEBUILDER_ASSETS"); env != nullptr && *env != '\0') {
-    absl::StatusOr<EnvtestAssets> assets = Probe(env, "KUBEBUILDER_ASSETS");
+    absl::StatusOr<EnvtestAssets> assets = ProbeEnvtestAssets(env, "KUBEBUILDER_ASSETS");
     if (!assets.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("KUBEBUILDER_ASSETS=", env, ": ", assets.status().message()));
@@ -66,7 +73,7 @@ absl::StatusOr<EnvtestAssets> FindEnvtestAssets() {
         "no control-plane assets: KUBEBUILDER_ASSETS is unset and this build found no "
         "../shared/envtest to unpack");
   }
-  absl::StatusOr<EnvtestAssets> assets = Probe(built, "build tree");
+  absl::StatusOr<EnvtestAssets> assets = ProbeEnvtestAssets(built, "build tree");
   if (!assets.ok()) {
     return absl::NotFoundError(absl::StrCat(
         "no control-plane assets: KUBEBUILDER_ASSETS is unset and ", assets.status().message()));

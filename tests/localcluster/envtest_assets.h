@@ -26,4 +26,12 @@ struct EnvtestAssets {
 // (a user who set it wants it used, so this is not silently replaced by the built-in back end).
 absl::StatusOr<EnvtestAssets> FindEnvtestAssets();
 
+// The assets in `dir` (NotFound saying what is missing); `source` describes where dir came from.
+absl::StatusOr<EnvtestAssets> ProbeEnvtestAssets(const std::string& dir, const std::string& source);
+
+// The first executable `program` on PATH, or "".
+std::string FindOnPath(const std::string& program);
+// PATH, then the sbin folders a non-login root shell may lack (ip, iptables, runc); "" if none.
+std::string FindTool(const std::string& program);
+
 }  // namespace phalanx::localcluster

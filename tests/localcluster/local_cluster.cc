@@ -83,7 +83,16 @@ absl::Status LocalCluster::Init() {
     return absl::InternalError(
         absl::StrCat("cannot create ", options_.work_dir, "/logs: ", ec.message()));
   }
-  absl::StatusOr<TlsMaterial> tls = GenerateTlsMaterial();
+  if (absl::Status s = ChooseNodes(); !s.ok()) return s;
+  std::vector<std::string> sans;
+  if (real_nodes_ != nullptr) {
+    // Pods reach the API server as the kubernetes Service (10.96.0.1, kubernetes.default.svc)
+    // whose endpoint is node-0's address.
+    sans = {"IP:" + real_nodes_->api_address(), std::string("IP:") + kKubernetesServiceIp,
+            "DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
+            std::string("DNS:kubernetes.default.svc.") + kClusterDomain};
+  }
+  absl::StatusOr<TlsMaterial> tls = GenerateTlsMaterial(sans);
   if (!tls.ok()) return tls.status();
   tls_ = *std::move(tls);
   token_ = RandomToken();
@@ -91,6 +100,11 @@ absl::Status LocalCluster::Init() {
       options_.kubeconfig_out.empty() ? options_.work_dir + "/kubeconfig" : options_.kubeconfig_out;
 
   int port = 0;
+  if (real_nodes_ != nullptr) {
+    if (absl::Status s = InitReal(node_assets_->control_plane, &port); !s.ok()) return s;
+    if (absl::Status s = StartRealNodes(); !s.ok()) return s;
+    return WriteKubeconfig();
+  }
   if (options_.backend == Backend::kBuiltIn) {
     backend_description_ = "built-in API server (asked for)";
     if (absl::Status s = InitBuiltIn(&port); !s.ok()) return s;
@@ -107,6 +121,51 @@ absl::Status LocalCluster::Init() {
   }
   if (absl::Status s = StartKubelet(port); !s.ok()) return s;
   return WriteKubeconfig();
+}
+
+absl::Status LocalCluster::ChooseNodes() {
+  const int count = options_.nodes + options_.simulated_nodes;
+  nodes_description_ = absl::StrCat(options_.nodes, " process node(s)");
+  if (options_.nodes_kind == NodesKind::kProcess) return absl::OkStatus();
+  absl::StatusOr<NodeAssets> assets = FindNodeAssets();
+  if (!assets.ok()) {
+    if (options_.nodes_kind == NodesKind::kReal) return assets.status();
+    absl::StrAppend(&nodes_description_, " (", assets.status().message(), ")");
+    return absl::OkStatus();
+  }
+  if (options_.backend == Backend::kBuiltIn) {
+    return absl::InvalidArgumentError(
+        "real nodes need the real control plane (--backend real or auto), not the built-in one");
+  }
+  if (options_.simulated_nodes > 0 || !options_.node_configs.empty() || count == 0) {
+    return absl::InvalidArgumentError(
+        "real nodes: --nodes N (at least 1) only; simulated nodes need process nodes");
+  }
+  node_assets_ = *assets;
+  RealNodesOptions nodes_options;
+  nodes_options.assets = *assets;
+  nodes_options.work_dir = std::filesystem::absolute(options_.work_dir).lexically_normal();
+  nodes_options.nodes = options_.nodes;
+  nodes_options.gpus_per_node = options_.gpus_per_node;
+  nodes_options.node_labels = options_.node_labels;
+  nodes_options.node_taints = options_.node_taints;
+  nodes_options.image_archives = options_.image_archives;
+  nodes_options.janitor_program = options_.janitor_program;
+  nodes_options.state_dir = options_.host_state_dir;
+  absl::StatusOr<std::unique_ptr<RealNodes>> nodes = RealNodes::Prepare(nodes_options);
+  if (!nodes.ok()) return nodes.status();
+  real_nodes_ = *std::move(nodes);
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartRealNodes() {
+  if (absl::Status s = real_nodes_->Start(control_plane_->url(), control_plane_->ca_file(), token_);
+      !s.ok()) {
+    return s;
+  }
+  nodes_description_ = real_nodes_->Description();
+  faults().set_fault_target(real_nodes_.get());
+  return absl::OkStatus();
 }
 
 absl::Status LocalCluster::InitBuiltIn(int* port) {
@@ -150,6 +209,10 @@ absl::Status LocalCluster::InitReal(const EnvtestAssets& assets, int* port) {
   plane_options.work_dir = options_.work_dir + "/control-plane";
   plane_options.tls = tls_;
   plane_options.admin_token = token_;
+  if (real_nodes_ != nullptr) {
+    plane_options.bind_address = real_nodes_->api_address();
+    plane_options.extra_token_lines = real_nodes_->TokenLines();
+  }
   absl::StatusOr<std::unique_ptr<ControlPlane>> plane = ControlPlane::Start(plane_options);
   if (!plane.ok()) return plane.status();
   control_plane_ = *std::move(plane);
@@ -158,16 +221,18 @@ absl::Status LocalCluster::InitReal(const EnvtestAssets& assets, int* port) {
       assets.source == "KUBEBUILDER_ASSETS" ? "KUBEBUILDER_ASSETS=" + assets.dir : assets.dir);
 
   ApiProxy::Options proxy_options;
+  proxy_options.upstream_address = plane_options.bind_address;
   proxy_options.upstream_port = control_plane_->port();
   proxy_options.upstream_ca_pem = tls_.ca_cert_pem;
   proxy_options.admin_token = token_;
-  proxy_options.log_dir = options_.work_dir + "/logs";
+  if (real_nodes_ == nullptr) proxy_options.log_dir = options_.work_dir + "/logs";
   proxy_ = std::make_unique<ApiProxy>(proxy_options);
   if (absl::Status s = Serve(
           [this](const HttpRequest& req, HttpResponse& resp) { proxy_->Handle(req, resp); }, port);
       !s.ok()) {
     return s;
   }
+  if (real_nodes_ != nullptr) return absl::OkStatus();  // real kubelets are their own clients
 
   // The node side talks to the API server itself, not through the proxy: injected faults are
   // for the clients under test, as a real cluster's kubelets do not share the operator's path.
@@ -259,6 +324,13 @@ std::optional<Backend> ParseBackend(const std::string& text) {
   return std::nullopt;
 }
 
+std::optional<NodesKind> ParseNodesKind(const std::string& text) {
+  if (text == "auto") return NodesKind::kAuto;
+  if (text == "process") return NodesKind::kProcess;
+  if (text == "real") return NodesKind::kReal;
+  return std::nullopt;
+}
+
 absl::Status LocalCluster::WriteKubeconfig() {
   const std::string text = absl::StrCat(
       "# Written by phalanx-localcluster: a local test cluster (", backend_description_,
@@ -299,6 +371,7 @@ void LocalCluster::Stop() {
   // Pods first (the kubelet still reaches the API server to see them go), then the node side's
   // watches, then the control plane.
   if (kubelet_) kubelet_->Stop();
+  if (real_nodes_) real_nodes_->Stop();
   if (access_) access_->Stop();
   if (control_plane_) control_plane_->Stop();
 }

@@ -7,6 +7,9 @@
 //   - kBuiltIn: the in-memory ObjectStore served by ApiServer, with periodic owner-reference
 //     garbage collection; the kubelet and scheduler act on the store directly.
 // kAuto picks kReal when FindEnvtestAssets() finds assets, else kBuiltIn (and says why).
+// Two kinds of nodes: process nodes (kubelet.h: a pod's command runs as a local process, the
+// image ignored) and real nodes (real_nodes/real_nodes.h: real kubelets 1.28 with containerd,
+// kube-scheduler, kube-proxy and CoreDNS over a 1.28 control plane; pods run their images).
 // Used in-process by tests and by the `phalanx-localcluster` binary. Thread-safe after Start.
 #pragma once
 
@@ -26,6 +29,7 @@
 #include "tests/localcluster/control_plane.h"
 #include "tests/localcluster/https_server.h"
 #include "tests/localcluster/kubelet.h"
+#include "tests/localcluster/real_nodes/real_nodes.h"
 #include "tests/localcluster/resource_registry.h"
 #include "tests/localcluster/rest_access.h"
 #include "tests/localcluster/store_types.h"
@@ -37,6 +41,12 @@ enum class Backend { kAuto, kBuiltIn, kReal };
 
 // "auto", "builtin", "real"; nullopt for anything else.
 std::optional<Backend> ParseBackend(const std::string& text);
+
+// kAuto: real nodes when FindNodeAssets() finds everything they need, else process nodes.
+enum class NodesKind { kAuto, kProcess, kReal };
+
+// "auto", "process", "real"; nullopt for anything else.
+std::optional<NodesKind> ParseNodesKind(const std::string& text);
 
 struct LocalClusterOptions {
   Backend backend = Backend::kBuiltIn;
@@ -53,6 +63,13 @@ struct LocalClusterOptions {
   size_t history_limit = 50000;  // watch history; older resourceVersions get 410
   absl::Duration gc_interval = absl::Milliseconds(200);
   std::map<std::string, std::string> pod_env;  // added to every pod process's environment
+  NodesKind nodes_kind = NodesKind::kProcess;
+  // Real nodes: image archives imported into every node's containerd (e.g. `make images`'s).
+  std::vector<std::string> image_archives;
+  // Real nodes: the program whose `janitor` subcommand undoes the host changes should this
+  // process die without stopping (phalanx-localcluster passes itself; empty: none).
+  std::string janitor_program;
+  std::string host_state_dir = kDefaultHostStateDir;
 };
 
 class LocalCluster {
@@ -72,6 +89,10 @@ class LocalCluster {
   const std::string& backend_description() const { return backend_description_; }
   // "real" or "builtin", as the ready line says.
   std::string backend_name() const { return backend_ == Backend::kReal ? "real" : "builtin"; }
+  // "real" or "process", and which nodes run and why ("2 real kubelet(s) v1.28.7, containerd
+  // 1.6.20", "2 process node(s) (real nodes need root ...)").
+  std::string nodes_kind_name() const { return real_nodes_ != nullptr ? "real" : "process"; }
+  const std::string& nodes_description() const { return nodes_description_; }
 
   const std::string& url() const { return url_; }
   const std::string& kubeconfig_path() const { return kubeconfig_path_; }
@@ -82,7 +103,8 @@ class LocalCluster {
 
   // Both back ends: 429/500 shares, dropped watches, the admin endpoint.
   FaultInjector& faults();
-  Kubelet& kubelet() { return *kubelet_; }
+  Kubelet& kubelet() { return *kubelet_; }  // process nodes only
+  RealNodes* real_nodes() { return real_nodes_.get(); }  // null on process nodes
   // The built-in back end's parts (crash on the real back end: a test that asks for them is
   // a built-in-only test).
   ObjectStore& store();
@@ -95,6 +117,10 @@ class LocalCluster {
   absl::Status Init();
   absl::Status InitBuiltIn(int* port);
   absl::Status InitReal(const EnvtestAssets& assets, int* port);
+  // Decides the nodes' kind; with real nodes, prepares the host (before the TLS material, whose
+  // server certificate names node-0's address, and the control plane, which binds it).
+  absl::Status ChooseNodes();
+  absl::Status StartRealNodes();
   // The HTTPS front door (the built-in API server or the proxy) on options_.port; sets url_.
   absl::Status Serve(HttpHandler handler, int* port);
   absl::Status StartKubelet(int port);
@@ -116,6 +142,9 @@ class LocalCluster {
   std::unique_ptr<ApiProxy> proxy_;                // real
   std::unique_ptr<ClusterAccess> access_;
   std::unique_ptr<Kubelet> kubelet_;
+  std::unique_ptr<RealNodes> real_nodes_;
+  std::optional<NodeAssets> node_assets_;
+  std::string nodes_description_;
   std::unique_ptr<FaultTarget> faults_target_;
   HttpsServer https_;
   absl::Notification stop_gc_;

@@ -5,16 +5,23 @@
 //     serves in the foreground; prints `ready <url> backend=<real|builtin>` once it serves;
 //     SIGTERM/SIGINT stop it and every pod process it started.
 //   phalanx-localcluster admin --kubeconfig FILE COMMAND ...   fault injection (see Usage()).
+//   phalanx-localcluster janitor --state-dir DIR --owner PID   (started by the real-node back
+//     end: undoes its host changes once PID is gone without having undone them)
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/log.h"
@@ -22,6 +29,11 @@
 #include "common/kube/cluster_config.h"
 #include "common/kube/rest_client.h"
 #include "tests/localcluster/local_cluster.h"
+#include "tests/localcluster/real_nodes/host_changes.h"
+
+#ifndef PHALANX_IMAGES_DIR
+#define PHALANX_IMAGES_DIR ""
+#endif
 
 namespace {
 
@@ -31,11 +43,18 @@ constexpr char kUsage[] = R"(usage:
   phalanx-localcluster --kubeconfig-out FILE [--backend auto|real|builtin] [--nodes N]
       [--gpus-per-node G] [--simulated-nodes M] [--port P] [--work-dir DIR]
       [--node-labels k=v,...] [--node-taints key=value:Effect,...]
+      [--nodes-kind process|real|auto] [--images FILE,...|DIR]
     --backend auto (default): a real control plane (etcd, kube-apiserver,
       kube-controller-manager) when KUBEBUILDER_ASSETS or the build tree's copy of
       ../shared/envtest has them, else the built-in API server; the environment
       variable PHALANX_LOCALCLUSTER_BACKEND sets the default. Prints
-      `ready <url> backend=real|builtin` once it serves.
+      `ready <url> backend=real|builtin nodes=process|real (Ns)` once it serves.
+    --nodes-kind process (default): a pod's command runs as a local process (the image is
+      ignored); real: real kubelets v1.28.7 with containerd, kube-scheduler, kube-proxy and
+      CoreDNS (root, containerd, runc and the CNI plugins; ../shared/kubernetes-v1.28.7), pods
+      run their images; auto: real when all of that is here, else process (the banner says
+      why). PHALANX_LOCALCLUSTER_NODES_KIND sets the default. --images: OCI archives to
+      import into every real node (default: the build tree's `make images` archives).
   phalanx-localcluster admin --kubeconfig FILE COMMAND
     kill-pod NAMESPACE/POD [--signal N]     signal a pod's process (default SIGKILL)
     stop-pod NAMESPACE/POD                  SIGSTOP it (a hang)
@@ -113,10 +132,13 @@ absl::StatusOr<Json> ParseTaint(const std::string& text) {
   return taint;
 }
 
+absl::StatusOr<std::vector<std::string>> ImageArchives(const Args& args);
+
 int Serve(const Args& args) {
   static const std::vector<std::string> kKnown = {
       "kubeconfig-out", "backend",  "nodes",       "gpus-per-node", "simulated-nodes",
-      "port",           "work-dir", "node-labels", "node-taints"};
+      "port",           "work-dir", "node-labels", "node-taints",   "nodes-kind",
+      "images"};
   for (const auto& [flag, value] : args.flags) {
     if (std::find(kKnown.begin(), kKnown.end(), flag) == kKnown.end()) {
       return Usage(absl::StrCat("unknown flag --", flag));
@@ -141,6 +163,23 @@ int Serve(const Args& args) {
         backend + "\"");
   }
   options.backend = *parsed;
+  std::string nodes_kind = "process";
+  if (const char* env = getenv("PHALANX_LOCALCLUSTER_NODES_KIND"); env != nullptr && *env != '\0') {
+    nodes_kind = env;
+  }
+  if (auto flag = args.flags.find("nodes-kind"); flag != args.flags.end()) nodes_kind = flag->second;
+  std::optional<phalanx::localcluster::NodesKind> kind =
+      phalanx::localcluster::ParseNodesKind(nodes_kind);
+  if (!kind.has_value()) {
+    return Usage(
+        "--nodes-kind (or PHALANX_LOCALCLUSTER_NODES_KIND) must be process, real or auto, got \"" +
+        nodes_kind + "\"");
+  }
+  options.nodes_kind = *kind;
+  absl::StatusOr<std::vector<std::string>> images = ImageArchives(args);
+  if (!images.ok()) return Usage(std::string(images.status().message()));
+  options.image_archives = *images;
+  options.janitor_program = "/proc/self/exe";
   absl::StatusOr<int> nodes = IntFlag(args, "nodes", 2, 0);
   absl::StatusOr<int> gpus = IntFlag(args, "gpus-per-node", 0, 0);
   absl::StatusOr<int> simulated = IntFlag(args, "simulated-nodes", 0, 0);
@@ -182,15 +221,16 @@ int Serve(const Args& args) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  const absl::Time started = absl::Now();
   absl::StatusOr<std::unique_ptr<phalanx::localcluster::LocalCluster>> cluster =
       phalanx::localcluster::LocalCluster::Start(options);
   if (!cluster.ok()) {
     std::cerr << "phalanx-localcluster: " << cluster.status().message() << "\n";
     return 1;
   }
-  std::cerr << "phalanx-localcluster: serving " << (*cluster)->url() << " with " << options.nodes
-            << " process node(s), " << options.simulated_nodes << " simulated node(s), "
-            << options.gpus_per_node << " GPU(s) per node\n"
+  std::cerr << "phalanx-localcluster: serving " << (*cluster)->url() << " with "
+            << (*cluster)->nodes_description() << ", " << options.simulated_nodes
+            << " simulated node(s), " << options.gpus_per_node << " GPU(s) per node\n"
             << "  control plane: " << (*cluster)->backend_description() << "\n"
             << "  export KUBECONFIG=" << (*cluster)->kubeconfig_path() << "\n"
             << "  pod logs: " << options.work_dir << "/logs\n";
@@ -198,13 +238,56 @@ int Serve(const Args& args) {
     std::cerr << "  control-plane logs (etcd, kube-apiserver, kube-controller-manager, audit): "
               << options.work_dir << "/control-plane\n";
   }
+  if ((*cluster)->real_nodes() != nullptr) {
+    std::cerr << "  real nodes (containerd, kubelet and kube-proxy logs, configs): "
+              << options.work_dir << "/nodes\n";
+  }
   std::cout << "ready " << (*cluster)->url() << " backend=" << (*cluster)->backend_name()
+            << " nodes=" << (*cluster)->nodes_kind_name() << " ("
+            << absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - started)) << "s)"
             << std::endl;
   int sig = 0;
   sigwait(&stop_signals, &sig);
   std::cerr << "phalanx-localcluster: signal " << sig << ", stopping pods and the server\n";
   (*cluster)->Stop();
   return 0;
+}
+
+// --images FILE,... or a folder (its *.oci.tar); default: the build tree's `make images`.
+absl::StatusOr<std::vector<std::string>> ImageArchives(const Args& args) {
+  std::string spec = PHALANX_IMAGES_DIR;
+  auto flag = args.flags.find("images");
+  if (flag != args.flags.end()) spec = flag->second;
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (std::filesystem::is_directory(spec, ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator(spec, ec)) {
+      if (absl::EndsWith(entry.path().string(), ".oci.tar")) out.push_back(entry.path().string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  if (flag == args.flags.end()) return out;  // no `make images` yet: none
+  for (absl::string_view file : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
+    if (!std::filesystem::exists(std::string(file), ec)) {
+      return absl::InvalidArgumentError(absl::StrCat("--images: no ", file));
+    }
+    out.push_back(std::string(file));
+  }
+  return out;
+}
+
+int Janitor(const Args& args) {
+  auto dir = args.flags.find("state-dir");
+  auto owner = args.flags.find("owner");
+  int pid = 0;
+  if (dir == args.flags.end() || owner == args.flags.end() ||
+      !absl::SimpleAtoi(owner->second, &pid)) {
+    return Usage("janitor: --state-dir DIR --owner PID");
+  }
+  // Its own session: a signal to the harness's process group must not take it along.
+  setsid();
+  return phalanx::localcluster::RunJanitor(dir->second, pid);
 }
 
 int Admin(const Args& args) {
@@ -276,12 +359,14 @@ int Admin(const Args& args) {
 int main(int argc, char** argv) {
   phalanx::base::InitProcess("localcluster");
   const bool admin = argc > 1 && std::string(argv[1]) == "admin";
+  const bool janitor = argc > 1 && std::string(argv[1]) == "janitor";
   const bool help = argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h");
   if (help) {
     std::cout << kUsage;
     return 0;
   }
-  absl::StatusOr<Args> args = ParseArgs(argc, argv, admin ? 2 : 1);
+  absl::StatusOr<Args> args = ParseArgs(argc, argv, admin || janitor ? 2 : 1);
   if (!args.ok()) return Usage(std::string(args.status().message()));
+  if (janitor) return Janitor(*args);
   return admin ? Admin(*args) : Serve(*args);
 }

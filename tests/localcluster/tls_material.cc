@@ -48,10 +48,13 @@ bool AddExtension(X509* cert, X509* issuer, int nid, const char* value) {
   return ok;
 }
 
-// A certificate for `key`, named `common_name`, signed by `issuer_key` (self-signed when
-// `issuer` is null).
+enum class CertKind { kCa, kServer, kClient };
+
+// A certificate for `key`, named `common_name` (and `organization`, a client's group), signed
+// by `issuer_key` (self-signed when `issuer` is null); a server's names are `sans`.
 absl::StatusOr<Cert> MakeCert(EVP_PKEY* key, const char* common_name, X509* issuer,
-                              EVP_PKEY* issuer_key, bool is_ca) {
+                              EVP_PKEY* issuer_key, CertKind kind, const std::string& sans = "",
+                              const char* organization = nullptr) {
   Cert cert(X509_new());
   if (!cert) return OpenSslError("X509_new");
   X509_set_version(cert.get(), 2);
@@ -67,18 +70,24 @@ absl::StatusOr<Cert> MakeCert(EVP_PKEY* key, const char* common_name, X509* issu
   X509_NAME* name = X509_get_subject_name(cert.get());
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
                              reinterpret_cast<const unsigned char*>(common_name), -1, -1, 0);
+  if (organization != nullptr) {
+    X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>(organization), -1, -1, 0);
+  }
   X509* signer = issuer != nullptr ? issuer : cert.get();
   X509_set_issuer_name(cert.get(), X509_get_subject_name(signer));
   const bool ext_ok =
-      is_ca ? AddExtension(cert.get(), signer, NID_basic_constraints, "critical,CA:TRUE") &&
-                  AddExtension(cert.get(), signer, NID_key_usage, "critical,keyCertSign,cRLSign") &&
-                  AddExtension(cert.get(), signer, NID_subject_key_identifier, "hash")
-            : AddExtension(cert.get(), signer, NID_basic_constraints, "critical,CA:FALSE") &&
-                  AddExtension(cert.get(), signer, NID_key_usage,
-                               "critical,digitalSignature,keyEncipherment") &&
-                  AddExtension(cert.get(), signer, NID_ext_key_usage, "serverAuth") &&
-                  AddExtension(cert.get(), signer, NID_subject_alt_name,
-                               "IP:127.0.0.1,DNS:localhost");
+      kind == CertKind::kCa
+          ? AddExtension(cert.get(), signer, NID_basic_constraints, "critical,CA:TRUE") &&
+                AddExtension(cert.get(), signer, NID_key_usage, "critical,keyCertSign,cRLSign") &&
+                AddExtension(cert.get(), signer, NID_subject_key_identifier, "hash")
+          : AddExtension(cert.get(), signer, NID_basic_constraints, "critical,CA:FALSE") &&
+                AddExtension(cert.get(), signer, NID_key_usage,
+                             "critical,digitalSignature,keyEncipherment") &&
+                (kind == CertKind::kClient
+                     ? AddExtension(cert.get(), signer, NID_ext_key_usage, "clientAuth")
+                     : AddExtension(cert.get(), signer, NID_ext_key_usage, "serverAuth") &&
+                           AddExtension(cert.get(), signer, NID_subject_alt_name, sans.c_str()));
   if (!ext_ok) return OpenSslError("adding certificate extensions");
   if (X509_sign(cert.get(), issuer_key, EVP_sha256()) == 0) return OpenSslError("X509_sign");
   return cert;
@@ -90,18 +99,33 @@ absl::StatusOr<std::string> CertPem(X509* cert) {
   return BioToString(bio.get());
 }
 
+absl::StatusOr<std::string> KeyPem(EVP_PKEY* key) {
+  Bio bio(BIO_new(BIO_s_mem()));
+  if (!bio || PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
+    return OpenSslError("PEM_write_bio_PrivateKey");
+  }
+  return BioToString(bio.get());
+}
+
 }  // namespace
 
-absl::StatusOr<TlsMaterial> GenerateTlsMaterial() {
+absl::StatusOr<TlsMaterial> GenerateTlsMaterial(const std::vector<std::string>& extra_sans) {
   Pkey ca_key(EVP_EC_gen("P-256"));
   Pkey server_key(EVP_EC_gen("P-256"));
-  if (!ca_key || !server_key) return OpenSslError("EVP_EC_gen");
+  Pkey kubelet_client_key(EVP_EC_gen("P-256"));
+  if (!ca_key || !server_key || !kubelet_client_key) return OpenSslError("EVP_EC_gen");
   absl::StatusOr<Cert> ca =
-      MakeCert(ca_key.get(), "phalanx-localcluster-ca", nullptr, ca_key.get(), /*is_ca=*/true);
+      MakeCert(ca_key.get(), "phalanx-localcluster-ca", nullptr, ca_key.get(), CertKind::kCa);
   if (!ca.ok()) return ca.status();
-  absl::StatusOr<Cert> server =
-      MakeCert(server_key.get(), "phalanx-localcluster", ca->get(), ca_key.get(), /*is_ca=*/false);
+  std::string sans = "IP:127.0.0.1,DNS:localhost";
+  for (const std::string& san : extra_sans) absl::StrAppend(&sans, ",", san);
+  absl::StatusOr<Cert> server = MakeCert(server_key.get(), "phalanx-localcluster", ca->get(),
+                                         ca_key.get(), CertKind::kServer, sans);
   if (!server.ok()) return server.status();
+  absl::StatusOr<Cert> kubelet_client =
+      MakeCert(kubelet_client_key.get(), "kube-apiserver-kubelet-client", ca->get(), ca_key.get(),
+               CertKind::kClient, "", "system:masters");
+  if (!kubelet_client.ok()) return kubelet_client.status();
 
   TlsMaterial out;
   absl::StatusOr<std::string> ca_pem = CertPem(ca->get());
@@ -110,20 +134,20 @@ absl::StatusOr<TlsMaterial> GenerateTlsMaterial() {
   if (!server_pem.ok()) return server_pem.status();
   out.ca_cert_pem = *ca_pem;
   out.server_cert_pem = *server_pem;
-  Bio key_bio(BIO_new(BIO_s_mem()));
-  if (!key_bio || PEM_write_bio_PrivateKey(key_bio.get(), server_key.get(), nullptr, nullptr, 0,
-                                           nullptr, nullptr) != 1) {
-    return OpenSslError("PEM_write_bio_PrivateKey");
+  absl::StatusOr<std::string> server_key_pem = KeyPem(server_key.get());
+  absl::StatusOr<std::string> client_pem = CertPem(kubelet_client->get());
+  absl::StatusOr<std::string> client_key_pem = KeyPem(kubelet_client_key.get());
+  for (const auto* s : {&server_key_pem, &client_pem, &client_key_pem}) {
+    if (!s->ok()) return s->status();
   }
-  out.server_key_pem = BioToString(key_bio.get());
+  out.server_key_pem = *server_key_pem;
+  out.kubelet_client_cert_pem = *client_pem;
+  out.kubelet_client_key_pem = *client_key_pem;
   Pkey sa_key(EVP_EC_gen("P-256"));
-  Bio sa_bio(BIO_new(BIO_s_mem()));
-  if (!sa_key || !sa_bio ||
-      PEM_write_bio_PrivateKey(sa_bio.get(), sa_key.get(), nullptr, nullptr, 0, nullptr, nullptr) !=
-          1) {
-    return OpenSslError("service account key");
-  }
-  out.service_account_key_pem = BioToString(sa_bio.get());
+  if (!sa_key) return OpenSslError("service account key");
+  absl::StatusOr<std::string> sa_pem = KeyPem(sa_key.get());
+  if (!sa_pem.ok()) return sa_pem.status();
+  out.service_account_key_pem = *sa_pem;
   Bio sa_public_bio(BIO_new(BIO_s_mem()));
   if (!sa_public_bio || PEM_write_bio_PUBKEY(sa_public_bio.get(), sa_key.get()) != 1) {
     return OpenSslError("service account public key");

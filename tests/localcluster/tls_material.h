@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -18,9 +19,15 @@ struct TlsMaterial {
   // Signs ServiceAccount tokens (a real control plane's --service-account-signing-key-file).
   std::string service_account_key_pem;
   std::string service_account_public_pem;  // its public half (--service-account-key-file)
+  // The API server's client certificate towards kubelets (CN kube-apiserver-kubelet-client,
+  // O system:masters): a real kubelet authenticates `kubectl logs`/`exec` calls with it.
+  std::string kubelet_client_cert_pem;
+  std::string kubelet_client_key_pem;
 };
 
-// Internal when OpenSSL fails (it should not).
-absl::StatusOr<TlsMaterial> GenerateTlsMaterial();
+// `extra_sans`: more subject alternative names for the server certificate, as OpenSSL writes
+// them ("IP:10.96.0.1", "DNS:kubernetes.default.svc"). Internal when OpenSSL fails (it should
+// not).
+absl::StatusOr<TlsMaterial> GenerateTlsMaterial(const std::vector<std::string>& extra_sans = {});
 
 }  // namespace phalanx::localcluster
