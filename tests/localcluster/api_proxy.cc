@@ -200,8 +200,9 @@ void ApiProxy::Handle(const HttpRequest& request, HttpResponse& response) {
       (parts.size() >= 3 && parts[0] == "api") || (parts.size() >= 4 && parts[0] == "apis");
   if (resource_request && faults_.InjectedError(response)) return;
   // /api/v1/namespaces/NS/pods/NAME/log
-  if (!options_.log_dir.empty() && request.method == "GET" && parts.size() == 7 && parts[0] == "api" && parts[1] == "v1" &&
-      parts[2] == "namespaces" && parts[4] == "pods" && parts[6] == "log") {
+  if (!options_.log_dir.empty() && request.method == "GET" && parts.size() == 7 &&
+      parts[0] == "api" && parts[1] == "v1" && parts[2] == "namespaces" && parts[4] == "pods" &&
+      parts[6] == "log") {
     return PodLog(request, response, parts[3], parts[5]);
   }
   Forward(request, response);
@@ -212,9 +213,9 @@ void ApiProxy::Forward(const HttpRequest& request, HttpResponse& response) {
   if (absl::Status s = upstream.Connect(); !s.ok()) {
     return RespondError(response, s);
   }
-  std::string head =
-      absl::StrCat(request.method, " ", request.target, " HTTP/1.1\r\n",
-                   "Host: ", options_.upstream_address, ":", options_.upstream_port, "\r\n", "Connection: close\r\n");
+  std::string head = absl::StrCat(request.method, " ", request.target, " HTTP/1.1\r\n",
+                                  "Host: ", options_.upstream_address, ":", options_.upstream_port,
+                                  "\r\n", "Connection: close\r\n");
   for (const auto& [name, value] : request.headers) {
     if (!HopByHop(name)) absl::StrAppend(&head, name, ": ", value, "\r\n");
   }
@@ -314,9 +315,10 @@ void ApiProxy::PodLog(const HttpRequest& request, HttpResponse& response, const 
   Upstream upstream(Ctx(ssl_ctx_), options_.upstream_address, options_.upstream_port);
   absl::Status connected = upstream.Connect();
   if (!connected.ok()) return RespondError(response, connected);
-  std::string head = absl::StrCat("GET /api/v1/namespaces/", ns, "/pods/", pod,
-                                  " HTTP/1.1\r\nHost: ", options_.upstream_address, ":", options_.upstream_port,
-                                  "\r\nConnection: close\r\nAccept: application/json\r\n");
+  std::string head =
+      absl::StrCat("GET /api/v1/namespaces/", ns, "/pods/", pod,
+                   " HTTP/1.1\r\nHost: ", options_.upstream_address, ":", options_.upstream_port,
+                   "\r\nConnection: close\r\nAccept: application/json\r\n");
   if (const std::string auth = request.Header("authorization"); !auth.empty()) {
     absl::StrAppend(&head, "Authorization: ", auth, "\r\n");
   }

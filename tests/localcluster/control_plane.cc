@@ -152,8 +152,8 @@ absl::Status ControlPlane::StartApiServer() {
   const bool loopback = absl::StartsWith(options_.bind_address, "127.");
   o.argv = {options_.assets.kube_apiserver, "--etcd-servers=" + etcd_url_,
             "--bind-address=" + options_.bind_address,
-            "--advertise-address=" + options_.bind_address,
-            absl::StrCat("--secure-port=", port_), "--tls-cert-file=" + Path("apiserver.crt"),
+            "--advertise-address=" + options_.bind_address, absl::StrCat("--secure-port=", port_),
+            "--tls-cert-file=" + Path("apiserver.crt"),
             "--tls-private-key-file=" + Path("apiserver.key"), "--client-ca-file=" + Path("ca.crt"),
             "--token-auth-file=" + Path("tokens.csv"), "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement",

@@ -39,7 +39,8 @@ std::string FindTool(const std::string& program) {
   return found;
 }
 
-absl::StatusOr<EnvtestAssets> ProbeEnvtestAssets(const std::string& dir, const std::string& source) {
+absl::StatusOr<EnvtestAssets> ProbeEnvtestAssets(const std::string& dir,
+                                                 const std::string& source) {
   EnvtestAssets assets;
   assets.dir = dir;
   assets.source = source;

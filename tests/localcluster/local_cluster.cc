@@ -88,8 +88,11 @@ absl::Status LocalCluster::Init() {
   if (real_nodes_ != nullptr) {
     // Pods reach the API server as the kubernetes Service (10.96.0.1, kubernetes.default.svc)
     // whose endpoint is node-0's address.
-    sans = {"IP:" + real_nodes_->api_address(), std::string("IP:") + kKubernetesServiceIp,
-            "DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
+    sans = {"IP:" + real_nodes_->api_address(),
+            std::string("IP:") + kKubernetesServiceIp,
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
             std::string("DNS:kubernetes.default.svc.") + kClusterDomain};
   }
   absl::StatusOr<TlsMaterial> tls = GenerateTlsMaterial(sans);

@@ -103,7 +103,7 @@ class LocalCluster {
 
   // Both back ends: 429/500 shares, dropped watches, the admin endpoint.
   FaultInjector& faults();
-  Kubelet& kubelet() { return *kubelet_; }  // process nodes only
+  Kubelet& kubelet() { return *kubelet_; }               // process nodes only
   RealNodes* real_nodes() { return real_nodes_.get(); }  // null on process nodes
   // The built-in back end's parts (crash on the real back end: a test that asks for them is
   // a built-in-only test).

@@ -3,8 +3,9 @@
 // Thread-safe.
 #pragma once
 
-#include <string>
 #include <sys/types.h>
+
+#include <string>
 
 #include "absl/status/status.h"
 

@@ -101,7 +101,8 @@ absl::StatusOr<std::string> CertPem(X509* cert) {
 
 absl::StatusOr<std::string> KeyPem(EVP_PKEY* key) {
   Bio bio(BIO_new(BIO_s_mem()));
-  if (!bio || PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
+  if (!bio ||
+      PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
     return OpenSslError("PEM_write_bio_PrivateKey");
   }
   return BioToString(bio.get());

@@ -175,15 +175,17 @@ constexpr const char* kTables[] = {"nat", "filter", "mangle"};
 }  // namespace
 
 const std::vector<std::string>& SysctlsNodesChange() {
-  static const std::vector<std::string> kSysctls = {
-      "net/ipv4/ip_forward", "vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"};
+  static const std::vector<std::string> kSysctls = {"net/ipv4/ip_forward", "vm/overcommit_memory",
+                                                    "kernel/panic", "kernel/panic_on_oops"};
   return kSysctls;
 }
 
 std::string FormatHostRecord(const HostRecord& record) {
   std::string out = absl::StrCat("owner ", record.owner, "\nwork_dir ", record.work_dir, "\n");
-  for (const auto& [key, value] : record.sysctls) absl::StrAppend(&out, "sysctl ", key, " ", value, "\n");
-  for (const std::string& dir : record.created_dirs) absl::StrAppend(&out, "created_dir ", dir, "\n");
+  for (const auto& [key, value] : record.sysctls)
+    absl::StrAppend(&out, "sysctl ", key, " ", value, "\n");
+  for (const std::string& dir : record.created_dirs)
+    absl::StrAppend(&out, "created_dir ", dir, "\n");
   return out;
 }
 
@@ -303,7 +305,8 @@ std::vector<std::string> UndoHostChanges(const HostRecord& record) {
   for (const std::string& link : NodeBridgesAndVeths()) {
     if (!RunTool({"ip", "link", "del", link}).has_value()) {
       std::error_code ec;
-      if (fs::exists("/sys/class/net/" + link, ec)) problems.push_back("cannot delete link " + link);
+      if (fs::exists("/sys/class/net/" + link, ec))
+        problems.push_back("cannot delete link " + link);
     }
   }
   for (const char* table : kTables) {

@@ -73,15 +73,16 @@ absl::StatusOr<NodeAssets> FindNodeAssets() {
   }
   for (const char* plugin : {"bridge", "host-local", "portmap", "loopback"}) {
     if (!Executable(absl::StrCat("/usr/lib/cni/", plugin))) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "real nodes need the CNI plugin /usr/lib/cni/", plugin,
-          " (apt-get install containernetworking-plugins)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("real nodes need the CNI plugin /usr/lib/cni/", plugin,
+                       " (apt-get install containernetworking-plugins)"));
     }
   }
   a.pause = PHALANX_PAUSE_BINARY;
   if (a.pause.empty() || !Executable(a.pause)) {
-    return absl::FailedPreconditionError("no phalanx-pause binary in this build (a static link "
-                                         "failed? install libc6-dev)");
+    return absl::FailedPreconditionError(
+        "no phalanx-pause binary in this build (a static link "
+        "failed? install libc6-dev)");
   }
   return a;
 }

@@ -26,16 +26,22 @@ NodeLayout LayOutNode(const std::string& work_dir, int index) {
 std::string ContainerdConfig(const NodeLayout& node, const std::string& sandbox_image) {
   const std::string& d = node.dir;
   return absl::StrCat(R"(version = 2
-root = ")", d, R"(/containerd-root"
-state = ")", d, R"(/containerd-state"
+root = ")",
+                      d, R"(/containerd-root"
+state = ")",
+                      d, R"(/containerd-state"
 [grpc]
-  address = ")", node.containerd_socket(), R"("
+  address = ")",
+                      node.containerd_socket(), R"("
 [ttrpc]
-  address = ")", d, R"(/containerd-ttrpc.sock"
+  address = ")",
+                      d, R"(/containerd-ttrpc.sock"
 [plugins."io.containerd.internal.v1.opt"]
-  path = ")", d, R"(/opt"
+  path = ")",
+                      d, R"(/opt"
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = ")", sandbox_image, R"("
+  sandbox_image = ")",
+                      sandbox_image, R"("
   # Root here lacks CAP_SYS_RESOURCE: without this every sandbox fails to set its oom_score_adj.
   restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
@@ -47,20 +53,24 @@ state = ")", d, R"(/containerd-state"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        Root = ")", d, R"(/runc"
+        Root = ")",
+                      d, R"(/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = ")", node.cni_conf_dir(), R"("
+    conf_dir = ")",
+                      node.cni_conf_dir(), R"("
 )");
 }
 
 std::string CniNetwork(const NodeLayout& node) {
-  return absl::StrCat(
-      R"({"cniVersion": "0.4.0", "name": "phalanx-)", node.name, R"(", "plugins": [
-  {"type": "bridge", "bridge": ")", node.bridge,
-      R"(", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": ")", node.pod_subnet, R"("}]],
-            "routes": [{"dst": "0.0.0.0/0"}], "dataDir": ")", node.dir, R"(/cni-data"}},
+  return absl::StrCat(R"({"cniVersion": "0.4.0", "name": "phalanx-)", node.name, R"(", "plugins": [
+  {"type": "bridge", "bridge": ")",
+                      node.bridge,
+                      R"(", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": ")",
+                      node.pod_subnet, R"("}]],
+            "routes": [{"dst": "0.0.0.0/0"}], "dataDir": ")",
+                      node.dir, R"(/cni-data"}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 )");
 }
@@ -69,25 +79,35 @@ std::string KubeletConfig(const NodeLayout& node, const std::string& client_ca_f
   return absl::StrCat(R"(apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
-cgroupRoot: /)", node.cgroup_root, R"(
+cgroupRoot: /)",
+                      node.cgroup_root, R"(
 failSwapOn: false
 # The default -999 cannot be applied here (no CAP_SYS_RESOURCE).
 oomScoreAdj: 0
-address: )", node.address, R"(
-port: )", node.kubelet_port, R"(
+address: )",
+                      node.address, R"(
+port: )",
+                      node.kubelet_port, R"(
 healthzBindAddress: 127.0.0.1
-healthzPort: )", node.kubelet_healthz_port, R"(
+healthzPort: )",
+                      node.kubelet_healthz_port, R"(
 readOnlyPort: 0
-clusterDomain: )", kClusterDomain, R"(
-clusterDNS: [)", node.address, R"(]
+clusterDomain: )",
+                      kClusterDomain, R"(
+clusterDNS: [)",
+                      node.address, R"(]
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
-  x509: {clientCAFile: )", client_ca_file, R"(}
+  x509: {clientCAFile: )",
+                      client_ca_file, R"(}
 authorization: {mode: Webhook}
-containerRuntimeEndpoint: unix://)", node.containerd_socket(), R"(
-imageServiceEndpoint: unix://)", node.containerd_socket(), R"(
-podCIDR: )", node.pod_subnet, R"(
+containerRuntimeEndpoint: unix://)",
+                      node.containerd_socket(), R"(
+imageServiceEndpoint: unix://)",
+                      node.containerd_socket(), R"(
+podCIDR: )",
+                      node.pod_subnet, R"(
 # Nodes share the machine's disk and memory: evict only when they are truly gone, and never
 # garbage-collect the images the harness imported (there is no registry to pull them again).
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
@@ -103,11 +123,15 @@ std::string KubeProxyConfig(const std::string& kubeconfig, int metrics_port, int
   return absl::StrCat(R"(apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: iptables
-clusterCIDR: )", kClusterPodCidr, R"(
+clusterCIDR: )",
+                      kClusterPodCidr, R"(
 oomScoreAdj: 0
-metricsBindAddress: 127.0.0.1:)", metrics_port, R"(
-healthzBindAddress: 127.0.0.1:)", healthz_port, R"(
-clientConnection: {kubeconfig: )", kubeconfig, R"(}
+metricsBindAddress: 127.0.0.1:)",
+                      metrics_port, R"(
+healthzBindAddress: 127.0.0.1:)",
+                      healthz_port, R"(
+clientConnection: {kubeconfig: )",
+                      kubeconfig, R"(}
 # Leave the machine's conntrack sysctls alone.
 conntrack: {maxPerCore: 0}
 )");
@@ -125,12 +149,13 @@ std::string Corefile(const std::vector<NodeLayout>& nodes, const std::string& ku
 
 std::string TokenKubeconfig(const std::string& server, const std::string& ca_file,
                             const std::string& token) {
-  return absl::StrCat("apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n"
-                      "    server: ",
-                      server, "\n    certificate-authority: ", ca_file,
-                      "\nusers:\n- name: user\n  user:\n    token: ", token,
-                      "\ncontexts:\n- name: local\n  context:\n    cluster: local\n"
-                      "    user: user\ncurrent-context: local\n");
+  return absl::StrCat(
+      "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n"
+      "    server: ",
+      server, "\n    certificate-authority: ", ca_file,
+      "\nusers:\n- name: user\n  user:\n    token: ", token,
+      "\ncontexts:\n- name: local\n  context:\n    cluster: local\n"
+      "    user: user\ncurrent-context: local\n");
 }
 
 }  // namespace phalanx::localcluster

@@ -29,8 +29,9 @@ std::string Quoted(const std::string& s) { return absl::StrCat("\"", absl::CEsca
 
 std::string Descriptor(const std::string& media_type, const std::string& blob,
                        const std::string& extra = "") {
-  return absl::StrCat("{\"mediaType\":", Quoted(media_type), ",\"digest\":\"sha256:",
-                      Sha256Hex(blob), "\",\"size\":", blob.size(), extra, "}");
+  return absl::StrCat("{\"mediaType\":", Quoted(media_type),
+                      ",\"digest\":\"sha256:", Sha256Hex(blob), "\",\"size\":", blob.size(), extra,
+                      "}");
 }
 
 }  // namespace
@@ -70,13 +71,14 @@ std::string OciArchive(const ImageSpec& image) {
   for (const std::string& arg : image.entrypoint) entrypoint.push_back(Quoted(arg));
   const std::string config = absl::StrCat(
       "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":[",
-      absl::StrJoin(entrypoint, ","), "]", image.user.empty() ? "" : ",\"User\":" + Quoted(image.user),
+      absl::StrJoin(entrypoint, ","), "]",
+      image.user.empty() ? "" : ",\"User\":" + Quoted(image.user),
       "},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:", Sha256Hex(layer), "\"]}}");
   const std::string manifest = absl::StrCat(
       "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
       "\"config\":",
-      Descriptor("application/vnd.oci.image.config.v1+json", config),
-      ",\"layers\":[", Descriptor("application/vnd.oci.image.layer.v1.tar", layer), "]}");
+      Descriptor("application/vnd.oci.image.config.v1+json", config), ",\"layers\":[",
+      Descriptor("application/vnd.oci.image.layer.v1.tar", layer), "]}");
   const std::string index = absl::StrCat(
       "{\"schemaVersion\":2,\"manifests\":[",
       Descriptor("application/vnd.oci.image.manifest.v1+json", manifest,

@@ -139,8 +139,8 @@ absl::Status RealNodes::PrepareHost() {
     if (fs::exists(entry.path() / "cgroup.procs")) hierarchies.push_back(entry.path().string());
   }
   for (const NodeLayout& node : nodes_) {
-    for (const std::string& dir : {node.dir + "/logs", node.cni_conf_dir(), node.dir + "/cni-data",
-                                   node.kubelet_root()}) {
+    for (const std::string& dir :
+         {node.dir + "/logs", node.cni_conf_dir(), node.dir + "/cni-data", node.kubelet_root()}) {
       if (absl::Status s = Mkdirs(dir); !s.ok()) return s;
     }
     for (const std::string& path : PerNodeHostPaths()) {
@@ -174,8 +174,8 @@ absl::Status RealNodes::PrepareHost() {
 absl::Status RealNodes::StartJanitor() {
   if (options_.janitor_program.empty()) return absl::OkStatus();
   process::SubprocessOptions o;
-  o.argv = {options_.janitor_program, "janitor", "--state-dir", options_.state_dir, "--owner",
-            absl::StrCat(getpid())};
+  o.argv = {options_.janitor_program, "janitor", "--state-dir",
+            options_.state_dir,       "--owner", absl::StrCat(getpid())};
   // Never a pipe to us: it must outlive this process (no SIGPIPE once we are gone).
   o.stdout_path = options_.state_dir + "/janitor.log";
   absl::StatusOr<std::unique_ptr<process::Subprocess>> janitor = process::Subprocess::Start(o);
@@ -293,8 +293,8 @@ absl::Status RealNodes::Start(const std::string& api_url, const std::string& ca_
       for (const kube::Json& t : options_.node_taints) taints.push_back(TaintFlag(t));
       argv.push_back("--register-with-taints=" + absl::StrJoin(taints, ","));
     }
-    if (absl::Status s = StartDaemon("kubelet " + node.name, node.dir + "/logs/kubelet.log",
-                                     std::move(argv));
+    if (absl::Status s =
+            StartDaemon("kubelet " + node.name, node.dir + "/logs/kubelet.log", std::move(argv));
         !s.ok()) {
       return s;
     }
@@ -376,8 +376,8 @@ absl::Status RealNodes::ImportImages(const NodeLayout& node) {
   std::vector<std::string> archives = {options_.work_dir + "/nodes/pause.oci.tar"};
   archives.insert(archives.end(), options_.image_archives.begin(), options_.image_archives.end());
   for (const std::string& archive : archives) {
-    if (absl::Status s = Ctr(node, {"images", "import", "--snapshotter", "native", archive},
-                             absl::Seconds(120));
+    if (absl::Status s =
+            Ctr(node, {"images", "import", "--snapshotter", "native", archive}, absl::Seconds(120));
         !s.ok()) {
       return absl::UnavailableError(
           absl::StrCat("real nodes: importing ", archive, " into ", node.name, ": ", s.message()));
@@ -388,8 +388,8 @@ absl::Status RealNodes::ImportImages(const NodeLayout& node) {
 
 absl::Status RealNodes::Ctr(const NodeLayout& node, std::vector<std::string> args,
                             absl::Duration timeout) const {
-  std::vector<std::string> argv = {options_.assets.ctr, "--address", node.containerd_socket(),
-                                   "-n", "k8s.io"};
+  std::vector<std::string> argv = {options_.assets.ctr, "--address", node.containerd_socket(), "-n",
+                                   "k8s.io"};
   argv.insert(argv.end(), args.begin(), args.end());
   process::SubprocessOptions o;
   o.argv = argv;
@@ -397,13 +397,13 @@ absl::Status RealNodes::Ctr(const NodeLayout& node, std::vector<std::string> arg
   absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(o);
   if (!p.ok()) return p.status();
   if (!(*p)->Wait(timeout).has_value()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("`ctr ", absl::StrJoin(args, " "), "` took over ", absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat("`ctr ", absl::StrJoin(args, " "),
+                                                    "` took over ", absl::FormatDuration(timeout)));
   }
   if (std::optional<int> code = (*p)->ExitCode(); code != 0) {
     return absl::UnavailableError(absl::StrCat("`ctr ", absl::StrJoin(args, " "), "` exited ",
-                                               code.value_or(-1), "; ", o.stdout_path,
-                                               " ends:\n", LogTail(o.stdout_path, 3)));
+                                               code.value_or(-1), "; ", o.stdout_path, " ends:\n",
+                                               LogTail(o.stdout_path, 3)));
   }
   return absl::OkStatus();
 }
@@ -441,9 +441,9 @@ absl::Status RealNodes::WaitUntilReady(absl::Time deadline) {
     }
     if (absl::Now() > deadline) {
       const std::string log = nodes_.front().dir + "/logs/kubelet.log";
-      return absl::UnavailableError(
-          absl::StrCat("real nodes: not Ready within ", absl::FormatDuration(options_.start_timeout),
-                       " (", last, "); ", log, " ends:\n", LogTail(log)));
+      return absl::UnavailableError(absl::StrCat("real nodes: not Ready within ",
+                                                 absl::FormatDuration(options_.start_timeout), " (",
+                                                 last, "); ", log, " ends:\n", LogTail(log)));
     }
     // Start-up polling of the API server (bounded by the deadline).
     absl::SleepFor(absl::Milliseconds(250));
@@ -455,9 +455,9 @@ absl::Status RealNodes::AdvertiseGpus() {
   // Kubernetes' documented way to advertise an extended resource without a device plugin: the
   // kubelet keeps it in capacity and derives allocatable from it.
   const std::string count = absl::StrCat(options_.gpus_per_node);
-  const std::string patch = absl::StrCat(R"({"status":{"capacity":{")", kGpuResource, R"(":")",
-                                         count, R"("},"allocatable":{")", kGpuResource, R"(":")",
-                                         count, R"("}}})");
+  const std::string patch =
+      absl::StrCat(R"({"status":{"capacity":{")", kGpuResource, R"(":")", count,
+                   R"("},"allocatable":{")", kGpuResource, R"(":")", count, R"("}}})");
   for (const NodeLayout& node : nodes_) {
     absl::StatusOr<std::string> r = client_->Raw("PATCH", "/api/v1/nodes/" + node.name + "/status",
                                                  patch, "application/merge-patch+json");
@@ -532,7 +532,8 @@ absl::Status RealNodes::FailPod(const std::string&, const std::string&, int) {
 }
 
 absl::Status RealNodes::PreemptNode(const std::string& node, absl::Duration grace) {
-  if (FindNode(node) == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
+  if (FindNode(node) == nullptr)
+    return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
   // What a cloud does: the termination taint (the agent's taint notice source reads it) ...
   absl::StatusOr<std::string> text = client_->Raw("GET", "/api/v1/nodes/" + node);
   if (!text.ok()) return text.status();
@@ -550,9 +551,8 @@ absl::Status RealNodes::PreemptNode(const std::string& node, absl::Duration grac
   kube::Json patch = kube::Json::object();
   patch["spec"] = kube::Json::object();
   patch["spec"]["taints"] = taints;
-  if (absl::StatusOr<std::string> r = client_->Raw("PATCH", "/api/v1/nodes/" + node,
-                                                   patch.serialize(),
-                                                   "application/merge-patch+json");
+  if (absl::StatusOr<std::string> r = client_->Raw(
+          "PATCH", "/api/v1/nodes/" + node, patch.serialize(), "application/merge-patch+json");
       !r.ok()) {
     return r.status();
   }
@@ -568,9 +568,9 @@ absl::Status RealNodes::PreemptNode(const std::string& node, absl::Duration grac
       for (const kube::Json& pod : kube::Json::parse(*pods).at("items").as_array()) {
         const std::string ns = pod.at("metadata").at("namespace").as_string();
         const std::string name = pod.at("metadata").at("name").as_string();
-        const std::string eviction = absl::StrCat(
-            R"({"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":")", name,
-            R"(","namespace":")", ns, R"("}})");
+        const std::string eviction =
+            absl::StrCat(R"({"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":")",
+                         name, R"(","namespace":")", ns, R"("}})");
         absl::StatusOr<std::string> r = client_->Raw(
             "POST", absl::StrCat("/api/v1/namespaces/", ns, "/pods/", name, "/eviction"), eviction);
         if (!r.ok()) PHX_LOG(WARNING) << "evicting " << ns << "/" << name << ": " << r.status();

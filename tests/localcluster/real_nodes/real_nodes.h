@@ -108,7 +108,7 @@ class RealNodes final : public FaultTarget {
                    absl::Duration timeout = absl::Seconds(30)) const;
   // The node and containerd task id of a pod's first container.
   absl::StatusOr<std::pair<const NodeLayout*, std::string>> ContainerOf(const std::string& ns,
-                                                                       const std::string& name);
+                                                                        const std::string& name);
   const NodeLayout* FindNode(const std::string& name) const;
   Daemon* FindDaemon(const std::string& name);
 

@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""Phalanx on real nodes (issue 28): real kubelets v1.28.7 with containerd, placed by
+kube-scheduler, as `phalanx-localcluster --nodes-kind real` runs them (CTest label `node`).
+
+  node_test.py SOURCE_DIR BINARY_DIR CASE
+
+CASE install and kubelet run on the cluster the `node` cases share (CTest fixture
+real_node_cluster, started by tests/e2e/shared_cluster.sh; its folder in
+$PHALANX_NODE_CLUSTER), each in namespaces of its own:
+
+  install   as a user installs: `helm install` of deploy/helm/phalanx with the images of
+            `make images` (operator Deployment with leader election, one agent per node with its
+            init container), examples/trainingjob.yaml (coordinator and 4 tasks as containers,
+            through cluster DNS), a task's process SIGKILLed in its container (the replacement
+            Running, status.restarts 1), a task pod deleted (its PID 1 ends on SIGTERM: gone well
+            within the grace period), `helm uninstall` (nothing left in the release namespace).
+  kubelet   what only a real kubelet does, each beside what the process kubelet reports for the
+            same case where it can: exit codes and FallbackToLogsOnError's message, 137 for a
+            SIGKILLed container, SIGTERM on delete (our PID 1 ends at once), runAsNonRoot with the
+            image's user, restricted Pod Security.
+  janitor   its own one-node cluster (after the shared one stopped): SIGKILL the harness with a
+            pod running, then nothing of it is left on the machine (processes, mounts, cgroups,
+            bridges, iptables chains); a second start is clean and runs pods again.
+
+Exit 77 (skipped) with the reason when this machine cannot run real nodes (root, containerd,
+runc, CNI plugins, ../shared/kubernetes-v1.28.7) or `make images` cannot build the images.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise Failure(message)
+
+
+def run(cmd, timeout=60, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def wait_until(what, predicate, timeout):
+    """Polls predicate (a bounded wait on a real cluster's state) until it returns a truthy value."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.25)
+    raise Failure(f"{what}: not within {timeout}s")
+
+
+class Cluster:
+    def __init__(self, build, kubeconfig):
+        self.build = build
+        self.kubeconfig = kubeconfig
+        self.kubectl_bin = os.path.join(build, "kubernetes-v1.28.7", "kubectl")  # 1.28 against 1.28
+        self.localcluster = os.path.join(build, "tests", "localcluster", "phalanx-localcluster")
+
+    def kubectl(self, *args, timeout=60, check_rc=True, stdin=None):
+        r = run([self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args], timeout=timeout,
+                input=stdin)
+        if check_rc:
+            check(r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr.strip()}")
+        return r
+
+    def get(self, *args):
+        r = self.kubectl("get", *args, "-o", "json", check_rc=False)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def apply(self, obj, ns=None):
+        extra = ["-n", ns] if ns else []
+        return self.kubectl("apply", *extra, "-f", "-", stdin=json.dumps(obj))
+
+    def admin(self, *args):
+        r = run([self.localcluster, "admin", "--kubeconfig", self.kubeconfig, *args])
+        check(r.returncode == 0, f"admin {' '.join(args)}: {r.stderr.strip()}")
+
+    def namespace(self, prefix, labels=None):
+        name = f"{prefix}-{os.getpid()}"
+        obj = {"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": name, "labels": labels or {}}}
+        self.apply(obj)
+        wait_until(f"default ServiceAccount in {name}",
+                   lambda: self.get("serviceaccount", "default", "-n", name), 30)
+        return name
+
+
+def phase(cluster, ns, pod):
+    p = cluster.get("pod", pod, "-n", ns)
+    return p["status"].get("phase") if p else None
+
+
+def terminated(cluster, ns, pod):
+    p = cluster.get("pod", pod, "-n", ns)
+    for s in (p or {}).get("status", {}).get("containerStatuses", []):
+        t = s.get("state", {}).get("terminated") or s.get("lastState", {}).get("terminated")
+        if t:
+            return t
+    return None
+
+
+def image(name):
+    return f"ghcr.io/phalanx-dev/{name}:0.1.0"
+
+
+def restricted_container(name, img, args):
+    return {"name": name, "image": img, "imagePullPolicy": "Never", "args": args,
+            "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
+                                "capabilities": {"drop": ["ALL"]},
+                                "seccompProfile": {"type": "RuntimeDefault"}}}
+
+
+def pod(name, containers, **spec):
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "containers": containers, **spec}}
+
+
+# ---------------------------------------------------------------------------------------------
+
+def case_install(src, cluster, helm):
+    c = cluster
+    release_ns = "phalanx-system"
+    c.kubectl("apply", "--server-side", "-f", os.path.join(src, "crds"))
+    nodes = c.get("nodes")["items"]
+    t0 = time.monotonic()
+    r = run([helm, "install", "phalanx", os.path.join(src, "deploy", "helm", "phalanx"),
+             "--kubeconfig", c.kubeconfig, "--namespace", release_ns, "--create-namespace",
+             "--set", "agent.fakeGpus=2", "--wait", "--timeout", "180s"], timeout=240)
+    check(r.returncode == 0, f"helm install: {r.stderr}")
+    print(f"helm install --wait: {time.monotonic() - t0:.1f}s")
+    try:
+        ds = c.get("daemonset", "-n", release_ns, "-l", "app.kubernetes.io/component=agent")["items"]
+        check(len(ds) == 1, "one agent DaemonSet")
+        wait_until("an agent Ready on every node", lambda: c.get(
+            "daemonset", ds[0]["metadata"]["name"], "-n", release_ns)["status"].get(
+                "numberReady") == len(nodes), 120)
+        agents = c.get("pods", "-n", release_ns, "-l", "app.kubernetes.io/component=agent")["items"]
+        check(sorted(p["spec"]["nodeName"] for p in agents) == sorted(
+            n["metadata"]["name"] for n in nodes), "one agent per node")
+        for p in agents:
+            init = p["status"]["initContainerStatuses"][0]["state"].get("terminated", {})
+            check(init.get("exitCode") == 0, f"the agent's init container ended {init}")
+        leases = c.get("leases", "-n", release_ns)["items"]
+        check(any(lease["spec"].get("holderIdentity") for lease in leases),
+              "the operator holds its leader-election Lease")
+        print(f"operator and {len(agents)} agents Running as containers; leader elected")
+
+        ns = c.namespace("nodes-install")
+        t0 = time.monotonic()
+        c.kubectl("apply", "-n", ns, "-f", os.path.join(src, "examples", "trainingjob.yaml"))
+
+        def running():
+            pods = c.get("pods", "-n", ns)["items"]
+            up = [p for p in pods if p["status"].get("phase") == "Running" and all(
+                s.get("ready") for s in p["status"].get("containerStatuses", []))]
+            return len(up) >= 5 and up
+        wait_until("the example's coordinator and 4 tasks Running and ready", running, 180)
+        print(f"examples/trainingjob.yaml: coordinator + 4 tasks ready {time.monotonic() - t0:.1f}s "
+              "after apply")
+
+        victim = "sample-task-1-0"
+        t0 = time.monotonic()
+        c.admin("kill-pod", f"{ns}/{victim}")
+        t = wait_until("the killed task's container terminated", lambda: terminated(c, ns, victim), 60)
+        check(t.get("exitCode") == 137, f"SIGKILLed container exit code {t}")
+        wait_until("the job restarted the task (status.restarts 1) with 4 tasks Running", lambda: (
+            (c.get("trainingjob", "sample", "-n", ns) or {}).get("status", {}).get("restarts", 0) >= 1
+            and len([p for p in c.get("pods", "-n", ns, "-l", "phalanx.dev/role=task")["items"]
+                     if p["status"].get("phase") == "Running"
+                     and not p["metadata"].get("deletionTimestamp")]) >= 4), 120)
+        print(f"kill -9 in the container -> replacement Running {time.monotonic() - t0:.1f}s later")
+
+        task = [p for p in c.get("pods", "-n", ns, "-l", "phalanx.dev/role=task")["items"]
+                if p["status"].get("phase") == "Running"][0]
+        grace = task["spec"].get("terminationGracePeriodSeconds", 30)
+        t0 = time.monotonic()
+        c.kubectl("delete", "pod", "-n", ns, task["metadata"]["name"], "--wait=true", timeout=120)
+        took = time.monotonic() - t0
+        print(f"task pod deleted (grace {grace}s): gone in {took:.1f}s")
+        check(took < grace - 2, f"the task's PID 1 did not end on SIGTERM: deletion took {took:.1f}s "
+              f"of its {grace}s grace period")
+        c.kubectl("delete", "namespace", ns, "--wait=true", timeout=180)
+    finally:
+        r = run([helm, "uninstall", "phalanx", "--kubeconfig", c.kubeconfig, "--namespace",
+                 release_ns, "--wait", "--timeout", "120s"], timeout=180)
+    check(r.returncode == 0, f"helm uninstall: {r.stderr}")
+
+    def left():
+        out = []
+        for kind in ["deployments", "daemonsets", "pods", "leases", "secrets", "services",
+                     "serviceaccounts", "configmaps", "roles", "rolebindings"]:
+            for o in c.get(kind, "-n", release_ns)["items"]:
+                name = o["metadata"]["name"]
+                if (kind, name) not in {("configmaps", "kube-root-ca.crt"),
+                                        ("serviceaccounts", "default")}:
+                    out.append(f"{kind}/{name}")
+        return out
+    try:
+        wait_until("nothing left in the release namespace", lambda: not left(), 60)
+    except Failure:
+        raise Failure(f"helm uninstall left {left()}")
+    print("helm uninstall: nothing left in phalanx-system but kube-root-ca.crt and the default "
+          "ServiceAccount")
+
+
+def case_kubelet(src, cluster):
+    c = cluster
+    build = c.build
+    ns = c.namespace("nodes-kubelet", {"pod-security.kubernetes.io/enforce": "restricted"})
+    worker = os.path.join(build, "examples", "sample_worker", "phalanx-sample-worker")
+    table = []
+
+    # 1. An exit code, and FallbackToLogsOnError's message: the same as the process itself.
+    local = run([worker, "--bogus"])
+    spec = pod("bad-flag", [{**restricted_container("w", image("phalanx-sample-worker"), ["--bogus"]),
+                             "terminationMessagePolicy": "FallbackToLogsOnError"}])
+    c.apply(spec, ns)
+    t = wait_until("bad-flag terminated", lambda: terminated(c, ns, "bad-flag"), 90)
+    check(t["exitCode"] == local.returncode,
+          f"exit code {t['exitCode']} on the real kubelet, {local.returncode} as a process")
+    wait_until("a non-zero exit with restartPolicy Never is Failed",
+               lambda: phase(c, ns, "bad-flag") == "Failed", 30)
+    check("bogus" in t.get("message", ""), f"FallbackToLogsOnError message: {t.get('message')!r}")
+    table.append(("exit code, FallbackToLogsOnError", f"{t['exitCode']}, {t['message'].strip()!r}"))
+
+    # 2. A long-running PID 1 (the coordinator) under restricted Pod Security and runAsNonRoot
+    #    with the image's user; SIGKILL from the runtime is 137; SIGTERM on delete ends it at once.
+    for name in ["coord-kill", "coord-term"]:
+        container = restricted_container("c", image("phalanx-coordinator"),
+                                         ["--job", "probe", "--num_tasks", "1"])
+        container["env"] = [{"name": "PHALANX_TOKEN", "value": "a-probe-token-not-a-secret"}]
+        spec = pod(name, [container], terminationGracePeriodSeconds=30)
+        c.apply(spec, ns)
+    for name in ["coord-kill", "coord-term"]:
+        wait_until(f"{name} Running", lambda n=name: phase(c, ns, n) == "Running", 90)
+    table.append(("runAsNonRoot with the image's user, restricted PSA", "Running"))
+    c.admin("kill-pod", f"{ns}/coord-kill")
+    t = wait_until("coord-kill terminated", lambda: terminated(c, ns, "coord-kill"), 60)
+    check(t["exitCode"] == 137 and t.get("reason") == "Error", f"SIGKILLed: {t}")
+    table.append(("kill-pod (SIGKILL in the container)", f"{t['exitCode']} {t['reason']}"))
+    t0 = time.monotonic()
+    c.kubectl("delete", "pod", "-n", ns, "coord-term", "--wait=true", timeout=90)
+    took = time.monotonic() - t0
+    check(took < 20, f"the coordinator as PID 1 ignored SIGTERM: deletion took {took:.1f}s of 30")
+    table.append(("delete, grace 30 s (SIGTERM to PID 1)", f"gone in {took:.1f}s"))
+
+    # 3. Restricted Pod Security refuses a privileged pod (the API server, before any kubelet).
+    bad = pod("privileged", [{"name": "c", "image": image("phalanx-coordinator"),
+                              "imagePullPolicy": "Never", "securityContext": {"privileged": True}}])
+    r = c.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(bad), check_rc=False)
+    check(r.returncode != 0 and "restricted" in r.stderr, f"a privileged pod was admitted: {r.stderr}")
+    table.append(("privileged pod in a restricted namespace", "refused"))
+
+    # 4. The downward API: the node's name and address in the pod's environment are the
+    #    node's own (the kubelet fills status.hostIP with its --node-ip).
+    p = c.get("pod", "bad-flag", "-n", ns)
+    node = c.get("node", p["spec"]["nodeName"])
+    addresses = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+    check(p["status"].get("hostIP") in addresses, f"hostIP {p['status'].get('hostIP')} vs {addresses}")
+    table.append(("status.hostIP", p["status"]["hostIP"]))
+
+    c.kubectl("delete", "namespace", ns, "--wait=false")
+    print("real kubelet v1.28.7:")
+    for what, seen in table:
+        print(f"  {what:<55} {seen}")
+
+
+def host_leftovers(work):
+    out = []
+    ps = run(["ps", "-eo", "pid,args"]).stdout.splitlines()
+    out += [f"process {line.strip()[:100]}" for line in ps if f"{work}/nodes/" in line]
+    with open("/proc/self/mounts") as f:
+        out += [f"mount {line.split()[1]}" for line in f if line.split()[1].startswith(work + "/")]
+    for h in os.listdir("/sys/fs/cgroup"):
+        path = os.path.join("/sys/fs/cgroup", h)
+        if os.path.isdir(path):
+            out += [f"cgroup {h}/{d}" for d in os.listdir(path) if d.startswith("phalanx-node-")]
+    out += [f"link {n}" for n in os.listdir("/sys/class/net") if n.startswith("phx-node")]
+    for table in ["nat", "filter"]:
+        rules = run(["iptables", "-t", table, "-S"]).stdout.splitlines()
+        out += [f"iptables {table} {r[:80]}" for r in rules if "KUBE-" in r or "CNI-" in r]
+    return out
+
+
+def start_cluster(build, work, images_dir):
+    cluster_bin = os.path.join(build, "tests", "localcluster", "phalanx-localcluster")
+    os.makedirs(work, exist_ok=True)
+    log = open(os.path.join(work, "cluster.log"), "w")
+    p = subprocess.Popen([cluster_bin, "--kubeconfig-out", os.path.join(work, "kubeconfig"),
+                          "--work-dir", work, "--nodes-kind", "real", "--nodes", "1",
+                          "--images", images_dir], stdout=subprocess.PIPE, stderr=log, text=True)
+    line = p.stdout.readline()
+    if not line.startswith("ready "):
+        p.wait(timeout=30)
+        with open(os.path.join(work, "cluster.log")) as f:
+            tail = f.read()[-2000:]
+        if p.returncode == 3:
+            raise SystemExit(print(f"SKIP: {tail.strip().splitlines()[-1]}") or SKIP)
+        raise Failure(f"real-node cluster did not start ({p.returncode}):\n{tail}")
+    print(f"real-node cluster: {line.strip()}")
+    return p
+
+
+def case_janitor(build):
+    tmp = tempfile.mkdtemp(prefix="phalanx-node-janitor-")
+    images = os.path.join(tmp, "no-images")  # the pause image is all this case runs
+    os.makedirs(images)
+    work = os.path.join(tmp, "first")
+    first = start_cluster(build, work, images)
+    c = Cluster(build, os.path.join(work, "kubeconfig"))
+    c.apply(pod("sleeper", [{"name": "p", "image": "localhost/phalanx-pause:1",
+                             "imagePullPolicy": "Never"}]), "default")
+    wait_until("a pod Running", lambda: phase(c, "default", "sleeper") == "Running", 90)
+    check(host_leftovers(work), "a running node shows on the machine (the check sees it)")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    t0 = time.monotonic()
+    try:
+        wait_until("the janitor undid the SIGKILLed cluster's host changes",
+                   lambda: not host_leftovers(work), 60)
+    except Failure:
+        raise Failure("left after SIGKILL: " + "\n  ".join(host_leftovers(work)))
+    print(f"SIGKILL with a pod running: the machine clean {time.monotonic() - t0:.1f}s later")
+
+    work2 = os.path.join(tmp, "second")
+    second = start_cluster(build, work2, images)
+    c2 = Cluster(build, os.path.join(work2, "kubeconfig"))
+    c2.apply(pod("sleeper", [{"name": "p", "image": "localhost/phalanx-pause:1",
+                              "imagePullPolicy": "Never"}]), "default")
+    wait_until("a pod Running on the second start", lambda: phase(c2, "default", "sleeper") == "Running", 90)
+    second.send_signal(signal.SIGTERM)
+    second.wait(timeout=60)
+    left = host_leftovers(work2)
+    check(not left, "left after a stop: " + "\n  ".join(left))
+    print("second start ran a pod; its stop left nothing")
+    run(["rm", "-rf", tmp])
+
+
+def main():
+    if len(sys.argv) != 4:
+        print(__doc__)
+        return 2
+    src, build, case = sys.argv[1:]
+    sys.path.insert(0, os.path.join(src, "tests", "deploy"))
+    try:
+        if case == "janitor":
+            case_janitor(build)
+        else:
+            shared = os.environ.get("PHALANX_NODE_CLUSTER", "")
+            skip = os.path.join(shared, "skip")
+            if os.path.exists(skip):
+                print(f"SKIP: the real-node cluster cannot run here: {open(skip).read().strip()}")
+                return SKIP
+            check(os.path.exists(os.path.join(shared, "ready")),
+                  f"no shared real-node cluster in {shared!r} (CTest fixture real_node_cluster)")
+            cluster = Cluster(build, os.path.join(shared, "kubeconfig"))
+            images = os.path.join(build, "images")
+            if not any(f.endswith(".oci.tar") for f in os.listdir(images) if os.path.isdir(images)):
+                print(f"SKIP: no images in {images} (`make images` / images_run did not build them)")
+                return SKIP
+            if case == "install":
+                import deploy_test  # noqa: E402 (find_helm)
+                helm = deploy_test.find_helm(src)
+                if helm is None:
+                    return SKIP
+                case_install(src, cluster, helm)
+            elif case == "kubelet":
+                case_kubelet(src, cluster)
+            else:
+                print(f"unknown case {case}")
+                return 2
+    except Failure as e:
+        print(f"FAIL ({case}): {e}")
+        return 1
+    print(f"PASS ({case})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
