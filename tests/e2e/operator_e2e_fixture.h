@@ -111,7 +111,7 @@ class OperatorE2eTest : public ::testing::Test {
     // "ready <url> backend=real|builtin": the test log says which control plane ran.
     for (const std::string& line : cluster_->Lines()) {
       if (absl::StartsWith(line, "ready ")) {
-        backend_ = line.substr(line.rfind("backend=") + 8);
+        backend_ = phalanx::testing::ReadyLineField(line, "backend");
         std::cerr << "local cluster: " << line << "\n";
         RecordProperty("backend", backend_);
       }

@@ -15,10 +15,20 @@
 
 namespace phalanx::testing {
 
+// The value of `key=` in phalanx-localcluster's ready line
+// ("ready <url> backend=real nodes=process (5.1s)" → "real" for "backend"); "" if absent.
+inline std::string ReadyLineField(const std::string& ready_line, const std::string& key) {
+  const std::string marker = " " + key + "=";
+  const size_t at = ready_line.find(marker);
+  if (at == std::string::npos) return "";
+  const size_t from = at + marker.size();
+  return ready_line.substr(from, ready_line.find(' ', from) - from);
+}
+
 struct SharedCluster {
   std::string kubeconfig;
   std::filesystem::path logs_dir;  // the pods' logs
-  std::string ready_line;          // "ready <url> backend=real|builtin"
+  std::string ready_line;          // "ready <url> backend=real|builtin nodes=... (Ns)"
   std::string backend;             // "real" or "builtin"
 };
 
@@ -38,7 +48,7 @@ inline absl::StatusOr<std::optional<SharedCluster>> SharedClusterFromEnv() {
   }
   cluster.kubeconfig = (shared / "kubeconfig").string();
   cluster.logs_dir = shared / "cluster" / "logs";
-  cluster.backend = cluster.ready_line.substr(cluster.ready_line.rfind("backend=") + 8);
+  cluster.backend = ReadyLineField(cluster.ready_line, "backend");
   return cluster;
 }
 

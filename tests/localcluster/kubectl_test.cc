@@ -106,7 +106,7 @@ class KubectlTest : public ::testing::Test {
     std::optional<std::string> ready = cluster_->WaitForLine(
         [](const std::string& l) { return absl::StartsWith(l, "ready "); }, absl::Seconds(180));
     ASSERT_TRUE(ready.has_value()) << "phalanx-localcluster did not print ready";
-    backend_ = ready->substr(ready->rfind("backend=") + 8);
+    backend_ = phalanx::testing::ReadyLineField(*ready, "backend");
   }
 
   // `kubectl apply -f path` of a CRD named `crd`, then polls until it is Established: a real API
