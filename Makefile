@@ -3,7 +3,7 @@ BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo demo-coordination bench wheel images gpu-proof-bundle asan tsan fuzz format clean
+.PHONY: all deps configure build test demo demo-coordination bench wheel images torch-image gpu-proof-bundle asan tsan fuzz format clean
 
 all: build
 
@@ -52,6 +52,11 @@ wheel: build
 images: build
 	@scripts/build-images.sh $(BUILD)
 	@scripts/build-torch-worker-image.sh $(BUILD)
+
+# The PyTorch worker image from this machine's Debian packages (python3 + python3-torch + the
+# wheel, ~1 GB; no registry): what the PyTorch job runs as containers on real nodes.
+torch-image: build
+	@PHALANX_TORCH_IMAGE_FROM_DEBIAN=1 scripts/build-torch-worker-image.sh $(BUILD)
 
 # What scripts/gpu-proof.sh runs on a GPU machine, built here (docs/gpu-proof.md): the programs
 # with their libraries and the wheel in $(BUILD)/gpu-proof, at most 48 MiB; builds only those.

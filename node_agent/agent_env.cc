@@ -26,7 +26,7 @@ bool AgentPodIsBeingDeleted(kube::Client* client, const AgentEnv& env) {
   if (client == nullptr || !env.KnowsOwnPod()) return false;
   absl::StatusOr<kube::Json> pod =
       client->Get({"", "v1", "pods", true}, *env.pod_namespace, *env.pod_name);
-  return pod.ok() && !kube::MetaString(*pod, "deletionTimestamp").empty();
+  return !pod.ok() || !kube::MetaString(*pod, "deletionTimestamp").empty();
 }
 
 }  // namespace phalanx::agent

@@ -28,10 +28,14 @@ struct AgentEnv {
 // Reads the variables through `getenv` (base::ProcessGetenv in production).
 AgentEnv ReadAgentEnv(const base::GetenvFn& getenv);
 
-// True when the agent's own pod (env.pod_name in env.pod_namespace) has a deletionTimestamp: the
-// agent is being removed (rollout, delete), so its SIGTERM says nothing about the node. False
-// without a client, without a known pod (no API call is made then) or when the GET fails:
-// SIGTERM then counts as a node shutdown, as configured.
+// True when the agent is being removed, not its node shut down, so its SIGTERM says nothing about
+// the node: its own pod (env.pod_name in env.pod_namespace) has a deletionTimestamp (a rollout,
+// `kubectl delete pod`), or cannot be read at all — gone (NotFound), or its ServiceAccount or
+// RBAC already deleted (`helm uninstall` deletes those beside the DaemonSet, and the pods get
+// SIGTERM after: seen on real nodes, where the old rule, "a failed read is a shutdown", left
+// every node tainted phalanx.dev/preempting after an uninstall). A SIGTERM counts as a node
+// shutdown only when the agent sees its own pod alive. False without a client or without a known
+// pod (no API call is made then: an agent run as a process, e.g. by the demo).
 bool AgentPodIsBeingDeleted(kube::Client* client, const AgentEnv& env);
 
 }  // namespace phalanx::agent

@@ -24,6 +24,7 @@ class GetRecorder final : public kube::Client {
   absl::StatusOr<kube::Json> Get(const kube::Resource& r, const std::string& ns,
                                  const std::string& name) override {
     gets.push_back(ns + "/" + name);
+    if (!get_error.ok()) return get_error;
     return pod;
   }
   absl::StatusOr<kube::ObjectList> List(const kube::Resource&, const std::string&,
@@ -58,6 +59,7 @@ class GetRecorder final : public kube::Client {
   }
 
   std::vector<std::string> gets;
+  absl::Status get_error;  // answered instead of `pod` when set
   kube::Json pod = kube::Json::parse(
       R"({"metadata":{"name":"agent-x","deletionTimestamp":"2024-01-01T00:00:00Z"}})");
 
@@ -105,6 +107,21 @@ TEST(AgentEnv, PodBeingDeleted_GetsOnlyANamedPod) {
     GetRecorder client;
     EXPECT_EQ(AgentPodIsBeingDeleted(&client, ReadAgentEnv(EnvOf(c.vars))), c.want_deleting);
     EXPECT_EQ(client.gets, c.want_gets);
+  }
+}
+
+TEST(AgentEnv, PodBeingDeleted_WhenItsPodCannotBeReadAtAll) {
+  // helm uninstall: the agent's RBAC and ServiceAccount go beside the DaemonSet, and the pods get
+  // SIGTERM after; or the pod is already gone. Neither is a node shutting down.
+  const AgentEnv env = ReadAgentEnv(EnvOf({{"POD_NAME", "agent-x"}, {"POD_NAMESPACE", "ns"}}));
+  for (const absl::Status& error :
+       {absl::PermissionDeniedError("HTTP 403: pods \"agent-x\" is forbidden"),
+        absl::UnauthenticatedError("HTTP 401"), absl::NotFoundError("HTTP 404"),
+        absl::UnavailableError("connection refused")}) {
+    SCOPED_TRACE(error.ToString());
+    GetRecorder client;
+    client.get_error = error;
+    EXPECT_TRUE(AgentPodIsBeingDeleted(&client, env));
   }
 }
 

@@ -309,8 +309,9 @@ int main(int argc, char** argv) {
   ticker.Stop();
   if (sig == SIGTERM && sigterm != nullptr) {
     if (agent::AgentPodIsBeingDeleted(client.get(), env)) {
-      // A DaemonSet rollout or `kubectl delete pod`, not a node going away.
-      PHX_LOG(INFO) << "SIGTERM while this agent's pod is being deleted: not a node shutdown";
+      // A DaemonSet rollout, `kubectl delete pod` or `helm uninstall`, not a node going away.
+      PHX_LOG(INFO)
+          << "SIGTERM while this agent's pod is being deleted or gone: not a node shutdown";
     } else {
       PHX_LOG(WARNING) << "SIGTERM: telling the cluster this node is going away";
       sigterm->Trigger();

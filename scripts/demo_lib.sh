@@ -1,4 +1,4 @@
-# Helpers the demo scripts share (sourced by scripts/demo.sh and scripts/demo_torch.sh).
+# Helpers the demo scripts share (sourced by scripts/demo.sh, demo_real_nodes.sh and demo_torch.sh).
 # START (seconds since the epoch, with fractions) is when the demo began.
 
 calc() { awk "BEGIN { printf \"$1\", $2 }"; }
@@ -11,4 +11,13 @@ wait_for() {
     if (( $(date +%s) > deadline )); then echo "demo: timed out waiting for: $*" >&2; return 1; fi
     sleep 0.2
   done
+}
+# The sample job's status, through $KUBECTL.
+job_field() { $KUBECTL get tj sample -o "jsonpath={$1}" 2>/dev/null; }
+phase_is() { [[ "$(job_field .status.phase)" == "$1" ]]; }
+preemptions_at_least() { [[ "$(job_field .status.preemptions)" -ge $1 ]]; }
+# True once the job's coordinator pod is another one than uid $1, and Running: its successor.
+coordinator_replaced() {
+  [[ "$($KUBECTL get pod sample-coordinator -o jsonpath='{.metadata.uid} {.status.phase}')" == *" Running" &&
+     "$($KUBECTL get pod sample-coordinator -o jsonpath='{.metadata.uid}')" != "$1" ]]
 }

@@ -24,6 +24,14 @@ step_end
 step_begin building
 step_build build.log cmake --build "$BUILD" --target phalanx_demo
 step_end
+
+# Real nodes run the sample job as containers from these images (scripts/demo_real_nodes.sh).
+if [[ ${PHALANX_DEMO_NODES:-auto} != process ]] &&
+   "$BUILD/tests/localcluster/phalanx-localcluster" check --nodes-kind real >/dev/null 2>&1; then
+  step_begin "building images (real nodes)"
+  step_run images.log scripts/build-images.sh "$BUILD"
+  step_end
+fi
 steps_summary "setup"
 echo
 

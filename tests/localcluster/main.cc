@@ -5,6 +5,8 @@
 //     serves in the foreground; prints `ready <url> backend=<real|builtin>` once it serves;
 //     SIGTERM/SIGINT stop it and every pod process it started.
 //   phalanx-localcluster admin --kubeconfig FILE COMMAND ...   fault injection (see Usage()).
+//   phalanx-localcluster check --nodes-kind real   can this machine run real nodes? (exit 0, or 3
+//     with what is missing)
 //   phalanx-localcluster janitor --state-dir DIR --owner PID   (started by the real-node back
 //     end: undoes its host changes once PID is gone without having undone them)
 #include <signal.h>
@@ -30,6 +32,7 @@
 #include "common/kube/rest_client.h"
 #include "tests/localcluster/local_cluster.h"
 #include "tests/localcluster/real_nodes/host_changes.h"
+#include "tests/localcluster/real_nodes/node_assets.h"
 
 #ifndef PHALANX_IMAGES_DIR
 #define PHALANX_IMAGES_DIR ""
@@ -56,6 +59,8 @@ constexpr char kUsage[] = R"(usage:
       run their images; auto: real when all of that is here, else process (the banner says
       why). PHALANX_LOCALCLUSTER_NODES_KIND sets the default. --images: OCI archives to
       import into every real node (default: the build tree's `make images` archives).
+  phalanx-localcluster check --nodes-kind real
+    says whether this machine can run real nodes (exit 0) or what is missing (exit 3)
   phalanx-localcluster admin --kubeconfig FILE COMMAND
     kill-pod NAMESPACE/POD [--signal N]     signal a pod's process (default SIGKILL)
     stop-pod NAMESPACE/POD                  SIGSTOP it (a hang)
@@ -280,6 +285,19 @@ absl::StatusOr<std::vector<std::string>> ImageArchives(const Args& args) {
   return out;
 }
 
+int Check(const Args& args) {
+  auto kind = args.flags.find("nodes-kind");
+  if (kind == args.flags.end() || kind->second != "real") return Usage("check: --nodes-kind real");
+  absl::StatusOr<phalanx::localcluster::NodeAssets> assets =
+      phalanx::localcluster::FindNodeAssets();
+  if (!assets.ok()) {
+    std::cout << "real nodes: no: " << assets.status().message() << "\n";
+    return 3;
+  }
+  std::cout << "real nodes: yes (" << assets->control_plane.dir << ")\n";
+  return 0;
+}
+
 int Janitor(const Args& args) {
   auto dir = args.flags.find("state-dir");
   auto owner = args.flags.find("owner");
@@ -363,13 +381,15 @@ int main(int argc, char** argv) {
   phalanx::base::InitProcess("localcluster");
   const bool admin = argc > 1 && std::string(argv[1]) == "admin";
   const bool janitor = argc > 1 && std::string(argv[1]) == "janitor";
+  const bool check = argc > 1 && std::string(argv[1]) == "check";
   const bool help = argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h");
   if (help) {
     std::cout << kUsage;
     return 0;
   }
-  absl::StatusOr<Args> args = ParseArgs(argc, argv, admin || janitor ? 2 : 1);
+  absl::StatusOr<Args> args = ParseArgs(argc, argv, admin || janitor || check ? 2 : 1);
   if (!args.ok()) return Usage(std::string(args.status().message()));
   if (janitor) return Janitor(*args);
+  if (check) return Check(*args);
   return admin ? Admin(*args) : Serve(*args);
 }

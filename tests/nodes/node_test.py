@@ -18,6 +18,11 @@ $PHALANX_NODE_CLUSTER), each in namespaces of its own:
             same case where it can: exit codes and FallbackToLogsOnError's message, 137 for a
             SIGKILLed container, SIGTERM on delete (our PID 1 ends at once), runAsNonRoot with the
             image's user, restricted Pod Security.
+  torch     examples/trainingjob-torch.yaml as containers of the PyTorch worker image
+            (`make torch-image`: Debian's python3 + python3-torch + the wheel; skipped without
+            it): a task's container SIGKILLed mid-run, the survivors recover in place, and every
+            task's final parameters are bitwise those of the undisturbed run (torch_train.py
+            --reference on this machine's PyTorch, which the image holds).
   janitor   its own one-node cluster (after the shared one stopped): SIGKILL the harness with a
             pod running, then nothing of it is left on the machine (processes, mounts, cgroups,
             bridges, iptables chains); a second start is clean and runs pods again.
@@ -33,20 +38,11 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy"))
+import deploy_test  # noqa: E402 (Failure, check, run, find_helm: the chart tests' helpers)
+from deploy_test import Failure, check, run  # noqa: E402
+
 SKIP = 77
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise Failure(message)
-
-
-def run(cmd, timeout=60, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def wait_until(what, predicate, timeout):
@@ -213,6 +209,12 @@ def case_install(src, cluster, helm):
         raise Failure(f"helm uninstall left {left()}")
     print("helm uninstall: nothing left in phalanx-system but kube-root-ca.crt and the default "
           "ServiceAccount")
+    # The agents got SIGTERM after their RBAC was gone: that is an uninstall, not every node
+    # shutting down (they used to taint every node phalanx.dev/preempting, for good).
+    time.sleep(2)
+    tainted = [f"{n['metadata']['name']}: {t['key']}" for n in c.get("nodes")["items"]
+               for t in n["spec"].get("taints", []) if t["key"].startswith("phalanx.dev/")]
+    check(not tainted, f"helm uninstall left Phalanx taints on nodes: {tainted}")
 
 
 def case_kubelet(src, cluster):
@@ -277,6 +279,72 @@ def case_kubelet(src, cluster):
         print(f"  {what:<55} {seen}")
 
 
+def case_torch(src, cluster, helm):
+    c = cluster
+    images = os.path.join(c.build, "images")
+    if not any(f.startswith("phalanx-torch-worker-") for f in os.listdir(images)):
+        print(f"SKIP: no phalanx-torch-worker image in {images} (make torch-image builds it from "
+              "this machine's Debian packages, ~1 GB)")
+        return SKIP
+    ns = c.namespace("nodes-torch")
+    # An operator of its own that watches only this namespace (no agents: node_install's
+    # release owns those; CTest's lock keeps the two apart).
+    c.kubectl("apply", "--server-side", "-f", os.path.join(src, "crds"))
+    r = run([helm, "install", "phalanx-torch", os.path.join(src, "deploy", "helm", "phalanx"),
+             "--kubeconfig", c.kubeconfig, "--namespace", ns, "--set", f"operator.watchNamespace={ns}",
+             "--set", "agent.enabled=false", "--wait", "--timeout", "180s"], timeout=240)
+    check(r.returncode == 0, f"helm install: {r.stderr}")
+    try:
+        run_torch_job(src, c, ns)
+    finally:
+        run([helm, "uninstall", "phalanx-torch", "--kubeconfig", c.kubeconfig, "--namespace", ns,
+             "--wait", "--timeout", "120s"], timeout=180)
+        c.kubectl("delete", "namespace", ns, "--wait=false", check_rc=False)
+
+
+def run_torch_job(src, c, ns):
+    steps = 120
+    with open(os.path.join(src, "examples", "trainingjob-torch.yaml")) as f:
+        text = f.read()
+    # The image's /tmp is writable by its user; a real cluster mounts a shared volume there.
+    text = text.replace("--steps=300", f"--steps={steps}").replace("/ckpt/torch", "/tmp/ckpt")
+    t0 = time.monotonic()
+    c.kubectl("apply", "-n", ns, "-f", "-", stdin=text)
+
+    def log(pod_name):
+        r = c.kubectl("logs", "-n", ns, pod_name, check_rc=False)
+        return r.stdout if r.returncode == 0 else ""
+
+    def step_of(pod_name):
+        steps_seen = [int(line.split(" step=")[1].split()[0]) for line in log(pod_name).splitlines()
+                      if " kind=step " in line]
+        return max(steps_seen, default=0)
+    wait_until("task 2 at step 20", lambda: step_of("torch-task-2-0") >= 20, 240)
+    print(f"PyTorch job training as containers ({time.monotonic() - t0:.1f}s after apply)")
+    c.admin("kill-pod", f"{ns}/torch-task-2-0")
+    wait_until("the group re-formed with task 2's replacement",
+               lambda: " kind=formed " in log("torch-task-2-1"), 180)
+    wait_until("the job Succeeded", lambda: (c.get("trainingjob", "torch", "-n", ns) or {}).get(
+        "status", {}).get("phase") in ("Succeeded", "Failed"), 300)
+    phase = c.get("trainingjob", "torch", "-n", ns)["status"]["phase"]
+    check(phase == "Succeeded", f"the PyTorch job ended {phase}")
+    ref = run(["python3", os.path.join(src, "runtime", "python", "examples", "torch_train.py"),
+               f"--steps={steps}", "--step_time=0.05", "--reference=4"], timeout=300,
+              env={**os.environ, "PYTHONPATH": os.path.join(src, "runtime", "python")})
+    reference = ref.stdout.strip().splitlines()[-1].split("params_sha256=")[1].split()[0]
+    for t in range(4):
+        pods = sorted((p["metadata"]["name"] for p in c.get("pods", "-n", ns)["items"]
+                       if p["metadata"]["name"].startswith(f"torch-task-{t}-")),
+                      key=lambda n: int(n.rsplit("-", 1)[1]))
+        finals = [line for line in log(pods[-1]).splitlines() if " kind=final " in line]
+        check(finals, f"task {t} ({pods[-1]}) printed no final parameters")
+        got = finals[0].split("params_sha256=")[1].split()[0]
+        check(got == reference, f"task {t}: final parameters {got[:16]} != undisturbed {reference[:16]}")
+    print(f"PyTorch on real nodes: a SIGKILLed task recovered in place; all 4 tasks' final "
+          f"parameters equal the undisturbed run's ({reference[:16]}...), "
+          f"{time.monotonic() - t0:.1f}s")
+
+
 def host_leftovers(work):
     out = []
     ps = run(["ps", "-eo", "pid,args"]).stdout.splitlines()
@@ -313,16 +381,22 @@ def start_cluster(build, work, images_dir):
     return p
 
 
+def start_cluster_with_a_pod(build, work, images):
+    """A one-node real cluster in `work` running one pod (the sandbox image: nothing to import)."""
+    process = start_cluster(build, work, images)
+    c = Cluster(build, os.path.join(work, "kubeconfig"))
+    c.apply(pod("sleeper", [{"name": "p", "image": "localhost/phalanx-pause:1",
+                             "imagePullPolicy": "Never"}]), "default")
+    wait_until("a pod Running", lambda: phase(c, "default", "sleeper") == "Running", 90)
+    return process
+
+
 def case_janitor(build):
     tmp = tempfile.mkdtemp(prefix="phalanx-node-janitor-")
     images = os.path.join(tmp, "no-images")  # the pause image is all this case runs
     os.makedirs(images)
     work = os.path.join(tmp, "first")
-    first = start_cluster(build, work, images)
-    c = Cluster(build, os.path.join(work, "kubeconfig"))
-    c.apply(pod("sleeper", [{"name": "p", "image": "localhost/phalanx-pause:1",
-                             "imagePullPolicy": "Never"}]), "default")
-    wait_until("a pod Running", lambda: phase(c, "default", "sleeper") == "Running", 90)
+    first = start_cluster_with_a_pod(build, work, images)
     check(host_leftovers(work), "a running node shows on the machine (the check sees it)")
     first.send_signal(signal.SIGKILL)
     first.wait()
@@ -335,11 +409,7 @@ def case_janitor(build):
     print(f"SIGKILL with a pod running: the machine clean {time.monotonic() - t0:.1f}s later")
 
     work2 = os.path.join(tmp, "second")
-    second = start_cluster(build, work2, images)
-    c2 = Cluster(build, os.path.join(work2, "kubeconfig"))
-    c2.apply(pod("sleeper", [{"name": "p", "image": "localhost/phalanx-pause:1",
-                              "imagePullPolicy": "Never"}]), "default")
-    wait_until("a pod Running on the second start", lambda: phase(c2, "default", "sleeper") == "Running", 90)
+    second = start_cluster_with_a_pod(build, work2, images)
     second.send_signal(signal.SIGTERM)
     second.wait(timeout=60)
     left = host_leftovers(work2)
@@ -353,7 +423,6 @@ def main():
         print(__doc__)
         return 2
     src, build, case = sys.argv[1:]
-    sys.path.insert(0, os.path.join(src, "tests", "deploy"))
     try:
         if case == "janitor":
             case_janitor(build)
@@ -371,13 +440,16 @@ def main():
                 print(f"SKIP: no images in {images} (`make images` / images_run did not build them)")
                 return SKIP
             if case == "install":
-                import deploy_test  # noqa: E402 (find_helm)
                 helm = deploy_test.find_helm(src)
                 if helm is None:
                     return SKIP
                 case_install(src, cluster, helm)
             elif case == "kubelet":
                 case_kubelet(src, cluster)
+            elif case == "torch":
+                helm = deploy_test.find_helm(src)
+                if helm is None or case_torch(src, cluster, helm) == SKIP:
+                    return SKIP
             else:
                 print(f"unknown case {case}")
                 return 2
