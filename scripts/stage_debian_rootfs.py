@@ -69,6 +69,33 @@ def copy_files(package, out):
             shutil.copy2(path, dest)
 
 
+def copy_alternatives(out):
+    """The links update-alternatives made (libblas.so.3 -> /etc/alternatives/... -> the chosen
+    provider): dpkg does not list them. Each one whose chosen provider was staged is made in the
+    root file system as it is here (/var/lib/dpkg/alternatives/NAME: mode, master link, then
+    slave name / slave link pairs up to a blank line)."""
+    admin = "/var/lib/dpkg/alternatives"
+    for name in sorted(os.listdir(admin)):
+        with open(os.path.join(admin, name)) as f:
+            lines = f.read().split("\n")
+        links = [(name, lines[1])] if len(lines) > 1 else []
+        i = 2
+        while i + 1 < len(lines) and lines[i]:
+            links.append((lines[i], lines[i + 1]))
+            i += 2
+        for alt_name, link in links:
+            alt = "/etc/alternatives/" + alt_name
+            if not os.path.islink(alt) or not link.startswith("/"):
+                continue
+            target = os.readlink(alt)
+            if not os.path.lexists(out + target):
+                continue  # its provider is not in the image
+            for path, dest in ((out + alt, target), (out + link, alt)):
+                if not os.path.lexists(path):
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    os.symlink(dest, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
@@ -82,9 +109,12 @@ def main():
     # Debian's merged /usr: /bin, /lib, /lib64 and /sbin are links into /usr.
     for d in ["bin", "lib", "lib64", "sbin"]:
         if os.path.islink("/" + d):
-            os.symlink(os.readlink("/" + d), os.path.join(out, d))
+            target = os.readlink("/" + d)
+            os.makedirs(os.path.join(out, target.lstrip("/")), exist_ok=True)
+            os.symlink(target, os.path.join(out, d))
     for package in packages:
         copy_files(package, out)
+    copy_alternatives(out)
     if args.wheel:
         site = os.path.join(out, "usr", "lib", "python3", "dist-packages")
         os.makedirs(site, exist_ok=True)

@@ -303,7 +303,7 @@ def case_torch(src, cluster, helm):
 
 
 def run_torch_job(src, c, ns):
-    steps = 120
+    steps = 300
     with open(os.path.join(src, "examples", "trainingjob-torch.yaml")) as f:
         text = f.read()
     # The image's /tmp is writable by its user; a real cluster mounts a shared volume there.
@@ -328,7 +328,7 @@ def run_torch_job(src, c, ns):
         "status", {}).get("phase") in ("Succeeded", "Failed"), 300)
     phase = c.get("trainingjob", "torch", "-n", ns)["status"]["phase"]
     check(phase == "Succeeded", f"the PyTorch job ended {phase}")
-    ref = run(["python3", os.path.join(src, "runtime", "python", "examples", "torch_train.py"),
+    ref = run(["/usr/bin/python3", os.path.join(src, "runtime", "python", "examples", "torch_train.py"),
                f"--steps={steps}", "--step_time=0.05", "--reference=4"], timeout=300,
               env={**os.environ, "PYTHONPATH": os.path.join(src, "runtime", "python")})
     reference = ref.stdout.strip().splitlines()[-1].split("params_sha256=")[1].split()[0]
