@@ -31,6 +31,7 @@ demo-coordination: build
 	@$(BUILD)/examples/coord_demo/phalanx-coord-demo --bin_dir $(BUILD)
 
 bench: build
+	@cmake --build $(BUILD) --target phalanx_benches
 	@mkdir -p $(BUILD)/bench
 	@$(BUILD)/bench/phalanx-coord-bench --bin_dir $(BUILD) --out $(BUILD)/bench/coordination.json
 	@$(BUILD)/bench/phalanx-operator-bench --bin_dir $(BUILD) --source_dir $(CURDIR) \

@@ -208,20 +208,26 @@ absl::StatusOr<HostRecord> ParseHostRecord(const std::string& text) {
   return record;
 }
 
-absl::StatusOr<std::unique_ptr<HostLock>> HostLock::Acquire(const std::string& state_dir) {
+absl::StatusOr<std::unique_ptr<HostLock>> HostLock::Acquire(const std::string& state_dir,
+                                                            absl::Duration wait) {
   std::error_code ec;
   fs::create_directories(state_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", state_dir, ": ", ec.message()));
   const std::string lock_path = state_dir + "/real-nodes.lock";
   const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", lock_path));
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    std::string holder = ReadTextFile(lock_path);
-    close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "another real-node local cluster runs on this machine (pid ",
-        std::string(absl::StripAsciiWhitespace(holder)),
-        "): one at a time, as their pod subnets, bridges and iptables chains are per machine"));
+  const absl::Time deadline = absl::Now() + wait;
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (absl::Now() >= deadline) {
+      std::string holder = ReadTextFile(lock_path);
+      close(fd);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "another real-node local cluster runs on this machine (pid ",
+          std::string(absl::StripAsciiWhitespace(holder)),
+          "): one at a time, as their pod subnets, bridges and iptables chains are per machine"));
+    }
+    // A bounded wait for a holder that is finishing (flock has no timeout of its own).
+    absl::SleepFor(absl::Milliseconds(100));
   }
   const std::string pid = absl::StrCat(getpid(), "\n");
   if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {

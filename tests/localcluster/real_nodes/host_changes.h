@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace phalanx::localcluster {
 
@@ -49,9 +50,11 @@ absl::StatusOr<HostRecord> ParseHostRecord(const std::string& text);
 
 class HostLock {
  public:
-  // FailedPrecondition naming the holder's pid when another real-node cluster runs;
-  // Internal when the state folder cannot be created.
-  static absl::StatusOr<std::unique_ptr<HostLock>> Acquire(const std::string& state_dir);
+  // Waits up to `wait` for the lock (a cluster that just stopped, or its janitor, may still hold
+  // it for a moment). FailedPrecondition naming the holder's pid when another real-node cluster
+  // still runs then; Internal when the state folder cannot be created.
+  static absl::StatusOr<std::unique_ptr<HostLock>> Acquire(
+      const std::string& state_dir, absl::Duration wait = absl::ZeroDuration());
   ~HostLock();
   HostLock(const HostLock&) = delete;
   HostLock& operator=(const HostLock&) = delete;

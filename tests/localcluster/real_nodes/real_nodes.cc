@@ -90,7 +90,9 @@ absl::StatusOr<std::unique_ptr<RealNodes>> RealNodes::Prepare(RealNodesOptions o
 }
 
 absl::Status RealNodes::PrepareHost() {
-  absl::StatusOr<std::unique_ptr<HostLock>> lock = HostLock::Acquire(options_.state_dir);
+  // A cluster that just stopped (or its janitor, which checks its record) may hold it a moment.
+  absl::StatusOr<std::unique_ptr<HostLock>> lock =
+      HostLock::Acquire(options_.state_dir, absl::Seconds(15));
   if (!lock.ok()) return lock.status();
   if (absl::StatusOr<HostRecord> leftover = (*lock)->Leftover(); leftover.ok()) {
     PHX_LOG(WARNING) << "real nodes: undoing what a real-node cluster (pid " << leftover->owner
