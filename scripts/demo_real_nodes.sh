@@ -42,7 +42,11 @@ $KUBECTL apply --server-side -f "$SRC/crds/" >/dev/null
 HELM_AT=$(date +%s.%N)
 "$HELM" install phalanx "$SRC/deploy/helm/phalanx" --namespace phalanx-system --create-namespace \
   --set agent.fakeGpus=4 --wait --timeout 180s >"$WORK/real/helm.log" 2>&1
-say "helm install: operator (leader elected) and $($KUBECTL -n phalanx-system get ds -o jsonpath='{.items[0].status.numberReady}') agents running as containers ($(calc %.1f "$(date +%s.%N) - $HELM_AT") s)"
+agents_ready() {
+  [[ "$($KUBECTL -n phalanx-system get ds -o jsonpath='{.items[0].status.numberReady}')" == 4 ]]
+}
+wait_for 60 agents_ready  # helm's --wait takes a DaemonSet as ready before its last pod is
+say "helm install: operator (leader elected) and 4 agents, one per node, running as containers ($(calc %.1f "$(date +%s.%N) - $HELM_AT") s)"
 
 # 450 steps of 60 ms, as on process nodes: still training at the third fault.
 sed "s#--step_time=100ms#--step_time=60ms#; s#--steps=300#--steps=450#" \

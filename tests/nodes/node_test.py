@@ -410,11 +410,20 @@ def case_janitor(build):
 
     work2 = os.path.join(tmp, "second")
     second = start_cluster_with_a_pod(build, work2, images)
+    # preempt-node on the real runtime: the termination taint, then the pod evicted through the
+    # Eviction API after the grace (this once crashed the harness: a dangling JSON list).
+    c = Cluster(build, os.path.join(work2, "kubeconfig"))
+    c.admin("preempt-node", "node-0", "--grace-seconds", "1")
+    wait_until("the preempted node's pod evicted", lambda: c.get("pod", "sleeper") is None, 60)
+    taints = [t["key"] for t in c.get("node", "node-0")["spec"].get("taints", [])]
+    check("cloud.google.com/impending-node-termination" in taints, f"node-0 taints: {taints}")
+    check(second.poll() is None, "the harness died during preempt-node")
+    print("preempt-node: taint, then the pod evicted through the Eviction API")
     second.send_signal(signal.SIGTERM)
     second.wait(timeout=60)
     left = host_leftovers(work2)
     check(not left, "left after a stop: " + "\n  ".join(left))
-    print("second start ran a pod; its stop left nothing")
+    print("second start ran a pod (then preempted); its stop left nothing")
     run(["rm", "-rf", tmp])
 
 

@@ -567,7 +567,9 @@ absl::Status RealNodes::PreemptNode(const std::string& node, absl::Duration grac
         client_->Raw("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3D" + node);
     if (!pods.ok()) return;
     try {
-      for (const kube::Json& pod : kube::Json::parse(*pods).at("items").as_array()) {
+      // Named: a range-for over a member of a temporary would outlive the temporary.
+      const kube::Json list = kube::Json::parse(*pods);
+      for (const kube::Json& pod : list.at("items").as_array()) {
         const std::string ns = pod.at("metadata").at("namespace").as_string();
         const std::string name = pod.at("metadata").at("name").as_string();
         const std::string eviction =
