@@ -17,7 +17,9 @@ $PHALANX_NODE_CLUSTER), each in namespaces of its own:
   kubelet   what only a real kubelet does, each beside what the process kubelet reports for the
             same case where it can: exit codes and FallbackToLogsOnError's message, 137 for a
             SIGKILLed container, SIGTERM on delete (our PID 1 ends at once), runAsNonRoot with the
-            image's user, restricted Pod Security.
+            image's user, restricted Pod Security; with the PyTorch worker image (python3),
+            OOMKilled under a memory limit and SIGKILL after the grace period for a PID 1 that
+            ignores SIGTERM.
   torch     examples/trainingjob-torch.yaml as containers of the PyTorch worker image
             (`make torch-image`: Debian's python3 + python3-torch + the wheel; skipped without
             it): a task's container SIGKILLed mid-run, the survivors recover in place, and every
@@ -273,6 +275,34 @@ def case_kubelet(src, cluster):
     check(p["status"].get("hostIP") in addresses, f"hostIP {p['status'].get('hostIP')} vs {addresses}")
     table.append(("status.hostIP", p["status"]["hostIP"]))
 
+    # 5. What needs a program that misbehaves on purpose: the PyTorch worker image has python3
+    #    (`make torch-image`; skipped without it). OOMKilled under a memory limit, and SIGKILL
+    #    after the grace period for a PID 1 that ignores SIGTERM.
+    images = os.path.join(build, "images")
+    if any(f.startswith("phalanx-torch-worker-") for f in os.listdir(images)):
+        py = image("phalanx-torch-worker")
+        hog = restricted_container("hog", py, [])
+        hog.update(command=["python3", "-c", "x = bytearray(512 << 20); import time; time.sleep(60)"],
+                   resources={"limits": {"memory": "64Mi"}})
+        deaf = restricted_container("deaf", py, [])
+        deaf["command"] = ["python3", "-c", "import signal, time; "
+                           "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+                           "time.sleep(600)"]
+        c.apply(pod("oom", [hog]), ns)
+        c.apply(pod("deaf", [deaf], terminationGracePeriodSeconds=4), ns)
+        t = wait_until("oom terminated", lambda: terminated(c, ns, "oom"), 90)
+        check(t.get("reason") == "OOMKilled" and t.get("exitCode") == 137, f"over its limit: {t}")
+        table.append(("512 MiB under a 64Mi limit", f"{t['exitCode']} {t['reason']}"))
+        wait_until("deaf Running", lambda: "ready" in c.kubectl(
+            "logs", "-n", ns, "deaf", check_rc=False).stdout, 90)
+        t0 = time.monotonic()
+        c.kubectl("delete", "pod", "-n", ns, "deaf", "--wait=true", timeout=90)
+        took = time.monotonic() - t0
+        check(4 <= took < 15, f"SIGTERM ignored, grace 4 s: deletion took {took:.1f}s")
+        table.append(("delete, grace 4 s, SIGTERM ignored", f"SIGKILL: gone in {took:.1f}s"))
+    else:
+        print("  (OOMKilled and SIGKILL after the grace period: skipped, they need python3 in an "
+              "image: make torch-image)")
     c.kubectl("delete", "namespace", ns, "--wait=false")
     print("real kubelet v1.28.7:")
     for what, seen in table:

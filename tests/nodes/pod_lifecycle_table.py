@@ -120,15 +120,22 @@ def main():
     nt.check(os.path.exists(os.path.join(shared, "ready")), f"no shared real-node cluster in {shared!r}")
     real = nt.Cluster(build, os.path.join(shared, "kubeconfig"))
     tmp = tempfile.mkdtemp(prefix="phalanx-pod-table-")
-    log = open(os.path.join(tmp, "cluster.log"), "w")
-    proc_cluster = subprocess.Popen(
-        [real.localcluster, "--kubeconfig-out", os.path.join(tmp, "kubeconfig"), "--work-dir",
-         os.path.join(tmp, "work"), "--nodes", "1", "--nodes-kind", "process"],
-        stdout=subprocess.PIPE, stderr=log, text=True)
+    proc_cluster, log = None, None
+    # The process kubelet: the cluster the operator e2e cases share (process nodes on the real
+    # 1.26 control plane) when CTest gives it, else one of its own.
+    shared_process = os.environ.get("PHALANX_E2E_SHARED_CLUSTER", "")
     try:
-        line = proc_cluster.stdout.readline()
-        nt.check(line.startswith("ready "), f"process-node cluster did not start: {line!r}")
-        process = nt.Cluster(build, os.path.join(tmp, "kubeconfig"))
+        if os.path.exists(os.path.join(shared_process, "ready")):
+            process = nt.Cluster(build, os.path.join(shared_process, "kubeconfig"))
+        else:
+            log = open(os.path.join(tmp, "cluster.log"), "w")
+            proc_cluster = subprocess.Popen(
+                [real.localcluster, "--kubeconfig-out", os.path.join(tmp, "kubeconfig"),
+                 "--work-dir", os.path.join(tmp, "work"), "--nodes", "1", "--nodes-kind", "process"],
+                stdout=subprocess.PIPE, stderr=log, text=True)
+            line = proc_cluster.stdout.readline()
+            nt.check(line.startswith("ready "), f"process-node cluster did not start: {line!r}")
+            process = nt.Cluster(build, os.path.join(tmp, "kubeconfig"))
         rows, failures = [], []
         ns_real = real.namespace("pod-table")
         ns_proc = process.namespace("pod-table")
@@ -164,6 +171,7 @@ def main():
                     failures.append(f"{case} {field}: listed as a known difference ({known}) "
                                     "but now agrees: take it off the list")
         real.kubectl("delete", "namespace", ns_real, "--wait=false")
+        process.kubectl("delete", "namespace", ns_proc, "--wait=false")
         print(f"{'case':<16} {'field':<38} {'process kubelet':<34} {'real kubelet v1.28.7':<34}")
         for case, field, a, b, verdict in rows:
             print(f"{case:<16} {field:<38} {str(a):<34.34} {str(b):<34.34} {verdict}")
@@ -172,12 +180,13 @@ def main():
         print(f"FAIL (pod lifecycle table): {e}")
         return 1
     finally:
-        proc_cluster.terminate()
-        try:
-            proc_cluster.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc_cluster.kill()
-        log.close()
+        if proc_cluster is not None:
+            proc_cluster.terminate()
+            try:
+                proc_cluster.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc_cluster.kill()
+            log.close()
         subprocess.run(["rm", "-rf", tmp])
     print("PASS (pod lifecycle table)")
     return 0
