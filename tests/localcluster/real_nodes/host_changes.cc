@@ -27,11 +27,11 @@
 
 namespace phalanx::localcluster {
 namespace {
+namespace fs = std::filesystem;  // in the unnamed namespace, as its unity-batch siblings have it
+}  // namespace
 
-namespace fs = std::filesystem;
-
-// Runs a system tool (ip, iptables) and returns its stdout lines; nullopt when it fails.
-std::optional<std::vector<std::string>> RunTool(const std::vector<std::string>& argv) {
+std::optional<std::vector<std::string>> RunSystemTool(const std::vector<std::string>& argv,
+                                                      absl::Duration timeout) {
   process::SubprocessOptions o;
   o.argv = argv;
   o.argv[0] = FindTool(argv[0]);
@@ -39,10 +39,12 @@ std::optional<std::vector<std::string>> RunTool(const std::vector<std::string>& 
   if (o.argv[0].empty()) return std::nullopt;
   absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(o);
   if (!p.ok()) return std::nullopt;
-  if (!(*p)->Wait(absl::Seconds(20)).has_value()) return std::nullopt;
+  if (!(*p)->Wait(timeout).has_value()) return std::nullopt;
   if ((*p)->ExitCode() != 0) return std::nullopt;
   return (*p)->Lines();
 }
+
+namespace {
 
 // Splits an `iptables -S` rule into arguments, honouring double quotes and the backslash
 // escapes inside them (the CNI plugins' comments: "name: \"phalanx-node-0\" id: \"...\"").
@@ -87,19 +89,6 @@ std::vector<pid_t> ProcessesNaming(const std::string& marker) {
     if (absl::StrContains(cmdline, marker)) out.push_back(pid);
   }
   closedir(proc);
-  return out;
-}
-
-// The cgroup hierarchies mounted under /sys/fs/cgroup (v1 controllers and the v2 "unified").
-std::vector<std::string> CgroupHierarchies() {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
-    if (fs::exists(entry.path() / "cgroup.procs", ec)) out.push_back(entry.path().string());
-  }
-  if (out.empty() && fs::exists("/sys/fs/cgroup/cgroup.procs", ec)) {
-    out.push_back("/sys/fs/cgroup");  // pure cgroup v2
-  }
   return out;
 }
 
@@ -161,7 +150,7 @@ std::vector<std::string> MountsUnder(const std::string& dir) {
 
 std::vector<std::string> OurIptablesChains(const std::string& table) {
   std::vector<std::string> out;
-  std::optional<std::vector<std::string>> rules = RunTool({"iptables", "-t", table, "-S"});
+  std::optional<std::vector<std::string>> rules = RunSystemTool({"iptables", "-t", table, "-S"});
   if (!rules.has_value()) return out;
   for (const std::string& rule : *rules) {
     std::vector<std::string> args = SplitRule(rule);
@@ -173,6 +162,18 @@ std::vector<std::string> OurIptablesChains(const std::string& table) {
 constexpr const char* kTables[] = {"nat", "filter", "mangle"};
 
 }  // namespace
+
+std::vector<std::string> CgroupHierarchies() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
+    if (fs::exists(entry.path() / "cgroup.procs", ec)) out.push_back(entry.path().string());
+  }
+  if (out.empty() && fs::exists("/sys/fs/cgroup/cgroup.procs", ec)) {
+    out.push_back("/sys/fs/cgroup");  // pure cgroup v2
+  }
+  return out;
+}
 
 const std::vector<std::string>& SysctlsNodesChange() {
   static const std::vector<std::string> kSysctls = {"net/ipv4/ip_forward", "vm/overcommit_memory",
@@ -309,14 +310,14 @@ std::vector<std::string> UndoHostChanges(const HostRecord& record) {
     }
   }
   for (const std::string& link : NodeBridgesAndVeths()) {
-    if (!RunTool({"ip", "link", "del", link}).has_value()) {
+    if (!RunSystemTool({"ip", "link", "del", link}).has_value()) {
       std::error_code ec;
       if (fs::exists("/sys/class/net/" + link, ec))
         problems.push_back("cannot delete link " + link);
     }
   }
   for (const char* table : kTables) {
-    std::optional<std::vector<std::string>> rules = RunTool({"iptables", "-t", table, "-S"});
+    std::optional<std::vector<std::string>> rules = RunSystemTool({"iptables", "-t", table, "-S"});
     if (!rules.has_value()) continue;
     // Jumps from the built-in chains into ours first, then our chains (flushed, then deleted).
     for (const std::string& rule : *rules) {
@@ -326,12 +327,13 @@ std::vector<std::string> UndoHostChanges(const HostRecord& record) {
       if (jump == args.end() || jump + 1 == args.end() || !IsOurChain(*(jump + 1))) continue;
       std::vector<std::string> argv = {"iptables", "-t", table, "-D"};
       argv.insert(argv.end(), args.begin() + 1, args.end());
-      if (!RunTool(argv).has_value()) problems.push_back(absl::StrCat("cannot delete rule ", rule));
+      if (!RunSystemTool(argv).has_value())
+        problems.push_back(absl::StrCat("cannot delete rule ", rule));
     }
     const std::vector<std::string> chains = OurIptablesChains(table);
-    for (const std::string& chain : chains) RunTool({"iptables", "-t", table, "-F", chain});
+    for (const std::string& chain : chains) RunSystemTool({"iptables", "-t", table, "-F", chain});
     for (const std::string& chain : chains) {
-      if (!RunTool({"iptables", "-t", table, "-X", chain}).has_value()) {
+      if (!RunSystemTool({"iptables", "-t", table, "-X", chain}).has_value()) {
         problems.push_back(absl::StrCat("cannot delete iptables chain ", table, "/", chain));
       }
     }

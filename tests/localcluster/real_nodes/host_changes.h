@@ -22,6 +22,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,15 @@ std::vector<std::string> UndoHostChanges(const HostRecord& record);
 // What is left on the machine of any real-node cluster (processes, mounts under work_dir,
 // cgroups, bridges, iptables chains), one line each; empty when clean. Tests check it.
 std::vector<std::string> FindHostLeftovers(const std::string& work_dir);
+
+// Runs a system tool found by FindTool (ip, iptables) with stderr discarded; its stdout lines,
+// or nullopt when it cannot run, fails or outlives `timeout`.
+std::optional<std::vector<std::string>> RunSystemTool(const std::vector<std::string>& argv,
+                                                      absl::Duration timeout = absl::Seconds(20));
+
+// The cgroup hierarchies mounted under /sys/fs/cgroup (v1 controllers and the v2 "unified"; the
+// root itself on a pure cgroup v2 machine).
+std::vector<std::string> CgroupHierarchies();
 
 // The janitor: waits (pidfd, no polling) for `owner` to exit; if it exited leaving its record
 // in `state_dir`, takes the lock and undoes it. Returns the process exit code.

@@ -52,15 +52,9 @@ absl::Status Mkdirs(const std::string& dir) {
 }
 
 absl::Status RunIp(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {FindTool("ip")};
+  std::vector<std::string> argv = {"ip"};
   argv.insert(argv.end(), args.begin(), args.end());
-  process::SubprocessOptions o;
-  o.argv = argv;
-  o.stderr_path = "/dev/null";
-  absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(o);
-  if (!p.ok()) return p.status();
-  (*p)->Wait(absl::Seconds(10));
-  if ((*p)->ExitCode() != 0) {
+  if (!RunSystemTool(argv, absl::Seconds(10)).has_value()) {
     return absl::InternalError(absl::StrCat("`", absl::StrJoin(argv, " "), "` failed"));
   }
   return absl::OkStatus();
@@ -136,10 +130,7 @@ absl::Status RealNodes::PrepareHost() {
   for (const std::string& path : PerNodeHostPaths()) {
     if (absl::Status s = Mkdirs(path); !s.ok()) return s;
   }
-  std::vector<std::string> hierarchies;
-  for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup")) {
-    if (fs::exists(entry.path() / "cgroup.procs")) hierarchies.push_back(entry.path().string());
-  }
+  const std::vector<std::string> hierarchies = CgroupHierarchies();
   for (const NodeLayout& node : nodes_) {
     for (const std::string& dir :
          {node.dir + "/logs", node.cni_conf_dir(), node.dir + "/cni-data", node.kubelet_root()}) {
