@@ -53,10 +53,13 @@ class Buildah:
     def __call__(self, *args, timeout=120):
         return self.result(*args, timeout=timeout).stdout
 
-    def result(self, *args, timeout=120):
+    def result(self, *args, timeout=120, transient=None):
+        """Runs buildah; a failure whose stderr holds `transient` is returned, not judged."""
         cmd = [self.exe, "--root", os.path.join(self.root, "root"), "--runroot",
                os.path.join(self.root, "run"), "--storage-driver", "vfs", *args]
         r = run(cmd, timeout=timeout)
+        if r.returncode != 0 and transient and transient in r.stderr:
+            return r
         check(r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
         return r
 
@@ -239,17 +242,20 @@ def main():
             ctr = store("from", "--quiet", f"oci-archive:{path}").strip()
             want = f"{image} {version} ({revision})\n"
             for attempt in range(3):
+                # Once (of ~20 runs) buildah's chroot runner failed before the entrypoint ran:
+                # "Close_Fd sealing memfd copy: Device or resource busy" (its copy of itself).
                 ran = store.result("run", "--isolation", "chroot", "--user", user, ctr, "--",
-                                   *entrypoint, "--version", timeout=60)
+                                   *entrypoint, "--version", timeout=60,
+                                   transient=None if attempt == 2 else "sealing memfd")
                 out = ran.stdout
                 # Once in a loaded CI run (of ~10 here), `buildah run` exited 0 with no output at
                 # all for an entrypoint whose output is fixed (the same binary printed it outside
-                # the image in step 2): buildah's chroot runner lost it. Empty output is run again,
-                # visibly; any other output is judged at once.
-                if out or attempt == 2:
+                # the image in step 2): buildah's chroot runner lost it. Empty output or the
+                # failure above is run again, visibly; any other output is judged at once.
+                if (out and ran.returncode == 0) or attempt == 2:
                     break
-                print(f"{image}: buildah run exited 0 with no output (stderr {ran.stderr!r}); "
-                      f"running it again", flush=True)
+                print(f"{image}: buildah run exited {ran.returncode} with no output (stderr "
+                      f"{ran.stderr!r}); running it again", flush=True)
             if image == "phalanx-agent":
                 # The DaemonSet's init container, as the chart runs it: root, the entrypoint
                 # with prepare-socket-dir (the image has no shell for a chown).

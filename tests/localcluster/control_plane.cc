@@ -171,6 +171,8 @@ absl::Status ControlPlane::StartApiServer() {
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--audit-policy-file=" + Path("audit-policy.yaml"), "--audit-log-path=" + audit_log_,
             "--audit-log-maxsize=200", "--v=1"};
+  o.argv.insert(o.argv.end(), options_.extra_apiserver_flags.begin(),
+                options_.extra_apiserver_flags.end());
   o.stdout_path = Path("kube-apiserver.log");
   o.die_with_parent = true;  // never outlive the local cluster, even a SIGKILLed one
   absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(o);
@@ -188,6 +190,8 @@ absl::Status ControlPlane::StartControllerManager() {
             "--use-service-account-credentials", "--root-ca-file=" + Path("ca.crt"),
             "--service-account-private-key-file=" + Path("service-account.key"),
             "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0", "--v=1"};
+  o.argv.insert(o.argv.end(), options_.extra_controller_manager_flags.begin(),
+                options_.extra_controller_manager_flags.end());
   o.stdout_path = Path("kube-controller-manager.log");
   o.die_with_parent = true;  // never outlive the local cluster, even a SIGKILLed one
   absl::StatusOr<std::unique_ptr<process::Subprocess>> p = process::Subprocess::Start(o);

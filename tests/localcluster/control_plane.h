@@ -38,6 +38,9 @@ struct ControlPlaneOptions {
   // More `token,user,uid,"groups"` lines for the static token file (real nodes' kubelets,
   // kube-scheduler, kube-proxy, CoreDNS).
   std::vector<std::string> extra_token_lines;
+  // Appended to kube-apiserver's and kube-controller-manager's command lines.
+  std::vector<std::string> extra_apiserver_flags;
+  std::vector<std::string> extra_controller_manager_flags;
   absl::Duration start_timeout = absl::Seconds(90);
 };
 

@@ -151,6 +151,7 @@ absl::Status LocalCluster::ChooseNodes() {
   nodes_options.nodes = options_.nodes;
   nodes_options.gpus_per_node = options_.gpus_per_node;
   nodes_options.node_labels = options_.node_labels;
+  nodes_options.node_lost_after = options_.node_lost_after;
   nodes_options.node_taints = options_.node_taints;
   nodes_options.image_archives = options_.image_archives;
   nodes_options.janitor_program = options_.janitor_program;
@@ -215,6 +216,8 @@ absl::Status LocalCluster::InitReal(const EnvtestAssets& assets, int* port) {
   if (real_nodes_ != nullptr) {
     plane_options.bind_address = real_nodes_->api_address();
     plane_options.extra_token_lines = real_nodes_->TokenLines();
+    plane_options.extra_apiserver_flags = real_nodes_->ApiServerFlags();
+    plane_options.extra_controller_manager_flags = real_nodes_->ControllerManagerFlags();
   }
   absl::StatusOr<std::unique_ptr<ControlPlane>> plane = ControlPlane::Start(plane_options);
   if (!plane.ok()) return plane.status();

@@ -65,6 +65,9 @@ struct LocalClusterOptions {
   std::map<std::string, std::string> pod_env;  // added to every pod process's environment
   NodesKind nodes_kind = NodesKind::kProcess;
   // Real nodes: image archives imported into every node's containerd (e.g. `make images`'s).
+  // Real nodes: a node whose kubelet stops answering is NotReady this long after, and its pods
+  // are evicted this long after that (zero: Kubernetes' 40 s and 300 s).
+  absl::Duration node_lost_after = absl::ZeroDuration();
   std::vector<std::string> image_archives;
   // Real nodes: the program whose `janitor` subcommand undoes the host changes should this
   // process die without stopping (phalanx-localcluster passes itself; empty: none).

@@ -46,7 +46,7 @@ constexpr char kUsage[] = R"(usage:
   phalanx-localcluster --kubeconfig-out FILE [--backend auto|real|builtin] [--nodes N]
       [--gpus-per-node G] [--simulated-nodes M] [--port P] [--work-dir DIR]
       [--node-labels k=v,...] [--node-taints key=value:Effect,...]
-      [--nodes-kind process|real|auto] [--images FILE,...|DIR]
+      [--nodes-kind process|real|auto] [--images FILE,...|DIR] [--node-lost-after S]
     --backend auto (default): a real control plane (etcd, kube-apiserver,
       kube-controller-manager) when KUBEBUILDER_ASSETS or the build tree's copy of
       ../shared/envtest has them, else the built-in API server; the environment
@@ -59,6 +59,10 @@ constexpr char kUsage[] = R"(usage:
       run their images; auto: real when all of that is here, else process (the banner says
       why). PHALANX_LOCALCLUSTER_NODES_KIND sets the default. --images: OCI archives to
       import into every real node (default: the build tree's `make images` archives).
+      --node-lost-after S: a real node whose kubelet stops (node-not-ready) is NotReady S
+      seconds later and its pods are evicted S seconds after that (default: Kubernetes'
+      40 s and 300 s). Every real node serves GCE-style metadata on http://<its address>:80
+      (preempt-node sets instance/preempted to TRUE there first).
   phalanx-localcluster check --nodes-kind real
     says whether this machine can run real nodes (exit 0) or what is missing (exit 3)
   phalanx-localcluster admin --kubeconfig FILE COMMAND
@@ -66,7 +70,7 @@ constexpr char kUsage[] = R"(usage:
     stop-pod NAMESPACE/POD                  SIGSTOP it (a hang)
     continue-pod NAMESPACE/POD              SIGCONT it
     fail-pod NAMESPACE/POD [--exit-code N]  fail a pod on a simulated node
-    preempt-node NODE [--grace-seconds S]   taint, mark pods DisruptionTarget, evict after S (30)
+    preempt-node NODE [--grace-seconds S]   metadata notice (real nodes), taint, evict after S (30)
     node-ready NODE | node-not-ready NODE   flip the node's Ready condition
     drop-watches                            end every open watch stream
     inject-errors --share X [--code 500|429]  answer a share X (0..1) of API requests with errors
@@ -142,8 +146,9 @@ absl::StatusOr<std::vector<std::string>> ImageArchives(const Args& args);
 
 int Serve(const Args& args) {
   static const std::vector<std::string> kKnown = {
-      "kubeconfig-out", "backend",     "nodes",       "gpus-per-node", "simulated-nodes", "port",
-      "work-dir",       "node-labels", "node-taints", "nodes-kind",    "images"};
+      "kubeconfig-out",  "backend",    "nodes",    "gpus-per-node",
+      "simulated-nodes", "port",       "work-dir", "node-labels",
+      "node-taints",     "nodes-kind", "images",   "node-lost-after"};
   for (const auto& [flag, value] : args.flags) {
     if (std::find(kKnown.begin(), kKnown.end(), flag) == kKnown.end()) {
       return Usage(absl::StrCat("unknown flag --", flag));
@@ -190,13 +195,15 @@ int Serve(const Args& args) {
   absl::StatusOr<int> gpus = IntFlag(args, "gpus-per-node", 0, 0);
   absl::StatusOr<int> simulated = IntFlag(args, "simulated-nodes", 0, 0);
   absl::StatusOr<int> port = IntFlag(args, "port", 0, 0);
-  for (const auto* s : {&nodes, &gpus, &simulated, &port}) {
+  absl::StatusOr<int> node_lost_after = IntFlag(args, "node-lost-after", 0, 0);
+  for (const auto* s : {&nodes, &gpus, &simulated, &port, &node_lost_after}) {
     if (!s->ok()) return Usage(std::string(s->status().message()));
   }
   options.nodes = *nodes;
   options.gpus_per_node = *gpus;
   options.simulated_nodes = *simulated;
   options.port = *port;
+  options.node_lost_after = absl::Seconds(*node_lost_after);
   if (auto labels = args.flags.find("node-labels"); labels != args.flags.end()) {
     for (absl::string_view kv : absl::StrSplit(labels->second, ',', absl::SkipEmpty())) {
       const size_t eq = kv.find('=');

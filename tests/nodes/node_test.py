@@ -17,17 +17,22 @@ $PHALANX_NODE_CLUSTER), each in namespaces of its own:
   kubelet   what only a real kubelet does, each beside what the process kubelet reports for the
             same case where it can: exit codes and FallbackToLogsOnError's message, 137 for a
             SIGKILLed container, SIGTERM on delete (our PID 1 ends at once), runAsNonRoot with the
-            image's user, restricted Pod Security; with the PyTorch worker image (python3),
-            OOMKilled under a memory limit and SIGKILL after the grace period for a PID 1 that
-            ignores SIGTERM.
+            image's user, restricted Pod Security; with the harness's testbox image, OOMKilled
+            under a memory limit and SIGKILL after the grace period for a PID 1 that ignores
+            SIGTERM.
   torch     examples/trainingjob-torch.yaml as containers of the PyTorch worker image
             (`make torch-image`: Debian's python3 + python3-torch + the wheel; skipped without
             it): a task's container SIGKILLed mid-run, the survivors recover in place, and every
             task's final parameters are bitwise those of the undisturbed run (torch_train.py
             --reference on this machine's PyTorch, which the image holds).
-  janitor   its own one-node cluster (after the shared one stopped): SIGKILL the harness with a
-            pod running, then nothing of it is left on the machine (processes, mounts, cgroups,
-            bridges, iptables chains); a second start is clean and runs pods again.
+  faults    clusters of its own (after the shared one stopped). The janitor: SIGKILL the harness
+            with a pod running, then nothing of it is left on the machine (processes, mounts,
+            cgroups, bridges, iptables chains). A second start is clean and takes the faults a
+            cloud deals out, with Phalanx installed by helm: `preempt-node` (the agent, reading
+            only the node's GCE metadata server, announces the preemption; the node's pods are
+            evicted), a node lost (its kubelet stopped: the real node-lifecycle controller marks
+            it NotReady, taints it unreachable and evicts its pods; --node-lost-after 8), and
+            that node back.
 
 Exit 77 (skipped) with the reason when this machine cannot run real nodes (root, containerd,
 runc, CNI plugins, ../shared/kubernetes-v1.28.7) or `make images` cannot build the images.
@@ -275,34 +280,25 @@ def case_kubelet(src, cluster):
     check(p["status"].get("hostIP") in addresses, f"hostIP {p['status'].get('hostIP')} vs {addresses}")
     table.append(("status.hostIP", p["status"]["hostIP"]))
 
-    # 5. What needs a program that misbehaves on purpose: the PyTorch worker image has python3
-    #    (`make torch-image`; skipped without it). OOMKilled under a memory limit, and SIGKILL
-    #    after the grace period for a PID 1 that ignores SIGTERM.
-    images = os.path.join(build, "images")
-    if any(f.startswith("phalanx-torch-worker-") for f in os.listdir(images)):
-        py = image("phalanx-torch-worker")
-        hog = restricted_container("hog", py, [])
-        hog.update(command=["python3", "-c", "x = bytearray(512 << 20); import time; time.sleep(60)"],
-                   resources={"limits": {"memory": "64Mi"}})
-        deaf = restricted_container("deaf", py, [])
-        deaf["command"] = ["python3", "-c", "import signal, time; "
-                           "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
-                           "time.sleep(600)"]
-        c.apply(pod("oom", [hog]), ns)
-        c.apply(pod("deaf", [deaf], terminationGracePeriodSeconds=4), ns)
-        t = wait_until("oom terminated", lambda: terminated(c, ns, "oom"), 90)
-        check(t.get("reason") == "OOMKilled" and t.get("exitCode") == 137, f"over its limit: {t}")
-        table.append(("512 MiB under a 64Mi limit", f"{t['exitCode']} {t['reason']}"))
-        wait_until("deaf Running", lambda: "ready" in c.kubectl(
-            "logs", "-n", ns, "deaf", check_rc=False).stdout, 90)
-        t0 = time.monotonic()
-        c.kubectl("delete", "pod", "-n", ns, "deaf", "--wait=true", timeout=90)
-        took = time.monotonic() - t0
-        check(4 <= took < 15, f"SIGTERM ignored, grace 4 s: deletion took {took:.1f}s")
-        table.append(("delete, grace 4 s, SIGTERM ignored", f"SIGKILL: gone in {took:.1f}s"))
-    else:
-        print("  (OOMKilled and SIGKILL after the grace period: skipped, they need python3 in an "
-              "image: make torch-image)")
+    # 5. What needs a program that misbehaves on purpose (the harness's testbox image: one
+    #    static binary, user 65532): OOMKilled under a memory limit, and SIGKILL after the grace
+    #    period for a PID 1 that ignores SIGTERM.
+    testbox = "localhost/phalanx-testbox:1"
+    hog = restricted_container("hog", testbox, ["eat-memory", "512"])
+    hog["resources"] = {"limits": {"memory": "64Mi"}}
+    c.apply(pod("oom", [hog]), ns)
+    c.apply(pod("deaf", [restricted_container("deaf", testbox, ["ignore-sigterm"])],
+                terminationGracePeriodSeconds=4), ns)
+    t = wait_until("oom terminated", lambda: terminated(c, ns, "oom"), 90)
+    check(t.get("reason") == "OOMKilled" and t.get("exitCode") == 137, f"over its limit: {t}")
+    table.append(("512 MiB under a 64Mi limit", f"{t['exitCode']} {t['reason']}"))
+    wait_until("deaf Running", lambda: "ready" in c.kubectl(
+        "logs", "-n", ns, "deaf", check_rc=False).stdout, 90)
+    t0 = time.monotonic()
+    c.kubectl("delete", "pod", "-n", ns, "deaf", "--wait=true", timeout=90)
+    took = time.monotonic() - t0
+    check(4 <= took < 15, f"SIGTERM ignored, grace 4 s: deletion took {took:.1f}s")
+    table.append(("delete, grace 4 s, SIGTERM ignored", f"SIGKILL: gone in {took:.1f}s"))
     c.kubectl("delete", "namespace", ns, "--wait=false")
     print("real kubelet v1.28.7:")
     for what, seen in table:
@@ -392,13 +388,14 @@ def host_leftovers(work):
     return out
 
 
-def start_cluster(build, work, images_dir):
+def start_cluster(build, work, images_dir, *flags):
     cluster_bin = os.path.join(build, "tests", "localcluster", "phalanx-localcluster")
     os.makedirs(work, exist_ok=True)
     log = open(os.path.join(work, "cluster.log"), "w")
     p = subprocess.Popen([cluster_bin, "--kubeconfig-out", os.path.join(work, "kubeconfig"),
                           "--work-dir", work, "--nodes-kind", "real", "--nodes", "1",
-                          "--images", images_dir], stdout=subprocess.PIPE, stderr=log, text=True)
+                          "--images", images_dir, *flags],
+                         stdout=subprocess.PIPE, stderr=log, text=True)
     line = p.stdout.readline()
     if not line.startswith("ready "):
         p.wait(timeout=30)
@@ -411,25 +408,94 @@ def start_cluster(build, work, images_dir):
     return p
 
 
-def start_cluster_with_a_pod(build, work, images):
-    """A one-node real cluster in `work` running one pod (the sandbox image: nothing to import)."""
-    process = start_cluster(build, work, images)
-    c = Cluster(build, os.path.join(work, "kubeconfig"))
-    c.apply(pod("sleeper", [{"name": "p", "image": "localhost/phalanx-pause:1",
-                             "imagePullPolicy": "Never"}]), "default")
-    wait_until("a pod Running", lambda: phase(c, "default", "sleeper") == "Running", 90)
-    return process
+def sleeper(name, node):
+    return pod(name, [{"name": "p", "image": "localhost/phalanx-pause:1",
+                       "imagePullPolicy": "Never"}], nodeName=node)
 
 
-def case_janitor(build):
-    tmp = tempfile.mkdtemp(prefix="phalanx-node-janitor-")
-    images = os.path.join(tmp, "no-images")  # the pause image is all this case runs
-    os.makedirs(images)
+def fault_story(src, build, helm, harness, kubeconfig):
+    """Phalanx installed on a 2-node cluster (node lost after 8 s), then preempt-node, a node
+    lost and back."""
+    c = Cluster(build, kubeconfig)
+    c.kubectl("apply", "--server-side", "-f", os.path.join(src, "crds"))
+    # The agent with the gce notice source only, reading its node's metadata server: a notice
+    # it announces came from there.
+    r = run([helm, "install", "phalanx", os.path.join(src, "deploy", "helm", "phalanx"),
+             "--kubeconfig", c.kubeconfig, "--namespace", "phalanx-system", "--create-namespace",
+             "--set", "agent.fakeGpus=2", "--set", "agent.noticeSources=gce",
+             "--set", "agent.gceMetadataUrl=http://$(HOST_IP)", "--wait", "--timeout", "180s"],
+            timeout=240)
+    check(r.returncode == 0, f"helm install: {r.stderr}")
+    for node in ["node-0", "node-1"]:
+        c.apply(sleeper(f"on-{node}", node), "default")
+        wait_until(f"a pod Running on {node}", lambda n=node: phase(
+            c, "default", f"on-{n}") == "Running", 90)
+
+    # preempt-node: the metadata notice (read by the agent), the taint, then the eviction.
+    t0 = time.monotonic()
+    c.admin("preempt-node", "node-0", "--grace-seconds", "3")
+
+    def notice():
+        events = c.get("events", "-A", "--field-selector",
+                       "involvedObject.kind=Node,involvedObject.name=node-0,reason=PreemptionNotice")
+        return [e["message"] for e in (events or {}).get("items", [])]
+    messages = wait_until("the agent's PreemptionNotice for node-0", notice, 60)
+    check(any("from gce-metadata" in m for m in messages), f"notice events: {messages}")
+    print(f"preempt-node: the agent read the metadata notice in {time.monotonic() - t0:.1f}s: "
+          f"{messages[0]!r}")
+    wait_until("the preempted node's pod evicted",
+               lambda: c.get("pod", "on-node-0", "-n", "default") is None, 60)
+    taints = [t["key"] for t in c.get("node", "node-0")["spec"].get("taints", [])]
+    check("cloud.google.com/impending-node-termination" in taints, f"node-0 taints: {taints}")
+    check(harness.poll() is None, "the harness died during preempt-node")
+    print(f"preempt-node: taint, then the pod evicted through the Eviction API "
+          f"({time.monotonic() - t0:.1f}s)")
+
+    # A node lost: its kubelet stopped; the real node-lifecycle controller takes over.
+    t0 = time.monotonic()
+    c.admin("node-not-ready", "node-1")
+
+    def ready(node):
+        conditions = c.get("node", node)["status"].get("conditions", [])
+        return next((x["status"] for x in conditions if x["type"] == "Ready"), None)
+    wait_until("node-1 NotReady (status Unknown: no kubelet answers)",
+               lambda: ready("node-1") == "Unknown", 60)
+    lost = time.monotonic() - t0
+    wait_until("node-1 tainted node.kubernetes.io/unreachable:NoExecute", lambda: any(
+        (t["key"], t["effect"]) == ("node.kubernetes.io/unreachable", "NoExecute")
+        for t in c.get("node", "node-1")["spec"].get("taints", [])), 30)
+    wait_until("node-1's pod evicted by the taint manager", lambda: (c.get(
+        "pod", "on-node-1", "-n", "default") or {}).get("metadata", {}).get("deletionTimestamp"),
+        60)
+    print(f"node lost: NotReady after {lost:.1f}s, its pod evicted after "
+          f"{time.monotonic() - t0:.1f}s (--node-lost-after 8)")
+    c.admin("node-ready", "node-1")
+    wait_until("node-1 Ready again", lambda: ready("node-1") == "True", 60)
+    wait_until("the evicted pod gone once its kubelet is back",
+               lambda: c.get("pod", "on-node-1", "-n", "default") is None, 60)
+    print(f"node back: Ready, the evicted pod deleted ({time.monotonic() - t0:.1f}s)")
+
+
+
+def case_faults(src, build):
+    helm = deploy_test.find_helm(src)
+    if helm is None:
+        return SKIP
+    tmp = tempfile.mkdtemp(prefix="phalanx-node-faults-")
+    # 1. The janitor: a one-node cluster running a pod (the sandbox image: nothing to import),
+    #    its harness SIGKILLed.
+    no_images = os.path.join(tmp, "no-images")
+    os.makedirs(no_images)
     work = os.path.join(tmp, "first")
-    first = start_cluster_with_a_pod(build, work, images)
-    check(host_leftovers(work), "a running node shows on the machine (the check sees it)")
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    first = start_cluster(build, work, no_images)
+    try:
+        c = Cluster(build, os.path.join(work, "kubeconfig"))
+        c.apply(sleeper("sleeper", "node-0"), "default")
+        wait_until("a pod Running", lambda: phase(c, "default", "sleeper") == "Running", 90)
+        check(host_leftovers(work), "a running node shows on the machine (the check sees it)")
+    finally:
+        first.send_signal(signal.SIGKILL)  # the case itself when all went well
+        first.wait()
     t0 = time.monotonic()
     try:
         wait_until("the janitor undid the SIGKILLed cluster's host changes",
@@ -438,22 +504,27 @@ def case_janitor(build):
         raise Failure("left after SIGKILL: " + "\n  ".join(host_leftovers(work)))
     print(f"SIGKILL with a pod running: the machine clean {time.monotonic() - t0:.1f}s later")
 
+    # 2. A second start, clean, with Phalanx's images (not the PyTorch worker: 476 MB) and a
+    #    node lost after 8 s instead of 40 s + 300 s.
+    images = os.path.join(tmp, "images")
+    os.makedirs(images)
+    built = os.path.join(build, "images")
+    for f in os.listdir(built):
+        if f.endswith(".oci.tar") and not f.startswith("phalanx-torch-worker"):
+            os.symlink(os.path.join(built, f), os.path.join(images, f))
     work2 = os.path.join(tmp, "second")
-    second = start_cluster_with_a_pod(build, work2, images)
-    # preempt-node on the real runtime: the termination taint, then the pod evicted through the
-    # Eviction API after the grace (this once crashed the harness: a dangling JSON list).
-    c = Cluster(build, os.path.join(work2, "kubeconfig"))
-    c.admin("preempt-node", "node-0", "--grace-seconds", "1")
-    wait_until("the preempted node's pod evicted", lambda: c.get("pod", "sleeper") is None, 60)
-    taints = [t["key"] for t in c.get("node", "node-0")["spec"].get("taints", [])]
-    check("cloud.google.com/impending-node-termination" in taints, f"node-0 taints: {taints}")
-    check(second.poll() is None, "the harness died during preempt-node")
-    print("preempt-node: taint, then the pod evicted through the Eviction API")
-    second.send_signal(signal.SIGTERM)
-    second.wait(timeout=60)
+    second = start_cluster(build, work2, images, "--nodes", "2", "--gpus-per-node", "2",
+                           "--node-labels", "nvidia.com/gpu.present=true",
+                           "--node-lost-after", "8")
+    try:
+        fault_story(src, build, helm, second, os.path.join(work2, "kubeconfig"))
+    finally:  # a failed case must not leave its cluster running: the next start would skip
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=60)
     left = host_leftovers(work2)
     check(not left, "left after a stop: " + "\n  ".join(left))
-    print("second start ran a pod (then preempted); its stop left nothing")
+    print("second start: Phalanx installed, a preemption, a node lost and back; its stop left "
+          "nothing")
     run(["rm", "-rf", tmp])
 
 
@@ -463,8 +534,9 @@ def main():
         return 2
     src, build, case = sys.argv[1:]
     try:
-        if case == "janitor":
-            case_janitor(build)
+        if case == "faults":
+            if case_faults(src, build) == SKIP:
+                return SKIP
         else:
             shared = os.environ.get("PHALANX_NODE_CLUSTER", "")
             skip = os.path.join(shared, "skip")

@@ -16,6 +16,9 @@ namespace {
 #ifndef PHALANX_PAUSE_BINARY
 #define PHALANX_PAUSE_BINARY ""
 #endif
+#ifndef PHALANX_TESTBOX_BINARY
+#define PHALANX_TESTBOX_BINARY ""
+#endif
 
 bool Executable(const std::string& path) { return access(path.c_str(), X_OK) == 0; }
 
@@ -83,6 +86,10 @@ absl::StatusOr<NodeAssets> FindNodeAssets() {
     return absl::FailedPreconditionError(
         "no phalanx-pause binary in this build (a static link "
         "failed? install libc6-dev)");
+  }
+  a.testbox = PHALANX_TESTBOX_BINARY;
+  if (a.testbox.empty() || !Executable(a.testbox)) {
+    return absl::FailedPreconditionError("no phalanx-testbox binary in this build");
   }
   return a;
 }

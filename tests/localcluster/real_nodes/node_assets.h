@@ -23,7 +23,8 @@ struct NodeAssets {
   std::string ctr;
   std::string unshare;
   std::string nsenter;
-  std::string pause;  // the static pod-sandbox binary built beside phalanx-localcluster
+  std::string pause;    // the static pod-sandbox binary built beside phalanx-localcluster
+  std::string testbox;  // the static misbehaving program of the node tests (testbox.c)
 };
 
 // FailedPrecondition naming what is missing and how to get it (so `--nodes-kind auto` can say

@@ -75,7 +75,13 @@ std::string CniNetwork(const NodeLayout& node) {
 )");
 }
 
-std::string KubeletConfig(const NodeLayout& node, const std::string& client_ca_file) {
+std::string KubeletConfig(const NodeLayout& node, const std::string& client_ca_file,
+                          absl::Duration node_lost_after) {
+  const std::string lease =
+      node_lost_after > absl::ZeroDuration()
+          ? absl::StrCat("nodeLeaseDurationSeconds: ",
+                         std::max<int64_t>(4, absl::ToInt64Seconds(node_lost_after)), "\n")
+          : "";
   return absl::StrCat(R"(apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -116,7 +122,8 @@ imageGCLowThresholdPercent: 99
 # Fast feedback: status changes reach the API server within a second or two.
 nodeStatusUpdateFrequency: 4s
 syncFrequency: 10s
-)");
+)",
+                      lease);
 }
 
 std::string KubeProxyConfig(const std::string& kubeconfig, int metrics_port, int healthz_port) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
+
 namespace phalanx::localcluster {
 
 // Pod subnets: node i owns 10.244.i.0/24; its bridge's gateway 10.244.i.1 is also the node's
@@ -52,7 +54,10 @@ NodeLayout LayOutNode(const std::string& work_dir, int index);
 
 std::string ContainerdConfig(const NodeLayout& node, const std::string& sandbox_image);
 std::string CniNetwork(const NodeLayout& node);
-std::string KubeletConfig(const NodeLayout& node, const std::string& client_ca_file);
+// node_lost_after > 0 shortens the node lease to it (renewed every quarter of it), so a
+// controller grace period that short never sees a healthy node as lost.
+std::string KubeletConfig(const NodeLayout& node, const std::string& client_ca_file,
+                          absl::Duration node_lost_after = absl::ZeroDuration());
 std::string KubeProxyConfig(const std::string& kubeconfig, int metrics_port, int healthz_port);
 // CoreDNS on port 53 of every node's address, serving cluster.local from the API server.
 std::string Corefile(const std::vector<NodeLayout>& nodes, const std::string& kubeconfig);

@@ -24,6 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kPauseImage[] = "localhost/phalanx-pause:1";
+constexpr char kTestboxImage[] = "localhost/phalanx-testbox:1";
 constexpr char kGpuResource[] = "nvidia.com/gpu";
 
 std::string RandomToken() {
@@ -177,6 +178,20 @@ absl::Status RealNodes::StartJanitor() {
   return absl::OkStatus();
 }
 
+std::vector<std::string> RealNodes::ApiServerFlags() const {
+  if (options_.node_lost_after <= absl::ZeroDuration()) return {};
+  const int64_t seconds = absl::ToInt64Seconds(options_.node_lost_after);
+  return {absl::StrCat("--default-not-ready-toleration-seconds=", seconds),
+          absl::StrCat("--default-unreachable-toleration-seconds=", seconds)};
+}
+
+std::vector<std::string> RealNodes::ControllerManagerFlags() const {
+  if (options_.node_lost_after <= absl::ZeroDuration()) return {};
+  return {absl::StrCat("--node-monitor-grace-period=",
+                       absl::ToInt64Seconds(options_.node_lost_after), "s"),
+          "--node-monitor-period=1s"};
+}
+
 std::vector<std::string> RealNodes::TokenLines() const {
   std::vector<std::string> lines;
   for (const auto& [user, token] : tokens_) {
@@ -224,13 +239,28 @@ absl::Status RealNodes::Start(const std::string& api_url, const std::string& ca_
   }
 
   const std::string shared = options_.work_dir + "/nodes";
-  ImageSpec pause;
-  pause.name = kPauseImage;
-  pause.files.push_back({"pause", ReadTextFile(a.pause), 0755});
-  pause.entrypoint = {"/pause"};
-  if (pause.files.front().content.empty()) return absl::InternalError("cannot read " + a.pause);
-  if (absl::Status s = WriteTextFile(shared + "/pause.oci.tar", OciArchive(pause), 0644); !s.ok()) {
-    return s;
+  // Two images of one static program each, packed here so nodes need no builder or registry:
+  // the pod sandbox, and the node tests' misbehaving program.
+  struct OneBinaryImage {
+    const char* name;
+    std::string binary;
+    const char* user;
+  };
+  for (const OneBinaryImage& one : {OneBinaryImage{kPauseImage, a.pause, ""},
+                                    OneBinaryImage{kTestboxImage, a.testbox, "65532:65532"}}) {
+    const std::string file = one.binary.substr(one.binary.rfind('/') + 1);
+    ImageSpec image{.name = one.name,
+                    .files = {{file, ReadTextFile(one.binary), 0755}},
+                    .entrypoint = {"/" + file},
+                    .user = one.user};
+    if (image.files.front().content.empty()) {
+      return absl::InternalError("cannot read " + one.binary);
+    }
+    if (absl::Status s =
+            WriteTextFile(absl::StrCat(shared, "/", file, ".oci.tar"), OciArchive(image), 0644);
+        !s.ok()) {
+      return s;
+    }
   }
   auto kubeconfig = [&](const std::string& file, const std::string& user) -> absl::Status {
     return WriteTextFile(file, TokenKubeconfig(api_url, ca_file, tokens_.at(user)));
@@ -320,6 +350,16 @@ absl::Status RealNodes::Start(const std::string& api_url, const std::string& ca_
       !s.ok()) {
     return s;
   }
+  for (const NodeLayout& node : nodes_) {
+    absl::StatusOr<std::unique_ptr<NodeMetadataServer>> server =
+        NodeMetadataServer::Start(node.address);
+    if (server.ok()) {
+      metadata_[node.name] = *std::move(server);
+    } else {  // preempt-node still taints and evicts; only the metadata notice is missing
+      PHX_LOG(WARNING) << "real nodes: " << node.name << " has no metadata server: "
+                       << server.status();
+    }
+  }
   if (absl::Status s = WaitUntilReady(deadline); !s.ok()) return s;
   return AdvertiseGpus();
 }
@@ -329,7 +369,7 @@ absl::Status RealNodes::StartNode(NodeLayout& node, const std::string& api_url,
   for (const auto& [file, text] : std::vector<std::pair<std::string, std::string>>{
            {node.containerd_config(), ContainerdConfig(node, kPauseImage)},
            {node.cni_conf_dir() + "/10-phalanx.conflist", CniNetwork(node)},
-           {node.kubelet_config(), KubeletConfig(node, ca_file)},
+           {node.kubelet_config(), KubeletConfig(node, ca_file, options_.node_lost_after)},
            {node.kubeconfig(),
             TokenKubeconfig(api_url, ca_file, tokens_.at("system:node:" + node.name))}}) {
     if (absl::Status s = WriteTextFile(file, text); !s.ok()) return s;
@@ -366,7 +406,8 @@ absl::Status RealNodes::StartNode(NodeLayout& node, const std::string& api_url,
 }
 
 absl::Status RealNodes::ImportImages(const NodeLayout& node) {
-  std::vector<std::string> archives = {options_.work_dir + "/nodes/pause.oci.tar"};
+  std::vector<std::string> archives = {options_.work_dir + "/nodes/phalanx-pause.oci.tar",
+                                       options_.work_dir + "/nodes/phalanx-testbox.oci.tar"};
   archives.insert(archives.end(), options_.image_archives.begin(), options_.image_archives.end());
   for (const std::string& archive : archives) {
     if (absl::Status s =
@@ -527,7 +568,9 @@ absl::Status RealNodes::FailPod(const std::string&, const std::string&, int) {
 absl::Status RealNodes::PreemptNode(const std::string& node, absl::Duration grace) {
   if (FindNode(node) == nullptr)
     return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
-  // What a cloud does: the termination taint (the agent's taint notice source reads it) ...
+  // What a cloud does: the metadata server says preempted (the agent's gce notice source reads
+  // it), the termination taint (its node-taint source reads that) ...
+  if (auto it = metadata_.find(node); it != metadata_.end()) it->second->SetPreempted(true);
   absl::StatusOr<std::string> text = client_->Raw("GET", "/api/v1/nodes/" + node);
   if (!text.ok()) return text.status();
   kube::Json taints = kube::Json::array();
@@ -605,6 +648,7 @@ void RealNodes::Stop() {
   for (Daemon& d : daemons_) {
     if (absl::StartsWith(d.name, "kubelet")) d.process->Wait(absl::Seconds(5));
   }
+  metadata_.clear();
   if (lock_ != nullptr) {
     for (const std::string& problem : UndoHostChanges(record_)) {
       PHX_LOG(WARNING) << "real nodes: " << problem;

@@ -5,10 +5,12 @@
 // cluster.local on every node's address. Pods run their images (imported into every node's
 // containerd from the archives given, e.g. `make images`); fake GPUs are advertised as
 // `nvidia.com/gpu` by a node-status patch (Kubernetes' documented way to advertise an extended
-// resource; no device plugin yet). Faults act on the runtime: kill-pod signals the container's
+// resource; no device plugin yet). Every node has a cloud metadata server (GCE flavour) on its
+// address (metadata_server.h). Faults act on the runtime: kill-pod signals the container's
 // process (containerd task kill), stop-pod freezes it (cgroup freezer), node-not-ready stops the
-// node's kubelet (SIGSTOP) so the node-lifecycle controller takes over, preempt-node taints the
-// node and evicts its pods through the Eviction API after the grace period.
+// node's kubelet (SIGSTOP) so the node-lifecycle controller takes over, preempt-node does what a
+// cloud does: the metadata server says preempted, the node is tainted, and its pods are evicted
+// through the Eviction API after the grace period.
 //
 // Life cycle: Prepare() before the control plane (the API server binds node-0's address, so
 // pods reach it through the kubernetes Service), Start() after it, Stop() undoes everything on
@@ -31,6 +33,7 @@
 #include "common/process/subprocess.h"
 #include "tests/localcluster/fault_injector.h"
 #include "tests/localcluster/real_nodes/host_changes.h"
+#include "tests/localcluster/real_nodes/metadata_server.h"
 #include "tests/localcluster/real_nodes/node_assets.h"
 #include "tests/localcluster/real_nodes/node_config.h"
 
@@ -47,6 +50,10 @@ struct RealNodesOptions {
   std::string state_dir = kDefaultHostStateDir;
   // Runs `<janitor_program> janitor --state-dir DIR --owner PID` (empty: no janitor).
   std::string janitor_program;
+  // How long a node whose kubelet stopped answering stays Ready, and then how long its pods
+  // stay bound to it (the node-lifecycle controller's grace period and the default
+  // not-ready/unreachable tolerations). Zero: Kubernetes' defaults (40 s, then 300 s).
+  absl::Duration node_lost_after = absl::ZeroDuration();
   absl::Duration start_timeout = absl::Seconds(120);
 };
 
@@ -64,6 +71,9 @@ class RealNodes final : public FaultTarget {
   // `token,user,uid,"groups"` lines the API server's token file must hold (kubelets as
   // system:node:<name>, kube-scheduler, kube-proxy, CoreDNS).
   std::vector<std::string> TokenLines() const;
+  // Flags the control plane needs for options.node_lost_after (empty for the defaults).
+  std::vector<std::string> ApiServerFlags() const;
+  std::vector<std::string> ControllerManagerFlags() const;
 
   // Starts kube-scheduler, every node (containerd with the images, kubelet), kube-proxy and
   // CoreDNS; returns once every node is Ready and advertises its GPUs. Unavailable (with the
@@ -120,6 +130,8 @@ class RealNodes final : public FaultTarget {
   std::vector<Daemon> daemons_;
   std::unique_ptr<process::Subprocess> janitor_;
   std::unique_ptr<kube::RestClient> client_;  // admin, straight to kube-apiserver
+  // One per node, by name; a node whose address:80 could not be bound has none (logged).
+  std::map<std::string, std::unique_ptr<NodeMetadataServer>> metadata_;
   std::string kubelet_version_ = "unknown";
   std::string containerd_version_ = "unknown";
   absl::Notification stopping_;
