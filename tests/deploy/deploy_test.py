@@ -51,6 +51,18 @@ def check(cond, message):
         raise Failure(message)
 
 
+def wait_until(what, predicate, timeout, interval=0.25):
+    """Polls predicate (a bounded wait on a cluster's state) until it returns a truthy value,
+    which it returns; Failure after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise Failure(f"{what}: not within {timeout}s")
+
+
 def run(cmd, timeout=60, **kwargs):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
 

@@ -25,7 +25,6 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deploy_test as dt  # noqa: E402  (the chart helpers and the local cluster start-up)
@@ -34,13 +33,7 @@ NAMESPACE = dt.NAMESPACE
 RELEASE = dt.RELEASE
 
 
-def wait_until(what, predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise dt.Failure(f"timed out after {timeout}s waiting for {what}")
+wait_until = dt.wait_until
 
 
 def main():

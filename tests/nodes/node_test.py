@@ -46,22 +46,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy"))
-import deploy_test  # noqa: E402 (Failure, check, run, find_helm: the chart tests' helpers)
-from deploy_test import Failure, check, run  # noqa: E402
+import deploy_test  # noqa: E402 (Failure, check, run, wait_until, find_helm: the chart tests' helpers)
+from deploy_test import Failure, check, run, wait_until  # noqa: E402
 
 SKIP = 77
-
-
-def wait_until(what, predicate, timeout):
-    """Polls predicate (a bounded wait on a real cluster's state) until it returns a truthy value."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise Failure(f"{what}: not within {timeout}s")
 
 
 class Cluster:
