@@ -50,9 +50,9 @@ absl::StatusOr<std::unique_ptr<NodeMetadataServer>> NodeMetadataServer::Start(
   std::unique_ptr<NodeMetadataServer> server(new NodeMetadataServer());
   server->handler_ = std::make_unique<Handler>(server->preempted_);
   const std::string listen = absl::StrCat(address, ":", port);
-  const std::vector<std::string> options = {"listening_ports",    listen, "num_threads", "2",
-                                            "request_timeout_ms", "5000", "enable_keep_alive",
-                                            "no"};
+  const std::vector<std::string> options = {
+      "listening_ports",    listen, "num_threads",       "2",
+      "request_timeout_ms", "5000", "enable_keep_alive", "no"};
   try {
     server->server_ = std::make_unique<CivetServer>(options);
   } catch (const std::exception& e) {

@@ -187,8 +187,8 @@ std::vector<std::string> RealNodes::ApiServerFlags() const {
 
 std::vector<std::string> RealNodes::ControllerManagerFlags() const {
   if (options_.node_lost_after <= absl::ZeroDuration()) return {};
-  return {absl::StrCat("--node-monitor-grace-period=",
-                       absl::ToInt64Seconds(options_.node_lost_after), "s"),
+  return {absl::StrCat(
+              "--node-monitor-grace-period=", absl::ToInt64Seconds(options_.node_lost_after), "s"),
           "--node-monitor-period=1s"};
 }
 
@@ -356,8 +356,8 @@ absl::Status RealNodes::Start(const std::string& api_url, const std::string& ca_
     if (server.ok()) {
       metadata_[node.name] = *std::move(server);
     } else {  // preempt-node still taints and evicts; only the metadata notice is missing
-      PHX_LOG(WARNING) << "real nodes: " << node.name << " has no metadata server: "
-                       << server.status();
+      PHX_LOG(WARNING) << "real nodes: " << node.name
+                       << " has no metadata server: " << server.status();
     }
   }
   if (absl::Status s = WaitUntilReady(deadline); !s.ok()) return s;
