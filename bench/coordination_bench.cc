@@ -25,7 +25,7 @@
 #include "common/base/process_init.h"
 #include "common/process/subprocess.h"
 #include "examples/local_job/local_job.h"
-#include "runtime/client/grpc_client.h"
+#include "runtime/client/coordination_client_impl.h"
 
 ABSL_FLAG(std::string, bin_dir, "build", "build directory");
 ABSL_FLAG(std::string, out, "build/bench/coordination.json", "where the JSON goes");
@@ -302,7 +302,7 @@ void BenchBarriers(Results& r, int runs) {
 // client's completion threads, so one client keeps several operations in flight without a
 // thread per operation.
 struct KvChain {
-  client::GrpcCoordinationClient* client;
+  client::CoordinationClientImpl* client;
   std::string prefix;
   const std::string* value;
   std::atomic<bool>* stop;
@@ -333,7 +333,7 @@ void BenchKv(Results& r, int runs) {
   std::vector<double> rates;
   for (int run = 0; run < runs; ++run) {
     auto job = StartCoordinator(kClients, absl::Seconds(10), absl::Seconds(1));
-    std::vector<std::unique_ptr<client::GrpcCoordinationClient>> clients;
+    std::vector<std::unique_ptr<client::CoordinationClientImpl>> clients;
     for (int c = 0; c < kClients; ++c) {
       client::ClientConfig config;
       config.coordinator = job->address();
@@ -341,7 +341,7 @@ void BenchKv(Results& r, int runs) {
       config.task_id = c;
       config.num_tasks = kClients;
       config.token = job->options().token;
-      clients.push_back(*client::GrpcCoordinationClient::Create(config));
+      clients.push_back(*client::CoordinationClientImpl::Create(config));
       if (absl::Status s = clients.back()->Connect(absl::Seconds(30)); !s.ok()) {
         std::fprintf(stderr, "bench: kv client: %s\n", s.ToString().c_str());
         return;
@@ -378,7 +378,7 @@ void BenchKv(Results& r, int runs) {
 }
 
 // A client of the bench job for `task` (created, not connected).
-std::unique_ptr<client::GrpcCoordinationClient> BenchClient(const LocalJob& job, int task,
+std::unique_ptr<client::CoordinationClientImpl> BenchClient(const LocalJob& job, int task,
                                                             int num_tasks) {
   client::ClientConfig config;
   config.coordinator = job.address();
@@ -386,7 +386,7 @@ std::unique_ptr<client::GrpcCoordinationClient> BenchClient(const LocalJob& job,
   config.task_id = task;
   config.num_tasks = num_tasks;
   config.token = job.options().token;
-  return *client::GrpcCoordinationClient::Create(config);
+  return *client::CoordinationClientImpl::Create(config);
 }
 
 double MicrosSince(std::chrono::steady_clock::time_point t0) {
@@ -403,7 +403,7 @@ void BenchLatency(Results& r, int runs) {
   std::vector<double> connects, gets, sets;
   for (int run = 0; run < runs; ++run) {
     auto job = StartCoordinator(kConnects, absl::Seconds(10), absl::Seconds(1));
-    std::vector<std::unique_ptr<client::GrpcCoordinationClient>> clients;
+    std::vector<std::unique_ptr<client::CoordinationClientImpl>> clients;
     std::vector<double> connect_ms;
     for (int c = 0; c < kConnects; ++c) {
       const auto t0 = std::chrono::steady_clock::now();

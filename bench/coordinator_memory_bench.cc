@@ -29,7 +29,7 @@
 #include "common/base/clock.h"
 #include "common/process/subprocess.h"
 #include "prometheus/registry.h"
-#include "runtime/client/grpc_client.h"
+#include "runtime/client/coordination_client_impl.h"
 #include "runtime/coordination/service.h"
 
 ABSL_FLAG(std::string, coordinator, "build/runtime/coordination/phalanx-coordinator",
@@ -44,7 +44,7 @@ namespace {
 using ::phalanx::bench::RssMib;
 
 // Inserts `count` values under "mem/", at most 256 in flight; false on any failure.
-bool Fill(phalanx::client::GrpcCoordinationClient& client, int count, const std::string& value) {
+bool Fill(phalanx::client::CoordinationClientImpl& client, int count, const std::string& value) {
   std::atomic<int> failed{0};
   for (int start = 0; start < count; start += 256) {
     const int batch = std::min(256, count - start);
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   config.job = "mem";
   config.num_tasks = 1;
   config.token = "bench-token";
-  auto client = phalanx::client::GrpcCoordinationClient::Create(config, {});
+  auto client = phalanx::client::CoordinationClientImpl::Create(config, {});
   if (!client.ok() || !(*client)->Connect(absl::Seconds(30)).ok()) {
     std::fprintf(stderr, "cannot connect to %s\n", grpc.c_str());
     return 1;

@@ -1,5 +1,5 @@
 // phalanx-peer-worker: one client process of bench/peers_bench.py for the C++ client: `count`
-// tasks as threads, each with its own GrpcCoordinationClient (its own connection). It speaks the
+// tasks as threads, each with its own CoordinationClientImpl (its own connection). It speaks the
 // protocol of bench/peer_worker.py (see there): READY, then GO on stdin, then PASS or KV lines,
 // DONE, and the connections stay open until stdin closes. So the driver times the C++ client,
 // the Python client and torch's TCPStore the same way.
@@ -22,7 +22,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/base/process_init.h"
-#include "runtime/client/grpc_client.h"
+#include "runtime/client/coordination_client_impl.h"
 
 ABSL_FLAG(std::string, workload, "rendezvous", "rendezvous | kv");
 ABSL_FLAG(std::string, address, "", "coordinator host:port");
@@ -59,7 +59,7 @@ double P50(std::vector<double> samples) {
 // same session are handled after it; its failure is kept for the caller to check.
 class UnwaitedSets {
  public:
-  void Set(client::GrpcCoordinationClient& client, const std::string& key,
+  void Set(client::CoordinationClientImpl& client, const std::string& key,
            const std::string& value) {
     client.KvInsertAsync(key, value, true, [failed = failed_](absl::Status s) {
       if (!s.ok()) *failed = true;
@@ -72,7 +72,7 @@ class UnwaitedSets {
   std::shared_ptr<std::atomic<bool>> failed_ = std::make_shared<std::atomic<bool>>(false);
 };
 
-absl::Status Rendezvous(client::GrpcCoordinationClient& client, int task, int barriers) {
+absl::Status Rendezvous(client::CoordinationClientImpl& client, int task, int barriers) {
   if (absl::Status s = client.Connect(kTimeout); !s.ok()) return s;
   UnwaitedSets sets;
   sets.Set(client, absl::StrCat("addr/", task), absl::StrCat("127.0.0.1:", 20000 + task));
@@ -85,7 +85,7 @@ absl::Status Rendezvous(client::GrpcCoordinationClient& client, int task, int ba
   return absl::OkStatus();
 }
 
-absl::Status Kv(client::GrpcCoordinationClient& client, int task, double seconds) {
+absl::Status Kv(client::CoordinationClientImpl& client, int task, double seconds) {
   const std::string value(100, 'v');
   UnwaitedSets unwaited;
   std::vector<double> sets, gets;
@@ -122,7 +122,7 @@ int Main() {
     return 2;
   }
   const int first = absl::GetFlag(FLAGS_first);
-  std::vector<std::unique_ptr<client::GrpcCoordinationClient>> clients;
+  std::vector<std::unique_ptr<client::CoordinationClientImpl>> clients;
   for (int task = first; task < first + absl::GetFlag(FLAGS_count); ++task) {
     client::ClientConfig config;
     config.coordinator = absl::GetFlag(FLAGS_address);
@@ -130,7 +130,7 @@ int Main() {
     config.task_id = task;
     config.num_tasks = absl::GetFlag(FLAGS_world);
     config.token = absl::GetFlag(FLAGS_token);
-    auto created = client::GrpcCoordinationClient::Create(config, {});
+    auto created = client::CoordinationClientImpl::Create(config, {});
     if (!created.ok()) {
       std::cerr << "phalanx-peer-worker: " << created.status() << "\n";
       return 2;

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "bench/write_line.h"
-#include "runtime/client/grpc_client.h"
+#include "runtime/client/coordination_client_impl.h"
 
 namespace phalanx::bench {
 namespace {
@@ -43,7 +43,7 @@ int RunTaskHost(const TaskHostOptions& options) {
               absl::StrCat("TOLD task=", task, " peer=", info.task_id, " t_us=", NowMicros()));
         }
       };
-      auto created = client::GrpcCoordinationClient::Create(config, callbacks);
+      auto created = client::CoordinationClientImpl::Create(config, callbacks);
       if (!created.ok()) {
         WriteLine(absl::StrCat("ERROR task=", task, " ", created.status().ToString()));
         return;

@@ -9,14 +9,13 @@
 //   phalanx-agent prepare-socket-dir DIR UID:GID
 //                                the DaemonSet's init container: hands the host's socket folder
 //                                to the agent's user (the image has no shell to do it)
+
 #include <signal.h>
 
 #include <algorithm>
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
@@ -24,7 +23,7 @@
 #include "common/base/env_and_files.h"
 #include "common/base/log.h"
 #include "common/base/periodic_runner.h"
-#include "common/base/process_init.h"
+#include "common/base/process_main.h"
 #include "common/http/status_server.h"
 #include "common/kube/cluster_config.h"
 #include "common/kube/event_recorder.h"
@@ -81,40 +80,30 @@ namespace {
 
 using namespace phalanx;
 
-int Fail(const std::string& message) {
-  std::cerr << "phalanx-agent: " << message << "\n";
-  return 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  base::InitProcess("agent", "phalanx-agent");  // before --version is parsed
-  absl::SetProgramUsageMessage(
-      "phalanx-agent [--kubeconfig FILE] --node_name NODE [flags]\n"
-      "phalanx-agent preflight\n"
-      "phalanx-agent prepare-socket-dir DIR UID:GID");
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() == 2 && std::string(rest[1]) == "preflight") {
+  const base::ProcessMain process(argc, argv,
+                                  {"agent", "phalanx-agent",
+                                   "phalanx-agent [--kubeconfig FILE] --node_name NODE [flags]\n"
+                                   "phalanx-agent preflight\n"
+                                   "phalanx-agent prepare-socket-dir DIR UID:GID"});
+  const std::vector<std::string>& args = process.args();
+  if (args.size() == 1 && args[0] == "preflight") {
     return agent::RunPreflight(absl::GetFlag(FLAGS_nvml_path), std::cout);
   }
-  if (rest.size() >= 2 && std::string(rest[1]) == "prepare-socket-dir") {
-    if (rest.size() != 4) return Fail("usage: phalanx-agent prepare-socket-dir DIR UID:GID");
-    absl::StatusOr<agent::SocketDirOwner> owner = agent::ParseSocketDirOwner(rest[3]);
-    if (!owner.ok()) return Fail(std::string(owner.status().message()));
-    if (absl::Status s = agent::PrepareSocketDir(rest[2], *owner); !s.ok()) {
-      return Fail(std::string(s.message()));
+  if (!args.empty() && args[0] == "prepare-socket-dir") {
+    if (args.size() != 3)
+      return process.Fail("usage: phalanx-agent prepare-socket-dir DIR UID:GID");
+    absl::StatusOr<agent::SocketDirOwner> owner = agent::ParseSocketDirOwner(args[2]);
+    if (!owner.ok()) return process.Fail(std::string(owner.status().message()));
+    if (absl::Status s = agent::PrepareSocketDir(args[1], *owner); !s.ok()) {
+      return process.Fail(std::string(s.message()));
     }
-    std::cout << "prepare-socket-dir: " << rest[2] << " is mode 0750, owned by " << rest[3] << "\n";
+    std::cout << "prepare-socket-dir: " << args[1] << " is mode 0750, owned by " << args[2] << "\n";
     return 0;
   }
-  if (rest.size() > 1) return Fail(absl::StrCat("unexpected argument ", rest[1]));
-
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (!args.empty()) return process.Fail("unexpected argument " + args[0]);
 
   // The downward API's variables; an empty one counts as unset (agent_env.h says why).
   const agent::AgentEnv env = agent::ReadAgentEnv(base::ProcessGetenv);
@@ -122,10 +111,10 @@ int main(int argc, char** argv) {
   if (node_name.empty()) node_name = env.node_name.value_or("");
   const bool use_kube = absl::GetFlag(FLAGS_kube);
   if (use_kube && node_name.empty()) {
-    return Fail("--node_name (or $NODE_NAME, from the downward API) is required");
+    return process.Fail("--node_name (or $NODE_NAME, from the downward API) is required");
   }
   if (absl::GetFlag(FLAGS_poll_interval) <= absl::ZeroDuration()) {
-    return Fail("--poll_interval must be positive");
+    return process.Fail("--poll_interval must be positive");
   }
 
   prometheus::Registry registry;
@@ -137,14 +126,14 @@ int main(int argc, char** argv) {
         absl::GetFlag(FLAGS_kubeconfig).empty()
             ? kube::InClusterConfig()
             : kube::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig));
-    if (!config.ok()) return Fail(std::string(config.status().message()));
+    if (!config.ok()) return process.Fail(std::string(config.status().message()));
     kube::RestClientOptions options;
     options.user_agent = "phalanx-agent/0.1";
     options.qps = 5;
     options.burst = 10;
     absl::StatusOr<std::unique_ptr<kube::RestClient>> created =
         kube::RestClient::Create(*config, options);
-    if (!created.ok()) return Fail(std::string(created.status().message()));
+    if (!created.ok()) return process.Fail(std::string(created.status().message()));
     client = *std::move(created);
   }
 
@@ -167,7 +156,7 @@ int main(int argc, char** argv) {
       sigterm = source.get();
       sources.push_back(std::move(source));
     } else if (name == "node-taint") {
-      if (client == nullptr) return Fail("the node-taint notice source needs --kube");
+      if (client == nullptr) return process.Fail("the node-taint notice source needs --kube");
       // The values this agent writes into its own phalanx.dev/preempting taint (the names of
       // its sources) are its own marker, not a notice.
       sources.push_back(in_background(std::make_unique<agent::NodeTaintSource>(
@@ -178,17 +167,17 @@ int main(int argc, char** argv) {
       o.base_url = absl::GetFlag(FLAGS_gce_metadata_url);
       auto source = agent::GceMetadataSource::Create(o);
       if (!source.ok())
-        return Fail(absl::StrCat("--gce_metadata_url: ", source.status().message()));
+        return process.Fail(absl::StrCat("--gce_metadata_url: ", source.status().message()));
       sources.push_back(in_background(*std::move(source)));
     } else if (name == "aws") {
       agent::AwsSpotOptions o;
       o.base_url = absl::GetFlag(FLAGS_aws_metadata_url);
       auto source = agent::AwsSpotSource::Create(o);
       if (!source.ok())
-        return Fail(absl::StrCat("--aws_metadata_url: ", source.status().message()));
+        return process.Fail(absl::StrCat("--aws_metadata_url: ", source.status().message()));
       sources.push_back(in_background(*std::move(source)));
     } else {
-      return Fail(
+      return process.Fail(
           absl::StrCat("unknown notice source '", name, "' (node-taint, sigterm, gce, aws)"));
     }
   }
@@ -198,12 +187,12 @@ int main(int argc, char** argv) {
   absl::Status nvml_status;
   std::unique_ptr<agent::FakeXidScript> xid_script;
   if (!absl::GetFlag(FLAGS_fake_xid_file).empty() && absl::GetFlag(FLAGS_fake_gpus).empty()) {
-    return Fail("--fake_xid_file scripts fake GPUs: it needs --fake_gpus");
+    return process.Fail("--fake_xid_file scripts fake GPUs: it needs --fake_gpus");
   }
   if (!absl::GetFlag(FLAGS_fake_gpus).empty()) {
     absl::StatusOr<std::unique_ptr<agent::FakeNvml>> fake =
         agent::FakeNvml::FromSpec(absl::GetFlag(FLAGS_fake_gpus));
-    if (!fake.ok()) return Fail(absl::StrCat("--fake_gpus: ", fake.status().message()));
+    if (!fake.ok()) return process.Fail(absl::StrCat("--fake_gpus: ", fake.status().message()));
     if (!absl::GetFlag(FLAGS_fake_xid_file).empty()) {
       xid_script =
           std::make_unique<agent::FakeXidScript>(absl::GetFlag(FLAGS_fake_xid_file), **fake);
@@ -257,7 +246,7 @@ int main(int argc, char** argv) {
   }
 
   if (absl::GetFlag(FLAGS_clique_report_ttl) <= absl::ZeroDuration()) {
-    return Fail("--clique_report_ttl must be positive");
+    return process.Fail("--clique_report_ttl must be positive");
   }
   agent::CliqueRegistryOptions registry_options;
   registry_options.ttl = absl::GetFlag(FLAGS_clique_report_ttl);
@@ -273,7 +262,7 @@ int main(int argc, char** argv) {
     socket_options.request_deadline = absl::GetFlag(FLAGS_clique_request_deadline);
     absl::StatusOr<std::unique_ptr<agent::CliqueSocketServer>> started =
         agent::CliqueSocketServer::Start(socket_options, cliques, clock, &metrics);
-    if (!started.ok()) return Fail(std::string(started.status().message()));
+    if (!started.ok()) return process.Fail(std::string(started.status().message()));
     PHX_LOG(INFO) << "clique registry on " << endpoint;
     clique_servers.push_back(*std::move(started));
   }
@@ -282,7 +271,8 @@ int main(int argc, char** argv) {
   options.required_cuda = absl::GetFlag(FLAGS_required_cuda);
   absl::StatusOr<agent::GpuFailurePolicy> policy =
       agent::ParseGpuFailurePolicy(absl::GetFlag(FLAGS_gpu_failure_policy));
-  if (!policy.ok()) return Fail(absl::StrCat("--gpu_failure_policy: ", policy.status().message()));
+  if (!policy.ok())
+    return process.Fail(absl::StrCat("--gpu_failure_policy: ", policy.status().message()));
   options.gpu_failure_policy = *policy;
   agent::Agent node_agent(options, metrics, marker.get(), events, std::move(sources), gpus.get(),
                           nvml_status, cliques);
@@ -290,7 +280,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<http::StatusHttpServer>> status_server =
       http::StatusHttpServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry,
                                     [] { return absl::OkStatus(); });
-  if (!status_server.ok()) return Fail(std::string(status_server.status().message()));
+  if (!status_server.ok()) return process.Fail(std::string(status_server.status().message()));
 
   node_agent.Tick(clock.Now());  // a first check before saying ready
   base::PeriodicRunner ticker(clock, absl::GetFlag(FLAGS_poll_interval), [&](absl::Time now) {
@@ -305,7 +295,8 @@ int main(int argc, char** argv) {
   std::cout << ready << std::endl;
 
   int sig = 0;
-  sigwait(&signals, &sig);
+  while ((sig = process.WaitForStopSignal(absl::Hours(1))) == 0) {
+  }
   ticker.Stop();
   if (sig == SIGTERM && sigterm != nullptr) {
     if (agent::AgentPodIsBeingDeleted(client.get(), env)) {

@@ -2,7 +2,6 @@
 // --kubeconfig FILE (a real cluster or phalanx-localcluster). Flags → options → wiring → run.
 // Prints `ready metrics=HOST:PORT` once it serves; SIGTERM/SIGINT stop it (the lease is released
 // so a standby replica takes over at once).
-#include <signal.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -10,8 +9,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
@@ -19,6 +16,7 @@
 #include "common/base/log.h"
 #include "common/base/periodic_runner.h"
 #include "common/base/process_init.h"
+#include "common/base/process_main.h"
 #include "common/http/status_server.h"
 #include "common/kube/cluster_config.h"
 #include "common/kube/controller.h"
@@ -82,35 +80,23 @@ namespace {
 
 using namespace phalanx;
 
-int Fail(const std::string& message) {
-  std::cerr << "phalanx-operator: " << message << "\n";
-  return 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  base::InitProcess("operator", "phalanx-operator");  // before --version is parsed
-  absl::SetProgramUsageMessage("phalanx-operator [--kubeconfig FILE] [flags]");
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) return Fail(absl::StrCat("unexpected argument ", rest[1]));
+  const base::ProcessMain process(
+      argc, argv, {"operator", "phalanx-operator", "phalanx-operator [--kubeconfig FILE] [flags]"});
+  if (!process.args().empty()) return process.Fail("unexpected argument " + process.args()[0]);
   const std::string address_mode = absl::GetFlag(FLAGS_coordinator_address);
   if (address_mode != "service" && address_mode != "pod-ip") {
-    return Fail("--coordinator_address must be service or pod-ip");
+    return process.Fail("--coordinator_address must be service or pod-ip");
   }
-  if (absl::GetFlag(FLAGS_workers) < 1) return Fail("--workers must be at least 1");
-
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  if (absl::GetFlag(FLAGS_workers) < 1) return process.Fail("--workers must be at least 1");
 
   absl::StatusOr<kube::ClusterConfig> config =
       absl::GetFlag(FLAGS_kubeconfig).empty()
           ? kube::InClusterConfig()
           : kube::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig), absl::GetFlag(FLAGS_context));
-  if (!config.ok()) return Fail(std::string(config.status().message()));
+  if (!config.ok()) return process.Fail(std::string(config.status().message()));
 
   prometheus::Registry registry;
   op::OperatorMetrics metrics(registry);
@@ -123,7 +109,7 @@ int main(int argc, char** argv) {
   };
   absl::StatusOr<std::unique_ptr<kube::RestClient>> client =
       kube::RestClient::Create(*config, client_options);
-  if (!client.ok()) return Fail(std::string(client.status().message()));
+  if (!client.ok()) return process.Fail(std::string(client.status().message()));
 
   base::Clock& clock = base::RealClock::Get();
   const std::string ns = absl::GetFlag(FLAGS_namespace);
@@ -148,7 +134,7 @@ int main(int argc, char** argv) {
   options.placement.address_by_pod_ip = address_mode == "pod-ip";
   options.agent_clique_port = absl::GetFlag(FLAGS_agent_clique_port);
   if (options.agent_clique_port < 0 || options.agent_clique_port > 65535) {
-    return Fail("--agent_clique_port must be 0..65535");
+    return process.Fail("--agent_clique_port must be 0..65535");
   }
   options.coordinator_port_base = absl::GetFlag(FLAGS_coordinator_port_base);
   options.coordinator_port_span = absl::GetFlag(FLAGS_coordinator_port_span);
@@ -161,8 +147,8 @@ int main(int argc, char** argv) {
   if (const std::string account = absl::GetFlag(FLAGS_owner_service_account); !account.empty()) {
     absl::StatusOr<kube::Json> sa = (*client)->Get(kube::kServiceAccounts, key_namespace, account);
     if (!sa.ok()) {
-      return Fail(absl::StrCat("--owner_service_account: ServiceAccount ", key_namespace, "/",
-                               account, ": ", sa.status().message()));
+      return process.Fail(absl::StrCat("--owner_service_account: ServiceAccount ", key_namespace,
+                                       "/", account, ": ", sa.status().message()));
     }
     own_objects_owner.push_back({.api_version = "v1",
                                  .kind = "ServiceAccount",
@@ -172,9 +158,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::string> operator_key = op::LoadOrCreateOperatorKey(
       **client, key_namespace, absl::GetFlag(FLAGS_key_secret), own_objects_owner);
   if (!operator_key.ok()) {
-    return Fail(absl::StrCat("the operator key (Secret ", key_namespace, "/",
-                             absl::GetFlag(FLAGS_key_secret),
-                             "): ", operator_key.status().message()));
+    return process.Fail(absl::StrCat("the operator key (Secret ", key_namespace, "/",
+                                     absl::GetFlag(FLAGS_key_secret),
+                                     "): ", operator_key.status().message()));
   }
   options.operator_key = *operator_key;
   if (absl::GetFlag(FLAGS_network_policy)) {
@@ -199,7 +185,7 @@ int main(int argc, char** argv) {
                        ? absl::OkStatus()
                        : absl::UnavailableError("informers not synced");
           });
-  if (!status_server.ok()) return Fail(std::string(status_server.status().message()));
+  if (!status_server.ok()) return process.Fail(std::string(status_server.status().message()));
 
   kube::Controller::Options controller_options;
   controller_options.workers = absl::GetFlag(FLAGS_workers);
@@ -251,7 +237,7 @@ int main(int argc, char** argv) {
     }
     absl::StatusOr<std::unique_ptr<kube::LeaderElector>> created =
         kube::LeaderElector::Create(**client, clock, le);
-    if (!created.ok()) return Fail(std::string(created.status().message()));
+    if (!created.ok()) return process.Fail(std::string(created.status().message()));
     elector = *std::move(created);
     elector->Run(start, stop);
   } else {
@@ -266,20 +252,16 @@ int main(int argc, char** argv) {
   });
   std::cout << "ready metrics=127.0.0.1:" << (*status_server)->port() << std::endl;
 
-  // Wait for a stop signal (or a fatal controller error), polling so both are noticed.
-  std::thread signal_waiter([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    PHX_LOG(INFO) << "signal " << sig << ": stopping";
-    finish();
-  });
-  failed.WaitForNotification();
+  // Wait for a stop signal or a fatal controller error, polling so both are noticed.
+  while (!failed.HasBeenNotified()) {
+    if (const int sig = process.WaitForStopSignal(absl::Milliseconds(200)); sig != 0) {
+      PHX_LOG(INFO) << "signal " << sig << ": stopping";
+      break;
+    }
+  }
   gauges.Stop();
   controller.Stop();
   for (auto* i : {jobs.get(), pods.get(), services.get(), nodes.get()}) i->Stop();
   if (elector) elector->Stop();
-  // The signal thread may still be in sigwait: wake it so it can be joined.
-  kill(getpid(), SIGTERM);
-  signal_waiter.join();
   return 0;
 }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 namespace phalanx::base {
 
@@ -20,5 +21,14 @@ using Incarnation = int64_t;
 
 // No incarnation known (a pod without the label, a label that is not a number).
 inline constexpr Incarnation kNoIncarnation = -1;
+
+// An incarnation as the coordination protocol carries it (uint64): every value Phalanx writes
+// fits; one that does not (above 2^63 - 1, from something else) is kNoIncarnation, never a
+// wrapped or narrowed number.
+constexpr Incarnation IncarnationFromWire(uint64_t wire) {
+  return wire > static_cast<uint64_t>(std::numeric_limits<Incarnation>::max())
+             ? kNoIncarnation
+             : static_cast<Incarnation>(wire);
+}
 
 }  // namespace phalanx::base

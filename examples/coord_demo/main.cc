@@ -13,11 +13,9 @@
 #include <set>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/base/process_init.h"
+#include "common/base/process_main.h"
 #include "examples/local_job/local_job.h"
 
 ABSL_FLAG(std::string, bin_dir, "build", "the build directory holding the binaries");
@@ -41,17 +39,15 @@ struct Line {
   std::string text;
 };
 
-int Fail(const std::string& why) {
-  std::fprintf(stderr, "demo failed: %s\n", why.c_str());
-  return 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Kill-and-recover demo of the Phalanx coordination service.");
-  absl::ParseCommandLine(argc, argv);
-  phalanx::base::InitProcess("demo");
+  const phalanx::base::ProcessMain process(
+      argc, argv,
+      {"demo", "phalanx-coord-demo", "Kill-and-recover demo of the Phalanx coordination service."});
+  process.ExitOnStopSignal();  // Ctrl-C ends it (its children die with it)
+  // The demo failed: exit 1.
+  auto Fail = [&process](const std::string& why) { return process.Fail(why, 1); };
   const int tasks = absl::GetFlag(FLAGS_tasks);
   const int victim = absl::GetFlag(FLAGS_kill_task);
   const int steps = absl::GetFlag(FLAGS_steps);

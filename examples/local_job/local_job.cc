@@ -219,14 +219,14 @@ std::string LocalJob::Describe(int lines) {
   return out;
 }
 
-std::unique_ptr<client::GrpcCoordinationClient> LocalJob::AdminClient() {
+std::unique_ptr<client::CoordinationClientImpl> LocalJob::AdminClient() {
   client::ClientConfig config;
   config.coordinator = address();
   config.job = options_.job;
   config.task_id = 0;
   config.num_tasks = options_.num_tasks;
   config.token = options_.token;
-  return *client::GrpcCoordinationClient::Create(config);
+  return *client::CoordinationClientImpl::Create(config);
 }
 
 }  // namespace phalanx::harness

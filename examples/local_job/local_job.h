@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "common/process/subprocess.h"
 #include "examples/local_job/worker_event.h"
-#include "runtime/client/grpc_client.h"
+#include "runtime/client/coordination_client_impl.h"
 
 namespace phalanx::harness {
 
@@ -73,7 +73,7 @@ class LocalJob {
 
   // A client speaking for task 0 that never registers: for operator-style calls
   // (NotifyPreemption, WatchJobState).
-  std::unique_ptr<client::GrpcCoordinationClient> AdminClient();
+  std::unique_ptr<client::CoordinationClientImpl> AdminClient();
 
  private:
   explicit LocalJob(LocalJobOptions options) : options_(std::move(options)) {}

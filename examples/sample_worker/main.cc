@@ -5,24 +5,18 @@
 // because its node is being preempted (move it), 5 the node agent saw the GPU it uses fail
 // (start it elsewhere), 143 / 130 stopped by SIGTERM / SIGINT (also as a container's PID 1),
 // 1 any other failure.
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
-#include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/base/log.h"
-#include "common/base/process_init.h"
+#include "common/base/process_main.h"
 #include "examples/sample_worker/sample_trainer.h"
-#include "runtime/client/grpc_client.h"
+#include "runtime/client/coordination_client_impl.h"
 #include "runtime/clique/agent_watch.h"
 #include "runtime/clique/job_cliques.h"
 
@@ -58,41 +52,20 @@ absl::StatusOr<std::vector<int>> AgentDevices() {
   return devices;
 }
 
-// As a container's PID 1 the worker would never see SIGTERM: the kernel drops a signal that PID 1
-// has no handler for, so every pod deletion waited out its whole grace period. Ends the process as
-// an unhandled SIGTERM or SIGINT would (exit 128 + the signal), saying so. Call before any thread
-// starts, so that every thread inherits the blocked mask and only the waiting thread takes them.
-void ExitOnStopSignals() {
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  std::thread([stop] {
-    int sig = 0;
-    if (sigwait(&stop, &sig) != 0) return;
-    std::fprintf(stderr, "phalanx-sample-worker: signal %d: stopping\n", sig);
-    std::fflush(nullptr);
-    _exit(128 + sig);
-  }).detach();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  ExitOnStopSignals();
-  phalanx::base::InitProcess("worker", "phalanx-sample-worker");  // before --version is parsed
-  absl::SetProgramUsageMessage("A simulated Phalanx training task.");
-  absl::ParseCommandLine(argc, argv);
+  const phalanx::base::ProcessMain process(
+      argc, argv, {"worker", "phalanx-sample-worker", "A simulated Phalanx training task."});
+  // As a container's PID 1 the worker would never see SIGTERM (the kernel drops a signal PID 1
+  // has no handler for, so every pod deletion waited out its whole grace period); its state is
+  // in its checkpoints, so it just ends as an unhandled signal would.
+  process.ExitOnStopSignal();
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_checkpoint_every) < 1) {
-    std::cerr << "phalanx-sample-worker: --steps and --checkpoint_every must be at least 1\n";
-    return 2;
+    return process.Fail("--steps and --checkpoint_every must be at least 1");
   }
   absl::StatusOr<phalanx::client::ClientConfig> config = phalanx::client::ClientConfig::FromEnv();
-  if (!config.ok()) {
-    std::cerr << "phalanx-sample-worker: " << config.status().message() << "\n";
-    return 2;
-  }
+  if (!config.ok()) return process.Fail(std::string(config.status().message()));
   phalanx::examples::TrainerOptions options;
   options.steps = absl::GetFlag(FLAGS_steps);
   options.step_time = absl::GetFlag(FLAGS_step_time);
@@ -101,16 +74,10 @@ int main(int argc, char** argv) {
   options.barrier_timeout = absl::GetFlag(FLAGS_barrier_timeout);
 
   phalanx::examples::SampleTrainer trainer(options, {config->task_id, config->incarnation});
-  auto client = phalanx::client::GrpcCoordinationClient::Create(*config, trainer.Callbacks());
-  if (!client.ok()) {
-    std::cerr << "phalanx-sample-worker: " << client.status().message() << "\n";
-    return 2;
-  }
+  auto client = phalanx::client::CoordinationClientImpl::Create(*config, trainer.Callbacks());
+  if (!client.ok()) return process.Fail(std::string(client.status().message()));
   absl::StatusOr<std::vector<int>> devices = AgentDevices();
-  if (!devices.ok()) {
-    std::cerr << "phalanx-sample-worker: " << devices.status().message() << "\n";
-    return 2;
-  }
+  if (!devices.ok()) return process.Fail(std::string(devices.status().message()));
   // A failing GPU under this worker (the node agent's word): tell the peers now, then leave it.
   std::unique_ptr<phalanx::clique::AgentWatch> agent_watch;
   const phalanx::clique::JobCliques::Options agent = phalanx::clique::JobCliques::OptionsFromEnv();
@@ -132,8 +99,7 @@ int main(int argc, char** argv) {
   if (!status.ok()) {
     phalanx::examples::SampleTrainer::Event((*client)->task(), "failed",
                                             "reason=\"" + std::string(status.message()) + "\"");
-    std::cerr << "phalanx-sample-worker: " << status << "\n";
-    return absl::IsAborted(status) ? 3 : 1;
+    return process.Fail(status.ToString(), absl::IsAborted(status) ? 3 : 1);
   }
   return trainer.LeftForPreemption() ? 4 : 0;
 }

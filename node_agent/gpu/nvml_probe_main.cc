@@ -12,12 +12,11 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/base/process_main.h"
 #include "node_agent/gpu/fake_nvml.h"
 #include "node_agent/gpu/gpu_health.h"
 #include "node_agent/gpu/gpu_inventory.h"
@@ -152,12 +151,11 @@ int Probe() {
 }  // namespace phalanx::agent
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "prints what the node agent's NVML reader sees as JSON (docs/gpu-proof.md)");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() != 1) {
-    std::cerr << "phalanx-nvml-probe: unexpected argument " << rest[1] << "\n";
-    return 2;
-  }
+  const phalanx::base::ProcessMain process(
+      argc, argv,
+      {"nvml-probe", "phalanx-nvml-probe",
+       "prints what the node agent's NVML reader sees as JSON (docs/gpu-proof.md)"});
+  process.ExitOnStopSignal();  // nothing to clean up
+  if (!process.args().empty()) return process.Fail("unexpected argument " + process.args()[0]);
   return phalanx::agent::Probe();
 }

@@ -6,7 +6,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "common/base/log.h"
-#include "runtime/coordination/token_auth.h"
+#include "runtime/coordination/bearer.h"
 #include "runtime/proto/coordination.grpc.pb.h"
 
 namespace phalanx::op {
@@ -45,7 +45,7 @@ gpr_timespec Within(absl::Duration d) {
 }
 
 void Authorize(grpc::ClientContext& context, const std::string& token) {
-  context.AddMetadata(coord::kAuthorizationHeader, "Bearer " + token);
+  context.AddMetadata(coord::kAuthorizationHeader, coord::BearerCredential(token));
 }
 
 }  // namespace
@@ -225,7 +225,7 @@ void CoordinatorLink::OnPollDone(Watch* watch, bool ok) {
     watch->known_version = state.version();
     for (const pb::TaskInfo& task : state.tasks()) {
       if (task.state() == pb::TASK_STATE_FAILED) {
-        failed[task.task_id()] = {static_cast<int>(task.incarnation()), task.reason(),
+        failed[task.task_id()] = {base::IncarnationFromWire(task.incarnation()), task.reason(),
                                   task.last_heard_unix_micros() > 0
                                       ? absl::FromUnixMicros(task.last_heard_unix_micros())
                                       : absl::InfinitePast()};

@@ -38,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/base/incarnation.h"
 
 namespace phalanx::op {
 
@@ -57,7 +58,7 @@ class CoordinatorLink {
   // Stops watching `key`: cancels its long poll and returns once the poll has ended.
   void Forget(const std::string& key);
   struct FailedTask {
-    int incarnation = 0;
+    base::Incarnation incarnation = 0;
     std::string reason;  // the coordinator's words: "heartbeat timeout", "session broken: ..."
     // When the coordinator last heard from it (its clock; InfinitePast: it did not say).
     absl::Time last_heard = absl::InfinitePast();

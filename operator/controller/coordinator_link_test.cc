@@ -20,7 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
-#include "runtime/coordination/grpc_server.h"
+#include "runtime/coordination/coordinator_server.h"
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/service.h"
 
@@ -51,8 +51,8 @@ class Coordinator {
     options.heartbeat_interval = absl::Seconds(1);
     options.heartbeat_timeout = kHeartbeatTimeout;
     service_ = *coord::CoordinationService::Create(options, clock_, metrics_);
-    auto server = coord::CoordinationGrpcServer::Start({absl::StrCat("127.0.0.1:", port), kToken},
-                                                       *service_, metrics_, clock_);
+    auto server = coord::CoordinatorServer::Start({absl::StrCat("127.0.0.1:", port), kToken},
+                                                  *service_, metrics_, clock_);
     EXPECT_THAT(server, IsOk());
     server_ = *std::move(server);
   }
@@ -77,7 +77,7 @@ class Coordinator {
   prometheus::Registry registry_;
   coord::CoordinatorMetrics metrics_{registry_};
   std::unique_ptr<coord::CoordinationService> service_;
-  std::unique_ptr<coord::CoordinationGrpcServer> server_;
+  std::unique_ptr<coord::CoordinatorServer> server_;
 };
 
 int ThreadsInThisProcess() {

@@ -6,6 +6,7 @@
 #include "common/auth/credentials.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
+#include "operator/api/validation.h"
 
 namespace phalanx::op {
 namespace {

@@ -11,7 +11,7 @@
 #include "operator/controller/reconciler_testing.h"
 #include "operator/controller/task_state.h"
 #include "prometheus/registry.h"
-#include "runtime/coordination/grpc_server.h"
+#include "runtime/coordination/coordinator_server.h"
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/service.h"
 
@@ -29,7 +29,7 @@ class ExitRaceReconcilerTest : public ReconcilerTest {
     service_ = *coord::CoordinationService::Create(options, clock_, metrics_);
     const std::string token = auth::JobToken("", "ns", "j", kube::MetaString(Stored(), "uid"));
     auto server =
-        coord::CoordinationGrpcServer::Start({"127.0.0.1:0", token}, *service_, metrics_, clock_);
+        coord::CoordinatorServer::Start({"127.0.0.1:0", token}, *service_, metrics_, clock_);
     ASSERT_THAT(server, IsOk());
     server_ = *std::move(server);
   }
@@ -41,7 +41,7 @@ class ExitRaceReconcilerTest : public ReconcilerTest {
   prometheus::Registry registry_;
   coord::CoordinatorMetrics metrics_{registry_};
   std::unique_ptr<coord::CoordinationService> service_;
-  std::unique_ptr<coord::CoordinationGrpcServer> server_;
+  std::unique_ptr<coord::CoordinatorServer> server_;
 };
 
 TEST_F(ExitRaceReconcilerTest, ACoordinatorReportAheadOfThePod_WaitsForItsOOMKilled) {

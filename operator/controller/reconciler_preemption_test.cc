@@ -7,7 +7,7 @@
 #include "operator/controller/reconciler.h"
 #include "operator/controller/reconciler_testing.h"
 #include "prometheus/registry.h"
-#include "runtime/coordination/grpc_server.h"
+#include "runtime/coordination/coordinator_server.h"
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/service.h"
 
@@ -24,8 +24,8 @@ class Coordinator {
     options.job = std::string("j");
     options.num_tasks = 2;
     service_ = *coord::CoordinationService::Create(options, clock, metrics_);
-    auto server = coord::CoordinationGrpcServer::Start({absl::StrCat("127.0.0.1:", port), token},
-                                                       *service_, metrics_, clock);
+    auto server = coord::CoordinatorServer::Start({absl::StrCat("127.0.0.1:", port), token},
+                                                  *service_, metrics_, clock);
     EXPECT_THAT(server, IsOk());
     server_ = *std::move(server);
   }
@@ -45,7 +45,7 @@ class Coordinator {
   prometheus::Registry registry_;
   coord::CoordinatorMetrics metrics_{registry_};
   std::unique_ptr<coord::CoordinationService> service_;
-  std::unique_ptr<coord::CoordinationGrpcServer> server_;
+  std::unique_ptr<coord::CoordinatorServer> server_;
 };
 
 // Issue 16 item 3: the coordinator dies right after the operator opened a preemption round on

@@ -1,26 +1,43 @@
-// The C ABI (phalanx_c.h) over GrpcCoordinationClient. Converts statuses to codes plus a
+// The C ABI (phalanx_c.h) over CoordinationClientImpl. Converts statuses to codes plus a
 // thread-local message; never lets a C++ exception cross into C.
+#include <google/protobuf/util/json_util.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "runtime/client/grpc_client.h"
+#include "runtime/client/coordination_client_impl.h"
 #include "runtime/client/phalanx_c.h"
 #include "runtime/client/unconfirmed_sets.h"
+#include "runtime/coordination/error_details.h"
 
 namespace {
 
 using phalanx::client::ClientCallbacks;
 using phalanx::client::ClientConfig;
-using phalanx::client::GrpcCoordinationClient;
+using phalanx::client::CoordinationClientImpl;
 
 thread_local std::string g_last_error;
+thread_local std::string g_last_error_details;
+
+// The failure's facts as JSON (field names as in coordination.proto's ErrorDetails), or "".
+std::string DetailsJson(const absl::Status& status) {
+  std::optional<phalanx::coord::pb::ErrorDetails> details = phalanx::coord::DetailsOf(status);
+  if (!details.has_value()) return "";
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(*details, &json, options).ok()) return "";
+  return json;
+}
 
 int Report(const absl::Status& status) {
   g_last_error = status.ok() ? "" : std::string(status.message());
+  g_last_error_details = DetailsJson(status);
   return static_cast<int>(status.code());
 }
 
@@ -48,7 +65,7 @@ struct phalanx_client {
   void* preemption_user ABSL_GUARDED_BY(mu) = nullptr;
   phalanx_reconnect_fn reconnect_fn ABSL_GUARDED_BY(mu) = nullptr;
   void* reconnect_user ABSL_GUARDED_BY(mu) = nullptr;
-  std::unique_ptr<GrpcCoordinationClient> impl;
+  std::unique_ptr<CoordinationClientImpl> impl;
   const std::shared_ptr<phalanx::client::UnconfirmedSets> unconfirmed_sets =
       std::make_shared<phalanx::client::UnconfirmedSets>();
 };
@@ -101,7 +118,7 @@ int Create(ClientConfig config, phalanx_client** out) {
     }
     if (fn != nullptr) fn(user, coordinator_restarted ? 1 : 0);
   };
-  auto impl = GrpcCoordinationClient::Create(std::move(config), std::move(callbacks));
+  auto impl = CoordinationClientImpl::Create(std::move(config), std::move(callbacks));
   if (!impl.ok()) {
     delete client;
     return Report(impl.status());
@@ -116,6 +133,8 @@ int Create(ClientConfig config, phalanx_client** out) {
 extern "C" {
 
 const char* phalanx_last_error(void) { return g_last_error.c_str(); }
+
+const char* phalanx_last_error_details(void) { return g_last_error_details.c_str(); }
 
 void phalanx_free(void* p) { std::free(p); }
 
@@ -234,9 +253,8 @@ int phalanx_kv_set_nowait(phalanx_client* client, const char* key, const void* v
   }
   std::string bytes(static_cast<const char*>(value), value_len);
   if (absl::Status earlier = client->unconfirmed_sets->TakeFailure(); !earlier.ok()) {
-    return Report(absl::Status(earlier.code(), absl::StrCat("an earlier set sent without waiting "
-                                                            "failed: ",
-                                                            earlier.message())));
+    return Report(
+        phalanx::coord::WithContext(earlier, "an earlier set sent without waiting failed: "));
   }
   if (!client->impl->connected()) {
     // Without a session it would be a separate RPC, which later session calls could overtake.
@@ -251,8 +269,7 @@ int phalanx_kv_wait_sets(phalanx_client* client, int64_t timeout_ms) {
   if (client == nullptr) return InvalidArgument("client is required");
   absl::Status status = client->unconfirmed_sets->Wait(Millis(timeout_ms));
   if (!status.ok() && !absl::IsDeadlineExceeded(status)) {
-    status = absl::Status(status.code(),
-                          absl::StrCat("a set sent without waiting failed: ", status.message()));
+    status = phalanx::coord::WithContext(status, "a set sent without waiting failed: ");
   }
   return Report(status);
 }

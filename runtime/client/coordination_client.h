@@ -1,7 +1,7 @@
 // CoordinationClient: what a training process uses to take part in its job's coordination.
-// The seam between training code and the service: GrpcCoordinationClient (grpc_client.h) is
-// the real one. All methods are thread-safe. Blocking methods wait at most their timeout
-// (plus the config's rpc_margin).
+// The seam between training code and the service: CoordinationClientImpl
+// (coordination_client_impl.h) is the real one. All methods are thread-safe. Blocking methods wait
+// at most their timeout (plus the config's rpc_margin).
 //
 // Error codes common to every call: Unavailable (coordinator unreachable or restarting: retry
 // after the client reconnects), Aborted (this incarnation was superseded or declared failed:

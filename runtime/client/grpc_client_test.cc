@@ -1,6 +1,4 @@
 // Real gRPC on 127.0.0.1 (port 0): the client against an in-process coordination server.
-#include "runtime/client/grpc_client.h"
-
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -14,9 +12,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "runtime/client/coordination_client_impl.h"
 #include "runtime/client/test_coordinator.h"
-#include "runtime/coordination/grpc_status.h"
 #include "runtime/coordination/service.h"
+#include "runtime/coordination/status_codec.h"
 #include "runtime/coordination/token_auth.h"
 #include "runtime/proto/coordination.grpc.pb.h"
 
@@ -50,10 +49,10 @@ ClientConfig ConfigFor(int port, int task, int num_tasks, uint64_t incarnation =
   return config;
 }
 
-std::unique_ptr<GrpcCoordinationClient> Connected(int port, int task, int num_tasks,
+std::unique_ptr<CoordinationClientImpl> Connected(int port, int task, int num_tasks,
                                                   ClientCallbacks callbacks = {},
                                                   uint64_t incarnation = 0) {
-  auto client = GrpcCoordinationClient::Create(ConfigFor(port, task, num_tasks, incarnation),
+  auto client = CoordinationClientImpl::Create(ConfigFor(port, task, num_tasks, incarnation),
                                                std::move(callbacks));
   EXPECT_THAT(client, IsOk());
   EXPECT_THAT((*client)->Connect(absl::Seconds(20)), IsOk());
@@ -69,7 +68,7 @@ TEST(GrpcClient, Connect_RegistersTaskAndOpensSession) {
 
 TEST(GrpcClient, WrongToken_IsUnauthenticatedAndCounted) {
   Coordinator coordinator(1);
-  auto client = *GrpcCoordinationClient::Create(ConfigFor(coordinator.port(), 0, 1, 0, "nope"));
+  auto client = *CoordinationClientImpl::Create(ConfigFor(coordinator.port(), 0, 1, 0, "nope"));
   EXPECT_THAT(client->Connect(absl::Seconds(20)),
               StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("wrong job token")));
   EXPECT_GE(coordinator.AuthFailures(), 1);
@@ -80,7 +79,7 @@ TEST(GrpcClient, WrongJob_IsRefusedBeforeTakingPart) {
   Coordinator coordinator(2);
   ClientConfig config = ConfigFor(coordinator.port(), 0, 2);
   config.job = "another-job";
-  auto client = *GrpcCoordinationClient::Create(config);
+  auto client = *CoordinationClientImpl::Create(config);
   EXPECT_THAT(client->Connect(absl::Seconds(20)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("serves job 'test'")));
   EXPECT_EQ(coordinator.service().Snapshot().tasks[0].state, TaskState::kUnregistered);
@@ -103,7 +102,7 @@ TEST(GrpcClient, MissingToken_IsUnauthenticated) {
 
 TEST(GrpcClient, BarrierAndKeyValue_AcrossThreeTasks) {
   Coordinator coordinator(3);
-  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  std::vector<std::unique_ptr<CoordinationClientImpl>> clients;
   for (int i = 0; i < 3; ++i) clients.push_back(Connected(coordinator.port(), i, 3));
 
   std::vector<std::thread> threads;
@@ -136,7 +135,7 @@ TEST(GrpcClient, BarrierAndKeyValue_AcrossThreeTasks) {
 // Add and compare-and-set through the real server: tasks counting arrivals and electing one.
 TEST(GrpcClient, KvAddAndCompareAndSet_CountAndElectAcrossTasks) {
   Coordinator coordinator(3);
-  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  std::vector<std::unique_ptr<CoordinationClientImpl>> clients;
   for (int t = 0; t < 3; ++t) clients.push_back(Connected(coordinator.port(), t, 3));
   std::vector<std::thread> adders;
   for (int t = 0; t < 3; ++t) {
@@ -253,7 +252,7 @@ TEST(GrpcClient, MalformedAndOversizedRequests_AreRejected) {
 TEST(GrpcClient, PeerGone_EverySurvivorLearnsWhichTaskDied) {
   Coordinator coordinator(3);
   std::atomic<int> told[3] = {-1, -1, -1};
-  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  std::vector<std::unique_ptr<CoordinationClientImpl>> clients;
   for (int i = 0; i < 3; ++i) {
     ClientCallbacks callbacks;
     callbacks.on_peer_change = [&told, i](const TaskInfo& info) {
@@ -326,7 +325,7 @@ TEST(GrpcClient, CoordinatorRestart_ClientReconnectsAndReRegisters) {
 
 TEST(GrpcClient, Preemption_EveryTaskReachesTheSameSyncPoint) {
   Coordinator coordinator(3);
-  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  std::vector<std::unique_ptr<CoordinationClientImpl>> clients;
   std::atomic<int> notified{0};
   for (int i = 0; i < 3; ++i) {
     ClientCallbacks callbacks;
@@ -368,7 +367,7 @@ TEST(GrpcClient, Preemption_EveryTaskReachesTheSameSyncPoint) {
 TEST(GrpcClient, Preemption_APeerThatCheckedTheStepBeforeTheNoticeDoesNotBlockTheOthers) {
   Coordinator coordinator(2);
   std::atomic<int> notified{0};
-  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  std::vector<std::unique_ptr<CoordinationClientImpl>> clients;
   for (int i = 0; i < 2; ++i) {
     ClientCallbacks callbacks;
     callbacks.on_preemption = [&](const PreemptionRound&) { ++notified; };
@@ -406,7 +405,7 @@ TEST(GrpcClient, Destroyed_WithACallInFlight_CancelsItAndRunsItsCallbackFirst) {
   // Registered (a waiter must be) but without a session, so the call goes as a unary RPC that
   // waits on the server for its key.
   ASSERT_THAT(coordinator.service().Register(TaskRef{0, 0}), IsOk());
-  auto client = *GrpcCoordinationClient::Create(ConfigFor(coordinator.port(), 0, 2));
+  auto client = *CoordinationClientImpl::Create(ConfigFor(coordinator.port(), 0, 2));
   absl::Mutex mu;
   std::optional<absl::Status> result;
   client->KvGetAsync("never/set", absl::Minutes(10), [&](absl::StatusOr<std::string> value) {

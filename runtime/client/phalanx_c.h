@@ -71,6 +71,12 @@ typedef struct {
 } phalanx_kv_entry;
 
 PHALANX_API const char* phalanx_last_error(void);
+/* The last failure's facts on this thread, as JSON with the fields of coordination.proto's
+   ErrorDetails ("reason": "PEER_FAILED" with "failed_tasks": [{"task_id": 1, "incarnation":
+   "2"}] and "failure_reason"; "BARRIER_TIMED_OUT" with "barrier_id" and "missing_task_ids";
+   "ALIVE_TASKS_TIMED_OUT" with "missing_task_ids"), or "" when it has none. Read these, not
+   phalanx_last_error()'s words, which may change. Valid like phalanx_last_error(). */
+PHALANX_API const char* phalanx_last_error_details(void);
 /* Frees memory the library returned (values from kv_get / kv_try_get). */
 PHALANX_API void phalanx_free(void* p);
 

@@ -1,5 +1,5 @@
 // RpcCaller: unary calls to the coordinator, each with the job token and a deadline. Shared by
-// GrpcCoordinationClient (every call) and SessionChannel (Register), so the token and deadline
+// CoordinationClientImpl (every call) and SessionChannel (Register), so the token and deadline
 // are set in one place. A deadline is a span from when gRPC starts the call: it bounds a
 // transport wait and decides nothing, so no clock is read for it (an injected FakeClock's time
 // would mean nothing to gRPC). Thread-safe.
@@ -24,8 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "runtime/coordination/grpc_status.h"
-#include "runtime/coordination/token_auth.h"
+#include "runtime/coordination/bearer.h"
+#include "runtime/coordination/status_codec.h"
 #include "runtime/proto/coordination.grpc.pb.h"
 
 namespace phalanx::client {
@@ -46,7 +46,7 @@ class RpcCaller {
   // Sets the token and a deadline `timeout` after the call starts on a context the caller owns
   // (for calls the caller must be able to cancel).
   void Prepare(grpc::ClientContext& context, absl::Duration timeout) const {
-    context.AddMetadata(coord::kAuthorizationHeader, "Bearer " + token_);
+    context.AddMetadata(coord::kAuthorizationHeader, coord::BearerCredential(token_));
     context.set_deadline(gpr_time_from_millis(absl::ToInt64Milliseconds(timeout), GPR_TIMESPAN));
   }
 

@@ -1,5 +1,5 @@
 // SessionChannel: a task's standing connection to its coordinator, the part of
-// GrpcCoordinationClient that lives on its own thread. The session thread registers the task,
+// CoordinationClientImpl that lives on its own thread. The session thread registers the task,
 // keeps its Session stream (session_stream.h) alive with heartbeats, dispatches the stream's
 // events to the client's callbacks, and on a break reconnects with backoff and re-registers the
 // same incarnation (a restarted coordinator accepts it; a live one that declared this

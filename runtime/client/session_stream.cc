@@ -1,15 +1,15 @@
 #include "runtime/client/session_stream.h"
 
-#include "runtime/coordination/grpc_status.h"
+#include "runtime/coordination/bearer.h"
 #include "runtime/coordination/proto_convert.h"
-#include "runtime/coordination/token_auth.h"
+#include "runtime/coordination/status_codec.h"
 
 namespace phalanx::client {
 
 GrpcSessionStream::GrpcSessionStream(coord::v1::Coordination::Stub& stub, const std::string& token,
                                      coord::TaskRef task, Sink& sink)
     : sink_(sink) {
-  context_.AddMetadata(coord::kAuthorizationHeader, "Bearer " + token);
+  context_.AddMetadata(coord::kAuthorizationHeader, coord::BearerCredential(token));
   stub.async()->Session(&context_, this);
   absl::MutexLock lock(&mu_);
   *write_buffer_.mutable_open() = coord::ToProto(task);

@@ -3,7 +3,7 @@
 // this task reported for it and the sync step the coordinator agreed, and decides for each step
 // the training loop checks whether it is the sync step, must wait for the agreement, or must
 // report itself. It does no I/O and never waits, so every transition is unit-tested with a
-// FakeClock: GrpcCoordinationClient sends the reports, waits (with Settled() as the condition
+// FakeClock: CoordinationClientImpl sends the reports, waits (with Settled() as the condition
 // and RoundWait() as the bound) and feeds the answers back.
 //
 // Why a report goes out the moment a round arrives (from the session thread, naming the first

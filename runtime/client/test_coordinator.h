@@ -10,7 +10,7 @@
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
-#include "runtime/coordination/grpc_server.h"
+#include "runtime/coordination/coordinator_server.h"
 #include "runtime/coordination/service.h"
 
 namespace phalanx::client::testing {
@@ -28,24 +28,24 @@ class Coordinator {
   Coordinator(int num_tasks, coord::CoordinationService::Options options, int port = 0)
       : Coordinator(num_tasks, std::move(options), ServerOptions(port)) {}
   // The server's options for a test: 127.0.0.1:`port` (0: any), kToken.
-  static coord::CoordinationGrpcServer::Options ServerOptions(int port = 0) {
-    coord::CoordinationGrpcServer::Options options;
+  static coord::CoordinatorServer::Options ServerOptions(int port = 0) {
+    coord::CoordinatorServer::Options options;
     options.listen_address = "127.0.0.1:" + std::to_string(port);
     options.token = kToken;
     return options;
   }
   // `server` sets the server's options (its address and token are the caller's too).
-  Coordinator(int num_tasks, coord::CoordinationGrpcServer::Options server)
+  Coordinator(int num_tasks, coord::CoordinatorServer::Options server)
       : Coordinator(num_tasks, coord::CoordinationService::Options{}, std::move(server)) {}
   Coordinator(int num_tasks, coord::CoordinationService::Options options,
-              coord::CoordinationGrpcServer::Options server) {
+              coord::CoordinatorServer::Options server) {
     options.job = "test";
     options.num_tasks = num_tasks;
     options.heartbeat_interval = absl::Milliseconds(100);
     options.heartbeat_timeout = absl::Seconds(3);
     service_ = *coord::CoordinationService::Create(options, base::RealClock::Get(), metrics_);
-    auto started = coord::CoordinationGrpcServer::Start(std::move(server), *service_, metrics_,
-                                                        base::RealClock::Get());
+    auto started = coord::CoordinatorServer::Start(std::move(server), *service_, metrics_,
+                                                   base::RealClock::Get());
     EXPECT_THAT(started, IsOk());
     server_ = *std::move(started);
     ticker_ =
@@ -59,7 +59,7 @@ class Coordinator {
   }
   int port() const { return server_->port(); }
   coord::CoordinationService& service() { return *service_; }
-  coord::CoordinationGrpcServer& server() { return *server_; }
+  coord::CoordinatorServer& server() { return *server_; }
   double AuthFailures() { return Metric("phalanx_coordinator_auth_failures_total"); }
   // The value of an unlabelled counter or gauge; -1 when there is none.
   double Metric(const std::string& name) {
@@ -75,7 +75,7 @@ class Coordinator {
   prometheus::Registry registry_;
   coord::CoordinatorMetrics metrics_{registry_};
   std::unique_ptr<coord::CoordinationService> service_;
-  std::unique_ptr<coord::CoordinationGrpcServer> server_;
+  std::unique_ptr<coord::CoordinatorServer> server_;
   std::unique_ptr<base::PeriodicRunner> ticker_;
 };
 

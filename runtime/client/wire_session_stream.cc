@@ -3,20 +3,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/coordination/bearer.h"
+#include "runtime/coordination/error_details.h"
 #include "runtime/coordination/proto_convert.h"
 #include "runtime/coordination/wire_format.h"
 
 namespace phalanx::client {
 
 namespace pb = ::phalanx::coord::v1;
-
-namespace {
-
-absl::Status FromWire(const pb::WireStatus& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.code()), status.message());
-}
-
-}  // namespace
 
 absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
     const std::string& address, const std::string& token, const pb::RegisterRequest& request,
@@ -30,7 +24,7 @@ absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
   std::shared_ptr<WireSessionStream> stream(
       new WireSessionStream(*connection, request.task(), open_at_once, sink));
   pb::WireHello hello;
-  hello.set_authorization("Bearer " + token);
+  hello.set_authorization(coord::BearerCredential(token));
   *hello.mutable_register_() = request;
   stream->id_ = stream->connection_->Attach(*stream, [&](uint32_t id) {
     std::string out;
@@ -161,7 +155,7 @@ void WireSessionStream::WaitDone() {
 }
 
 void WireSessionStream::OnFrame(pb::WireServerFrame frame) {
-  if (frame.has_end()) return End(FromWire(frame.end()));
+  if (frame.has_end()) return End(coord::StatusFromFields(frame.end()));
   if (frame.has_registered()) {
     absl::MutexLock lock(&mu_);
     registered_ = std::move(*frame.mutable_registered());

@@ -15,7 +15,7 @@
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/client/grpc_client.h"
+#include "runtime/client/coordination_client_impl.h"
 #include "runtime/client/test_coordinator.h"
 #include "runtime/coordination/wire_format.h"
 #include "runtime/proto/coordination.pb.h"
@@ -328,7 +328,7 @@ TEST(SessionWire, StreamsOfOneConnection_EndOneByOne_TheConnectionsEndEndsAllOfT
 }
 
 TEST(SessionWire, ASilentConnection_IsClosedAsUnauthenticated_AHelloedOneIsNot) {
-  coord::CoordinationGrpcServer::Options server = Coordinator::ServerOptions();
+  coord::CoordinatorServer::Options server = Coordinator::ServerOptions();
   server.unauthenticated_timeout = absl::Milliseconds(100);
   Coordinator coordinator(1, server);
   RawWire silent(coordinator.port());
@@ -354,10 +354,10 @@ ClientConfig Config(int port, ClientConfig::SessionTransport transport) {
 }
 
 TEST(SessionWire, AClient_FallsBackToGrpc_WhenTheCoordinatorHasNoWire) {
-  coord::CoordinationGrpcServer::Options server = Coordinator::ServerOptions();
+  coord::CoordinatorServer::Options server = Coordinator::ServerOptions();
   server.session_wire = false;
   Coordinator coordinator(1, server);
-  auto client = *GrpcCoordinationClient::Create(
+  auto client = *CoordinationClientImpl::Create(
       Config(coordinator.port(), ClientConfig::SessionTransport::kAuto));
   ASSERT_THAT(client->Connect(absl::Seconds(20)), IsOk());
   EXPECT_THAT(client->KvInsert("k", "v", false), IsOk());
@@ -365,7 +365,7 @@ TEST(SessionWire, AClient_FallsBackToGrpc_WhenTheCoordinatorHasNoWire) {
   EXPECT_THAT(client->Barrier("b", absl::Seconds(5)), IsOk());
 
   // Told to use the wire only, it cannot connect, and says why in its log (not a hang).
-  auto wire_only = *GrpcCoordinationClient::Create(
+  auto wire_only = *CoordinationClientImpl::Create(
       Config(coordinator.port(), ClientConfig::SessionTransport::kWire));
   EXPECT_THAT(wire_only->Connect(absl::Milliseconds(500)),
               StatusIs(absl::StatusCode::kDeadlineExceeded));
@@ -373,12 +373,12 @@ TEST(SessionWire, AClient_FallsBackToGrpc_WhenTheCoordinatorHasNoWire) {
 
 TEST(SessionWire, ClientsOfOneProcess_ShareOneConnection_AndEachEndsOnItsOwn) {
   Coordinator coordinator(3);
-  std::vector<std::unique_ptr<GrpcCoordinationClient>> clients;
+  std::vector<std::unique_ptr<CoordinationClientImpl>> clients;
   for (int task = 0; task < 3; ++task) {
     ClientConfig config = Config(coordinator.port(), ClientConfig::SessionTransport::kWire);
     config.num_tasks = 3;
     config.task_id = task;
-    clients.push_back(*GrpcCoordinationClient::Create(config));
+    clients.push_back(*CoordinationClientImpl::Create(config));
     ASSERT_THAT(clients.back()->Connect(absl::Seconds(20)), IsOk());
   }
   EXPECT_EQ(coordinator.Metric("phalanx_coordinator_connections_open"), 1);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/coordination/error_details.h"
 
 namespace phalanx::coord {
 
@@ -61,12 +62,18 @@ void AliveTasksAgreement::Expire(absl::Time now, Completions& out) {
         continue;
       }
       std::vector<int> missing;
+      pb::ErrorDetails details;
+      details.set_reason(pb::ErrorDetails::ALIVE_TASKS_TIMED_OUT);
       for (int task : set) {
-        if (!round.contains(task)) missing.push_back(task);
+        if (round.contains(task)) continue;
+        missing.push_back(task);
+        details.add_missing_task_ids(task);
       }
-      out.Add([done = std::move(it->second.done), missing]() mutable {
-        std::move(done)(absl::DeadlineExceededError(absl::StrCat(
-            "GetAliveTasks timed out; tasks that did not ask: ", absl::StrJoin(missing, ", "))));
+      out.Add([done = std::move(it->second.done), missing, details]() mutable {
+        std::move(done)(WithDetails(
+            absl::DeadlineExceededError(absl::StrCat(
+                "GetAliveTasks timed out; tasks that did not ask: ", absl::StrJoin(missing, ", "))),
+            details));
       });
       it = round.erase(it);
     }

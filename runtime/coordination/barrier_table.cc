@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/coordination/error_details.h"
 
 namespace phalanx::coord {
 
@@ -14,7 +15,12 @@ size_t ResultBytes(const std::string& id, const absl::Status& result) {
 }
 
 absl::Status ForBarrier(const std::string& id, const absl::Status& why) {
-  return absl::Status(why.code(), absl::StrCat("barrier '", id, "' failed: ", why.message()));
+  absl::Status out = WithContext(why, absl::StrCat("barrier '", id, "' failed: "));
+  if (std::optional<pb::ErrorDetails> details = DetailsOf(out)) {
+    details->set_barrier_id(id);
+    out = WithDetails(std::move(out), *details);
+  }
+  return out;
 }
 
 }  // namespace
@@ -149,14 +155,20 @@ void BarrierTable::Expire(absl::Time now, const DescribeTask& describe, Completi
       continue;
     }
     std::vector<std::string> missing;
+    pb::ErrorDetails details;
+    details.set_reason(pb::ErrorDetails::BARRIER_TIMED_OUT);
+    details.set_barrier_id(it->first);
     for (int task : barrier.participants) {
-      if (!barrier.arrivals.contains(task)) missing.push_back(describe(task));
+      if (barrier.arrivals.contains(task)) continue;
+      missing.push_back(describe(task));
+      details.add_missing_task_ids(task);
     }
     metrics_.BarrierTimedOut();
     Finish(it->first, barrier,
-           absl::DeadlineExceededError(absl::StrCat(
-               "barrier '", it->first,
-               "' timed out; tasks that never arrived: ", absl::StrJoin(missing, ", "))),
+           WithDetails(absl::DeadlineExceededError(
+                           absl::StrCat("barrier '", it->first, "' timed out; tasks that never ",
+                                        "arrived: ", absl::StrJoin(missing, ", "))),
+                       details),
            now, out);
     it = pending_.erase(it);
   }

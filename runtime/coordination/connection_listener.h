@@ -20,7 +20,7 @@
 // the dup's HUP tells the listener the connection has ended. Each connection therefore costs
 // two descriptors.
 //
-// Used by CoordinationGrpcServer. Thread-safe: one accept thread (started by Start) polls the
+// Used by CoordinatorServer. Thread-safe: one accept thread (started by Start) polls the
 // listening socket and the dups; Tick and MarkAuthenticated may be called from any thread.
 #pragma once
 

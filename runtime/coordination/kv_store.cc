@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/coordination/error_details.h"
 
 namespace phalanx::coord {
 
@@ -230,8 +231,8 @@ void KvStore::FailTaskWaits(const absl::Status& why, Completions& out) {
       continue;
     }
     out.Add([done = std::move(it->second.done),
-             status = absl::Status(why.code(), absl::StrCat("get of key '", it->first, "' failed: ",
-                                                            why.message()))]() mutable {
+             status = WithContext(
+                 why, absl::StrCat("get of key '", it->first, "' failed: "))]() mutable {
       std::move(done)(status);
     });
     it = waiters_.erase(it);

@@ -1,13 +1,9 @@
 // phalanx-coordinator: the per-job coordination service. Flags → options → wiring → run.
 // Prints one line `ready grpc=HOST:PORT metrics=HOST:PORT` once it serves; SIGTERM/SIGINT stop it.
-#include <signal.h>
 
 #include <cstdio>
-#include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -15,11 +11,12 @@
 #include "common/base/env_and_files.h"
 #include "common/base/log.h"
 #include "common/base/periodic_runner.h"
-#include "common/base/process_init.h"
+#include "common/base/process_main.h"
 #include "common/http/status_server.h"
 #include "prometheus/registry.h"
+#include "runtime/coordination/coordinator_server.h"
+#include "runtime/coordination/error_details.h"
 #include "runtime/coordination/fd_limit.h"
-#include "runtime/coordination/grpc_server.h"
 #include "runtime/coordination/health_probe.h"
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/service.h"
@@ -56,6 +53,9 @@ ABSL_FLAG(bool, session_wire, true,
           "cleartext only: off with TLS); clients fall back to gRPC without it");
 ABSL_FLAG(bool, exit_after_shutdown, false,
           "exit 0 once every task has passed the shutdown barrier");
+ABSL_FLAG(bool, testing_reword_errors, false,
+          "tests only: send every error as \"reworded <CODE>\" instead of its message, to prove "
+          "clients read the error details, never the words");
 // Memory bounds (docs/operations.md, "Limits"): any holder of the job token can write.
 ABSL_FLAG(int64_t, kv_max_bytes, 64 << 20, "key-value store quota: bytes of keys plus values");
 ABSL_FLAG(int64_t, kv_max_keys, 100'000, "key-value store quota: number of keys");
@@ -75,12 +75,6 @@ ABSL_FLAG(int64_t, barrier_max_finished_bytes, 16 << 20,
 namespace {
 
 using phalanx::base::LogSeverity;
-
-int Fail(const std::string& message) {
-  PHX_LOG(ERROR) << message;
-  std::cerr << "phalanx-coordinator: " << message << "\n";
-  return 2;
-}
 
 absl::StatusOr<std::string> ReadToken() {
   const std::string path = absl::GetFlag(FLAGS_token_file);
@@ -109,7 +103,7 @@ absl::StatusOr<std::string> ReadToken() {
 }
 
 // Reads the TLS certificate and key named by the flags into `options` (both or neither).
-absl::Status ReadTls(phalanx::coord::CoordinationGrpcServer::Options& options) {
+absl::Status ReadTls(phalanx::coord::CoordinatorServer::Options& options) {
   const std::string cert = absl::GetFlag(FLAGS_tls_cert_file);
   const std::string key = absl::GetFlag(FLAGS_tls_key_file);
   if (cert.empty() != key.empty()) {
@@ -130,33 +124,29 @@ absl::Status ReadTls(phalanx::coord::CoordinationGrpcServer::Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  phalanx::base::InitProcess("coordinator", "phalanx-coordinator");  // before --version is parsed
-  absl::SetProgramUsageMessage("The Phalanx per-job coordination service.");
-  absl::ParseCommandLine(argc, argv);
+  const phalanx::base::ProcessMain process(
+      argc, argv,
+      {"coordinator", "phalanx-coordinator", "The Phalanx per-job coordination service."});
 
-  // Block the stop signals before any thread starts, so only sigtimedwait below sees them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-  if (absl::GetFlag(FLAGS_job).empty()) return Fail("--job is required");
-  if (absl::GetFlag(FLAGS_num_tasks) < 1) return Fail("--num_tasks must be at least 1");
-  if (absl::GetFlag(FLAGS_tick) <= absl::ZeroDuration()) return Fail("--tick must be positive");
+  if (absl::GetFlag(FLAGS_job).empty()) return process.Fail("--job is required");
+  phalanx::coord::SetRewordErrorsForTesting(absl::GetFlag(FLAGS_testing_reword_errors));
+  if (absl::GetFlag(FLAGS_num_tasks) < 1) return process.Fail("--num_tasks must be at least 1");
+  if (absl::GetFlag(FLAGS_tick) <= absl::ZeroDuration())
+    return process.Fail("--tick must be positive");
   absl::StatusOr<std::string> token = ReadToken();
   if (absl::IsPermissionDenied(token.status())) {
-    Fail(std::string(token.status().message()));
+    process.Fail(std::string(token.status().message()));
     return phalanx::auth::kExitTokenMismatch;  // the operator reads this as a squatted Secret
   }
-  if (!token.ok()) return Fail(std::string(token.status().message()));
-  if (absl::GetFlag(FLAGS_max_connections) < 0) return Fail("--max_connections must be >= 0");
+  if (!token.ok()) return process.Fail(std::string(token.status().message()));
+  if (absl::GetFlag(FLAGS_max_connections) < 0)
+    return process.Fail("--max_connections must be >= 0");
   if (absl::GetFlag(FLAGS_unauthenticated_timeout) <= absl::ZeroDuration()) {
-    return Fail("--unauthenticated_timeout must be positive");
+    return process.Fail("--unauthenticated_timeout must be positive");
   }
   // Every task holds a connection; the usual soft limit of 1024 is below a large job's needs.
   absl::StatusOr<uint64_t> fd_limit = phalanx::coord::RaiseFdLimitToHard();
-  if (!fd_limit.ok()) return Fail(std::string(fd_limit.status().message()));
+  if (!fd_limit.ok()) return process.Fail(std::string(fd_limit.status().message()));
   const int max_connections = absl::GetFlag(FLAGS_max_connections) > 0
                                   ? absl::GetFlag(FLAGS_max_connections)
                                   : phalanx::coord::DefaultMaxConnections(*fd_limit);
@@ -185,7 +175,7 @@ int main(int argc, char** argv) {
         &FLAGS_barrier_max_finished, &FLAGS_barrier_max_finished_bytes, &FLAGS_kv_max_waiters,
         &FLAGS_barrier_max_pending, &FLAGS_barrier_max_waiting}) {
     if (absl::GetFlag(*flag) < 1) {
-      return Fail(
+      return process.Fail(
           absl::StrCat("--", absl::GetFlagReflectionHandle(*flag).Name(), " must be at least 1"));
     }
   }
@@ -202,20 +192,19 @@ int main(int argc, char** argv) {
   options.barrier_limits.max_pending = absl::GetFlag(FLAGS_barrier_max_pending);
   options.barrier_limits.max_waiting = absl::GetFlag(FLAGS_barrier_max_waiting);
   auto service = phalanx::coord::CoordinationService::Create(options, clock, metrics);
-  if (!service.ok()) return Fail(std::string(service.status().message()));
+  if (!service.ok()) return process.Fail(std::string(service.status().message()));
 
-  phalanx::coord::CoordinationGrpcServer::Options server_options;
+  phalanx::coord::CoordinatorServer::Options server_options;
   server_options.listen_address = absl::GetFlag(FLAGS_listen);
   server_options.token = *token;
   server_options.max_connections = max_connections;
   server_options.unauthenticated_timeout = absl::GetFlag(FLAGS_unauthenticated_timeout);
   server_options.session_wire = absl::GetFlag(FLAGS_session_wire);
   if (absl::Status tls = ReadTls(server_options); !tls.ok()) {
-    return Fail(std::string(tls.message()));
+    return process.Fail(std::string(tls.message()));
   }
-  auto server =
-      phalanx::coord::CoordinationGrpcServer::Start(server_options, **service, metrics, clock);
-  if (!server.ok()) return Fail(std::string(server.status().message()));
+  auto server = phalanx::coord::CoordinatorServer::Start(server_options, **service, metrics, clock);
+  if (!server.ok()) return process.Fail(std::string(server.status().message()));
 
   std::unique_ptr<phalanx::http::StatusHttpServer> http;
   std::string metrics_address = "off";
@@ -234,7 +223,7 @@ int main(int argc, char** argv) {
                           "speaks cleartext)";
     }
     auto started = phalanx::http::StatusHttpServer::Start(addr, registry, std::move(health));
-    if (!started.ok()) return Fail(std::string(started.status().message()));
+    if (!started.ok()) return process.Fail(std::string(started.status().message()));
     http = *std::move(started);
     metrics_address = absl::StrCat(addr.substr(0, addr.rfind(':')), ":", http->port());
   }
@@ -254,10 +243,8 @@ int main(int argc, char** argv) {
                 << absl::FormatDuration(options.heartbeat_timeout);
 
   const bool exit_after_shutdown = absl::GetFlag(FLAGS_exit_after_shutdown);
-  const timespec wait{0, 200 * 1000 * 1000};
   while (true) {
-    const int sig = sigtimedwait(&stop_signals, nullptr, &wait);
-    if (sig == SIGTERM || sig == SIGINT) {
+    if (const int sig = process.WaitForStopSignal(absl::Milliseconds(200)); sig != 0) {
       PHX_LOG(INFO) << "signal " << sig << ": stopping";
       break;
     }

@@ -1,5 +1,7 @@
 #include "runtime/coordination/proto_convert.h"
 
+#include "runtime/coordination/error_details.h"
+
 namespace phalanx::coord {
 namespace {
 
@@ -122,8 +124,7 @@ pb::SessionEvent ToProto(const SessionEvent& event) {
   } else if (const auto* result = std::get_if<CallResult>(&event)) {
     pb::CallResult* r = out.mutable_call_result();
     r->set_call_id(result->call_id);
-    r->set_code(static_cast<int32_t>(result->status.code()));
-    r->set_message(std::string(result->status.message()));
+    StatusToFields(result->status, *r);
     r->set_value(result->value);
   }
   return out;
@@ -143,9 +144,7 @@ std::optional<SessionEvent> FromProto(const pb::SessionEvent& event) {
       return FromProto(event.preemption());
     case pb::SessionEvent::kCallResult: {
       const pb::CallResult& r = event.call_result();
-      return CallResult{r.call_id(),
-                        absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()),
-                        r.value()};
+      return CallResult{r.call_id(), StatusFromFields(r), r.value()};
     }
     default:
       return std::nullopt;

@@ -1,6 +1,6 @@
 // RpcHandler: translates coordination protos to CoordinationService calls and back: the one
-// place that does, for unary RPCs (grpc_server.cc) and for the calls and heartbeats carried on
-// a Session stream (session_reactor.cc) alike, so both transports convert the same way. Knows
+// place that does, for unary RPCs (coordinator_server.cc) and for the calls and heartbeats carried
+// on a Session stream (session_reactor.cc) alike, so both transports convert the same way. Knows
 // nothing of gRPC (those two do transport, auth and metrics). Validates the parts of a request
 // the service cannot see (missing task, absurd numbers). Thread-safe (stateless).
 #pragma once

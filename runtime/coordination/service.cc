@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/coordination/error_details.h"
+#include "runtime/coordination/proto_convert.h"
 
 namespace phalanx::coord {
 namespace {
@@ -657,8 +659,14 @@ void CoordinationService::FailTaskLocked(Task& task, FailureKind kind, std::stri
 }
 
 absl::Status CoordinationService::PeerFailedError(TaskRef failed, const std::string& reason) {
-  return absl::CancelledError(absl::StrCat("peer task ", failed.task_id, " (incarnation ",
-                                           failed.incarnation, ") failed: ", reason));
+  pb::ErrorDetails details;
+  details.set_reason(pb::ErrorDetails::PEER_FAILED);
+  *details.add_failed_tasks() = ToProto(failed);
+  details.set_failure_reason(reason);
+  return WithDetails(
+      absl::CancelledError(absl::StrCat("peer task ", failed.task_id, " (incarnation ",
+                                        failed.incarnation, ") failed: ", reason)),
+      details);
 }
 
 void CoordinationService::FailPeerWaitsLocked(TaskRef failed, const std::string& reason,

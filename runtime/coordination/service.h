@@ -1,5 +1,5 @@
 // CoordinationService: the per-job coordination state machine. Transport-agnostic: the gRPC
-// layer (rpc_handler.h, grpc_server.h) and tests drive it directly. All state is in memory.
+// layer (rpc_handler.h, coordinator_server.h) and tests drive it directly. All state is in memory.
 //
 // Thread-safe: one mutex guards all state; every callback (RPC completion, session notify) is
 // collected under the lock and run after it is released. Time comes from the injected Clock;

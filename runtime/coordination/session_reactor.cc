@@ -1,8 +1,8 @@
 #include "runtime/coordination/session_reactor.h"
 
-#include "runtime/coordination/grpc_status.h"
 #include "runtime/coordination/proto_convert.h"
 #include "runtime/coordination/session_calls.h"
+#include "runtime/coordination/status_codec.h"
 
 namespace phalanx::coord {
 

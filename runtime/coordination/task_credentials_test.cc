@@ -16,8 +16,8 @@
 #include "common/testing/status_matchers.h"
 #include "prometheus/registry.h"
 #include "runtime/client/client_config.h"
-#include "runtime/client/grpc_client.h"
-#include "runtime/coordination/grpc_server.h"
+#include "runtime/client/coordination_client_impl.h"
+#include "runtime/coordination/coordinator_server.h"
 #include "runtime/coordination/service.h"
 #include "runtime/coordination/token_auth.h"
 #include "runtime/proto/coordination.grpc.pb.h"
@@ -34,15 +34,14 @@ class TaskCredentialsTest : public ::testing::Test {
  protected:
   void SetUp() override { Start({}); }
 
-  void Start(CoordinationGrpcServer::Options options) {
+  void Start(CoordinatorServer::Options options) {
     CoordinationService::Options o;
     o.job = "j";
     o.num_tasks = 3;
     service_ = *CoordinationService::Create(o, base::RealClock::Get(), metrics_);
     options.listen_address = "127.0.0.1:0";
     options.token = kJobToken;
-    auto server =
-        CoordinationGrpcServer::Start(options, *service_, metrics_, base::RealClock::Get());
+    auto server = CoordinatorServer::Start(options, *service_, metrics_, base::RealClock::Get());
     ASSERT_THAT(server, IsOk());
     server_ = *std::move(server);
   }
@@ -94,7 +93,7 @@ class TaskCredentialsTest : public ::testing::Test {
   prometheus::Registry registry_;
   CoordinatorMetrics metrics_{registry_};
   std::unique_ptr<CoordinationService> service_;
-  std::unique_ptr<CoordinationGrpcServer> server_;
+  std::unique_ptr<CoordinatorServer> server_;
 };
 
 TEST_F(TaskCredentialsTest, TaskCredential_RegistersItsOwnTaskButNotAnother) {
@@ -171,7 +170,7 @@ TEST_F(TaskCredentialsTest, Tls_ClientTrustingTheCertificateConnectsAndCleartext
   std::optional<TestCert> cert = MakeCert();
   if (!cert.has_value()) GTEST_SKIP() << "the openssl command is not available";
   TearDown();
-  CoordinationGrpcServer::Options options;
+  CoordinatorServer::Options options;
   options.tls_cert_pem = cert->cert_pem;
   options.tls_key_pem = cert->key_pem;
   Start(options);
@@ -204,7 +203,7 @@ TEST_F(TaskCredentialsTest, Tls_RuntimeClientConnectsWithCaFileAndTaskCredential
   std::optional<TestCert> cert = MakeCert();
   if (!cert.has_value()) GTEST_SKIP() << "the openssl command is not available";
   TearDown();
-  CoordinationGrpcServer::Options options;
+  CoordinatorServer::Options options;
   options.tls_cert_pem = cert->cert_pem;
   options.tls_key_pem = cert->key_pem;
   Start(options);
@@ -225,7 +224,7 @@ TEST_F(TaskCredentialsTest, Tls_RuntimeClientConnectsWithCaFileAndTaskCredential
   });
   std::system(("rm -rf " + dir).c_str());
   ASSERT_THAT(config, IsOk());
-  auto c = client::GrpcCoordinationClient::Create(*config);
+  auto c = client::CoordinationClientImpl::Create(*config);
   ASSERT_THAT(c, IsOk());
   EXPECT_THAT((*c)->Connect(absl::Seconds(60)), IsOk());
   EXPECT_THAT((*c)->KvInsert("k", "v", false), IsOk());
@@ -238,13 +237,12 @@ TEST(CoordinationGrpcServerTls, HalfATlsConfigurationIsRefused) {
   o.job = "j";
   o.num_tasks = 1;
   auto service = *CoordinationService::Create(o, base::RealClock::Get(), metrics);
-  CoordinationGrpcServer::Options options;
+  CoordinatorServer::Options options;
   options.token = kJobToken;
   options.tls_cert_pem = "cert";
-  EXPECT_EQ(CoordinationGrpcServer::Start(options, *service, metrics, base::RealClock::Get())
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      CoordinatorServer::Start(options, *service, metrics, base::RealClock::Get()).status().code(),
+      absl::StatusCode::kInvalidArgument);
   service->Stop();
 }
 

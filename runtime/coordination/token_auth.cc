@@ -13,11 +13,10 @@ absl::StatusOr<auth::Principal> CheckToken(const grpc::CallbackServerContext& ct
   if (it == metadata.end()) {
     return absl::UnauthenticatedError("missing job token (authorization metadata)");
   }
-  absl::string_view got(it->second.data(), it->second.size());
-  if (!absl::ConsumePrefix(&got, "Bearer ")) {
-    return absl::UnauthenticatedError("authorization metadata is not 'Bearer <token>'");
-  }
-  return auth::Authenticate(job_token, got);
+  absl::StatusOr<absl::string_view> credential = ParseBearer(
+      absl::string_view(it->second.data(), it->second.size()), "authorization metadata");
+  if (!credential.ok()) return credential.status();
+  return auth::Authenticate(job_token, *credential);
 }
 
 absl::Status Authorize(const auth::Principal& principal, CallScope scope) {

@@ -1,7 +1,7 @@
 // Credential check for every coordination call. The client sends `authorization: Bearer <cred>`
 // metadata, where <cred> is either the job token (the operator and tools: may do anything) or a
 // task credential (common/auth/credentials.h: may act only as its own task). Used by
-// grpc_server.cc and session_reactor.cc. Thread-safety: pure functions.
+// coordinator_server.cc and session_reactor.cc. Thread-safety: pure functions.
 #pragma once
 
 #include <grpcpp/server_context.h>
@@ -11,10 +11,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/auth/credentials.h"
+#include "runtime/coordination/bearer.h"
 
 namespace phalanx::coord {
-
-inline constexpr char kAuthorizationHeader[] = "authorization";
 
 // Unauthenticated when the metadata is missing or holds neither the job token nor one of its
 // task credentials. Compares in constant time.

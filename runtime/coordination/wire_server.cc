@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/base/log.h"
+#include "runtime/coordination/error_details.h"
 #include "runtime/coordination/proto_convert.h"
 #include "runtime/coordination/session_calls.h"
 #include "runtime/coordination/session_outbox.h"
@@ -35,8 +36,7 @@ thread_local std::vector<std::shared_ptr<void>>* t_corked = nullptr;
 
 pb::WireServerFrame EndFrame(const absl::Status& status) {
   pb::WireServerFrame frame;
-  frame.mutable_end()->set_code(static_cast<int>(status.code()));
-  frame.mutable_end()->set_message(std::string(status.message()));
+  StatusToFields(status, *frame.mutable_end());
   return frame;
 }
 
@@ -378,11 +378,10 @@ void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32
     if (!hello.ParseFromArray(payload.data(), payload.size())) {
       return refuse(absl::InvalidArgumentError("malformed session wire hello"));
     }
-    absl::string_view bearer = hello.authorization();
+    absl::StatusOr<absl::string_view> credential =
+        ParseBearer(hello.authorization(), "the hello's authorization");
     absl::StatusOr<auth::Principal> principal =
-        absl::ConsumePrefix(&bearer, "Bearer ")
-            ? auth::Authenticate(options_.token, bearer)
-            : absl::UnauthenticatedError("the hello's authorization is not 'Bearer <token>'");
+        credential.ok() ? auth::Authenticate(options_.token, *credential) : credential.status();
     absl::Status allowed = principal.ok()
                                ? Authorize(*principal, ForTask(hello.register_().task().task_id()))
                                : principal.status();

@@ -67,7 +67,7 @@ class CoordinatorRestart : public ::testing::Test {
 struct Task {
   std::atomic<int> reconnects{0};
   std::atomic<int> restarted_reconnects{0};
-  std::unique_ptr<client::GrpcCoordinationClient> client;
+  std::unique_ptr<client::CoordinationClientImpl> client;
 };
 
 std::unique_ptr<Task> ConnectTask(LocalJob& job, int task_id,
@@ -88,7 +88,7 @@ std::unique_ptr<Task> ConnectTask(LocalJob& job, int task_id,
     }
     ++raw->reconnects;
   };
-  auto created = client::GrpcCoordinationClient::Create(config, std::move(callbacks));
+  auto created = client::CoordinationClientImpl::Create(config, std::move(callbacks));
   EXPECT_THAT(created, IsOk());
   task->client = *std::move(created);
   EXPECT_THAT(task->client->Connect(kTimeout), IsOk());

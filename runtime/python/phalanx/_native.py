@@ -77,6 +77,7 @@ def _declare(lib):
         f.argtypes = list(argtypes)
 
     fn("phalanx_last_error", c_char_p)
+    fn("phalanx_last_error_details", c_char_p)
     fn("phalanx_free", None, c_void_p)
     fn("phalanx_client_create_from_env", c_int, P(client_p))
     fn("phalanx_client_create", c_int, c_char_p, c_char_p, c_int, c_int, c_uint64, c_char_p,

@@ -169,8 +169,11 @@ class Client:
 
     def _check(self, code):
         if code != 0:
-            message = self._lib.phalanx_last_error()  # thread-local: read on the calling thread
-            raise error_from_code(code, message.decode("utf-8", "replace") if message else "")
+            # Thread-local: read on the calling thread.
+            message = self._lib.phalanx_last_error()
+            details = self._lib.phalanx_last_error_details()
+            raise error_from_code(code, message.decode("utf-8", "replace") if message else "",
+                                  details.decode("utf-8", "replace") if details else "")
 
     def _h(self):
         handle = self._handle

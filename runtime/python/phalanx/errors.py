@@ -1,10 +1,12 @@
 """Exceptions raised by the Phalanx Python client.
 
 Every C ABI call returns a status code (the absl/gRPC numbering); a non-zero code becomes an
-instance of the matching subclass of :class:`Error`, carrying the library's message.
+instance of the matching subclass of :class:`Error`, carrying the library's message (for
+people: its words may change) and the failure's facts (``details``: the fields of
+coordination.proto's ErrorDetails, which the properties below read).
 """
 
-import re
+import json
 
 __all__ = [
     "Error", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
@@ -15,15 +17,25 @@ __all__ = [
 
 
 class Error(Exception):
-    """Base of every Phalanx error. ``code`` is the numeric status code, ``message`` the text."""
+    """Base of every Phalanx error. ``code`` is the numeric status code, ``message`` the text,
+    ``details`` the failure's facts as a dict (empty when it has none): ``reason``
+    (``"PEER_FAILED"``, ``"BARRIER_TIMED_OUT"``, ``"ALIVE_TASKS_TIMED_OUT"``,
+    ``"SERVICE_CANCELLED"``), ``failed_tasks`` (``[{"task_id": 1, "incarnation": "2"}]``),
+    ``failure_reason``, ``missing_task_ids``, ``barrier_id``."""
 
     code = 2  # UNKNOWN unless a subclass says otherwise
 
-    def __init__(self, message="", code=None):
+    def __init__(self, message="", code=None, details=None):
         super().__init__(message)
         self.message = message
+        self.details = details or {}
         if code is not None:
             self.code = code
+
+    @property
+    def reason(self):
+        """The failure's reason code (``details["reason"]``), or None."""
+        return self.details.get("reason")
 
     def __str__(self):
         return "%s: %s" % (type(self).__name__, self.message) if self.message else type(self).__name__
@@ -37,9 +49,15 @@ class Cancelled(Error):
 
     @property
     def failed_tasks(self):
-        """Ids of the peer tasks whose failure ended the wait ("peer task N (incarnation I)
-        failed: ..."); empty for a cancel or a shutdown."""
-        return [int(t) for t in re.findall(r"peer task (\d+) \(incarnation", self.message)]
+        """Ids of the peer tasks whose failure ended the wait; empty for a cancel or a
+        shutdown."""
+        return [int(t.get("task_id", 0)) for t in self.details.get("failed_tasks", [])]
+
+    @property
+    def failed_incarnations(self):
+        """{task id: the incarnation that failed} for the peers in ``failed_tasks``."""
+        return {int(t.get("task_id", 0)): int(t.get("incarnation", 0))
+                for t in self.details.get("failed_tasks", [])}
 
 
 class Unknown(Error):
@@ -55,20 +73,19 @@ class InvalidArgument(Error):
 class DeadlineExceeded(Error):
     """A wait timed out.
 
-    For barriers and ``alive_tasks`` the message names the tasks that never arrived;
-    ``missing_tasks`` holds their ids parsed from it (empty when the message names none, e.g.
-    for ``kv_get``, whose message names the key that was not set).
+    For barriers and ``alive_tasks``, ``missing_tasks`` holds the ids of the tasks that never
+    arrived (empty otherwise, e.g. for ``kv_get``, whose message names the key that was not
+    set); ``barrier_id`` names a barrier that timed out.
     """
     code = 4
 
     @property
     def missing_tasks(self):
-        match = re.search(r"(?:never arrived|did not ask):\s*(.*)$", self.message)
-        if not match:
-            return []
-        # "1, 3 (FAILED: session broke)": drop the parenthesised reasons, keep the ids.
-        names = re.sub(r"\([^)]*\)", "", match.group(1))
-        return [int(t) for t in re.findall(r"\b(\d+)\b", names)]
+        return [int(t) for t in self.details.get("missing_task_ids", [])]
+
+    @property
+    def barrier_id(self):
+        return self.details.get("barrier_id")
 
 
 class NotFound(Error):
@@ -141,7 +158,12 @@ _BY_CODE = {cls.code: cls for cls in (
     Internal, Unavailable, DataLoss, Unauthenticated)}
 
 
-def error_from_code(code, message):
-    """The exception instance for C ABI status ``code`` (non-zero) with ``message``."""
+def error_from_code(code, message, details_json=""):
+    """The exception instance for C ABI status ``code`` (non-zero) with ``message`` and the
+    failure's facts (``phalanx_last_error_details()``: JSON, or empty)."""
     cls = _BY_CODE.get(code, Unknown)
-    return cls(message, code)
+    try:
+        details = json.loads(details_json) if details_json else {}
+    except ValueError:
+        details = {}
+    return cls(message, code, details if isinstance(details, dict) else {})

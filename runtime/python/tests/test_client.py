@@ -288,6 +288,54 @@ class ClientTest(unittest.TestCase):
             a.barrier("closed", 1)
 
 
+class RewordedErrorsTest(unittest.TestCase):
+    """The clients read an error's details, never its words: a coordinator that rewords every
+    message it sends (--testing_reword_errors) changes nothing the Python API reports."""
+
+    def setUp(self):
+        self.coordinator = harness.Coordinator(num_tasks=2, extra_args=["--testing_reword_errors"])
+        self.clients = []
+
+    def tearDown(self):
+        for c in self.clients:
+            c.close()
+        self.coordinator.close()
+
+    def client(self, task_id):
+        env = self.coordinator.env(task_id)
+        c = phalanx.Client(env["PHALANX_COORDINATOR"], env["PHALANX_JOB"], task_id,
+                           self.coordinator.num_tasks, 0, env["PHALANX_TOKEN"])
+        self.clients.append(c)
+        c.connect(timeout=20)
+        return c
+
+    def test_timeouts_name_the_missing_tasks_and_the_barrier(self):
+        a = self.client(0)
+        self.client(1)  # connected, but never enters the barrier nor asks
+        with self.assertRaises(phalanx.DeadlineExceeded) as cm:
+            a.barrier("lonely", timeout=0.5)
+        self.assertEqual(cm.exception.message, "reworded DEADLINE_EXCEEDED")
+        self.assertEqual(cm.exception.missing_tasks, [1])
+        self.assertEqual(cm.exception.barrier_id, "lonely")
+        self.assertEqual(cm.exception.reason, "BARRIER_TIMED_OUT")
+        with self.assertRaises(phalanx.DeadlineExceeded) as cm:
+            a.alive_tasks(timeout=0.5)
+        self.assertEqual(cm.exception.missing_tasks, [1], cm.exception.details)
+        self.assertEqual(cm.exception.reason, "ALIVE_TASKS_TIMED_OUT")
+
+    def test_a_failed_peer_is_named_with_its_incarnation(self):
+        a, b = self.client(0), self.client(1)
+        b.close()  # no shutdown: the session breaks, as for a crash
+        with self.assertRaises(phalanx.Cancelled) as cm:  # at the break, not the timeout
+            a.barrier("after-the-crash", timeout=60)
+        caught = cm.exception
+        self.assertEqual(caught.message, "reworded CANCELLED")
+        self.assertEqual(caught.failed_tasks, [1], caught.details)
+        self.assertEqual(caught.failed_incarnations, {1: 0})
+        self.assertEqual(caught.reason, "PEER_FAILED")
+        self.assertTrue(caught.details.get("failure_reason"), caught.details)
+
+
 class LibraryTest(unittest.TestCase):
     def test_a_bad_phalanx_library_path_says_where_it_looked(self):
         env = dict(os.environ, PHALANX_LIBRARY="/nonexistent/libphalanx_c.so",
@@ -300,6 +348,16 @@ class LibraryTest(unittest.TestCase):
         self.assertIn("ERR", text, out.stderr.decode())
         self.assertIn("/nonexistent/libphalanx_c.so", text)
         self.assertIn("PHALANX_LIBRARY", text)
+
+    def test_errors_read_the_details_and_survive_bad_ones(self):
+        e = phalanx.error_from_code(1, "whatever it says", '{"reason": "PEER_FAILED", '
+                                    '"failed_tasks": [{"task_id": 2, "incarnation": "5"}]}')
+        self.assertIsInstance(e, phalanx.Cancelled)
+        self.assertEqual((e.failed_tasks, e.failed_incarnations, e.reason),
+                         ([2], {2: 5}, "PEER_FAILED"))
+        for bad in ["", "{", "[1, 2]", "null"]:
+            e = phalanx.error_from_code(4, "timed out", bad)
+            self.assertEqual((e.details, e.missing_tasks, e.barrier_id), ({}, [], None), bad)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-// CoordinationGrpcServer: serves the Coordination gRPC service (callback API) over a
-// CoordinationService. Checks the job token on every call, records per-method metrics, and
+// CoordinatorServer: the coordinator's one port, serving a CoordinationService on both
+// transports: the Coordination gRPC service (callback API) and the session wire (wire_server.h,
+// ADR 0005). Checks the job token on every call, records per-method metrics, and
 // bounds message sizes. Connections arrive through a ConnectionListener (its own accept loop:
 // a connection limit, unauthenticated connections closed, no wedge when descriptors run out);
 // the standard grpc.health.v1 Health service answers on the same port without a token, and so
@@ -26,7 +27,7 @@ namespace phalanx::coord {
 class ConnectionListener;
 class WireSessionServer;
 
-class CoordinationGrpcServer {
+class CoordinatorServer {
  public:
   struct Options {
     std::string listen_address = "127.0.0.1:0";  // port 0: any free port (see port())
@@ -48,11 +49,11 @@ class CoordinationGrpcServer {
 
   // Unavailable when the address cannot be bound; InvalidArgument for an empty token or only one
   // of the TLS certificate and key.
-  static absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> Start(Options options,
-                                                                       CoordinationService& service,
-                                                                       CoordinatorMetrics& metrics,
-                                                                       base::Clock& clock);
-  ~CoordinationGrpcServer();
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Options options,
+                                                                  CoordinationService& service,
+                                                                  CoordinatorMetrics& metrics,
+                                                                  base::Clock& clock);
+  ~CoordinatorServer();
 
   int port() const { return port_; }
   // Stops accepting calls; in-flight calls get until `grace` to finish. Idempotent.
@@ -65,7 +66,7 @@ class CoordinationGrpcServer {
 
  private:
   class Impl;
-  CoordinationGrpcServer() = default;
+  CoordinatorServer() = default;
 
   std::unique_ptr<ConnectionListener> listener_;
   std::unique_ptr<Impl> impl_;

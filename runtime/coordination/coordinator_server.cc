@@ -1,13 +1,13 @@
-#include "runtime/coordination/grpc_server.h"
+#include "runtime/coordination/coordinator_server.h"
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/coordination/connection_listener.h"
-#include "runtime/coordination/grpc_status.h"
 #include "runtime/coordination/rpc_handler.h"
 #include "runtime/coordination/session_reactor.h"
+#include "runtime/coordination/status_codec.h"
 #include "runtime/coordination/token_auth.h"
 #include "runtime/coordination/wire_server.h"
 #include "runtime/proto/coordination.grpc.pb.h"
@@ -16,7 +16,7 @@ namespace phalanx::coord {
 
 namespace pb = ::phalanx::coord::v1;
 
-class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackService {
+class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
  public:
   Impl(std::string token, CoordinationService& service, CoordinatorMetrics& metrics,
        base::Clock& clock, ConnectionListener& listener)
@@ -184,7 +184,7 @@ class CoordinationGrpcServer::Impl final : public pb::Coordination::CallbackServ
   ConnectionListener& listener_;
 };
 
-absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> CoordinationGrpcServer::Start(
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     Options options, CoordinationService& service, CoordinatorMetrics& metrics,
     base::Clock& clock) {
   if (options.token.empty()) {
@@ -199,7 +199,7 @@ absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> CoordinationGrpcServer::
     ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
     credentials = grpc::SslServerCredentials(ssl);
   }
-  std::unique_ptr<CoordinationGrpcServer> server(new CoordinationGrpcServer());
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
   // The listener, not gRPC, owns the port: see connection_listener.h for why (gRPC 1.51 stops
   // accepting for good after one EMFILE, and has no connection limit).
   auto listener = ConnectionListener::Listen(
@@ -253,9 +253,9 @@ absl::StatusOr<std::unique_ptr<CoordinationGrpcServer>> CoordinationGrpcServer::
   return server;
 }
 
-CoordinationGrpcServer::~CoordinationGrpcServer() { Shutdown(absl::ZeroDuration()); }
+CoordinatorServer::~CoordinatorServer() { Shutdown(absl::ZeroDuration()); }
 
-void CoordinationGrpcServer::Shutdown(absl::Duration grace) {
+void CoordinatorServer::Shutdown(absl::Duration grace) {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
   listener_->Stop();  // no new connections while the calls drain
@@ -263,11 +263,11 @@ void CoordinationGrpcServer::Shutdown(absl::Duration grace) {
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
 }
 
-void CoordinationGrpcServer::Tick(absl::Time now) { listener_->Tick(now); }
+void CoordinatorServer::Tick(absl::Time now) { listener_->Tick(now); }
 
-int CoordinationGrpcServer::open_connections() { return listener_->open_connections(); }
+int CoordinatorServer::open_connections() { return listener_->open_connections(); }
 
-void CoordinationGrpcServer::Wait() {
+void CoordinatorServer::Wait() {
   if (server_ != nullptr) server_->Wait();
 }
 

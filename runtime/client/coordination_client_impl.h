@@ -1,7 +1,10 @@
-// GrpcCoordinationClient: the CoordinationClient over gRPC, one connection per client (as
-// separate ranks would have). Composed of three parts, each with its own header:
+// CoordinationClientImpl: the CoordinationClient. Its session (registration, heartbeats, events
+// and the hot calls) rides the session wire by default (ADR 0005: one connection per process,
+// each task a stream on it) or a gRPC Session stream (PHALANX_SESSION_TRANSPORT=grpc, or where
+// the coordinator has no wire); every other call is a unary gRPC call on the client's own
+// channel. Composed of three parts, each with its own header:
 //   SessionChannel   (session_channel.h)    the session thread: registration, heartbeats,
-//                                           events, reconnects; carries hot calls
+//                                           events, reconnects over either transport
 //   RpcCaller        (rpc_caller.h)         unary calls with the token and a deadline
 //   SyncPointTracker (sync_point_tracker.h) what ReachedSyncPoint answers
 // This class converts between the client's types and the protos (one place, as RpcHandler is
@@ -26,14 +29,14 @@
 
 namespace phalanx::client {
 
-class GrpcCoordinationClient final : public CoordinationClient, private SessionChannel::Listener {
+class CoordinationClientImpl final : public CoordinationClient, private SessionChannel::Listener {
  public:
   // Does not connect yet (see Connect). InvalidArgument for an unusable config.
-  static absl::StatusOr<std::unique_ptr<GrpcCoordinationClient>> Create(
+  static absl::StatusOr<std::unique_ptr<CoordinationClientImpl>> Create(
       ClientConfig config, ClientCallbacks callbacks = {},
       base::Clock& clock = base::RealClock::Get());
   // Stops the session. Without a prior Shutdown() the service sees this task's session break.
-  ~GrpcCoordinationClient() override;
+  ~CoordinationClientImpl() override;
 
   TaskRef task() const override { return {config_.task_id, config_.incarnation}; }
   int num_tasks() const override { return config_.num_tasks; }
@@ -77,7 +80,7 @@ class GrpcCoordinationClient final : public CoordinationClient, private SessionC
  private:
   using Stub = RpcCaller::Stub;
 
-  GrpcCoordinationClient(ClientConfig config, ClientCallbacks callbacks, base::Clock& clock);
+  CoordinationClientImpl(ClientConfig config, ClientCallbacks callbacks, base::Clock& clock);
 
   // The RPC deadline for a call that itself waits `timeout`.
   absl::Duration WaitingDeadline(absl::Duration timeout) const;

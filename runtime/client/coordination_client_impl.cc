@@ -1,4 +1,4 @@
-#include "runtime/client/grpc_client.h"
+#include "runtime/client/coordination_client_impl.h"
 
 #include <algorithm>
 
@@ -61,23 +61,26 @@ std::string ValueOf(Resp& response) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GrpcCoordinationClient>> GrpcCoordinationClient::Create(
+absl::StatusOr<std::unique_ptr<CoordinationClientImpl>> CoordinationClientImpl::Create(
     ClientConfig config, ClientCallbacks callbacks, base::Clock& clock) {
   if (config.coordinator.empty()) return absl::InvalidArgumentError("no coordinator address");
   if (config.token.empty()) return absl::InvalidArgumentError("no job token");
   if (config.task_id < 0 || config.task_id >= config.num_tasks) {
     return absl::InvalidArgumentError(absl::StrCat("task id ", config.task_id, " out of range"));
   }
-  return std::unique_ptr<GrpcCoordinationClient>(
-      new GrpcCoordinationClient(std::move(config), std::move(callbacks), clock));
+  return std::unique_ptr<CoordinationClientImpl>(
+      new CoordinationClientImpl(std::move(config), std::move(callbacks), clock));
 }
 
-GrpcCoordinationClient::GrpcCoordinationClient(ClientConfig config, ClientCallbacks callbacks,
+CoordinationClientImpl::CoordinationClientImpl(ClientConfig config, ClientCallbacks callbacks,
                                                base::Clock& clock)
     : config_(std::move(config)), callbacks_(std::move(callbacks)), clock_(clock), sync_(clock) {
   grpc::ChannelArguments args;
-  // Each task gets its own TCP connection, even when many share a process (benchmarks, tests):
-  // a shared connection would make one task's break look like all of theirs.
+  // This gRPC channel (unary calls, and the session where it rides gRPC) is the task's own
+  // connection, even when many tasks share a process (benchmarks, tests): a shared one would
+  // make one task's break look like all of theirs. The session wire, the default for the
+  // session, shares one connection per process instead, with a stream per task whose own close
+  // frame is that task's crash signal (ADR 0005's amendment).
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(8 << 20);
   args.SetMaxSendMessageSize(8 << 20);
@@ -105,7 +108,7 @@ GrpcCoordinationClient::GrpcCoordinationClient(ClientConfig config, ClientCallba
   session_ = std::make_unique<SessionChannel>(config_, callbacks_, clock_, *rpc_, listener);
 }
 
-GrpcCoordinationClient::~GrpcCoordinationClient() {
+CoordinationClientImpl::~CoordinationClientImpl() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -121,12 +124,12 @@ GrpcCoordinationClient::~GrpcCoordinationClient() {
   }
 }
 
-absl::Duration GrpcCoordinationClient::WaitingDeadline(absl::Duration timeout) const {
+absl::Duration CoordinationClientImpl::WaitingDeadline(absl::Duration timeout) const {
   return (timeout > absl::ZeroDuration() ? timeout : absl::Hours(1)) + config_.rpc_margin;
 }
 
 template <typename Req, typename Resp>
-void GrpcCoordinationClient::CallOnSessionOrRpc(Req* (pb::SessionCall::*field)(),
+void CoordinationClientImpl::CallOnSessionOrRpc(Req* (pb::SessionCall::*field)(),
                                                 RpcCaller::Method<Req, Resp> method, Req request,
                                                 absl::Duration deadline,
                                                 SessionChannel::CallDone done) {
@@ -142,7 +145,7 @@ void GrpcCoordinationClient::CallOnSessionOrRpc(Req* (pb::SessionCall::*field)()
 
 // ---- Session -----------------------------------------------------------------------------------
 
-absl::Status GrpcCoordinationClient::Connect(absl::Duration timeout) {
+absl::Status CoordinationClientImpl::Connect(absl::Duration timeout) {
   // Start() may make the first attempt on this thread (real time, like the transport's own
   // deadlines): what it took comes off the wait.
   const absl::Time begin = absl::Now();
@@ -151,22 +154,22 @@ absl::Status GrpcCoordinationClient::Connect(absl::Duration timeout) {
       std::max(absl::ZeroDuration(), timeout - (absl::Now() - begin)));
 }
 
-absl::Status GrpcCoordinationClient::WaitUntilConnected(absl::Duration timeout) {
+absl::Status CoordinationClientImpl::WaitUntilConnected(absl::Duration timeout) {
   return session_->WaitUntilConnected(timeout);
 }
 
-bool GrpcCoordinationClient::connected() const { return session_->connected(); }
+bool CoordinationClientImpl::connected() const { return session_->connected(); }
 
 // ---- Calls -------------------------------------------------------------------------------------
 
-absl::Status GrpcCoordinationClient::Barrier(const std::string& id, absl::Duration timeout,
+absl::Status CoordinationClientImpl::Barrier(const std::string& id, absl::Duration timeout,
                                              const std::vector<int>& tasks) {
   Await<absl::Status> result;
   BarrierAsync(id, timeout, tasks, result.Callback());
   return result.Wait(WaitingDeadline(timeout) + config_.rpc_margin);
 }
 
-void GrpcCoordinationClient::BarrierAsync(const std::string& id, absl::Duration timeout,
+void CoordinationClientImpl::BarrierAsync(const std::string& id, absl::Duration timeout,
                                           const std::vector<int>& tasks,
                                           absl::AnyInvocable<void(absl::Status) &&> done) {
   pb::BarrierRequest request;
@@ -181,7 +184,7 @@ void GrpcCoordinationClient::BarrierAsync(const std::string& id, absl::Duration 
                      });
 }
 
-void GrpcCoordinationClient::CancelBarrierAsync(const std::string& id,
+void CoordinationClientImpl::CancelBarrierAsync(const std::string& id,
                                                 absl::AnyInvocable<void(absl::Status) &&> done) {
   pb::CancelBarrierRequest request;
   *request.mutable_task() = ToProto(task());
@@ -193,14 +196,14 @@ void GrpcCoordinationClient::CancelBarrierAsync(const std::string& id,
       });
 }
 
-absl::Status GrpcCoordinationClient::CancelBarrier(const std::string& id) {
+absl::Status CoordinationClientImpl::CancelBarrier(const std::string& id) {
   pb::CancelBarrierRequest request;
   *request.mutable_task() = ToProto(task());
   request.set_barrier_id(id);
   return rpc_->Call(&Stub::async::CancelBarrier, request, config_.short_call_timeout).status();
 }
 
-void GrpcCoordinationClient::KvInsertAsync(const std::string& key, const std::string& value,
+void CoordinationClientImpl::KvInsertAsync(const std::string& key, const std::string& value,
                                            bool allow_overwrite,
                                            absl::AnyInvocable<void(absl::Status) &&> done) {
   pb::KeyValueInsertRequest request;
@@ -214,7 +217,7 @@ void GrpcCoordinationClient::KvInsertAsync(const std::string& key, const std::st
                      });
 }
 
-void GrpcCoordinationClient::KvGetAsync(
+void CoordinationClientImpl::KvGetAsync(
     const std::string& key, absl::Duration timeout,
     absl::AnyInvocable<void(absl::StatusOr<std::string>) &&> done) {
   pb::KeyValueGetRequest request;
@@ -232,21 +235,21 @@ void GrpcCoordinationClient::KvGetAsync(
                      });
 }
 
-absl::Status GrpcCoordinationClient::KvInsert(const std::string& key, const std::string& value,
+absl::Status CoordinationClientImpl::KvInsert(const std::string& key, const std::string& value,
                                               bool allow_overwrite) {
   Await<absl::Status> result;
   KvInsertAsync(key, value, allow_overwrite, result.Callback());
   return result.Wait(config_.short_call_timeout + config_.rpc_margin);
 }
 
-absl::StatusOr<std::string> GrpcCoordinationClient::KvGet(const std::string& key,
+absl::StatusOr<std::string> CoordinationClientImpl::KvGet(const std::string& key,
                                                           absl::Duration timeout) {
   Await<absl::StatusOr<std::string>> result;
   KvGetAsync(key, timeout, result.Callback());
   return result.Wait(WaitingDeadline(timeout) + config_.rpc_margin);
 }
 
-absl::StatusOr<std::string> GrpcCoordinationClient::KvTryGet(const std::string& key) {
+absl::StatusOr<std::string> CoordinationClientImpl::KvTryGet(const std::string& key) {
   pb::KeyValueTryGetRequest request;
   request.set_key(key);
   absl::StatusOr<pb::KeyValueGetResponse> response =
@@ -255,7 +258,7 @@ absl::StatusOr<std::string> GrpcCoordinationClient::KvTryGet(const std::string& 
   return std::move(*response->mutable_value());
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GrpcCoordinationClient::KvGetDir(
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CoordinationClientImpl::KvGetDir(
     const std::string& directory) {
   // The coordinator bounds each answer (--kv_dir_max_entries / --kv_dir_max_bytes): page until
   // the token comes back empty, so callers still get the whole directory. Not a snapshot: a key
@@ -281,7 +284,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GrpcCoordinatio
   }
 }
 
-absl::StatusOr<int> GrpcCoordinationClient::KvDelete(const std::string& key) {
+absl::StatusOr<int> CoordinationClientImpl::KvDelete(const std::string& key) {
   pb::KeyValueDeleteRequest request;
   request.set_key(key);
   absl::StatusOr<pb::KeyValueDeleteResponse> response =
@@ -290,7 +293,7 @@ absl::StatusOr<int> GrpcCoordinationClient::KvDelete(const std::string& key) {
   return response->deleted();
 }
 
-absl::StatusOr<int64_t> GrpcCoordinationClient::KvAdd(const std::string& key, int64_t delta) {
+absl::StatusOr<int64_t> CoordinationClientImpl::KvAdd(const std::string& key, int64_t delta) {
   pb::KeyValueAddRequest request;
   request.set_key(key);
   request.set_delta(delta);
@@ -300,7 +303,7 @@ absl::StatusOr<int64_t> GrpcCoordinationClient::KvAdd(const std::string& key, in
   return response->value();
 }
 
-absl::StatusOr<CompareSetResult> GrpcCoordinationClient::KvCompareAndSet(
+absl::StatusOr<CompareSetResult> CoordinationClientImpl::KvCompareAndSet(
     const std::string& key, const std::optional<std::string>& expected,
     const std::string& desired) {
   pb::KeyValueCompareAndSetRequest request;
@@ -316,14 +319,14 @@ absl::StatusOr<CompareSetResult> GrpcCoordinationClient::KvCompareAndSet(
   return result;
 }
 
-absl::Status GrpcCoordinationClient::ReportError(const std::string& message) {
+absl::Status CoordinationClientImpl::ReportError(const std::string& message) {
   pb::ReportErrorRequest request;
   *request.mutable_task() = ToProto(task());
   request.set_message(message);
   return rpc_->Call(&Stub::async::ReportError, request, config_.short_call_timeout).status();
 }
 
-absl::Status GrpcCoordinationClient::ReportRolledBack(const std::string& recovery,
+absl::Status CoordinationClientImpl::ReportRolledBack(const std::string& recovery,
                                                       absl::Duration rolled_back) {
   pb::ReportRolledBackRequest request;
   *request.mutable_task() = ToProto(task());
@@ -332,7 +335,7 @@ absl::Status GrpcCoordinationClient::ReportRolledBack(const std::string& recover
   return rpc_->Call(&Stub::async::ReportRolledBack, request, config_.short_call_timeout).status();
 }
 
-absl::StatusOr<JobSnapshot> GrpcCoordinationClient::WatchJobState(uint64_t known_version,
+absl::StatusOr<JobSnapshot> CoordinationClientImpl::WatchJobState(uint64_t known_version,
                                                                   absl::Duration timeout) {
   pb::WatchJobStateRequest request;
   request.set_known_version(known_version);
@@ -343,7 +346,7 @@ absl::StatusOr<JobSnapshot> GrpcCoordinationClient::WatchJobState(uint64_t known
   return FromProto(response->state());
 }
 
-absl::StatusOr<std::vector<TaskRef>> GrpcCoordinationClient::GetAliveTasks(
+absl::StatusOr<std::vector<TaskRef>> CoordinationClientImpl::GetAliveTasks(
     const std::vector<int>& tasks, absl::Duration timeout) {
   pb::GetAliveTasksRequest request;
   *request.mutable_task() = ToProto(task());
@@ -357,7 +360,7 @@ absl::StatusOr<std::vector<TaskRef>> GrpcCoordinationClient::GetAliveTasks(
   return alive;
 }
 
-absl::StatusOr<PreemptionRound> GrpcCoordinationClient::NotifyPreemption(
+absl::StatusOr<PreemptionRound> CoordinationClientImpl::NotifyPreemption(
     const PreemptionNotice& notice) {
   pb::NotifyPreemptionRequest request;
   request.set_reason(notice.reason);
@@ -371,12 +374,12 @@ absl::StatusOr<PreemptionRound> GrpcCoordinationClient::NotifyPreemption(
 
 // ---- Preemption sync ---------------------------------------------------------------------------
 
-void GrpcCoordinationClient::OnCoordinatorRestarted() {
+void CoordinationClientImpl::OnCoordinatorRestarted() {
   absl::MutexLock lock(&mu_);
   sync_.Reset();
 }
 
-void GrpcCoordinationClient::OnPreemptionRound(const PreemptionRound& round) {
+void CoordinationClientImpl::OnPreemptionRound(const PreemptionRound& round) {
   std::optional<int64_t> report_step;
   {
     absl::MutexLock lock(&mu_);
@@ -387,7 +390,7 @@ void GrpcCoordinationClient::OnPreemptionRound(const PreemptionRound& round) {
   if (callbacks_.on_preemption) callbacks_.on_preemption(round);
 }
 
-pb::ReportSyncStepRequest GrpcCoordinationClient::SyncStepReport(const PreemptionRound& round,
+pb::ReportSyncStepRequest CoordinationClientImpl::SyncStepReport(const PreemptionRound& round,
                                                                  int64_t step) const {
   pb::ReportSyncStepRequest request;
   *request.mutable_task() = ToProto(task());
@@ -396,7 +399,7 @@ pb::ReportSyncStepRequest GrpcCoordinationClient::SyncStepReport(const Preemptio
   return request;
 }
 
-void GrpcCoordinationClient::ReportSyncStepAsync(const PreemptionRound& round, int64_t step) {
+void CoordinationClientImpl::ReportSyncStepAsync(const PreemptionRound& round, int64_t step) {
   absl::Duration timeout;
   {
     absl::MutexLock lock(&mu_);
@@ -415,7 +418,7 @@ void GrpcCoordinationClient::ReportSyncStepAsync(const PreemptionRound& round, i
       });
 }
 
-absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {
+absl::StatusOr<bool> CoordinationClientImpl::ReachedSyncPoint(int64_t step) {
   SyncPointTracker::Next next;
   absl::Duration report_wait;
   {
@@ -454,7 +457,7 @@ absl::StatusOr<bool> GrpcCoordinationClient::ReachedSyncPoint(int64_t step) {
   return sync_.OnOwnReportAnswer(step, next.round.round, sync_step);
 }
 
-absl::Status GrpcCoordinationClient::Shutdown(absl::Duration timeout) {
+absl::Status CoordinationClientImpl::Shutdown(absl::Duration timeout) {
   pb::ShutdownRequest request;
   *request.mutable_task() = ToProto(task());
   request.set_timeout_ms(ToMillis(timeout));
