@@ -10,6 +10,7 @@
 #include "fuzz/fuzz_input.h"
 #include "fuzz/fuzz_json.h"
 #include "operator/api/codec.h"
+#include "operator/api/validation.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace phalanx::op;

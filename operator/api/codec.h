@@ -1,9 +1,9 @@
-// JSON codecs for the TrainingJob resource (types.h) and its semantic validation. The operator
-// decodes the spec of every job it reconciles with DecodeSpec + ValidateSpec (a spec that slipped
-// past the CRD's schema and CEL rules, or a cluster without the CRD's validation, gets an
-// `InvalidSpec` condition rather than a crash), and reads/writes status with DecodeStatus /
-// EncodeStatus. The JSON names are the CRD's (crds/trainingjobs.phalanx.dev.yaml); codec_test and
-// crd_test keep the two in step.
+// JSON codecs for the TrainingJob resource (types.h). The operator decodes the spec of every job
+// it reconciles with DecodeSpec + ValidateSpec (validation.h: a spec that slipped past the CRD's
+// schema and CEL rules, or a cluster without the CRD's validation, gets an `InvalidSpec`
+// condition rather than a crash), and reads/writes status with DecodeStatus / EncodeStatus. The
+// JSON names are the CRD's (crds/trainingjobs.phalanx.dev.yaml); codec_test and crd_test keep the
+// two in step.
 //
 // Nothing here throws: cpprestsdk's accessors are only called after a type check. Pure
 // functions; thread-safe.
@@ -23,20 +23,6 @@ namespace phalanx::op {
 // Condition types and reasons the operator writes.
 inline constexpr char kConditionInvalidSpec[] = "InvalidSpec";
 
-// The longest TrainingJob name whose children all have valid names: the job's name is the stem
-// of every child's (operator/controller/desired_state.h), and "<job>-coordinator", a Service
-// name, must be a DNS-1035 label of at most 63 characters (63 - len("-coordinator") = 51). The
-// other derived names are shorter: "<job>-tasks" (Service), "<job>-task-<i>" with i < 10000
-// (host name, a label), the label value phalanx.dev/job=<job>. The CRD's root CEL rule says
-// the same; desired_state_test checks every derived name of a job this long.
-inline constexpr int kMaxJobNameLength = 51;
-
-// The checks on a job's name that the CRD makes with CEL: at most kMaxJobNameLength characters,
-// and a DNS-1035 label (a lowercase letter first, then lowercase letters, digits and '-', not
-// ending in '-'), because it names Services and host names, which allow no '.'.
-// Returns one "metadata.name: <what is wrong>" message per problem; empty means valid.
-std::vector<std::string> ValidateName(const std::string& name);
-
 // Reads job["spec"]. Absent (or null) fields take the defaults in types.h, the same defaults the
 // CRD's schema applies; `replicas` has none and is required. Unknown fields are ignored.
 // `template` is kept whole.
@@ -44,26 +30,8 @@ std::vector<std::string> ValidateName(const std::string& name);
 // `replicas` is missing, or a field has the wrong JSON type or an unknown enum value. The message
 // lists every such problem as "<json path>: <what is wrong>", joined by "; ", e.g.
 // `spec.failurePolicy.restartScope: must be Task or Job, got "Pod"`.
-// Range checks (replicas >= 1, positive durations, ...) are ValidateSpec's.
+// Range checks (replicas >= 1, positive durations, ...) are ValidateSpec's (validation.h).
 absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job);
-
-// The semantic checks the operator re-runs on a decoded spec: replicas in [1, 10000],
-// maxRestarts >= 0, every duration > 0, backoff base <= max, heartbeat timeout > interval, exit
-// codes in [0, 255] and never both fatal and retryable, and a template whose spec.containers
-// lists at least one container, each (and each init container) with a name and an image (the
-// Pod API refuses a pod otherwise; the CRD's generated schema says the same).
-// Returns one "<json path>: <what is wrong>" message per problem; empty means valid.
-std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec);
-
-// The container env names the operator sets and spec.template may not (task identity,
-// coordinator address, credentials); the CRD's CEL rule (scripts/gen-crd-podtemplate.py
-// RESERVED_ENV, the same list) refuses them at `kubectl apply`. Every other name the operator
-// sets (MASTER_ADDR, RANK, JAX_*, ...) is a default that the container's own entry overrides.
-inline constexpr const char* kReservedEnvNames[] = {
-    "PHALANX_COORDINATOR",    "PHALANX_JOB",    "PHALANX_TASK_ID",    "PHALANX_NUM_TASKS",
-    "PHALANX_INCARNATION",    "PHALANX_TOKEN",  "PHALANX_TOKEN_FILE", "PHALANX_NPROC_PER_NODE",
-    "PHALANX_CLIQUE_ADDRESS", "PHALANX_NODE_IP"};
-bool IsReservedEnvName(const std::string& name);
 
 // The CRD's spelling of a task state ("Running", "BackingOff", ...; "" for kUnknown), and back
 // (an unknown string reads as kUnknown). The only place these strings are written.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/status_matchers.h"
+#include "operator/api/validation.h"
 
 namespace phalanx::op {
 namespace {

@@ -10,6 +10,7 @@
 #include "common/kube/object_key.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
+#include "operator/api/validation.h"
 #include "operator/controller/blocked.h"
 #include "operator/controller/observe.h"
 #include "operator/controller/plan.h"
@@ -50,7 +51,11 @@ Reconciler::Reconciler(kube::Client& client, Informers informers, kube::EventRec
       clock_(clock),
       metrics_(metrics),
       options_(std::move(options)),
-      link_(link) {}
+      link_(link) {
+  if (options_.coordinator_port_base > 0) {
+    ports_.emplace(options_.coordinator_port_base, options_.coordinator_port_span);
+  }
+}
 
 std::string Reconciler::TokenOf(const std::string& ns, const std::string& job,
                                 const std::string& uid) const {
@@ -60,46 +65,20 @@ std::string Reconciler::TokenOf(const std::string& ns, const std::string& job,
 CoordinatorPlacement Reconciler::PlacementFor(const std::string& key, const Json& job,
                                               const JobObservation& world) {
   CoordinatorPlacement placement = options_.placement;
-  if (options_.coordinator_port_base <= 0) return placement;
-  // A coordinator pod keeps the port it was created with (its tasks were told it).
+  if (!ports_.has_value()) return placement;
   if (world.coordinator.has_value() && world.coordinator->grpc_port > 0) {
     placement.port = world.coordinator->grpc_port;
-    absl::MutexLock lock(&ports_mu_);
-    reserved_ports_.try_emplace(placement.port, key);
+    ports_->Keep(key, placement.port);
     return placement;
   }
-  // Even ports: the metrics port (port + 1) never collides with another job's gRPC port. The
-  // slot is the UID's hash, or the next one that no other job's coordinator pod holds and no
-  // other job was handed by this operator (its pod may not be in the cache yet): with a hash
-  // alone, two of a few dozen jobs share a port (the birthday bound), and the second
-  // coordinator exits at start ("cannot listen") however often it is recreated, while its tasks
-  // reach the other job's coordinator and fail.
-  const int slots = std::max(1, options_.coordinator_port_span / 2);
   const std::string uid = kube::MetaString(job, "uid");
-  std::set<int> taken;
+  std::set<int> taken;  // other jobs' coordinator pods
   for (const Json& pod : informers_.pods.List()) {
     if (kube::LabelsOf(pod)[kRoleLabel] != "coordinator" || IsOwnedBy(pod, uid)) continue;
     if (int port = ViewOfPod(pod).grpc_port; port > 0) taken.insert(port);
   }
-  const int first = static_cast<int>(std::hash<std::string>{}(uid) % static_cast<size_t>(slots));
-  placement.port = options_.coordinator_port_base + first * 2;
-  absl::MutexLock lock(&ports_mu_);
-  for (int i = 0; i < slots; ++i) {
-    const int port = options_.coordinator_port_base + ((first + i) % slots) * 2;
-    auto reserved = reserved_ports_.find(port);
-    if (!taken.contains(port) && (reserved == reserved_ports_.end() || reserved->second == key)) {
-      placement.port = port;
-      break;
-    }
-  }
-  std::erase_if(reserved_ports_, [&](const auto& r) { return r.second == key; });
-  reserved_ports_[placement.port] = key;
+  placement.port = ports_->Assign(key, uid, taken);
   return placement;
-}
-
-void Reconciler::ReleasePorts(const std::string& key) {
-  absl::MutexLock lock(&ports_mu_);
-  std::erase_if(reserved_ports_, [&](const auto& r) { return r.second == key; });
 }
 
 JobObservation Reconciler::ObserveChildren(const Json& job) const {
@@ -148,8 +127,8 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   std::optional<Json> cached = informers_.jobs.Get(ns, name);
   if (!cached.has_value()) {  // deleted: owner references clean up the children
     if (link_ != nullptr) link_->Forget(key);
-    ForgetNotices(key);
-    ReleasePorts(key);
+    notices_.Forget(key);
+    if (ports_.has_value()) ports_->Release(key);
     return kube::Controller::Result{};
   }
   const Json& job = *cached;
@@ -165,15 +144,10 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     for (std::string& p : ValidateSpec(*spec)) problems.push_back(std::move(p));
   }
   if (!problems.empty()) {
-    // The CRD's schema should have refused this; report it (phase Blocked) and wait for a new
-    // generation.
-    StageResult invalid = InvalidSpecStatus(previous, kube::ObjectMeta::Decode(job).generation,
-                                            problems, clock_.Now());
-    absl::StatusOr<Json> written = WriteStatus(job, stored, invalid.status);
-    RecordEvents(job, invalid.events);
-    if (metrics_ != nullptr) metrics_->Reconciled(written.ok(), clock_.Now() - started);
-    if (!written.ok()) return written.status();
-    return kube::Controller::Result{};
+    absl::Status reported = ReportInvalidSpec(job, stored, problems);
+    if (metrics_ != nullptr) metrics_->Reconciled(reported.ok(), clock_.Now() - started);
+    if (!reported.ok()) return reported;
+    return kube::Controller::Result{};  // until a new generation
   }
   // The job's generation, not the last observed one: otherwise a new job's second pass rewrites
   // the condition (0 -> 1), one status write and watch event for nothing.
@@ -187,27 +161,10 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   const bool active =
       !spec->suspend && previous.phase != kPhaseSucceeded && previous.phase != kPhaseFailed;
   if (link_ != nullptr && !active) link_->Forget(key);
-  if (!active) ForgetNotices(key);
+  if (!active) notices_.Forget(key);
   // The coordinator pod the link talks to this pass ("" while none runs).
-  std::string linked;
-  if (link_ != nullptr && active && world.coordinator.has_value() &&
-      world.coordinator->phase == PodPhase::kRunning) {
-    const std::string token = TokenOf(ns, name, kube::MetaString(job, "uid"));
-    const std::string address = CoordinatorAddress(job, placement, world.coordinator->ip);
-    if (!token.empty() && !address.empty()) {
-      link_->Ensure(key, address, token, world.coordinator->uid);
-      linked = world.coordinator->uid;
-      for (const auto& [task, failure] : link_->FailedTasks(key)) {
-        const PodTask pod = PodOfTask(*spec, task, static_cast<Incarnation>(failure.incarnation));
-        // Several local ranks of one pod may be reported: the first one stands for the pod.
-        world.coordinator_failed.try_emplace(
-            pod.index, CoordinatorFailure{pod.incarnation, failure.reason, failure.last_heard});
-      }
-      if (std::optional<CoordinatorLink::RolledBack> rolled_back = link_->RolledBackWork(key)) {
-        world.rolled_back = RolledBackReport{rolled_back->coordinator_id, rolled_back->seconds};
-      }
-    }
-  }
+  const std::string linked =
+      link_ != nullptr && active ? LinkCoordinator(key, job, *spec, placement, world) : "";
   ReconcilePlan plan = PlanReconcile({job, *spec, previous, world, placement,
                                       TokenOf(ns, name, kube::MetaString(job, "uid")), clock_.Now(),
                                       options_.network_policy ? &*options_.network_policy : nullptr,
@@ -248,63 +205,68 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   RecordEvents(job, plan.events);
   RecordEvents(job, outcome.events);
   RecordEvents(job, delivered);
-  if (metrics_ != nullptr) {
-    // The failure was observed when this pass read the cache; a back-off wait is policy and
-    // ends before the pass that replaces the task, so it is not in this figure.
-    const absl::Duration since_observed = clock_.Now() - started;
-    for (const Replacement& r : plan.replacements) {
-      if (r.preemption) {
-        metrics_->Preempted(r.reason);
-      } else {
-        metrics_->TaskRestarted(r.reason);
-      }
-      if (executed.ok()) metrics_->ReplacementCreated(since_observed);
-    }
-    metrics_->Reconciled(executed.ok(), since_observed);
-  }
+  if (metrics_ != nullptr) RecordPassMetrics(plan, executed.ok(), clock_.Now() - started);
   if (!executed.ok()) return executed;
   return kube::Controller::Result{requeue_after};
 }
 
-void Reconciler::ForgetNotices(const std::string& key) {
-  absl::MutexLock lock(&notices_mu_);
-  notified_.erase(key);
+absl::Status Reconciler::ReportInvalidSpec(const Json& job, const TrainingJobStatus& stored,
+                                           const std::vector<std::string>& problems) {
+  // The CRD's schema should have refused this; report it (phase Blocked) and wait for a new
+  // generation.
+  StageResult invalid =
+      InvalidSpecStatus(stored, kube::ObjectMeta::Decode(job).generation, problems, clock_.Now());
+  absl::StatusOr<Json> written = WriteStatus(job, stored, invalid.status);
+  RecordEvents(job, invalid.events);
+  return written.status();
+}
+
+std::string Reconciler::LinkCoordinator(const std::string& key, const Json& job,
+                                        const TrainingJobSpec& spec,
+                                        const CoordinatorPlacement& placement,
+                                        JobObservation& world) {
+  if (!world.coordinator.has_value() || world.coordinator->phase != PodPhase::kRunning) return "";
+  const std::string token = TokenOf(kube::MetaString(job, "namespace"),
+                                    kube::MetaString(job, "name"), kube::MetaString(job, "uid"));
+  const std::string address = CoordinatorAddress(job, placement, world.coordinator->ip);
+  if (token.empty() || address.empty()) return "";
+  link_->Ensure(key, address, token, world.coordinator->uid);
+  for (const auto& [task, failure] : link_->FailedTasks(key)) {
+    const PodTask pod = PodOfTask(spec, task, failure.incarnation);
+    // Several local ranks of one pod may be reported: the first one stands for the pod.
+    world.coordinator_failed.try_emplace(
+        pod.index, CoordinatorFailure{pod.incarnation, failure.reason, failure.last_heard});
+  }
+  if (std::optional<CoordinatorLink::RolledBack> rolled_back = link_->RolledBackWork(key)) {
+    world.rolled_back = RolledBackReport{rolled_back->coordinator_id, rolled_back->seconds};
+  }
+  return world.coordinator->uid;
+}
+
+void Reconciler::RecordPassMetrics(const ReconcilePlan& plan, bool executed,
+                                   absl::Duration since_observed) {
+  // The failure was observed when this pass read the cache; a back-off wait is policy and
+  // ends before the pass that replaces the task, so it is not in since_observed.
+  for (const Replacement& r : plan.replacements) {
+    if (r.preemption) {
+      metrics_->Preempted(r.reason);
+    } else {
+      metrics_->TaskRestarted(r.reason);
+    }
+    if (executed) metrics_->ReplacementCreated(since_observed);
+  }
+  metrics_->Reconciled(executed, since_observed);
 }
 
 bool Reconciler::DeliverPreemptionNotices(const std::string& key, const std::string& coordinator,
                                           int nproc_per_node,
                                           const std::vector<PreemptionNotice>& notices,
                                           std::vector<EventNote>& events) {
-  std::set<std::pair<int, absl::Time>> due;
-  for (const PreemptionNotice& n : notices) due.insert({n.task, n.since});
-  std::vector<int> tasks;
-  absl::Time deadline = absl::InfiniteFuture();
-  {
-    absl::MutexLock lock(&notices_mu_);
-    Delivered& record = notified_[key];
-    if (record.coordinator != coordinator) {
-      // A new coordinator pod (or none running) knows nothing of the rounds its predecessor
-      // acknowledged: every open notice goes out again once one runs.
-      record.coordinator = coordinator;
-      record.acked.clear();
-    }
-    // Forget tasks no longer being preempted (bounded memory; a later preemption is new).
-    for (auto it = record.acked.begin(); it != record.acked.end();) {
-      it = due.contains(*it) ? std::next(it) : record.acked.erase(it);
-    }
-    for (const PreemptionNotice& n : notices) {
-      if (record.acked.contains({n.task, n.since})) continue;
-      // The notice names a pod; the coordinator's round names every task it runs.
-      for (int t = n.task * nproc_per_node; t < (n.task + 1) * nproc_per_node; ++t) {
-        tasks.push_back(t);
-      }
-      deadline = std::min(deadline, n.deadline);
-    }
-  }
-  if (tasks.empty()) return true;
+  const NoticeLedger::Due due = notices_.DueFor(key, coordinator, nproc_per_node, notices);
+  if (due.tasks.empty()) return true;
   if (coordinator.empty()) return false;  // no coordinator runs yet: retry soon
   absl::Status notified =
-      link_->NotifyPreemption(key, tasks, deadline, "node preempted or pod disrupted");
+      link_->NotifyPreemption(key, due.tasks, due.deadline, "node preempted or pod disrupted");
   if (!notified.ok()) {
     PHX_LOG(WARNING) << "job " << key
                      << ": preemption notice not delivered yet (will retry): " << notified;
@@ -313,15 +275,9 @@ bool Reconciler::DeliverPreemptionNotices(const std::string& key, const std::str
   events.push_back(
       {false, "CheckpointRoundOpened",
        absl::StrCat("the coordinator accepted a coordinated checkpoint round for task(s) ",
-                    absl::StrJoin(tasks, ", "), ", deadline ", kube::FormatKubeTime(deadline))});
-  absl::MutexLock lock(&notices_mu_);
-  Delivered& record = notified_[key];
-  if (record.coordinator != coordinator) return true;  // forgotten meanwhile: the next pass
-  for (const auto& entry : due) {
-    if (std::find(tasks.begin(), tasks.end(), entry.first) != tasks.end()) {
-      record.acked.insert(entry);
-    }
-  }
+                    absl::StrJoin(due.tasks, ", "), ", deadline ",
+                    kube::FormatKubeTime(due.deadline))});
+  notices_.Acknowledge(key, coordinator, notices);
   return true;
 }
 

@@ -25,8 +25,10 @@
 #include "common/kube/resources.h"
 #include "operator/controller/blocked.h"
 #include "operator/controller/coordinator_link.h"
+#include "operator/controller/coordinator_ports.h"
 #include "operator/controller/desired_state.h"
 #include "operator/controller/metrics.h"
+#include "operator/controller/notice_ledger.h"
 #include "operator/controller/plan.h"
 
 namespace phalanx::op {
@@ -84,12 +86,20 @@ class Reconciler {
   absl::StatusOr<Json> WriteStatus(const Json& job, const TrainingJobStatus& stored,
                                    const TrainingJobStatus& status);
   void RecordEvents(const Json& job, const std::vector<EventNote>& events);
+  // Writes the InvalidSpec condition (phase Blocked) for `problems` and its Event.
+  absl::Status ReportInvalidSpec(const Json& job, const TrainingJobStatus& stored,
+                                 const std::vector<std::string>& problems);
+  // Points the coordinator link at the job's running coordinator pod (if one runs and can be
+  // reached) and folds what the link reports (tasks it declared failed, rolled-back work) into
+  // `world`; returns that pod's UID, or "" when the link talks to none.
+  std::string LinkCoordinator(const std::string& key, const Json& job, const TrainingJobSpec& spec,
+                              const CoordinatorPlacement& placement, JobObservation& world);
+  // A finished pass's counters: replacements (restarts, preemptions) and the pass itself.
+  void RecordPassMetrics(const ReconcilePlan& plan, bool executed, absl::Duration since_observed);
   // Where `job` (`key`)'s coordinator listens: options_.placement, or in port-hash mode
-  // (coordinator_port_base) the port of its coordinator pod, else a slot no other job's
-  // coordinator pod holds and no other job was handed (reserved for `key` until it is deleted).
+  // (coordinator_port_base) the port of its coordinator pod, else one from ports_.
   CoordinatorPlacement PlacementFor(const std::string& key, const Json& job,
                                     const JobObservation& world);
-  void ReleasePorts(const std::string& key);
   // The job's token, derived from the operator key: never read from the job's Secret.
   std::string TokenOf(const std::string& ns, const std::string& job, const std::string& uid) const;
   // After a create answered AlreadyExists: OK when the object of that name is controlled by the
@@ -108,7 +118,6 @@ class Reconciler {
   bool DeliverPreemptionNotices(const std::string& key, const std::string& coordinator,
                                 int nproc_per_node, const std::vector<PreemptionNotice>& notices,
                                 std::vector<EventNote>& events);
-  void ForgetNotices(const std::string& key);
 
   kube::Client& client_;
   Informers informers_;
@@ -117,16 +126,9 @@ class Reconciler {
   OperatorMetrics* metrics_;
   const ReconcilerOptions options_;
   CoordinatorLink* const link_;
-  absl::Mutex ports_mu_;
-  // Port-hash mode: coordinator port → the job key it was handed to.
-  std::map<int, std::string> reserved_ports_ ABSL_GUARDED_BY(ports_mu_);
-  absl::Mutex notices_mu_;
-  // Notices one coordinator pod acknowledged: (task, preempting since).
-  struct Delivered {
-    std::string coordinator;  // its UID
-    std::set<std::pair<int, absl::Time>> acked;
-  };
-  std::map<std::string, Delivered> notified_ ABSL_GUARDED_BY(notices_mu_);
+  // Port-hash mode only (coordinator_port_base > 0).
+  std::optional<CoordinatorPortLedger> ports_;
+  NoticeLedger notices_;
 };
 
 }  // namespace phalanx::op

@@ -340,40 +340,14 @@ void CliqueManager::OnMembershipChange(absl::Span<const MemberStatus> members) {
 
 void CliqueManager::ApplyMembershipLocked(Entry& e, const std::map<int, MemberStatus>& members,
                                           absl::Time now, Outbox& out) {
-  std::vector<CliqueMember> survivors;
-  std::vector<int> excluded;  // ranks of members that left
-  std::vector<std::string> changes;
-  bool restarted = false, down = false, me_changed = false;
-  for (const CliqueMember& m : e.key.members()) {
-    auto it = members.find(m.task_id);
-    if (it == members.end()) {
-      std::vector<int> ranks = e.key.RanksOf(m.task_id);
-      excluded.insert(excluded.end(), ranks.begin(), ranks.end());
-      changes.push_back(absl::StrCat("task ", m.task_id, " left"));
-      me_changed |= m.task_id == e.task_id;
-      continue;
-    }
-    CliqueMember next = m;
-    if (!it->second.alive) {
-      down = true;
-      changes.push_back(absl::StrCat("task ", m.task_id, " is down"));
-      me_changed |= m.task_id == e.task_id;
-    } else if (it->second.incarnation != m.incarnation) {
-      restarted = true;
-      next.incarnation = it->second.incarnation;
-      changes.push_back(absl::StrCat("task ", m.task_id, " restarted (incarnation ", m.incarnation,
-                                     " -> ", next.incarnation, ")"));
-      me_changed |= m.task_id == e.task_id;
-    }
-    survivors.push_back(std::move(next));
-  }
-  if (changes.empty() && e.state != CliqueState::kWaiting) return;  // nothing touches it
-  if (down && e.state == CliqueState::kWaiting) return;             // still waiting
-  if (changes.empty()) changes.push_back("every member is back");
+  MembershipDiff diff = DiffMembership(e.key, e.task_id, members);
+  if (diff.unchanged() && e.state != CliqueState::kWaiting) return;  // nothing touches it
+  if (diff.down && e.state == CliqueState::kWaiting) return;         // still waiting
+  if (diff.unchanged()) diff.changes.push_back("every member is back");
 
   absl::Status why = absl::AbortedError(
-      absl::StrCat("clique ", e.key.ToString(), ": ", absl::StrJoin(changes, ", ")));
-  if (me_changed) {
+      absl::StrCat("clique ", e.key.ToString(), ": ", absl::StrJoin(diff.changes, ", ")));
+  if (diff.self_changed) {
     AbortCommsLocked(e);
     SetStateLocked(e, CliqueState::kFailed, Annotate(why, "this task is no longer that member: "),
                    out);
@@ -381,15 +355,15 @@ void CliqueManager::ApplyMembershipLocked(Entry& e, const std::map<int, MemberSt
   }
 
   Next next = Next::kReinit;
-  if (down) {
+  if (diff.down) {
     next = Next::kWait;
-  } else if (!excluded.empty() && !restarted && e.state == CliqueState::kReady &&
+  } else if (!diff.excluded_ranks.empty() && !diff.restarted && e.state == CliqueState::kReady &&
              nccl_.SupportsShrink()) {
     next = Next::kShrink;
   }
   // The key to re-form with (a WAITING clique keeps its old key until every member is back).
   if (next != Next::kWait) {
-    absl::StatusOr<CliqueKey> new_key = CliqueKey::Create(e.key.job(), std::move(survivors));
+    absl::StatusOr<CliqueKey> new_key = CliqueKey::Create(e.key.job(), std::move(diff.survivors));
     if (!new_key.ok()) {  // impossible: this task is still a member
       AbortCommsLocked(e);
       SetStateLocked(e, CliqueState::kFailed, new_key.status(), out);
@@ -413,7 +387,7 @@ void CliqueManager::ApplyMembershipLocked(Entry& e, const std::map<int, MemberSt
       e.comm = CommHandle{};
       e.old_comm_revoked = true;
       e.next = next;
-      e.shrink_excluded = excluded;
+      e.shrink_excluded = diff.excluded_ranks;
       e.deadline = now + options_.reform_timeout;
       ++e.generation;
       SetStateLocked(e, CliqueState::kAborting, std::move(why), out);
@@ -424,7 +398,8 @@ void CliqueManager::ApplyMembershipLocked(Entry& e, const std::map<int, MemberSt
   }
   if (was_ready && next == Next::kShrink) {
     // No revoke: NCCL_SHRINK_ABORT stops the parent's in-flight work as part of the shrink.
-    absl::StatusOr<CommHandle> child = nccl_.CommShrink(e.comm, excluded, /*abort_in_flight=*/true);
+    absl::StatusOr<CommHandle> child =
+        nccl_.CommShrink(e.comm, diff.excluded_ranks, /*abort_in_flight=*/true);
     if (child.ok()) {
       ++counters_.aborts;
       e.old_comm = e.comm;

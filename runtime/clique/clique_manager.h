@@ -49,6 +49,7 @@
 #include "absl/types/span.h"
 #include "common/base/clock.h"
 #include "runtime/clique/clique_key.h"
+#include "runtime/clique/membership_diff.h"
 #include "runtime/clique/nccl_api.h"
 #include "runtime/clique/unique_id_exchange.h"
 
@@ -68,13 +69,6 @@ struct CliqueInfo {
   absl::Status status;  // why it last failed or was torn down; OK otherwise
   CommHandle comm;      // valid in READY (and while forming, for diagnostics)
   int attempt = 0;      // init attempts made for the current key, minus one
-};
-
-// One task as the latest membership knows it.
-struct MemberStatus {
-  int task_id = 0;
-  uint64_t incarnation = 0;
-  bool alive = true;  // false: failed, its next incarnation has not registered yet
 };
 
 // For metrics (an owner exports them; the node agent shows cliques by state from its registry).

@@ -10,7 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/testing/eventually.h"
 #include "node_agent/cliques/clique_socket.h"
-#include "runtime/client/grpc_client.h"
+#include "runtime/client/coordination_client_impl.h"
 #include "runtime/client/test_coordinator.h"
 #include "runtime/clique/fake_nccl.h"
 
@@ -45,7 +45,7 @@ struct Task {
 
   absl::Mutex mu;
   JobCliques* cliques ABSL_GUARDED_BY(mu) = nullptr;
-  std::unique_ptr<client::GrpcCoordinationClient> client;
+  std::unique_ptr<client::CoordinationClientImpl> client;
   std::unique_ptr<JobCliques> job_cliques;
   CliqueId id = 0;
 };
@@ -71,7 +71,7 @@ class JobCliquesTest : public ::testing::Test {
     client::ClientCallbacks callbacks;
     Task* raw = task.get();
     callbacks.on_peer_change = [raw](const client::TaskInfo& info) { raw->OnPeerChange(info); };
-    auto created = client::GrpcCoordinationClient::Create(config, std::move(callbacks));
+    auto created = client::CoordinationClientImpl::Create(config, std::move(callbacks));
     ASSERT_TRUE(created.ok()) << created.status();
     task->client = *std::move(created);
     ASSERT_TRUE(task->client->Connect(absl::Seconds(20)).ok());

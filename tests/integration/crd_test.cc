@@ -22,6 +22,7 @@
 #include "common/kube/rest_client.h"
 #include "common/testing/status_matchers.h"
 #include "operator/api/codec.h"
+#include "operator/api/validation.h"
 #include "operator/api/yaml_json.h"
 #include "tests/localcluster/local_cluster.h"
 
