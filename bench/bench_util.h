@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/kube/client.h"
+#include "common/kube/crd_established.h"
 #include "common/kube/object_meta.h"
 #include "common/process/subprocess.h"
 #include "operator/api/yaml_json.h"
@@ -124,23 +125,13 @@ inline bool ApplyTrainingJobCrd(kube::Client& client, const std::string& source_
     return false;
   }
   // A real API server serves the resource once the CRD is Established (the built-in one at once).
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < deadline) {
-    absl::StatusOr<kube::Json> got =
-        client.Get({"apiextensions.k8s.io", "v1", "customresourcedefinitions", false}, "",
-                   "trainingjobs.phalanx.dev");
-    if (got.ok()) {
-      for (const kube::Json& c :
-           kube::ArrayOrEmpty(kube::FieldOrNull(*got, "status"), "conditions").as_array()) {
-        if (kube::StringAt(c, "type") == "Established" && kube::StringAt(c, "status") == "True") {
-          return true;
-        }
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(100));
+  if (absl::Status s =
+          kube::WaitForCrdEstablished(client, "trainingjobs.phalanx.dev", absl::Seconds(60));
+      !s.ok()) {
+    std::fprintf(stderr, "bench: %s\n", std::string(s.message()).c_str());
+    return false;
   }
-  std::fprintf(stderr, "bench: the TrainingJob CRD was not Established within 60 s\n");
-  return false;
+  return true;
 }
 
 }  // namespace phalanx::bench

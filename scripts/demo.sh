@@ -85,12 +85,6 @@ say "cluster ready: $(cut -d' ' -f2 "$WORK/cluster.out")"
 say "control plane: $(sed -n 's/^  control plane: //p' "$WORK/cluster.log")"
 
 $KUBECTL apply -f "$SRC/crds/trainingjobs.phalanx.dev.yaml" >/dev/null
-# A real API server serves the new resource once the CRD is Established. (Polled: `kubectl
-# wait --for condition=...` fails outright while the CRD has no status.conditions yet.)
-crd_established() {
-  [[ "$($KUBECTL get crd trainingjobs.phalanx.dev \
-        -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" == True ]]
-}
 wait_for 60 crd_established
 "$BUILD/operator/phalanx-operator" --kubeconfig "$KUBECONFIG" --coordinator_address pod-ip \
   --coordinator_port_base $(( 20000 + (RANDOM % 4000) * 2 )) --metrics_listen 127.0.0.1:0 \

@@ -1,5 +1,6 @@
-# Helpers the demo scripts share (sourced by scripts/demo.sh, demo_real_nodes.sh and demo_torch.sh).
-# START (seconds since the epoch, with fractions) is when the demo began.
+# Helpers the demo scripts share (sourced by scripts/demo.sh, demo_real_nodes.sh, demo_torch.sh
+# and tests/docs/doc_commands.sh). START (seconds since the epoch, with fractions) is when the
+# demo began; KUBECTL is the kubectl command line to use.
 
 calc() { awk "BEGIN { printf \"$1\", $2 }"; }
 say() { printf '[%6.2fs] %s\n' "$(calc %.2f "$(date +%s.%N) - $START")" "$*"; }
@@ -11,6 +12,13 @@ wait_for() {
     if (( $(date +%s) > deadline )); then echo "demo: timed out waiting for: $*" >&2; return 1; fi
     sleep 0.2
   done
+}
+# True once the TrainingJob CRD is Established: a real API server serves the resource only then.
+# (Polled: `kubectl wait --for condition=...` fails outright while the CRD has no
+# status.conditions yet.)
+crd_established() {
+  [[ "$($KUBECTL get crd trainingjobs.phalanx.dev \
+        -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" == True ]]
 }
 # The sample job's status, through $KUBECTL.
 job_field() { $KUBECTL get tj sample -o "jsonpath={$1}" 2>/dev/null; }

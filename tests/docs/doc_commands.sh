@@ -31,14 +31,9 @@ cleanup() {
 trap cleanup EXIT
 step() { echo; echo "--- $*"; }
 fail() { echo "doc_commands: FAILED: $*" >&2; exit 1; }
-wait_for() {  # wait_for SECONDS COMMAND...: until the command succeeds
-  local deadline=$(( $(date +%s) + $1 )); shift
-  until "$@" >/dev/null 2>&1; do
-    (( $(date +%s) <= deadline )) || fail "timed out waiting for: $*"
-    sleep 0.3
-  done
-}
-phase_is() { [[ "$(kubectl get tj sample -o jsonpath='{.status.phase}')" == "$1" ]]; }
+KUBECTL=kubectl
+# wait_for SECONDS COMMAND..., phase_is PHASE (the sample job's), crd_established.
+source "$SRC/scripts/demo_lib.sh"
 
 step "cpp-client: a coordinator and two sample workers, no Kubernetes"
 echo my-secret > "$WORK/token"
@@ -67,12 +62,6 @@ PIDS+=($!)
 # A real control plane (where its assets are found) takes several seconds to start.
 wait_for 120 grep -q '^ready ' "$WORK/cluster.out"
 kubectl apply -f "$SRC/crds/trainingjobs.phalanx.dev.yaml"
-# Established: a real API server serves the resource only then (polled: `kubectl wait` fails
-# outright while the CRD has no status.conditions yet).
-crd_established() {
-  [[ "$(kubectl get crd trainingjobs.phalanx.dev \
-        -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" == True ]]
-}
 wait_for 60 crd_established
 "$BUILD/operator/phalanx-operator" --kubeconfig "$KUBECONFIG" --coordinator_address pod-ip \
   --coordinator_port_base $(( 20000 + (RANDOM % 4000) * 2 )) --metrics_listen 127.0.0.1:0 \

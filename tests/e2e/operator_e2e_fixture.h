@@ -25,6 +25,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/kube/cluster_config.h"
+#include "common/kube/crd_established.h"
 #include "common/kube/object_meta.h"
 #include "common/kube/resources.h"
 #include "common/kube/rest_client.h"
@@ -128,20 +129,9 @@ class OperatorE2eTest : public ::testing::Test {
     absl::StatusOr<kube::Json> created = client_->Create(crds, "", *crd_json);
     ASSERT_TRUE(created.ok() || absl::IsAlreadyExists(created.status())) << created.status();
     // A real API server serves a new CRD's resource only once it is Established.
-    ASSERT_TRUE(Eventually(
-        [&] {
-          absl::StatusOr<kube::Json> crd = client_->Get(crds, "", "trainingjobs.phalanx.dev");
-          if (!crd.ok()) return false;
-          for (const kube::Json& c :
-               kube::ArrayOrEmpty(kube::FieldOrNull(*crd, "status"), "conditions").as_array()) {
-            if (kube::StringAt(c, "type") == "Established" &&
-                kube::StringAt(c, "status") == "True") {
-              return true;
-            }
-          }
-          return false;
-        },
-        absl::Seconds(30)));
+    absl::Status established =
+        kube::WaitForCrdEstablished(*client_, "trainingjobs.phalanx.dev", absl::Seconds(30));
+    ASSERT_TRUE(established.ok()) << established;
   }
 
   void TearDown() override {

@@ -88,6 +88,8 @@ class PhalanxStore(dist.Store):
     # The c10d Store interface (called by torch from C++ through its Python trampoline).
 
     def set(self, key, value):
+        # Waits for the coordinator's answer (TCPStore.set's contract): add, compare_set and
+        # check, from this task or any other, see the value once set returns.
         self._client.kv_set(self._key(key), _as_bytes(value), overwrite=True)
 
     def get(self, key):

@@ -16,6 +16,9 @@ import unittest
 
 import harness
 
+sys.path.insert(0, os.path.join(harness.REPO, "tests", "deploy"))
+import deploy_test  # noqa: E402 (wait_established: the one Python copy of that wait)
+
 KUBECTL = os.environ.get("KUBECTL", "/usr/bin/kubectl")
 CLUSTER = os.path.join(harness.BUILD, "tests", "localcluster", "phalanx-localcluster")
 OPERATOR = os.path.join(harness.BUILD, "operator", "phalanx-operator")
@@ -70,14 +73,7 @@ class LocalClusterCase(unittest.TestCase):
         self.assertIsNotNone(harness.read_line(self.cluster, "ready ", 120),
                              "phalanx-localcluster did not print ready; see " + self.dir)
         self.kubectl("apply", "-f", CRD)
-        # A real API server serves the resource once the CRD is Established (polled: `kubectl
-        # wait --for condition=...` fails outright while status.conditions is still empty).
-        established = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
-        deadline = time.monotonic() + 60
-        while self.kubectl("get", "crd", "trainingjobs.phalanx.dev", "-o", established,
-                           check=False).strip() != "True":
-            self.assertLess(time.monotonic(), deadline, "the TrainingJob CRD is not Established")
-            time.sleep(0.2)
+        deploy_test.wait_established(KUBECTL, self.kubeconfig, "trainingjobs.phalanx.dev")
         port_base = 20000 + random.randrange(5000) * 2  # even, below the ephemeral ports (32768+)
         agent_args = []
         if self.AGENT_GPUS:

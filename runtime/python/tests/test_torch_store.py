@@ -90,6 +90,24 @@ class TorchStoreTest(unittest.TestCase):
         with self.assertRaises(phalanx.DeadlineExceeded):
             s.get("never")
 
+    def test_a_set_is_stored_before_it_returns(self):
+        """set waits for the coordinator's answer: the moment it returns, another task's store
+        sees the value through check, add and compare_set (none of which rides this client's
+        session, so none could be ordered after an unanswered set)."""
+        env = self.coordinator.env(0)
+        other_client = phalanx.Client(env["PHALANX_COORDINATOR"], env["PHALANX_JOB"], 0,
+                                      WORLD + 1, 0, env["PHALANX_TOKEN"])
+        other_client.connect(timeout=TIMEOUT)
+        try:
+            other = PhalanxStore(other_client, prefix="unit", timeout=5)
+            for i in range(20):
+                self.store.set("seen-%d" % i, b"7")
+                self.assertTrue(other.check(["seen-%d" % i]), i)
+                self.assertEqual(other.add("seen-%d" % i, 1), 8)
+                self.assertEqual(other.compare_set("seen-%d" % i, "8", "9"), b"9")
+        finally:
+            other_client.close()
+
     def test_keys_are_escaped_into_one_segment(self):
         self.assertEqual(escape_key("rank_0"), "rank_0")
         self.assertEqual(escape_key("/a b%"), "%2Fa%20b%25")
