@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/tcp_dial.h"
 
 namespace phalanx::base {
 namespace {
@@ -75,16 +76,13 @@ absl::StatusOr<StreamEndpoint> ParseStreamEndpoint(const std::string& text) {
     e.path = absl::StartsWith(text, "unix:") ? text.substr(5) : text;
   } else {
     e.kind = StreamEndpoint::Kind::kTcp;
-    const size_t colon = text.rfind(':');
-    if (colon == std::string::npos) {
+    auto host_port = SplitHostPort(text, "endpoint");
+    if (!host_port.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("endpoint '", text, "' is neither a socket path nor host:port"));
     }
-    e.host = text.substr(0, colon);
-    if (absl::StartsWith(e.host, "[") && absl::EndsWith(e.host, "]")) {
-      e.host = e.host.substr(1, e.host.size() - 2);
-    }
-    if (!absl::SimpleAtoi(text.substr(colon + 1), &e.port) || e.port < 0 || e.port > 65535) {
+    e.host = host_port->first;
+    if (!absl::SimpleAtoi(host_port->second, &e.port) || e.port < 0 || e.port > 65535) {
       return absl::InvalidArgumentError(absl::StrCat("endpoint '", text, "': bad port"));
     }
   }

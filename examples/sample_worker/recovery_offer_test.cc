@@ -1,5 +1,10 @@
 #include "examples/sample_worker/recovery_offer.h"
 
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -42,26 +47,28 @@ TEST(RecoveryOffer, GarbageIsAClearError) {
   }
 }
 
-TEST(AgreeResumeStep, TheNewestStepEveryTaskHolds) {
-  // The simple rule's case: newest checkpoints 20 and 10, both kept by the first task.
-  EXPECT_EQ(AgreeResumeStep({Offer({10, 20}), Offer({10})}), 10);
-  // Both hold the step they are at in memory: nothing is rolled back.
-  EXPECT_EQ(AgreeResumeStep({Offer({10, 15}), Offer({10, 15})}), 15);
-  // Nothing in common but the initial state.
-  EXPECT_EQ(AgreeResumeStep({Offer({20, 30}), Offer({10})}), 0);
-  EXPECT_EQ(AgreeResumeStep({}), 0);
-}
+TEST(AgreeResumeStep, EmptyIsTheInitialState) { EXPECT_EQ(AgreeResumeStep({}), 0); }
 
-TEST(AgreeResumeStep, APendingStepCountsOnceSomeTaskReachedIt) {
-  // The coordinator went with the release of the step-19 barrier: one task got it, checkpointed
-  // at the sync step 20 and left (its replacement offers 20); the other holds 19 and, pending, 20.
-  EXPECT_EQ(AgreeResumeStep({Offer({10, 20}), Offer({10, 19}, 20)}), 20);
-  // Nobody reached 16: the barrier may not have been released, so its pending step is no proof.
-  EXPECT_EQ(AgreeResumeStep({Offer({10, 15}, 16), Offer({10, 15}, 16)}), 15);
-  // A pending step proves nothing for another task's pending step.
-  EXPECT_EQ(AgreeResumeStep({Offer({10, 19}, 20), Offer({10, 19}, 20), Offer({10, 18}, 19)}), 19);
-  // Proven, but a third task holds neither 20 nor a pending 20: the newest common step.
-  EXPECT_EQ(AgreeResumeStep({Offer({10, 20}), Offer({10, 19}, 20), Offer({10, 12})}), 10);
+// The cases in testdata/recovery_offers.txt, which the Python example must agree on too.
+TEST(AgreeResumeStep, SharedCases_ResumeWhereTheFileSays) {
+  std::ifstream in(PHALANX_SOURCE_DIR "/examples/sample_worker/testdata/recovery_offers.txt");
+  ASSERT_TRUE(in) << "examples/sample_worker/testdata/recovery_offers.txt not found";
+  int cases = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    SCOPED_TRACE(line);
+    const std::vector<std::string> sides = absl::StrSplit(line, " => ");
+    ASSERT_EQ(sides.size(), 2u);
+    std::vector<RecoveryOffer> offers;
+    for (absl::string_view text : absl::StrSplit(sides[0], " | ")) {
+      absl::StatusOr<RecoveryOffer> offer = ParseOffer(text);
+      ASSERT_THAT(offer, IsOk());
+      offers.push_back(*offer);
+    }
+    EXPECT_EQ(AgreeResumeStep(offers), std::stoll(sides[1]));
+    ++cases;
+  }
+  EXPECT_GE(cases, 9);
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 #include "runtime/client/coordination_client_impl.h"
 
 #include <algorithm>
+#include <cassert>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
 #include "runtime/coordination/proto_convert.h"
+#include "runtime/coordination/session_call_table.h"
 
 namespace phalanx::client {
 
@@ -135,6 +137,9 @@ void CoordinationClientImpl::CallOnSessionOrRpc(Req* (pb::SessionCall::*field)()
                                                 SessionChannel::CallDone done) {
   pb::SessionCall call;
   *(call.*field)() = std::move(request);
+  // Only the calls in the session-call table may ride the session (the server answers any
+  // other with Unimplemented).
+  assert(coord::FindSessionCall(call.call_case()) != nullptr);
   if (session_->TrySend(call, done)) return;
   // No session (or too big for it): `call` and `done` are untouched.
   rpc_->CallAsync<Req, Resp>(method, std::move(*(call.*field)()), deadline,

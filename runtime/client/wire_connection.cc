@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/tcp_dial.h"
 #include "runtime/coordination/wire_format.h"
 
 namespace phalanx::client {
@@ -25,77 +26,11 @@ namespace {
 
 constexpr absl::Duration kRedialInterval = absl::Milliseconds(25);
 
-// Milliseconds left until `deadline` for poll(), at least 0.
-int PollMillis(absl::Time deadline) {
-  return static_cast<int>(
-      std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()) + 1));
-}
-
-// Splits "host:port" or "[v6]:port".
-bool SplitAddress(const std::string& address, std::string* host, std::string* port) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon + 1 == address.size()) return false;
-  *host = address.substr(0, colon);
-  *port = address.substr(colon + 1);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  return !host->empty();
-}
-
-// A connected, blocking TCP socket to `address`, or Unavailable.
+// A connected, blocking TCP socket to `address` (TCP_NODELAY, a send timeout), or Unavailable.
 absl::StatusOr<int> DialSocket(const std::string& address, absl::Time deadline) {
-  std::string host, port;
-  if (!SplitAddress(address, &host, &port)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("coordinator address '", address, "' is not host:port"));
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  // An IP address (what the operator injects) needs no resolver.
-  in6_addr numeric;
-  if (inet_pton(AF_INET, host.c_str(), &numeric) == 1 ||
-      inet_pton(AF_INET6, host.c_str(), &numeric) == 1) {
-    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
-  }
-  addrinfo* found = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve coordinator '", host, "': ", gai_strerror(rc)));
-  }
-  std::string last_error = "no address";
-  int fd = -1;
-  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    const int s = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s < 0) {
-      last_error = std::strerror(errno);
-      continue;
-    }
-    int rc = connect(s, a->ai_addr, a->ai_addrlen);
-    if (rc < 0 && errno == EINPROGRESS) {
-      pollfd p{s, POLLOUT, 0};
-      rc = poll(&p, 1, PollMillis(deadline)) == 1 ? 0 : -1;
-      int error = rc == 0 ? 0 : ETIMEDOUT;
-      socklen_t length = sizeof(error);
-      if (rc == 0) getsockopt(s, SOL_SOCKET, SO_ERROR, &error, &length);
-      if (error != 0) {
-        rc = -1;
-        errno = error;
-      }
-    }
-    if (rc < 0) {
-      last_error = std::strerror(errno);
-      close(s);
-      continue;
-    }
-    fd = s;
-  }
-  freeaddrinfo(found);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to the coordinator at ", address, ": ", last_error));
-  }
+  absl::StatusOr<int> dialed = base::DialTcp(address, deadline, "coordinator");
+  if (!dialed.ok()) return dialed.status();
+  const int fd = *dialed;
   const int flags = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   const int one = 1;

@@ -423,6 +423,21 @@ void CliqueManager::ApplyMembershipLocked(Entry& e, const std::map<int, MemberSt
   }
 }
 
+absl::Status CliqueManager::Abort(CliqueId id, absl::Status why) {
+  Outbox out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("no clique ", id));
+    Entry& e = it->second;
+    if (e.state == CliqueState::kFailed) return absl::OkStatus();
+    AbortCommsLocked(e);
+    SetStateLocked(e, CliqueState::kFailed, std::move(why), out);
+  }
+  Flush(out);
+  return absl::OkStatus();
+}
+
 absl::Status CliqueManager::Release(CliqueId id) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(id);

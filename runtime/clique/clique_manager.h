@@ -121,6 +121,12 @@ class CliqueManager {
   // re-formed as the state diagram says.
   void OnMembershipChange(absl::Span<const MemberStatus> members);
 
+  // Aborts the clique's communicators (ncclCommAbort: collectives in flight on them end) and
+  // fails it with `why`, as for a fatal error: a request from outside (the node agent saw its
+  // GPU fail). Acquiring its key again re-forms it. A FAILED clique stays as it is. NotFound for
+  // an unknown id.
+  absl::Status Abort(CliqueId id, absl::Status why);
+
   // Destroys (READY) or aborts (otherwise) the clique's communicators and forgets it.
   // NotFound for an unknown id.
   absl::Status Release(CliqueId id);

@@ -140,7 +140,17 @@ void JobCliques::Report(const CliqueInfo& clique) {
   if (!answer.ok()) {
     PHX_LOG(WARNING) << "clique report to the node agent failed: " << answer.status();
   } else if (std::optional<std::string> reason = AbortRequestIn(*answer)) {
+    // The request names this task (a GPU it uses failed), not one clique: its cliques are
+    // aborted together, as the Python Manager aborts its process group. The trainer sees them
+    // FAILED (Comm() says why) and leaves; the FAILED ones' own reports then change nothing.
     PHX_LOG(WARNING) << "the node agent asks to abort this task's cliques: " << *reason;
+    const absl::Status why =
+        absl::AbortedError(absl::StrCat("the node agent asked this task to abort: ", *reason));
+    for (const CliqueInfo& c : manager_->List()) {
+      if (absl::Status s = manager_->Abort(c.id, why); !s.ok() && !absl::IsNotFound(s)) {
+        PHX_LOG(WARNING) << "aborting clique " << c.key.ToString() << ": " << s;
+      }
+    }
   }
 }
 

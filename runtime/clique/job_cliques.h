@@ -4,10 +4,12 @@
 // manager needs: a peer that failed is down (its cliques wait), a peer that registered a new
 // incarnation restarted (its cliques are aborted and re-formed). Optionally it reports every
 // clique's state to the node agent (PHALANX_CLIQUE_ADDRESS or PHALANX_CLIQUE_SOCKET), so the
-// agent's metrics show them and a failed GPU's abort request reaches this process: on every state
-// change, and again every `agent_refresh` (the agent drops reports not refreshed within its TTL, 30
-// s by default). Reports carry `agent_key`, a digest of this task's credential (CliqueSocketKey):
-// the agent lets only that key read or change this task's entries, and never sees the credential.
+// agent's metrics show them and a failed GPU's abort request reaches this process (and is
+// obeyed: every clique of this task is aborted and FAILED with the agent's reason): on every
+// state change, and again every `agent_refresh` (the agent drops reports not refreshed within its
+// TTL, 30 s by default). Reports carry `agent_key`, a digest of this task's credential
+// (CliqueSocketKey): the agent lets only that key read or change this task's entries, and never
+// sees the credential.
 //
 // Wiring: create it after the client, call OnPeerChange from ClientCallbacks::on_peer_change
 // (cheap: no RPC, no wait), then Acquire a key per communicator. Teardown: stop forwarding

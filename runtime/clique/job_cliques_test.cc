@@ -165,6 +165,41 @@ TEST_F(JobCliquesTest, ReportsToTheAgentAreRefreshedWhileTheCliqueLives) {
   for (auto& task : tasks_) task.reset();  // before the server goes
 }
 
+// The node agent's abort request (a GPU under these tasks failed) is obeyed, as the Python
+// Manager obeys it: the answer to the next report carries it, and every clique of the task goes
+// FAILED at once, its communicator aborted, with the agent's reason.
+TEST_F(JobCliquesTest, TheAgentsAbortRequestFailsTheTasksCliques) {
+  const std::string path = absl::StrCat("/tmp/phx-abort-", getpid(), ".sock");
+  agent::CliqueRegistry registry;
+  auto server = agent::CliqueSocketServer::Start({path}, registry, base::RealClock::Get());
+  ASSERT_TRUE(server.ok()) << server.status();
+  options_.agent_socket = path;
+  options_.agent_key = CliqueSocketKey(kToken);
+  options_.agent_refresh = absl::Milliseconds(100);
+  for (int t = 0; t < kTasks; ++t) StartTask(t, 0);
+  const CliqueKey key = KeyFor({0, 0, 0});
+  for (int t = kTasks - 1; t >= 0; --t) Acquire(t, key);
+  ASSERT_TRUE(Eventually([&] { return AllReadyOn(key); }, absl::Seconds(30)));
+  ASSERT_TRUE(Eventually([&] { return registry.List().size() == kTasks; }, absl::Seconds(30)));
+  const int64_t aborts_before = tasks_[0]->job_cliques->manager().counters().aborts;
+
+  EXPECT_EQ(registry.RequestAbortForDevice(0, "xid 79 on gpu 0"), kTasks);
+  for (auto& task : tasks_) {
+    ASSERT_TRUE(Eventually(
+        [&] {
+          absl::StatusOr<CliqueInfo> info = task->job_cliques->manager().Get(task->id);
+          return info.ok() && info->state == CliqueState::kFailed;
+        },
+        absl::Seconds(30)));
+    absl::StatusOr<CliqueInfo> info = task->job_cliques->manager().Get(task->id);
+    EXPECT_TRUE(absl::IsAborted(info->status)) << info->status;
+    EXPECT_THAT(std::string(info->status.message()), ::testing::HasSubstr("xid 79 on gpu 0"));
+  }
+  EXPECT_GT(tasks_[0]->job_cliques->manager().counters().aborts, aborts_before)
+      << "its communicator was aborted";
+  for (auto& task : tasks_) task.reset();  // before the server goes
+}
+
 // The client's REPORT against the node agent's real socket server: the keyed report is taken,
 // the same (job, task) reported under another task credential's key is refused.
 TEST(ReportToAgentTest, TheAgentTakesAKeyedReportAndRefusesAnotherCredentialsKey) {

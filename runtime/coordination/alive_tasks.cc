@@ -30,7 +30,7 @@ bool AliveTasksAgreement::TryComplete(const std::vector<int>& set, Round& round,
   }
   if (round.empty()) return true;
   for (auto& [task, caller] : round) {
-    out.Add([done = std::move(caller.done), answer]() mutable { std::move(done)(answer); });
+    out.Answer(std::move(caller.done), answer);
   }
   return true;
 }
@@ -49,7 +49,7 @@ void AliveTasksAgreement::DropTask(TaskRef gone, const absl::Status& why, Comple
   for (auto& [set, round] : rounds_) {
     auto it = round.find(gone.task_id);
     if (it == round.end() || it->second.incarnation != gone.incarnation) continue;
-    out.Add([done = std::move(it->second.done), why]() mutable { std::move(done)(why); });
+    out.Answer(std::move(it->second.done), why);
     round.erase(it);
   }
 }
@@ -84,7 +84,7 @@ void AliveTasksAgreement::Expire(absl::Time now, Completions& out) {
 void AliveTasksAgreement::FailAll(const absl::Status& why, Completions& out) {
   for (auto& [set, round] : rounds_) {
     for (auto& [task, caller] : round) {
-      out.Add([done = std::move(caller.done), why]() mutable { std::move(done)(why); });
+      out.Answer(std::move(caller.done), why);
     }
   }
   rounds_.clear();

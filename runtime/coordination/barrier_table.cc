@@ -113,7 +113,7 @@ void BarrierTable::DropTask(TaskRef gone, const absl::Status& why, Completions& 
     if (arrival == barrier.arrivals.end() || arrival->second.incarnation != gone.incarnation) {
       continue;
     }
-    out.Add([done = std::move(arrival->second.done), why]() mutable { std::move(done)(why); });
+    out.Answer(std::move(arrival->second.done), why);
     barrier.arrivals.erase(arrival);
     --waiting_;
   }
@@ -144,7 +144,7 @@ void BarrierTable::FailNow(const std::string& id, const absl::Status& why, absl:
   } else {
     Remember(id, result);
   }
-  out.Add([done = std::move(done), result]() mutable { std::move(done)(result); });
+  out.Answer(std::move(done), result);
 }
 
 void BarrierTable::Expire(absl::Time now, const DescribeTask& describe, Completions& out) {
@@ -177,7 +177,7 @@ void BarrierTable::Expire(absl::Time now, const DescribeTask& describe, Completi
 void BarrierTable::FailAll(const absl::Status& why, Completions& out) {
   for (auto& [id, barrier] : pending_) {
     for (auto& [task, arrival] : barrier.arrivals) {
-      out.Add([done = std::move(arrival.done), why]() mutable { std::move(done)(why); });
+      out.Answer(std::move(arrival.done), why);
     }
   }
   pending_.clear();
@@ -201,7 +201,7 @@ void BarrierTable::Finish(const std::string& id, Pending& barrier, const absl::S
   waiting_ -= barrier.arrivals.size();
   for (auto& [task, arrival] : barrier.arrivals) {
     if (result.ok()) metrics_.BarrierWait(now - arrival.arrived);
-    out.Add([done = std::move(arrival.done), result]() mutable { std::move(done)(result); });
+    out.Answer(std::move(arrival.done), result);
   }
   Remember(id, result);
 }

@@ -20,6 +20,15 @@ class Completions {
 
   void Add(absl::AnyInvocable<void() &&> fn) { pending_.push_back(std::move(fn)); }
 
+  // Answers a call later: `done(value)` when Run runs, never under the caller's lock. (The
+  // "fail later" / "answer later" every table of the service does.)
+  template <typename Callback, typename Value>
+  void Answer(Callback&& done, Value value) {
+    Add([done = std::forward<Callback>(done), value = std::move(value)]() mutable {
+      std::move(done)(std::move(value));
+    });
+  }
+
   // Runs the collected callbacks in the order they were added. Call without locks held.
   void Run() {
     // Callbacks may add more (a completion that triggers another); loop until empty.

@@ -17,64 +17,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
+#include "common/base/tcp_dial.h"
 #include "runtime/coordination/wire_format.h"
 
 namespace phalanx::coord {
 namespace {
-
-// Splits "host:port" or "[v6]:port".
-absl::StatusOr<std::pair<std::string, std::string>> SplitHostPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon + 1 == address.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("listen address '", address, "' must be host:port"));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return std::make_pair(host, address.substr(colon + 1));
-}
-
-absl::StatusOr<int> BindAndListen(const std::string& address, int* port) {
-  auto host_port = SplitHostPort(address);
-  if (!host_port.ok()) return host_port.status();
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const char* host = host_port->first.empty() ? nullptr : host_port->first.c_str();
-  if (int rc = getaddrinfo(host, host_port->second.c_str(), &hints, &found); rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("listen address '", address, "': ", gai_strerror(rc)));
-  }
-  std::string error = "no address";
-  int fd = -1;
-  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) {
-      error = std::strerror(errno);
-      continue;
-    }
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) break;
-    error = std::strerror(errno);
-    close(fd);
-    fd = -1;
-  }
-  freeaddrinfo(found);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", error));
-  }
-  sockaddr_storage bound{};
-  socklen_t length = sizeof(bound);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-  *port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  return fd;
-}
 
 // The peer address as gRPC's ServerContext::peer() spells it for a connection it did not
 // accept itself (grpc_sockaddr_to_uri: IPv4-mapped IPv6 addresses read as IPv4).
@@ -110,7 +57,7 @@ absl::StatusOr<std::unique_ptr<ConnectionListener>> ConnectionListener::Listen(
   }
   std::unique_ptr<ConnectionListener> listener(
       new ConnectionListener(std::move(options), clock, metrics));
-  auto fd = BindAndListen(listener->options_.listen_address, &listener->port_);
+  auto fd = base::ListenTcp(listener->options_.listen_address, &listener->port_);
   if (!fd.ok()) return fd.status();
   listener->listen_fd_ = *fd;
   listener->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);

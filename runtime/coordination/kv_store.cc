@@ -216,7 +216,7 @@ int KvStore::Delete(const std::string& key, size_t* freed_bytes) {
 void KvStore::DropTask(TaskRef gone, const absl::Status& why, Completions& out) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->second.task.has_value() && *it->second.task == gone) {
-      out.Add([done = std::move(it->second.done), why]() mutable { std::move(done)(why); });
+      out.Answer(std::move(it->second.done), why);
       it = waiters_.erase(it);
     } else {
       ++it;
@@ -255,7 +255,7 @@ void KvStore::Expire(absl::Time now, Completions& out) {
 
 void KvStore::FailAll(const absl::Status& why, Completions& out) {
   for (auto& [key, waiter] : waiters_) {
-    out.Add([done = std::move(waiter.done), why]() mutable { std::move(done)(why); });
+    out.Answer(std::move(waiter.done), why);
   }
   waiters_.clear();
 }

@@ -75,7 +75,7 @@ void PreemptionSync::TryAgree(const AliveFn& alive, Completions& out) {
   round_->sync_step = sync_step;
   for (auto& [task, report] : round_->reports) {
     if (!report.done.has_value()) continue;
-    out.Add([done = std::move(*report.done), sync_step]() mutable { std::move(done)(sync_step); });
+    out.Answer(std::move(*report.done), sync_step);
     report.done.reset();
   }
 }
@@ -87,7 +87,7 @@ void PreemptionSync::DropTask(TaskRef gone, const absl::Status& why, Completions
   auto it = round_->reports.find(gone.task_id);
   if (it == round_->reports.end() || it->second.incarnation != gone.incarnation) return;
   if (it->second.done.has_value()) {
-    out.Add([done = std::move(*it->second.done), why]() mutable { std::move(done)(why); });
+    out.Answer(std::move(*it->second.done), why);
   }
   round_->reports.erase(it);
 }
@@ -104,7 +104,7 @@ void PreemptionSync::Expire(absl::Time now, const AliveFn& alive, Completions& o
                    missing.empty() ? "none" : absl::StrJoin(missing, ", ")));
   for (auto& [task, report] : round_->reports) {
     if (!report.done.has_value()) continue;
-    out.Add([done = std::move(*report.done), late]() mutable { std::move(done)(late); });
+    out.Answer(std::move(*report.done), late);
   }
   round_.reset();
 }
@@ -113,7 +113,7 @@ void PreemptionSync::FailAll(const absl::Status& why, Completions& out) {
   if (!round_.has_value()) return;
   for (auto& [task, report] : round_->reports) {
     if (!report.done.has_value()) continue;
-    out.Add([done = std::move(*report.done), why]() mutable { std::move(done)(why); });
+    out.Answer(std::move(*report.done), why);
   }
   round_.reset();
 }

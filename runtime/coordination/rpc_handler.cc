@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/coordination/proto_convert.h"
+#include "runtime/coordination/session_call_table.h"
 
 namespace phalanx::coord {
 namespace {
@@ -245,16 +246,8 @@ void RpcHandler::SessionCall(const Session& session, const pb::SessionCall& call
 }
 
 const char* RpcHandler::SessionCallName(const pb::SessionCall& call) {
-  switch (call.call_case()) {
-    case pb::SessionCall::kBarrier:
-      return "Session.Barrier";
-    case pb::SessionCall::kKvInsert:
-      return "Session.KeyValueInsert";
-    case pb::SessionCall::kKvGet:
-      return "Session.KeyValueGet";
-    default:
-      return "Session.Unknown";
-  }
+  const SessionCallEntry* entry = FindSessionCall(call.call_case());
+  return entry != nullptr ? entry->metric.data() : "Session.Unknown";  // literals: NUL-terminated
 }
 
 }  // namespace phalanx::coord

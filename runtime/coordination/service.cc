@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/coordination/error_details.h"
 #include "runtime/coordination/proto_convert.h"
+#include "runtime/coordination/service_options.h"
 
 namespace phalanx::coord {
 namespace {
@@ -35,27 +36,7 @@ std::string RandomId() {
 
 absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create(
     Options options, base::Clock& clock, CoordinatorMetrics& metrics) {
-  if (options.num_tasks < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("number of tasks must be at least 1, got ", options.num_tasks));
-  }
-  if (options.heartbeat_interval <= absl::ZeroDuration() ||
-      options.heartbeat_timeout <= options.heartbeat_interval) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("heartbeat interval (", absl::FormatDuration(options.heartbeat_interval),
-                     ") must be positive and shorter than the heartbeat timeout (",
-                     absl::FormatDuration(options.heartbeat_timeout), ")"));
-  }
-  if (options.barrier_default_timeout <= absl::ZeroDuration() ||
-      options.shutdown_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("barrier and shutdown timeouts must be positive");
-  }
-  if (absl::Status s = KvStore::ValidateLimits(options.kv_limits); !s.ok()) return s;
-  const BarrierTable::Limits& barriers = options.barrier_limits;
-  if (barriers.max_id_bytes == 0 || barriers.max_finished == 0 || barriers.max_pending == 0 ||
-      barriers.max_waiting == 0) {
-    return absl::InvalidArgumentError("barrier limits must be positive");
-  }
+  if (absl::Status s = ValidateServiceOptions(options); !s.ok()) return s;
   if (options.coordinator_id.empty()) options.coordinator_id = RandomId();
   return std::unique_ptr<CoordinationService>(
       new CoordinationService(std::move(options), clock, metrics));
@@ -236,7 +217,7 @@ void CoordinationService::Barrier(TaskRef ref, std::string id, absl::Duration ti
   if (status.ok()) status = resolved.status();
   if (status.ok()) status = subset.status();
   if (!status.ok()) {
-    out.Add([done = std::move(done), status]() mutable { std::move(done)(status); });
+    out.Answer(std::move(done), status);
     return;
   }
   const absl::Time now = clock_.Now();
@@ -299,7 +280,7 @@ void CoordinationService::KvGet(const std::string& key, std::optional<TaskRef> w
   if (status.ok() && stopped_) status = CoordinatorStoppingError();
   if (status.ok() && waiter.has_value()) status = CheckCallerLocked(*waiter);
   if (!status.ok()) {
-    out.Add([done = std::move(done), status]() mutable { std::move(done)(status); });
+    out.Answer(std::move(done), status);
     return;
   }
   kv_.Get(key, waiter, clock_.Now() + *resolved, std::move(done), out);
@@ -354,7 +335,7 @@ void CoordinationService::WatchJobState(uint64_t known_version, absl::Duration t
     return;
   }
   const absl::Duration wait = std::clamp(timeout, absl::ZeroDuration(), options_.max_wait);
-  watchers_.push_back(Watcher{known_version, clock_.Now() + wait, std::move(done)});
+  watchers_.Add(clock_.Now() + wait, std::move(done));
 }
 
 JobSnapshot CoordinationService::Snapshot() {
@@ -373,7 +354,7 @@ void CoordinationService::GetAliveTasks(TaskRef ref, std::vector<int> tasks, abs
   if (status.ok()) status = resolved.status();
   if (status.ok()) status = subset.status();
   if (!status.ok()) {
-    out.Add([done = std::move(done), status]() mutable { std::move(done)(status); });
+    out.Answer(std::move(done), status);
     return;
   }
   alive_.Join(ref, *subset, clock_.Now() + *resolved, std::move(done), AliveFnLocked(), out);
@@ -404,7 +385,7 @@ void CoordinationService::ReportSyncStep(TaskRef ref, uint64_t round, int64_t st
   Completions out;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckCallerLocked(ref); !s.ok()) {
-    out.Add([done = std::move(done), s]() mutable { std::move(done)(s); });
+    out.Answer(std::move(done), s);
     return;
   }
   sync_.Report(ref, round, step, std::move(done), AliveFnLocked(), out);
@@ -432,7 +413,7 @@ void CoordinationService::Shutdown(TaskRef ref, absl::Duration timeout, StatusCa
   absl::StatusOr<absl::Duration> resolved = ResolveTimeout(timeout, options_.shutdown_timeout);
   if (status.ok()) status = resolved.status();
   if (!status.ok()) {
-    out.Add([done = std::move(done), status]() mutable { std::move(done)(status); });
+    out.Answer(std::move(done), status);
     return;
   }
   std::vector<int> all(options_.num_tasks);
@@ -500,16 +481,8 @@ void CoordinationService::Tick(absl::Time now) {
   kv_.Expire(now, out);
   alive_.Expire(now, out);
   sync_.Expire(now, AliveFnLocked(), out);
-  for (auto it = watchers_.begin(); it != watchers_.end();) {
-    if (it->deadline <= now) {
-      out.Add([done = std::move(it->done), snapshot = SnapshotLocked()]() mutable {
-        std::move(done)(std::move(snapshot));
-      });
-      it = watchers_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  watchers_.Expire(
+      now, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SnapshotLocked(); }, out);
   FlushPeerEventsLocked(out);
   peer_events_.EndTick();
 }
@@ -528,12 +501,7 @@ void CoordinationService::Stop() {
   kv_.FailAll(stopping, out);
   alive_.FailAll(stopping, out);
   sync_.FailAll(stopping, out);
-  for (Watcher& w : watchers_) {
-    out.Add([done = std::move(w.done), snapshot = SnapshotLocked()]() mutable {
-      std::move(done)(std::move(snapshot));
-    });
-  }
-  watchers_.clear();
+  AnswerWatchersLocked(out);
   for (Task& task : tasks_) {
     if (task.outbox == nullptr) continue;
     task.outbox->Close(stopping);
@@ -637,12 +605,8 @@ void CoordinationService::SetStateLocked(Task& task, TaskState state, std::strin
 }
 
 void CoordinationService::AnswerWatchersLocked(Completions& out) {
-  if (watchers_.empty()) return;
-  JobSnapshot snapshot = SnapshotLocked();
-  for (Watcher& w : watchers_) {
-    out.Add([done = std::move(w.done), snapshot]() mutable { std::move(done)(snapshot); });
-  }
-  watchers_.clear();
+  // The lambda runs at once, under this function's lock.
+  watchers_.AnswerAll([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SnapshotLocked(); }, out);
 }
 
 void CoordinationService::FailTaskLocked(Task& task, FailureKind kind, std::string reason,

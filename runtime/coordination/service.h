@@ -47,6 +47,7 @@
 #include "runtime/coordination/alive_tasks.h"
 #include "runtime/coordination/barrier_table.h"
 #include "runtime/coordination/completions.h"
+#include "runtime/coordination/job_watchers.h"
 #include "runtime/coordination/kv_store.h"
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/peer_events.h"
@@ -245,12 +246,7 @@ class CoordinationService {
   AliveTasksAgreement alive_ ABSL_GUARDED_BY(mu_);
   PreemptionSync sync_ ABSL_GUARDED_BY(mu_);
   RollbackLedger rollbacks_ ABSL_GUARDED_BY(mu_);
-  struct Watcher {
-    uint64_t known_version;
-    absl::Time deadline;
-    SnapshotCallback done;
-  };
-  std::vector<Watcher> watchers_ ABSL_GUARDED_BY(mu_);
+  JobStateWatchers watchers_ ABSL_GUARDED_BY(mu_);
   PeerEventCoalescer peer_events_ ABSL_GUARDED_BY(mu_);
   // Key-value bytes deleted since memory was last handed back.
   size_t freed_since_release_ ABSL_GUARDED_BY(mu_) = 0;

@@ -13,9 +13,13 @@ What it shows:
   * recovery after any membership change (at start, after a peer died or came back):
       1. agree on the membership with ``alive_tasks()`` until every task is alive; the epoch
          is a hash of every task's incarnation, so all tasks compute the same epoch;
-      2. publish this task's newest checkpoint step under ``recovery/<epoch>/<task>``;
-      3. barrier ``recovery/<epoch>``, then resume from the smallest published step (the newest
-         checkpoint every task has). Step barriers are ``<epoch>/step-<n>``, fresh per epoch.
+      2. publish this task's offer under ``recovery/<epoch>/<task>``: every step it can resume
+         from (its kept checkpoints and the step it holds in memory) and the step it would reach
+         if the step barrier it was waiting in when the coordinator went away was released;
+      3. barrier ``recovery/<epoch>``, then resume from the newest step every offer can resume
+         from (:func:`agree_resume_step`: the C++ sample worker's rule, pinned to it by the
+         cases both read, examples/sample_worker/testdata/recovery_offers.txt). Step barriers
+         are ``<epoch>/step-<n>``, fresh per epoch.
   * a coordinator that stops, moves or restarts never fails the task: calls meeting it raise
     ``Unavailable``; the task waits for the client to re-register (``wait_until_connected``),
     re-runs recovery (the new coordinator lost the key-value data and barriers) and goes on;
@@ -49,6 +53,55 @@ except ImportError:  # running from a source checkout without PYTHONPATH
 MASK64 = (1 << 64) - 1
 
 EXIT_DONE, EXIT_OTHER, EXIT_BAD_CONFIG, EXIT_SUPERSEDED, EXIT_PREEMPTED = 0, 1, 2, 3, 4
+
+
+def format_offer(held, pending=None):
+    """``held=0,10,19 pending=20``: the steps this task can resume from (step 0 always) and the
+    step its unanswered step barrier would have led to."""
+    text = "held=" + ",".join(str(s) for s in sorted(set(held) | {0}))
+    return text if pending is None else "%s pending=%d" % (text, pending)
+
+
+def parse_offer(text):
+    """(held steps, pending step or None) of an offer, or of a bare step; ValueError for
+    anything else."""
+    def step(word):
+        if not word.isdigit():
+            raise ValueError("recovery offer %r: %r is not a step" % (text, word))
+        return int(word)
+    if text.strip().isdigit():
+        return {0, int(text)}, None
+    held, pending, saw_held = {0}, None, False
+    for field in text.split():
+        if field.startswith("held="):
+            saw_held = True
+            held |= {step(w) for w in field[5:].split(",") if w}
+        elif field.startswith("pending="):
+            pending = step(field[8:])
+        else:
+            raise ValueError("recovery offer %r: unknown field %r" % (text, field))
+    if not saw_held:
+        raise ValueError("recovery offer %r has no held=" % text)
+    return held, pending
+
+
+def agree_resume_step(offers):
+    """The newest step every offer (``(held, pending)``) can resume from: a held step, or a
+    pending step that some offer holds a step at or past (a task past a step barrier proves
+    that barrier was released). Step 0 is common to all."""
+    if not offers:
+        return 0
+    proven = max(max(held) for held, _ in offers)
+
+    def can_resume(offer, step):
+        held, pending = offer
+        return step == 0 or step in held or (pending == step and step <= proven)
+    first_held, first_pending = offers[0]
+    candidates = set(first_held) | ({first_pending} if first_pending is not None else set())
+    for step in sorted(candidates, reverse=True):
+        if all(can_resume(o, step) for o in offers):
+            return step
+    return 0
 
 
 def advance_state(state, step):
@@ -204,29 +257,36 @@ class Trainer:
 
     # -- recovery --
 
-    def try_recover_once(self, deadline):
+    def try_recover_once(self, deadline, offer):
         seen = self.changes()
         alive = self.client.alive_tasks(timeout=max(0.1, min(10.0, deadline - time.time())))
         if len(alive) < self.num_tasks:
             raise phalanx.Unavailable("%d of %d tasks alive" % (len(alive), self.num_tasks))
         incarnations = ".".join(str(t.incarnation) for t in sorted(alive))
         epoch = "e" + hashlib.sha1(incarnations.encode()).hexdigest()[:16]
-        self.client.kv_set("recovery/%s/%d" % (epoch, self.task), str(self.store.latest()),
-                           overwrite=True)
+        self.client.kv_set("recovery/%s/%d" % (epoch, self.task), offer, overwrite=True)
         barrier = "recovery/" + epoch
         self.await_barrier(barrier, max(0.1, min(self.args.barrier_timeout,
                                                  deadline - time.time())), seen)
         published = self.client.kv_dir(barrier)
         if len(published) != self.num_tasks:
             raise phalanx.Unavailable("recovery state incomplete (coordinator restarted?)")
-        return epoch, min(int(v) for _, v in published), seen
+        try:
+            offers = [parse_offer(v.decode() if isinstance(v, bytes) else v) for _, v in published]
+        except ValueError as e:
+            raise phalanx.FailedPrecondition(str(e))  # another build's peer: retrying won't help
+        return epoch, agree_resume_step(offers), seen
 
-    def recover(self):
+    def recover(self, step=0, pending=None):
+        """Agrees on the step to resume from. ``step``: the step whose state this task holds in
+        memory; ``pending``: the step its unanswered step barrier would have led to."""
+        offer = format_offer(set(self.store.steps()) | {step},
+                             pending[0] if pending is not None else None)
         deadline = time.time() + self.args.recovery_timeout
         while True:
             try:
-                return self.try_recover_once(deadline)
-            except phalanx.Aborted:
+                return self.try_recover_once(deadline, offer)
+            except (phalanx.Aborted, phalanx.FailedPrecondition):
                 raise
             except phalanx.Error as e:
                 if time.time() >= deadline:
@@ -275,6 +335,7 @@ class Trainer:
         self.event("start", "resume_step=%d epoch=%s" % (step, epoch))
         barrier_failed = False
         coordinator_lost = False
+        pending = None  # (step, state) a step barrier that ended unanswered would have led to
         while step < self.args.steps:
             # The sync point before a membership change: the task a round names checkpoints
             # at the agreed step and leaves at once, so its failure may reach us after the
@@ -299,7 +360,7 @@ class Trainer:
                     return EXIT_PREEMPTED
 
             if barrier_failed or coordinator_lost or self.changes() != seen:
-                next_epoch, resume, seen = self.recover()
+                next_epoch, resume, seen = self.recover(step, pending)
                 if next_epoch == epoch:
                     if barrier_failed:
                         # Same membership yet the step barrier failed (a straggler timed out):
@@ -310,9 +371,16 @@ class Trainer:
                 else:
                     self.event("recovered", "from_step=%d resume_step=%d lost=%d epoch=%s" % (
                         step, resume, step - resume, next_epoch))
+                    if pending is not None and resume == pending[0]:
+                        # A peer reached this step, so the barrier before it was released:
+                        # keep its state.
+                        self.state = pending[1]
+                        self.checkpoint(resume, "released")
+                    elif resume != step:
+                        self.restore(resume)
                     step, epoch = resume, next_epoch
-                    self.restore(step)
                 barrier_failed = coordinator_lost = False
+                pending = None
                 continue
 
             time.sleep(self.args.step_time)  # "compute"
@@ -324,6 +392,9 @@ class Trainer:
             except phalanx.Error as e:
                 self.event("barrier_failed", 'step=%d code=%s reason="%s"' % (
                     step, type(e).__name__, e.message))
+                # Offered as pending: it counts only if a peer proves the barrier released
+                # (this task may never have arrived; then no peer can be past it).
+                pending = (step + 1, next_state)
                 if isinstance(e, phalanx.Unavailable):
                     # The coordinator stopped, moved or restarted: never a failure. Recovery
                     # waits for the client to re-register and agrees on the step again.

@@ -1,6 +1,7 @@
 """The example programs' start-up contract: bad configuration exits 2 with a message saying
 what to fix; the torch example exits 2 when torch is missing and otherwise runs (world of 1).
-The JAX-style example's recovery is covered by test_e2e_localcluster.py."""
+The JAX-style example's recovery is covered by test_e2e_localcluster.py; its recovery rule is
+pinned here to the C++ sample worker's by the cases both read."""
 
 import os
 import socket
@@ -28,6 +29,35 @@ def run(script, args=(), env=None):
 def torch_available():
     return subprocess.run([sys.executable, "-c", "import torch"], capture_output=True,
                           timeout=120).returncode == 0
+
+
+OFFER_CASES = os.path.join(harness.REPO, "examples", "sample_worker", "testdata",
+                           "recovery_offers.txt")
+
+
+class RecoveryRuleTest(unittest.TestCase):
+    """jax_style_train's agree_resume_step against the C++ AgreeResumeStep's shared cases."""
+
+    def test_the_shared_cases_resume_where_the_cpp_worker_does(self):
+        sys.path.insert(0, EXAMPLES)
+        import jax_style_train as jst
+        cases = 0
+        with open(OFFER_CASES) as f:
+            for line in f:
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                offers, want = line.split(" => ")
+                parsed = [jst.parse_offer(o) for o in offers.split(" | ")]
+                self.assertEqual(jst.agree_resume_step(parsed), int(want), line)
+                cases += 1
+        self.assertGreaterEqual(cases, 9)
+        self.assertEqual(jst.agree_resume_step([]), 0)
+        self.assertEqual(jst.format_offer({10, 19}, 20), "held=0,10,19 pending=20")
+        self.assertEqual(jst.parse_offer(jst.format_offer({10, 19}, 20)), ({0, 10, 19}, 20))
+        for bad in ["", "-3", "held=1,x", "held=1 pending=-2", "held=1 later=3", "pending=3"]:
+            with self.assertRaises(ValueError, msg=bad):
+                jst.parse_offer(bad)
 
 
 class ExamplesTest(unittest.TestCase):
