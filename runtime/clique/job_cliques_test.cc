@@ -91,6 +91,24 @@ class JobCliquesTest : public ::testing::Test {
     tasks_[static_cast<size_t>(t)]->id = *id;
   }
 
+  // The node agent's real socket server over `registry`, then every task started with its
+  // clique on KeyFor({0, 0, 0}) READY and reported (refreshed every 100 ms).
+  void StartReportingToAnAgent(const std::string& name, agent::CliqueRegistry& registry,
+                               std::unique_ptr<agent::CliqueSocketServer>& server) {
+    const std::string path = absl::StrCat("/tmp/phx-", name, "-", getpid(), ".sock");
+    auto started = agent::CliqueSocketServer::Start({path}, registry, base::RealClock::Get());
+    ASSERT_TRUE(started.ok()) << started.status();
+    server = *std::move(started);
+    options_.agent_socket = path;
+    options_.agent_key = CliqueSocketKey(kToken);
+    options_.agent_refresh = absl::Milliseconds(100);
+    for (int t = 0; t < kTasks; ++t) StartTask(t, 0);
+    const CliqueKey key = KeyFor({0, 0, 0});
+    for (int t = kTasks - 1; t >= 0; --t) Acquire(t, key);
+    ASSERT_TRUE(Eventually([&] { return AllReadyOn(key); }, absl::Seconds(30)));
+    ASSERT_TRUE(Eventually([&] { return registry.List().size() == kTasks; }, absl::Seconds(30)));
+  }
+
   bool AllReadyOn(const CliqueKey& key) {
     for (auto& task : tasks_) {
       absl::StatusOr<CliqueInfo> info = task->job_cliques->manager().Get(task->id);
@@ -140,18 +158,9 @@ TEST(ReportToAgentTest, NoAgentIsUnavailableNotAHang) {
 // Reports to the node agent are re-sent while the clique lives, so the agent's TTL (which drops
 // reports of tasks that died without a word) never drops a live one.
 TEST_F(JobCliquesTest, ReportsToTheAgentAreRefreshedWhileTheCliqueLives) {
-  const std::string path = absl::StrCat("/tmp/phx-refresh-", getpid(), ".sock");
   agent::CliqueRegistry registry;
-  auto server = agent::CliqueSocketServer::Start({path}, registry, base::RealClock::Get());
-  ASSERT_TRUE(server.ok()) << server.status();
-  options_.agent_socket = path;
-  options_.agent_key = CliqueSocketKey(kToken);
-  options_.agent_refresh = absl::Milliseconds(100);
-  for (int t = 0; t < kTasks; ++t) StartTask(t, 0);
-  const CliqueKey key = KeyFor({0, 0, 0});
-  for (int t = kTasks - 1; t >= 0; --t) Acquire(t, key);
-  ASSERT_TRUE(Eventually([&] { return AllReadyOn(key); }, absl::Seconds(30)));
-  ASSERT_TRUE(Eventually([&] { return registry.List().size() == kTasks; }, absl::Seconds(30)));
+  std::unique_ptr<agent::CliqueSocketServer> server;
+  ASSERT_NO_FATAL_FAILURE(StartReportingToAnAgent("refresh", registry, server));
   const absl::Time ready = absl::Now();
   // No state changes from here on: only the refresh can bring newer reports.
   EXPECT_TRUE(Eventually(
@@ -169,18 +178,9 @@ TEST_F(JobCliquesTest, ReportsToTheAgentAreRefreshedWhileTheCliqueLives) {
 // Manager obeys it: the answer to the next report carries it, and every clique of the task goes
 // FAILED at once, its communicator aborted, with the agent's reason.
 TEST_F(JobCliquesTest, TheAgentsAbortRequestFailsTheTasksCliques) {
-  const std::string path = absl::StrCat("/tmp/phx-abort-", getpid(), ".sock");
   agent::CliqueRegistry registry;
-  auto server = agent::CliqueSocketServer::Start({path}, registry, base::RealClock::Get());
-  ASSERT_TRUE(server.ok()) << server.status();
-  options_.agent_socket = path;
-  options_.agent_key = CliqueSocketKey(kToken);
-  options_.agent_refresh = absl::Milliseconds(100);
-  for (int t = 0; t < kTasks; ++t) StartTask(t, 0);
-  const CliqueKey key = KeyFor({0, 0, 0});
-  for (int t = kTasks - 1; t >= 0; --t) Acquire(t, key);
-  ASSERT_TRUE(Eventually([&] { return AllReadyOn(key); }, absl::Seconds(30)));
-  ASSERT_TRUE(Eventually([&] { return registry.List().size() == kTasks; }, absl::Seconds(30)));
+  std::unique_ptr<agent::CliqueSocketServer> server;
+  ASSERT_NO_FATAL_FAILURE(StartReportingToAnAgent("abort", registry, server));
   const int64_t aborts_before = tasks_[0]->job_cliques->manager().counters().aborts;
 
   EXPECT_EQ(registry.RequestAbortForDevice(0, "xid 79 on gpu 0"), kTasks);
