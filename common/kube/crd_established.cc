@@ -12,17 +12,18 @@ bool CrdIsEstablished(const Json& crd) {
   return false;
 }
 
-absl::Status WaitForCrdEstablished(Client& client, const std::string& name,
-                                   absl::Duration timeout) {
+absl::Status WaitForCrdEstablished(Client& client, const std::string& name, absl::Duration timeout,
+                                   const base::Clock& clock) {
   const Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock.Now() + timeout;
   absl::Status last = absl::OkStatus();
   while (true) {
     absl::StatusOr<Json> crd = client.Get(crds, "", name);
     if (crd.ok() && CrdIsEstablished(*crd)) return absl::OkStatus();
     if (!crd.ok()) last = crd.status();
-    if (absl::Now() >= deadline) break;
-    absl::SleepFor(absl::Milliseconds(100));  // a bounded poll: the caller's timeout
+    if (clock.Now() >= deadline) break;
+    // No watch says "Established" short of a CRD watch: a poll, bounded by the caller's timeout.
+    clock.SleepFor(absl::Milliseconds(100));
   }
   return absl::DeadlineExceededError(
       absl::StrCat("the CRD ", name, " was not Established within ", absl::FormatDuration(timeout),

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/base/clock.h"
 #include "common/kube/client.h"
 #include "common/kube/json.h"
 
@@ -16,8 +17,9 @@ namespace phalanx::kube {
 // True when `crd` has the condition Established=True.
 bool CrdIsEstablished(const Json& crd);
 
-// Polls the CRD `name` until it is Established; DeadlineExceeded after `timeout` (naming the
-// last read's error, if any).
-absl::Status WaitForCrdEstablished(Client& client, const std::string& name, absl::Duration timeout);
+// Polls the CRD `name` until it is Established, pacing the reads on `clock`; DeadlineExceeded
+// after `timeout` (naming the last read's error, if any).
+absl::Status WaitForCrdEstablished(Client& client, const std::string& name, absl::Duration timeout,
+                                   const base::Clock& clock = base::RealClock::Get());
 
 }  // namespace phalanx::kube
