@@ -193,7 +193,7 @@ double RunReform() {
   clique::InMemoryUniqueIdExchange exchange;
   std::vector<std::unique_ptr<clique::CliqueManager>> managers;
   std::vector<clique::CliqueId> ids(kTasks);
-  std::vector<uint64_t> incarnations(kTasks, 0);
+  std::vector<base::Incarnation> incarnations(kTasks, 0);
   std::vector<clique::CliqueMember> members;
   for (int t = 0; t < kTasks; ++t) {
     managers.push_back(std::make_unique<clique::CliqueManager>(nccl, exchange, clock,
@@ -224,7 +224,7 @@ double RunReform() {
       // Task 3 restarts: its next incarnation's process (a new manager) acquires the new key,
       // and every survivor learns the membership, all between two polls.
       absl::MutexLock lock(&mu);
-      incarnations[3] = static_cast<uint64_t>(r + 1);
+      incarnations[3] = r + 1;
       std::vector<clique::CliqueMember> m;
       std::vector<clique::MemberStatus> status;
       for (int t = 0; t < kTasks; ++t) {

@@ -278,7 +278,7 @@ class CoordinatorProbe {
         token_(token) {}
 
   // Waits (bounded) until every task is connected and task `task` is at `incarnation`.
-  bool WaitAllConnected(int tasks, int task, uint64_t incarnation, absl::Time deadline) {
+  bool WaitAllConnected(int tasks, int task, base::Incarnation incarnation, absl::Time deadline) {
     uint64_t version = 0;
     while (absl::Now() < deadline) {
       grpc::ClientContext ctx;
@@ -298,7 +298,7 @@ class CoordinatorProbe {
       bool at_incarnation = false;
       for (const pb::TaskInfo& t : response.state().tasks()) {
         if (t.state() == pb::TASK_STATE_CONNECTED) ++connected;
-        if (t.task_id() == task && t.incarnation() == incarnation &&
+        if (t.task_id() == task && base::IncarnationFromWire(t.incarnation()) == incarnation &&
             t.state() == pb::TASK_STATE_CONNECTED) {
           at_incarnation = true;
         }
@@ -367,7 +367,8 @@ void RunReplace(Results& r) {
   std::vector<double> replace_ms, recover_s;
   for (int k = 0; k < kills; ++k) {
     const int victim = (k * 3 + 1) % r.tasks;
-    const int incarnation = k / r.tasks;  // each victim is killed once per lap of the tasks
+    const base::Incarnation incarnation =
+        k / r.tasks;  // each victim is killed once per lap of the tasks
     const std::string old_pod = absl::StrFormat("bench-task-%d-%d", victim, incarnation);
     const std::string new_pod = absl::StrFormat("bench-task-%d-%d", victim, incarnation + 1);
     absl::StatusOr<kube::ObjectList> listed = stack->client().List(op::kPods, "default", {});

@@ -79,6 +79,178 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9400", "HTTP address for /metric
 namespace {
 
 using namespace phalanx;
+using phalanx::base::Clock;
+
+absl::StatusOr<std::unique_ptr<kube::RestClient>> ConnectToKube() {
+  absl::StatusOr<kube::ClusterConfig> config =
+      absl::GetFlag(FLAGS_kubeconfig).empty()
+          ? kube::InClusterConfig()
+          : kube::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig));
+  if (!config.ok()) return config.status();
+  kube::RestClientOptions options;
+  options.user_agent = "phalanx-agent/0.1";
+  options.qps = 5;
+  options.burst = 10;
+  return kube::RestClient::Create(*config, options);
+}
+
+struct NoticeSources {
+  std::vector<std::unique_ptr<agent::NoticeSource>> all;
+  agent::SigtermSource* sigterm = nullptr;  // in `all`, when --notice_sources names it
+};
+
+// --notice_sources. Those that do I/O poll on threads of their own (BackgroundSource), each
+// bounded by its own request timeout, so a hanging metadata or API server never stretches the
+// tick; one that has not answered for `stale_after` is reported as failing.
+absl::StatusOr<NoticeSources> MakeNoticeSources(kube::RestClient* client,
+                                                const std::string& node_name, Clock& clock) {
+  const absl::Duration poll_interval = absl::GetFlag(FLAGS_poll_interval);
+  const absl::Duration stale_after = std::max(absl::Seconds(10), 10 * poll_interval);
+  auto in_background = [&](std::unique_ptr<agent::NoticeSource> source) {
+    return std::make_unique<agent::BackgroundSource>(std::move(source), clock, poll_interval,
+                                                     stale_after);
+  };
+  NoticeSources sources;
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_notice_sources), ',', absl::SkipEmpty())) {
+    if (name == "sigterm") {
+      auto source = std::make_unique<agent::SigtermSource>();
+      sources.sigterm = source.get();
+      sources.all.push_back(std::move(source));
+    } else if (name == "node-taint") {
+      if (client == nullptr) {
+        return absl::InvalidArgumentError("the node-taint notice source needs --kube");
+      }
+      // The values this agent writes into its own phalanx.dev/preempting taint (the names of
+      // its sources) are its own marker, not a notice.
+      sources.all.push_back(in_background(std::make_unique<agent::NodeTaintSource>(
+          *client, node_name,
+          std::vector<std::string>{"node-taint", "gce-metadata", "aws-spot", "sigterm"})));
+    } else if (name == "gce") {
+      agent::GceMetadataOptions o;
+      o.base_url = absl::GetFlag(FLAGS_gce_metadata_url);
+      auto source = agent::GceMetadataSource::Create(o);
+      if (!source.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--gce_metadata_url: ", source.status().message()));
+      }
+      sources.all.push_back(in_background(*std::move(source)));
+    } else if (name == "aws") {
+      agent::AwsSpotOptions o;
+      o.base_url = absl::GetFlag(FLAGS_aws_metadata_url);
+      auto source = agent::AwsSpotSource::Create(o);
+      if (!source.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--aws_metadata_url: ", source.status().message()));
+      }
+      sources.all.push_back(in_background(*std::move(source)));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown notice source '", name, "' (node-taint, sigterm, gce, aws)"));
+    }
+  }
+  return sources;
+}
+
+// The node's GPUs: NVML, or a fake inventory (the local cluster's virtual nodes). Without NVML
+// the agent still runs (`status` says why there are no GPUs).
+struct Gpus {
+  std::unique_ptr<agent::NvmlApi> nvml;  // first: the members below point into it
+  absl::Status status;
+  std::unique_ptr<agent::FakeXidScript> xid_script;
+  std::unique_ptr<agent::GpuHealthTracker> health;
+};
+
+absl::StatusOr<Gpus> OpenGpus() {
+  Gpus gpus;
+  if (!absl::GetFlag(FLAGS_fake_xid_file).empty() && absl::GetFlag(FLAGS_fake_gpus).empty()) {
+    return absl::InvalidArgumentError("--fake_xid_file scripts fake GPUs: it needs --fake_gpus");
+  }
+  if (!absl::GetFlag(FLAGS_fake_gpus).empty()) {
+    absl::StatusOr<std::unique_ptr<agent::FakeNvml>> fake =
+        agent::FakeNvml::FromSpec(absl::GetFlag(FLAGS_fake_gpus));
+    if (!fake.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--fake_gpus: ", fake.status().message()));
+    }
+    if (!absl::GetFlag(FLAGS_fake_xid_file).empty()) {
+      gpus.xid_script =
+          std::make_unique<agent::FakeXidScript>(absl::GetFlag(FLAGS_fake_xid_file), **fake);
+    }
+    gpus.nvml = *std::move(fake);
+  } else {
+    absl::StatusOr<std::unique_ptr<agent::NvmlApi>> loaded =
+        agent::NvmlLoader::Load(absl::GetFlag(FLAGS_nvml_path));
+    if (loaded.ok()) {
+      gpus.nvml = *std::move(loaded);
+    } else {
+      gpus.status = loaded.status();
+      PHX_LOG(WARNING) << "running without GPUs: " << gpus.status;
+    }
+  }
+  if (gpus.nvml != nullptr) {
+    absl::StatusOr<std::unique_ptr<agent::GpuHealthTracker>> tracker =
+        agent::GpuHealthTracker::Create(*gpus.nvml);
+    if (tracker.ok()) {
+      gpus.health = *std::move(tracker);
+      PHX_LOG(INFO) << gpus.health->inventory().gpus.size() << " GPU(s), driver "
+                    << gpus.health->inventory().driver_version << ", CUDA "
+                    << gpus.health->inventory().cuda_version;
+    } else {
+      gpus.status = tracker.status();
+      PHX_LOG(WARNING) << "running without GPU health: " << gpus.status;
+    }
+  }
+  return gpus;
+}
+
+// The Kubernetes side of the node: its preemption marker and Events about it (none without
+// --kube).
+struct NodeSide {
+  std::unique_ptr<agent::NodeMarker> marker;
+  std::unique_ptr<kube::EventRecorder> recorder;
+  agent::NodeEventSink events;
+};
+
+NodeSide MakeNodeSide(kube::RestClient* client, const std::string& node_name, Clock& clock) {
+  NodeSide side;
+  if (client == nullptr) return side;
+  side.marker = std::make_unique<agent::NodeMarker>(*client, node_name);
+  side.recorder = std::make_unique<kube::EventRecorder>(*client, clock, "phalanx-agent", node_name);
+  kube::Json node_ref = kube::Json::parse(absl::StrCat(
+      R"({"apiVersion":"v1","kind":"Node","metadata":{"name":")", node_name, R"("}})"));
+  if (absl::StatusOr<kube::Json> node = client->Get({"", "v1", "nodes", false}, "", node_name);
+      node.ok()) {
+    node_ref = *node;
+  } else {
+    PHX_LOG(WARNING) << "node " << node_name << " not readable yet: " << node.status();
+  }
+  side.events = [recorder = side.recorder.get(), node_ref](bool warning, const std::string& reason,
+                                                           const std::string& message) {
+    recorder->Record(node_ref, warning ? kube::EventType::kWarning : kube::EventType::kNormal,
+                     reason, message);
+  };
+  return side;
+}
+
+// The same clique registry on the Unix socket and on TCP (each server its own loop).
+absl::StatusOr<std::vector<std::unique_ptr<agent::CliqueSocketServer>>> StartCliqueServers(
+    agent::CliqueRegistry& cliques, Clock& clock, agent::AgentMetrics& metrics) {
+  std::vector<std::unique_ptr<agent::CliqueSocketServer>> servers;
+  for (const std::string& endpoint :
+       {absl::GetFlag(FLAGS_clique_socket), absl::GetFlag(FLAGS_clique_listen)}) {
+    if (endpoint.empty()) continue;
+    agent::CliqueSocketOptions socket_options;
+    socket_options.path = endpoint;
+    socket_options.max_connections = absl::GetFlag(FLAGS_clique_socket_max_connections);
+    socket_options.request_deadline = absl::GetFlag(FLAGS_clique_request_deadline);
+    absl::StatusOr<std::unique_ptr<agent::CliqueSocketServer>> started =
+        agent::CliqueSocketServer::Start(socket_options, cliques, clock, &metrics);
+    if (!started.ok()) return started.status();
+    PHX_LOG(INFO) << "clique registry on " << endpoint;
+    servers.push_back(*std::move(started));
+  }
+  return servers;
+}
 
 }  // namespace
 
@@ -116,166 +288,43 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_poll_interval) <= absl::ZeroDuration()) {
     return process.Fail("--poll_interval must be positive");
   }
-
-  prometheus::Registry registry;
-  agent::AgentMetrics metrics(registry);
-
-  std::unique_ptr<kube::RestClient> client;
-  if (use_kube) {
-    absl::StatusOr<kube::ClusterConfig> config =
-        absl::GetFlag(FLAGS_kubeconfig).empty()
-            ? kube::InClusterConfig()
-            : kube::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig));
-    if (!config.ok()) return process.Fail(std::string(config.status().message()));
-    kube::RestClientOptions options;
-    options.user_agent = "phalanx-agent/0.1";
-    options.qps = 5;
-    options.burst = 10;
-    absl::StatusOr<std::unique_ptr<kube::RestClient>> created =
-        kube::RestClient::Create(*config, options);
-    if (!created.ok()) return process.Fail(std::string(created.status().message()));
-    client = *std::move(created);
-  }
-
-  // Notice sources. Those that do I/O poll on threads of their own (BackgroundSource), each
-  // bounded by its own request timeout, so a hanging metadata or API server never stretches the
-  // tick; one that has not answered for `stale_after` is reported as failing.
-  base::Clock& clock = base::RealClock::Get();
-  const absl::Duration poll_interval = absl::GetFlag(FLAGS_poll_interval);
-  const absl::Duration stale_after = std::max(absl::Seconds(10), 10 * poll_interval);
-  auto in_background = [&](std::unique_ptr<agent::NoticeSource> source) {
-    return std::make_unique<agent::BackgroundSource>(std::move(source), clock, poll_interval,
-                                                     stale_after);
-  };
-  std::vector<std::unique_ptr<agent::NoticeSource>> sources;
-  agent::SigtermSource* sigterm = nullptr;
-  for (absl::string_view name :
-       absl::StrSplit(absl::GetFlag(FLAGS_notice_sources), ',', absl::SkipEmpty())) {
-    if (name == "sigterm") {
-      auto source = std::make_unique<agent::SigtermSource>();
-      sigterm = source.get();
-      sources.push_back(std::move(source));
-    } else if (name == "node-taint") {
-      if (client == nullptr) return process.Fail("the node-taint notice source needs --kube");
-      // The values this agent writes into its own phalanx.dev/preempting taint (the names of
-      // its sources) are its own marker, not a notice.
-      sources.push_back(in_background(std::make_unique<agent::NodeTaintSource>(
-          *client, node_name,
-          std::vector<std::string>{"node-taint", "gce-metadata", "aws-spot", "sigterm"})));
-    } else if (name == "gce") {
-      agent::GceMetadataOptions o;
-      o.base_url = absl::GetFlag(FLAGS_gce_metadata_url);
-      auto source = agent::GceMetadataSource::Create(o);
-      if (!source.ok())
-        return process.Fail(absl::StrCat("--gce_metadata_url: ", source.status().message()));
-      sources.push_back(in_background(*std::move(source)));
-    } else if (name == "aws") {
-      agent::AwsSpotOptions o;
-      o.base_url = absl::GetFlag(FLAGS_aws_metadata_url);
-      auto source = agent::AwsSpotSource::Create(o);
-      if (!source.ok())
-        return process.Fail(absl::StrCat("--aws_metadata_url: ", source.status().message()));
-      sources.push_back(in_background(*std::move(source)));
-    } else {
-      return process.Fail(
-          absl::StrCat("unknown notice source '", name, "' (node-taint, sigterm, gce, aws)"));
-    }
-  }
-
-  // GPUs: NVML, or a fake inventory (the local cluster's virtual nodes).
-  std::unique_ptr<agent::NvmlApi> nvml;
-  absl::Status nvml_status;
-  std::unique_ptr<agent::FakeXidScript> xid_script;
-  if (!absl::GetFlag(FLAGS_fake_xid_file).empty() && absl::GetFlag(FLAGS_fake_gpus).empty()) {
-    return process.Fail("--fake_xid_file scripts fake GPUs: it needs --fake_gpus");
-  }
-  if (!absl::GetFlag(FLAGS_fake_gpus).empty()) {
-    absl::StatusOr<std::unique_ptr<agent::FakeNvml>> fake =
-        agent::FakeNvml::FromSpec(absl::GetFlag(FLAGS_fake_gpus));
-    if (!fake.ok()) return process.Fail(absl::StrCat("--fake_gpus: ", fake.status().message()));
-    if (!absl::GetFlag(FLAGS_fake_xid_file).empty()) {
-      xid_script =
-          std::make_unique<agent::FakeXidScript>(absl::GetFlag(FLAGS_fake_xid_file), **fake);
-    }
-    nvml = *std::move(fake);
-  } else {
-    absl::StatusOr<std::unique_ptr<agent::NvmlApi>> loaded =
-        agent::NvmlLoader::Load(absl::GetFlag(FLAGS_nvml_path));
-    if (loaded.ok()) {
-      nvml = *std::move(loaded);
-    } else {
-      nvml_status = loaded.status();
-      PHX_LOG(WARNING) << "running without GPUs: " << nvml_status;
-    }
-  }
-  std::unique_ptr<agent::GpuHealthTracker> gpus;
-  if (nvml != nullptr) {
-    absl::StatusOr<std::unique_ptr<agent::GpuHealthTracker>> tracker =
-        agent::GpuHealthTracker::Create(*nvml);
-    if (tracker.ok()) {
-      gpus = *std::move(tracker);
-      PHX_LOG(INFO) << gpus->inventory().gpus.size() << " GPU(s), driver "
-                    << gpus->inventory().driver_version << ", CUDA "
-                    << gpus->inventory().cuda_version;
-    } else {
-      nvml_status = tracker.status();
-      PHX_LOG(WARNING) << "running without GPU health: " << nvml_status;
-    }
-  }
-
-  // Kubernetes side: the node marker and Events about the node.
-  std::unique_ptr<agent::NodeMarker> marker;
-  std::unique_ptr<kube::EventRecorder> recorder;
-  agent::NodeEventSink events;
-  if (client != nullptr) {
-    marker = std::make_unique<agent::NodeMarker>(*client, node_name);
-    recorder = std::make_unique<kube::EventRecorder>(*client, clock, "phalanx-agent", node_name);
-    kube::Json node_ref = kube::Json::parse(absl::StrCat(
-        R"({"apiVersion":"v1","kind":"Node","metadata":{"name":")", node_name, R"("}})"));
-    if (absl::StatusOr<kube::Json> node = client->Get({"", "v1", "nodes", false}, "", node_name);
-        node.ok()) {
-      node_ref = *node;
-    } else {
-      PHX_LOG(WARNING) << "node " << node_name << " not readable yet: " << node.status();
-    }
-    events = [&recorder, node_ref](bool warning, const std::string& reason,
-                                   const std::string& message) {
-      recorder->Record(node_ref, warning ? kube::EventType::kWarning : kube::EventType::kNormal,
-                       reason, message);
-    };
-  }
-
   if (absl::GetFlag(FLAGS_clique_report_ttl) <= absl::ZeroDuration()) {
     return process.Fail("--clique_report_ttl must be positive");
   }
-  agent::CliqueRegistryOptions registry_options;
-  registry_options.ttl = absl::GetFlag(FLAGS_clique_report_ttl);
-  agent::CliqueRegistry cliques(registry_options);
-  // The same registry on the Unix socket and on TCP (each server its own loop).
-  std::vector<std::unique_ptr<agent::CliqueSocketServer>> clique_servers;
-  for (const std::string& endpoint :
-       {absl::GetFlag(FLAGS_clique_socket), absl::GetFlag(FLAGS_clique_listen)}) {
-    if (endpoint.empty()) continue;
-    agent::CliqueSocketOptions socket_options;
-    socket_options.path = endpoint;
-    socket_options.max_connections = absl::GetFlag(FLAGS_clique_socket_max_connections);
-    socket_options.request_deadline = absl::GetFlag(FLAGS_clique_request_deadline);
-    absl::StatusOr<std::unique_ptr<agent::CliqueSocketServer>> started =
-        agent::CliqueSocketServer::Start(socket_options, cliques, clock, &metrics);
-    if (!started.ok()) return process.Fail(std::string(started.status().message()));
-    PHX_LOG(INFO) << "clique registry on " << endpoint;
-    clique_servers.push_back(*std::move(started));
-  }
-
-  agent::AgentOptions options;
-  options.required_cuda = absl::GetFlag(FLAGS_required_cuda);
   absl::StatusOr<agent::GpuFailurePolicy> policy =
       agent::ParseGpuFailurePolicy(absl::GetFlag(FLAGS_gpu_failure_policy));
   if (!policy.ok())
     return process.Fail(absl::StrCat("--gpu_failure_policy: ", policy.status().message()));
+
+  prometheus::Registry registry;
+  agent::AgentMetrics metrics(registry);
+  base::Clock& clock = base::RealClock::Get();
+
+  std::unique_ptr<kube::RestClient> client;
+  if (use_kube) {
+    absl::StatusOr<std::unique_ptr<kube::RestClient>> connected = ConnectToKube();
+    if (!connected.ok()) return process.Fail(std::string(connected.status().message()));
+    client = *std::move(connected);
+  }
+  absl::StatusOr<NoticeSources> sources = MakeNoticeSources(client.get(), node_name, clock);
+  if (!sources.ok()) return process.Fail(std::string(sources.status().message()));
+  agent::SigtermSource* const sigterm = sources->sigterm;
+  absl::StatusOr<Gpus> gpus = OpenGpus();
+  if (!gpus.ok()) return process.Fail(std::string(gpus.status().message()));
+  NodeSide node = MakeNodeSide(client.get(), node_name, clock);
+
+  agent::CliqueRegistryOptions registry_options;
+  registry_options.ttl = absl::GetFlag(FLAGS_clique_report_ttl);
+  agent::CliqueRegistry cliques(registry_options);
+  absl::StatusOr<std::vector<std::unique_ptr<agent::CliqueSocketServer>>> clique_servers =
+      StartCliqueServers(cliques, clock, metrics);
+  if (!clique_servers.ok()) return process.Fail(std::string(clique_servers.status().message()));
+
+  agent::AgentOptions options;
+  options.required_cuda = absl::GetFlag(FLAGS_required_cuda);
   options.gpu_failure_policy = *policy;
-  agent::Agent node_agent(options, metrics, marker.get(), events, std::move(sources), gpus.get(),
-                          nvml_status, cliques);
+  agent::Agent node_agent(options, metrics, node.marker.get(), node.events, std::move(sources->all),
+                          gpus->health.get(), gpus->status, cliques);
 
   absl::StatusOr<std::unique_ptr<http::StatusHttpServer>> status_server =
       http::StatusHttpServer::Start(absl::GetFlag(FLAGS_metrics_listen), registry,
@@ -284,12 +333,12 @@ int main(int argc, char** argv) {
 
   node_agent.Tick(clock.Now());  // a first check before saying ready
   base::PeriodicRunner ticker(clock, absl::GetFlag(FLAGS_poll_interval), [&](absl::Time now) {
-    if (xid_script != nullptr) xid_script->Poll();
+    if (gpus->xid_script != nullptr) gpus->xid_script->Poll();
     node_agent.Tick(now);
   });
   std::string ready = absl::StrCat("ready metrics=127.0.0.1:", (*status_server)->port());
   // The TCP clique registry's port (it may have been asked for port 0), for tests and scripts.
-  for (const auto& server : clique_servers) {
+  for (const auto& server : *clique_servers) {
     if (server->port() > 0) absl::StrAppend(&ready, " clique_port=", server->port());
   }
   std::cout << ready << std::endl;
@@ -309,6 +358,6 @@ int main(int argc, char** argv) {
       node_agent.Tick(clock.Now());
     }
   }
-  for (auto& server : clique_servers) server->Stop();
+  for (auto& server : *clique_servers) server->Stop();
   return 0;
 }

@@ -6,18 +6,22 @@
 
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "common/base/backoff.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/base/periodic_runner.h"
 #include "common/base/process_init.h"
 #include "common/base/process_main.h"
 #include "common/http/status_server.h"
+#include "common/kube/api_status.h"
 #include "common/kube/cluster_config.h"
 #include "common/kube/controller.h"
 #include "common/kube/event_recorder.h"
@@ -80,6 +84,125 @@ namespace {
 
 using namespace phalanx;
 
+absl::StatusOr<std::unique_ptr<kube::RestClient>> ConnectToKube(op::OperatorMetrics& metrics) {
+  absl::StatusOr<kube::ClusterConfig> config =
+      absl::GetFlag(FLAGS_kubeconfig).empty()
+          ? kube::InClusterConfig()
+          : kube::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig), absl::GetFlag(FLAGS_context));
+  if (!config.ok()) return config.status();
+  kube::RestClientOptions client_options;
+  client_options.qps = absl::GetFlag(FLAGS_qps);
+  client_options.burst = absl::GetFlag(FLAGS_burst);
+  client_options.user_agent = "phalanx-operator/0.1";
+  client_options.on_response = [&metrics](const std::string& verb, int code) {
+    metrics.ApiRequest(verb, code);
+  };
+  return kube::RestClient::Create(*config, client_options);
+}
+
+// Runs `attempt` until it succeeds or fails for good. A transient failure (429, 5xx, no
+// connection: kube::IsRetryable) is logged and retried with back-off, never fatal: at start-up
+// under API throttling an exit would only become a crash loop adding to the load. nullopt when
+// a stop signal came while waiting.
+template <typename T>
+std::optional<absl::StatusOr<T>> RetryWhileTransient(
+    const base::ProcessMain& process, const std::string& what,
+    absl::FunctionRef<absl::StatusOr<T>()> attempt) {
+  base::ExponentialBackoff backoff(absl::Milliseconds(200), absl::Seconds(30), 2.0, getpid());
+  while (true) {
+    absl::StatusOr<T> result = attempt();
+    if (result.ok() || !kube::IsRetryable(result.status())) return result;
+    const absl::Duration delay = backoff.NextDelay();
+    PHX_LOG(WARNING) << what << ": " << result.status() << " (attempt " << backoff.attempts()
+                     << "; retrying in " << delay << ")";
+    if (process.WaitForStopSignal(delay) != 0) return std::nullopt;
+  }
+}
+
+// What the operator creates for itself (its Lease, its key) belongs to its ServiceAccount,
+// which the chart installs: `helm uninstall` then leaves none of it behind. Empty without
+// --owner_service_account.
+absl::StatusOr<std::vector<kube::OwnerReference>> OwnObjectsOwner(const base::ProcessMain& process,
+                                                                  kube::Client& client,
+                                                                  const std::string& ns) {
+  const std::string account = absl::GetFlag(FLAGS_owner_service_account);
+  if (account.empty()) return std::vector<kube::OwnerReference>{};
+  std::optional<absl::StatusOr<kube::Json>> read = RetryWhileTransient<kube::Json>(
+      process, absl::StrCat("ServiceAccount ", ns, "/", account),
+      [&] { return client.Get(kube::kServiceAccounts, ns, account); });
+  if (!read.has_value()) return absl::CancelledError("stopped while reading the ServiceAccount");
+  absl::StatusOr<kube::Json>& sa = *read;
+  if (!sa.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--owner_service_account: ServiceAccount ", ns, "/", account, ": ", sa.status().message()));
+  }
+  return std::vector<kube::OwnerReference>{{.api_version = "v1",
+                                            .kind = "ServiceAccount",
+                                            .name = account,
+                                            .uid = kube::MetaString(*sa, "uid")}};
+}
+
+// The reconciler's options from the flags, with the operator's key (read, or made on first
+// start, in `key_namespace`).
+absl::StatusOr<op::ReconcilerOptions> ReconcilerOptionsFromFlags(
+    const base::ProcessMain& process, kube::Client& client, const std::string& key_namespace,
+    const std::vector<kube::OwnerReference>& own_objects_owner) {
+  op::ReconcilerOptions options;
+  options.placement.image = absl::GetFlag(FLAGS_coordinator_image);
+  options.placement.command =
+      absl::StrSplit(absl::GetFlag(FLAGS_coordinator_command), ' ', absl::SkipEmpty());
+  options.placement.port = absl::GetFlag(FLAGS_coordinator_port);
+  options.placement.address_by_pod_ip = absl::GetFlag(FLAGS_coordinator_address) == "pod-ip";
+  options.agent_clique_port = absl::GetFlag(FLAGS_agent_clique_port);
+  if (options.agent_clique_port < 0 || options.agent_clique_port > 65535) {
+    return absl::InvalidArgumentError("--agent_clique_port must be 0..65535");
+  }
+  options.coordinator_port_base = absl::GetFlag(FLAGS_coordinator_port_base);
+  options.coordinator_port_span = absl::GetFlag(FLAGS_coordinator_port_span);
+  const std::string what = absl::StrCat("the operator key (Secret ", key_namespace, "/",
+                                        absl::GetFlag(FLAGS_key_secret), ")");
+  std::optional<absl::StatusOr<std::string>> loaded =
+      RetryWhileTransient<std::string>(process, what, [&] {
+        return op::LoadOrCreateOperatorKey(client, key_namespace, absl::GetFlag(FLAGS_key_secret),
+                                           own_objects_owner);
+      });
+  if (!loaded.has_value()) return absl::CancelledError("stopped while loading the operator key");
+  absl::StatusOr<std::string>& operator_key = *loaded;
+  if (!operator_key.ok()) {
+    return absl::UnavailableError(absl::StrCat("the operator key (Secret ", key_namespace, "/",
+                                               absl::GetFlag(FLAGS_key_secret),
+                                               "): ", operator_key.status().message()));
+  }
+  options.operator_key = *operator_key;
+  if (absl::GetFlag(FLAGS_network_policy)) {
+    op::NetworkPolicyOptions policy;
+    policy.operator_namespace = absl::GetFlag(FLAGS_operator_namespace).empty()
+                                    ? key_namespace
+                                    : absl::GetFlag(FLAGS_operator_namespace);
+    policy.metrics_from = absl::GetFlag(FLAGS_metrics_from_namespace);
+    options.network_policy = policy;
+  } else {
+    options.network_policy.reset();
+  }
+  return options;
+}
+
+kube::LeaderElector::Options LeaderElectionFromFlags(
+    const std::string& key_namespace, const std::vector<kube::OwnerReference>& own_objects_owner) {
+  kube::LeaderElector::Options le;
+  le.lease_name = absl::GetFlag(FLAGS_lease_name);
+  le.lease_namespace = absl::GetFlag(FLAGS_lease_namespace);
+  // The ServiceAccount lives in the key's namespace; an owner must share the Lease's.
+  if (le.lease_namespace == key_namespace) le.owner_references = own_objects_owner;
+  le.identity = absl::GetFlag(FLAGS_identity);
+  if (le.identity.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    le.identity = absl::StrCat(host, "-", getpid());
+  }
+  return le;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,23 +215,9 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_workers) < 1) return process.Fail("--workers must be at least 1");
 
-  absl::StatusOr<kube::ClusterConfig> config =
-      absl::GetFlag(FLAGS_kubeconfig).empty()
-          ? kube::InClusterConfig()
-          : kube::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig), absl::GetFlag(FLAGS_context));
-  if (!config.ok()) return process.Fail(std::string(config.status().message()));
-
   prometheus::Registry registry;
   op::OperatorMetrics metrics(registry);
-  kube::RestClientOptions client_options;
-  client_options.qps = absl::GetFlag(FLAGS_qps);
-  client_options.burst = absl::GetFlag(FLAGS_burst);
-  client_options.user_agent = "phalanx-operator/0.1";
-  client_options.on_response = [&metrics](const std::string& verb, int code) {
-    metrics.ApiRequest(verb, code);
-  };
-  absl::StatusOr<std::unique_ptr<kube::RestClient>> client =
-      kube::RestClient::Create(*config, client_options);
+  absl::StatusOr<std::unique_ptr<kube::RestClient>> client = ConnectToKube(metrics);
   if (!client.ok()) return process.Fail(std::string(client.status().message()));
 
   base::Clock& clock = base::RealClock::Get();
@@ -126,53 +235,19 @@ int main(int argc, char** argv) {
   auto nodes = informer(op::kNodes, "");
   kube::EventRecorder events(**client, clock, "phalanx-operator");
 
-  op::ReconcilerOptions options;
-  options.placement.image = absl::GetFlag(FLAGS_coordinator_image);
-  options.placement.command =
-      absl::StrSplit(absl::GetFlag(FLAGS_coordinator_command), ' ', absl::SkipEmpty());
-  options.placement.port = absl::GetFlag(FLAGS_coordinator_port);
-  options.placement.address_by_pod_ip = address_mode == "pod-ip";
-  options.agent_clique_port = absl::GetFlag(FLAGS_agent_clique_port);
-  if (options.agent_clique_port < 0 || options.agent_clique_port > 65535) {
-    return process.Fail("--agent_clique_port must be 0..65535");
-  }
-  options.coordinator_port_base = absl::GetFlag(FLAGS_coordinator_port_base);
-  options.coordinator_port_span = absl::GetFlag(FLAGS_coordinator_port_span);
   const std::string key_namespace = absl::GetFlag(FLAGS_key_namespace).empty()
                                         ? absl::GetFlag(FLAGS_lease_namespace)
                                         : absl::GetFlag(FLAGS_key_namespace);
-  // What the operator creates for itself (its Lease, its key) belongs to its ServiceAccount,
-  // which the chart installs: `helm uninstall` then leaves none of it behind.
-  std::vector<kube::OwnerReference> own_objects_owner;
-  if (const std::string account = absl::GetFlag(FLAGS_owner_service_account); !account.empty()) {
-    absl::StatusOr<kube::Json> sa = (*client)->Get(kube::kServiceAccounts, key_namespace, account);
-    if (!sa.ok()) {
-      return process.Fail(absl::StrCat("--owner_service_account: ServiceAccount ", key_namespace,
-                                       "/", account, ": ", sa.status().message()));
-    }
-    own_objects_owner.push_back({.api_version = "v1",
-                                 .kind = "ServiceAccount",
-                                 .name = account,
-                                 .uid = kube::MetaString(*sa, "uid")});
+  absl::StatusOr<std::vector<kube::OwnerReference>> own_objects_owner =
+      OwnObjectsOwner(process, **client, key_namespace);
+  if (absl::IsCancelled(own_objects_owner.status())) return 0;  // a stop signal while retrying
+  if (!own_objects_owner.ok()) {
+    return process.Fail(std::string(own_objects_owner.status().message()));
   }
-  absl::StatusOr<std::string> operator_key = op::LoadOrCreateOperatorKey(
-      **client, key_namespace, absl::GetFlag(FLAGS_key_secret), own_objects_owner);
-  if (!operator_key.ok()) {
-    return process.Fail(absl::StrCat("the operator key (Secret ", key_namespace, "/",
-                                     absl::GetFlag(FLAGS_key_secret),
-                                     "): ", operator_key.status().message()));
-  }
-  options.operator_key = *operator_key;
-  if (absl::GetFlag(FLAGS_network_policy)) {
-    op::NetworkPolicyOptions policy;
-    policy.operator_namespace = absl::GetFlag(FLAGS_operator_namespace).empty()
-                                    ? key_namespace
-                                    : absl::GetFlag(FLAGS_operator_namespace);
-    policy.metrics_from = absl::GetFlag(FLAGS_metrics_from_namespace);
-    options.network_policy = policy;
-  } else {
-    options.network_policy.reset();
-  }
+  absl::StatusOr<op::ReconcilerOptions> options =
+      ReconcilerOptionsFromFlags(process, **client, key_namespace, *own_objects_owner);
+  if (absl::IsCancelled(options.status())) return 0;  // a stop signal while retrying
+  if (!options.ok()) return process.Fail(std::string(options.status().message()));
 
   std::atomic<bool> leading{false};
   absl::StatusOr<std::unique_ptr<http::StatusHttpServer>> status_server =
@@ -189,11 +264,14 @@ int main(int argc, char** argv) {
 
   kube::Controller::Options controller_options;
   controller_options.workers = absl::GetFlag(FLAGS_workers);
+  controller_options.observe_pass = [&metrics](kube::ReconcileResult result, absl::Duration took) {
+    metrics.Reconciled(result, took);
+  };
   kube::Controller controller("trainingjob", clock, controller_options);
   op::CoordinatorLink link(clock,
                            [&controller](const std::string& key) { controller.Enqueue(key); });
   op::Reconciler reconciler(**client, {*jobs, *pods, *services, *nodes}, events, clock, &metrics,
-                            options, &link);
+                            *options, &link);
   controller.Watch(*jobs, kube::KeysForSelf());
   controller.Watch(*pods, kube::KeysForControllerOwner(op::kKind));
   controller.Watch(*services, kube::KeysForControllerOwner(op::kKind));
@@ -224,19 +302,8 @@ int main(int argc, char** argv) {
   };
   std::unique_ptr<kube::LeaderElector> elector;
   if (absl::GetFlag(FLAGS_leader_elect)) {
-    kube::LeaderElector::Options le;
-    le.lease_name = absl::GetFlag(FLAGS_lease_name);
-    le.lease_namespace = absl::GetFlag(FLAGS_lease_namespace);
-    // The ServiceAccount lives in the key's namespace; an owner must share the Lease's.
-    if (le.lease_namespace == key_namespace) le.owner_references = own_objects_owner;
-    le.identity = absl::GetFlag(FLAGS_identity);
-    if (le.identity.empty()) {
-      char host[256] = {0};
-      gethostname(host, sizeof(host) - 1);
-      le.identity = absl::StrCat(host, "-", getpid());
-    }
-    absl::StatusOr<std::unique_ptr<kube::LeaderElector>> created =
-        kube::LeaderElector::Create(**client, clock, le);
+    absl::StatusOr<std::unique_ptr<kube::LeaderElector>> created = kube::LeaderElector::Create(
+        **client, clock, LeaderElectionFromFlags(key_namespace, *own_objects_owner));
     if (!created.ok()) return process.Fail(std::string(created.status().message()));
     elector = *std::move(created);
     elector->Run(start, stop);

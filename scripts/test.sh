@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make test`: installs what is missing, configures (warnings are errors), builds everything and
-# runs every test in parallel. Ends with one line of per-phase times, then ctest's summary.
+# runs every test in parallel. Ends with one line of per-phase times, then ctest's summary, then
+# each failed test's last lines (scripts/failed_tests_why.py).
 #   scripts/test.sh BUILD_DIR BUILD_TYPE [CTEST_ARGS...]
 # Logs: BUILD_DIR/logs/{deps,configure,build,ctest}.log. STEPS_VERBOSE=1 streams apt and
 # compiler output too. PHALANX_TEST_JOBS overrides how many tests run at once (docs/development.md
@@ -46,4 +47,7 @@ echo
 steps_summary "make test"
 # ctest's own closing lines last, so every reader of the run (people and CI) ends on them.
 sed -n '/tests passed, /,$p' "$STEPS_LOG_DIR/ctest.log"
+# Then, when something failed, each failed test's last lines: a CI log read by its tail names
+# the failures and shows why, without the hundreds of lines between.
+if ((rc != 0)); then python3 scripts/failed_tests_why.py "$BUILD" || true; fi
 exit "$rc"

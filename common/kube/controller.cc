@@ -25,6 +25,18 @@ KeysFor KeysForControllerOwner(const std::string& owner_kind) {
   };
 }
 
+const char* ReconcileResultName(ReconcileResult result) {
+  switch (result) {
+    case ReconcileResult::kOk:
+      return "ok";
+    case ReconcileResult::kError:
+      return "error";
+    case ReconcileResult::kConflict:
+      return "conflict";
+  }
+  return "error";
+}
+
 Controller::Controller(std::string name, base::Clock& clock, Options options)
     : name_(std::move(name)),
       clock_(clock),
@@ -111,6 +123,7 @@ void Controller::Worker() {
 }
 
 void Controller::ProcessOne(const std::string& key) {
+  const absl::Time started = clock_.Now();
   absl::StatusOr<Result> result;
   // Reconcilers run JSON code that throws; one bad object must not end a worker.
   try {
@@ -119,6 +132,12 @@ void Controller::ProcessOne(const std::string& key) {
     result = absl::InternalError(absl::StrCat("reconciler threw: ", e.what()));
   }
   reconciles_.fetch_add(1);
+  if (options_.observe_pass) {
+    options_.observe_pass(result.ok()                        ? ReconcileResult::kOk
+                          : absl::IsAborted(result.status()) ? ReconcileResult::kConflict
+                                                             : ReconcileResult::kError,
+                          clock_.Now() - started);
+  }
   if (result.ok()) {
     queue_.Forget(key);
     if (result->requeue_after > absl::ZeroDuration()) queue_.AddAfter(key, result->requeue_after);

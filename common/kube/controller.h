@@ -43,6 +43,14 @@ KeysFor KeysForSelf();
 // an empty kind accepts any). The owner is assumed to live in the object's namespace.
 KeysFor KeysForControllerOwner(const std::string& owner_kind = "");
 
+// How one reconcile pass ended (Controller::Options::observe_pass).
+enum class ReconcileResult {
+  kOk,        // done, or asked to come back after a while
+  kError,     // failed: retried with back-off
+  kConflict,  // a 409: someone else wrote first; retried quietly
+};
+const char* ReconcileResultName(ReconcileResult result);  // "ok", "error", "conflict"
+
 class Controller {
  public:
   struct Options {
@@ -55,6 +63,10 @@ class Controller {
     // How long an idle worker waits on the queue (on the injected clock) before it looks for a
     // Stop() again; Stop() also wakes it at once.
     absl::Duration poll_interval = absl::Milliseconds(200);
+    // Told of every pass the workers run (a deleted object's too, as controller-runtime counts
+    // them) and how long it took on the injected clock: the reconcile metrics. Optional; called
+    // on the worker thread, so it must be cheap and thread-safe.
+    std::function<void(ReconcileResult, absl::Duration)> observe_pass;
   };
   struct Result {
     absl::Duration requeue_after = absl::ZeroDuration();  // > 0: reconcile again after this

@@ -91,10 +91,28 @@ class Calls {
   std::map<std::string, int> counts_;
 };
 
+// What Options::observe_pass reported, in order.
+class Passes {
+ public:
+  void Record(ReconcileResult result) {
+    absl::MutexLock lock(&mu_);
+    results_.push_back(result);
+  }
+  std::vector<ReconcileResult> Get() {
+    absl::MutexLock lock(&mu_);
+    return results_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<ReconcileResult> results_;
+};
+
 class ControllerTest : public ::testing::Test {
  protected:
-  static Controller::Options FastOptions() {
+  Controller::Options FastOptions() {
     Controller::Options o;
+    o.observe_pass = [this](ReconcileResult result, absl::Duration) { passes_.Record(result); };
     o.workers = 2;
     o.poll_interval = absl::Milliseconds(20);
     o.queue.base_delay = absl::Milliseconds(1);
@@ -113,6 +131,7 @@ class ControllerTest : public ::testing::Test {
   kube::fake::ObjectStore store_{clock_};
   kube::fake::FakeClient client_{store_};
   Calls calls_;
+  Passes passes_;
   // Declared before the informers: destroyed after them, so no handler outlives it.
   Controller controller_{"test", clock_, FastOptions()};
   Informer jobs_{client_, clock_, kJobs, FastInformer()};
@@ -166,6 +185,8 @@ TEST_F(ControllerTest, Errors_AreRetriedWithBackoff_ThenForgotten) {
       kControllerWait));
   EXPECT_EQ(controller_.errors(), 2);
   EXPECT_EQ(controller_.conflicts(), 0);
+  EXPECT_THAT(passes_.Get(), ::testing::ElementsAre(ReconcileResult::kError,
+                                                    ReconcileResult::kError, ReconcileResult::kOk));
 }
 
 TEST_F(ControllerTest, Conflict_RequeuesQuietly) {
@@ -183,6 +204,9 @@ TEST_F(ControllerTest, Conflict_RequeuesQuietly) {
       kControllerWait));
   EXPECT_EQ(controller_.conflicts(), 1);
   EXPECT_EQ(controller_.errors(), 0) << "a conflict is not an error";
+  EXPECT_THAT(passes_.Get(),
+              ::testing::ElementsAre(ReconcileResult::kConflict, ReconcileResult::kOk));
+  EXPECT_STREQ(ReconcileResultName(ReconcileResult::kConflict), "conflict");
 }
 
 TEST_F(ControllerTest, RequeueAfter_FollowsTheInjectedClock) {

@@ -89,7 +89,7 @@ absl::Status LocalJob::RestartCoordinator(int signal) {
 }
 
 absl::Status LocalJob::StartWorker(int task, std::map<std::string, std::string> extra_env) {
-  uint64_t incarnation;
+  base::Incarnation incarnation;
   {
     absl::MutexLock lock(&mu_);
     incarnation = workers_[task].size();
@@ -120,7 +120,7 @@ process::Subprocess& LocalJob::worker(int task) {
   return *workers_[task].back();
 }
 
-uint64_t LocalJob::incarnation(int task) {
+base::Incarnation LocalJob::incarnation(int task) {
   absl::MutexLock lock(&mu_);
   return workers_[task].size() - 1;
 }

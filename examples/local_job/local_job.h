@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/incarnation.h"
 #include "common/process/subprocess.h"
 #include "examples/local_job/worker_event.h"
 #include "runtime/client/coordination_client_impl.h"
@@ -44,7 +45,7 @@ class LocalJob {
 
   process::Subprocess& coordinator() { return *coordinator_; }
   process::Subprocess& worker(int task);
-  uint64_t incarnation(int task);
+  base::Incarnation incarnation(int task);
 
   // Starts task `task` with the next incarnation (the old process must be gone or is killed).
   absl::Status StartWorker(int task, std::map<std::string, std::string> extra_env = {});

@@ -7,12 +7,14 @@
 #include <optional>
 #include <string>
 
+#include "common/base/incarnation.h"
+
 namespace phalanx::harness {
 
 struct WorkerEvent {
   int64_t t_ms = 0;
   int task = -1;
-  uint64_t incarnation = 0;
+  base::Incarnation incarnation = 0;
   std::string kind;
   std::map<std::string, std::string> fields;
 

@@ -153,7 +153,7 @@ absl::StatusOr<SampleTrainer::Epoch> SampleTrainer::TryRecoverOnce(absl::Time de
     job = client().WatchJobState(job->version, std::min(absl::Seconds(5), deadline - absl::Now()));
     if (!job.ok()) return job.status();
   }
-  std::vector<uint64_t> incarnations;
+  std::vector<base::Incarnation> incarnations;
   for (const TaskInfo& t : job->tasks) incarnations.push_back(t.incarnation);
   const std::string epoch =
       absl::StrFormat("e%016x", std::hash<std::string>{}(absl::StrCat(

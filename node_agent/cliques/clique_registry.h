@@ -31,13 +31,14 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/incarnation.h"
 
 namespace phalanx::agent {
 
 struct LocalClique {
   std::string job;
   int task = 0;
-  uint64_t incarnation = 0;
+  base::Incarnation incarnation = 0;
   std::string clique;        // the client's clique id (its key's short form)
   std::string state;         // FORMING, READY, ABORTING, WAITING, SHRINKING, REFORMING, FAILED
   std::vector<int> devices;  // local GPU indexes

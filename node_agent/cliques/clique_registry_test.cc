@@ -22,7 +22,7 @@ using ::testing::IsEmpty;
 using ::testing::SizeIs;
 using ::testing::StartsWith;
 
-LocalClique Clique(const std::string& job, int task, absl::Time now, uint64_t inc = 0) {
+LocalClique Clique(const std::string& job, int task, absl::Time now, base::Incarnation inc = 0) {
   return LocalClique{job, task, inc, "c", "READY", {task}, now};
 }
 

@@ -110,8 +110,10 @@ std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& lin
     if (absl::Status s = registry.Forget(c.job, c.task, caller, now); !s.ok()) return Err(s);
     return "OK";
   }
-  if (!absl::SimpleAtoi((*f)["inc"], &c.incarnation)) {
-    return Err(absl::InvalidArgumentError("inc must be a number"));
+  if (std::optional<base::Incarnation> inc = base::ParseIncarnation((*f)["inc"]); inc) {
+    c.incarnation = *inc;
+  } else {
+    return Err(absl::InvalidArgumentError("inc must be a number in [0, 2^63 - 1]"));
   }
   c.clique = (*f)["clique"];
   c.state = (*f)["state"];

@@ -54,15 +54,24 @@ class SpecReader {
     }
   }
 
-  void Seconds(const Json& obj, const std::string& key, const std::string& path,
+  // True when the field is there and was read into `out`.
+  bool Seconds(const Json& obj, const std::string& key, const std::string& path,
                absl::Duration& out) {
     const Json* v = Get(obj, key);
-    if (v == nullptr) return;
+    if (v == nullptr) return false;
     if (!v->is_integer() || !v->as_number().is_int64()) {
       Error(path, absl::StrCat("must be an integer number of seconds, got ", Shown(*v)));
-    } else {
-      out = absl::Seconds(v->as_number().to_int64());
+      return false;
     }
+    out = absl::Seconds(v->as_number().to_int64());
+    return true;
+  }
+
+  // Seconds for a field whose absence (or null) means "none".
+  void OptionalSeconds(const Json& obj, const std::string& key, const std::string& path,
+                       std::optional<absl::Duration>& out) {
+    absl::Duration d;
+    if (Seconds(obj, key, path, d)) out = d;
   }
 
   void Bool(const Json& obj, const std::string& key, const std::string& path, bool& out) {
@@ -414,6 +423,13 @@ absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job) {
               out.coordination.shutdown_timeout);
   }
   r.Bool(*spec, "suspend", "spec.suspend", out.suspend);
+  r.OptionalSeconds(*spec, "activeDeadlineSeconds", "spec.activeDeadlineSeconds",
+                    out.active_deadline);
+  r.OptionalSeconds(*spec, "ttlSecondsAfterFinished", "spec.ttlSecondsAfterFinished",
+                    out.ttl_after_finished);
+  if (const Json* g = r.Object(*spec, "gang", "spec.gang")) {
+    r.OptionalSeconds(*g, "timeoutSeconds", "spec.gang.timeoutSeconds", out.gang_timeout);
+  }
   if (const Json* a = r.Object(*spec, "nodeAgent", "spec.nodeAgent")) {
     r.Bool(*a, "enabled", "spec.nodeAgent.enabled", out.node_agent);
   }
@@ -448,6 +464,9 @@ Json EncodeStatus(const TrainingJobStatus& s) {
   PutTime(out, "completionTime", s.completion_time);
   PutTime(out, "lastRestartTime", s.last_restart_time);
   out["productiveSeconds"] = Json::number(s.productive_seconds);
+  out["productiveAtLastRestart"] = Json::number(s.productive_at_last_restart);
+  if (s.gang_releases > 0) out["gangReleases"] = Json::number(s.gang_releases);
+  PutTime(out, "gangReleasedAt", s.gang_released_at);
   out["lostSeconds"] = Json::number(s.lost_seconds);
   PutTime(out, "accountedUntil", s.accounted_until);
   if (s.goodput != GoodputStatus{}) {
@@ -499,6 +518,9 @@ TrainingJobStatus DecodeStatus(const Json& job) {
   s.completion_time = TimeOr(j, "completionTime");
   s.last_restart_time = TimeOr(j, "lastRestartTime");
   s.productive_seconds = DoubleOr(j, "productiveSeconds");
+  s.productive_at_last_restart = DoubleOr(j, "productiveAtLastRestart");
+  s.gang_releases = IntOr(j, "gangReleases");
+  s.gang_released_at = TimeOr(j, "gangReleasedAt");
   s.lost_seconds = DoubleOr(j, "lostSeconds");
   s.accounted_until = TimeOr(j, "accountedUntil");
   if (const Json& g = FieldOrNull(j, "goodput"); g.is_object()) {

@@ -118,6 +118,14 @@ TEST(DecodeSpec, EachField_IsRead) {
       {"shutdownTimeout", R"("coordination":{"shutdownTimeoutSeconds":5})",
        [](TrainingJobSpec& s) { s.coordination.shutdown_timeout = absl::Seconds(5); }},
       {"suspend", R"("suspend":true)", [](TrainingJobSpec& s) { s.suspend = true; }},
+      {"activeDeadlineSeconds", R"("activeDeadlineSeconds":3600)",
+       [](TrainingJobSpec& s) { s.active_deadline = absl::Hours(1); }},
+      {"ttlSecondsAfterFinishedZero", R"("ttlSecondsAfterFinished":0)",
+       [](TrainingJobSpec& s) { s.ttl_after_finished = absl::ZeroDuration(); }},
+      {"gangTimeout", R"("gang":{"timeoutSeconds":120})",
+       [](TrainingJobSpec& s) { s.gang_timeout = absl::Minutes(2); }},
+      {"lifecycleNullsAreUnset", R"("activeDeadlineSeconds":null,"ttlSecondsAfterFinished":null)",
+       [](TrainingJobSpec&) {}},
       {"schedulerName", R"("schedulerName":"volcano")",
        [](TrainingJobSpec& s) { s.scheduler_name = "volcano"; }},
       {"priorityClassName", R"("priorityClassName":"high")",
@@ -194,6 +202,8 @@ TEST(DecodeSpec, BadValues_AreInvalidArgumentNamingTheirPath) {
        "spec.failurePolicy.preemptionsCountTowardMaxRestarts: must be a boolean"},
       {"preemptionType", R"("replicas":1,"preemption":true)",
        "spec.preemption: must be an object, got true"},
+      {"deadlineType", R"("replicas":1,"activeDeadlineSeconds":"1h")",
+       "spec.activeDeadlineSeconds: must be an integer number of seconds"},
       {"graceType", R"("replicas":1,"preemption":{"checkpointGraceSeconds":1.5})",
        "spec.preemption.checkpointGraceSeconds: must be an integer number of seconds"},
       {"onNodeTaintsType", R"("replicas":1,"preemption":{"onNodeTaints":1})",
@@ -264,6 +274,7 @@ TEST(DecodeSpec, EveryFieldWithEveryJsonType_NeverThrowsAndNamesThePath) {
       R"("preemption":{"checkpointGraceSeconds":1,"onNodeTaints":true,"onDisruptionTarget":true},)"
       R"("coordination":{"heartbeatIntervalSeconds":1,"heartbeatTimeoutSeconds":2,)"
       R"("barrierTimeoutSeconds":3,"shutdownTimeoutSeconds":4},"suspend":false,)"
+      R"("activeDeadlineSeconds":60,"ttlSecondsAfterFinished":0,)"
       R"("schedulerName":"s","priorityClassName":"p","successPolicy":"TaskZero",)"
       R"("coordinator":{"nodeSelector":{"a":"b"},"tolerations":[{"key":"k"}],"affinity":{},)"
       R"("resources":{"requests":{"cpu":"1"}},"priorityClassName":"p",)"
@@ -349,6 +360,18 @@ TEST(ValidateSpec, EachRule_NamesItsField) {
          s.failure_policy.backoff = {absl::Seconds(60), absl::Seconds(5)};
        },
        {"spec.failurePolicy.backoff.baseSeconds: must not exceed maxSeconds (5s), got 1m"}},
+      {"activeDeadlineZero",
+       [](TrainingJobSpec& s) { s.active_deadline = absl::ZeroDuration(); },
+       {"spec.activeDeadlineSeconds: must be > 0, got 0"}},
+      {"gangTimeoutZero",
+       [](TrainingJobSpec& s) { s.gang_timeout = absl::ZeroDuration(); },
+       {"spec.gang.timeoutSeconds: must be > 0, got 0"}},
+      {"ttlNegative",
+       [](TrainingJobSpec& s) { s.ttl_after_finished = absl::Seconds(-1); },
+       {"spec.ttlSecondsAfterFinished: must be between 0 and 2147483647, got -1"}},
+      {"ttlPastAnInt32",
+       [](TrainingJobSpec& s) { s.ttl_after_finished = absl::Seconds(int64_t{1} << 31); },
+       {"spec.ttlSecondsAfterFinished: must be between 0 and 2147483647, got 2147483648"}},
       {"graceZero",
        [](TrainingJobSpec& s) { s.preemption.checkpoint_grace = absl::ZeroDuration(); },
        {"spec.preemption.checkpointGraceSeconds: must be > 0, got 0"}},
@@ -502,6 +525,9 @@ TrainingJobStatus FullStatus() {
   s.completion_time = At(1700009999);
   s.last_restart_time = At(1700000300, 1);
   s.productive_seconds = 1234.5678901234567;
+  s.productive_at_last_restart = 1000.25;
+  s.gang_releases = 2;
+  s.gang_released_at = At(1700000100);
   s.lost_seconds = 0.1;
   s.accounted_until = absl::FromUnixNanos(1700000400123456789);
   s.goodput.detection_seconds = 5.5;

@@ -99,6 +99,16 @@ struct TrainingJobSpec {
   PreemptionPolicy preemption;
   CoordinationSpec coordination;
   bool suspend = false;
+  // As batch/v1 Job's (controller/lifecycle.h). activeDeadlineSeconds: how long the job may be
+  // active (from its creation or its last resume; a suspended job's clock stops) before it fails
+  // with DeadlineExceeded. ttlSecondsAfterFinished: how long a finished job (Succeeded or Failed)
+  // is kept before the operator deletes it, its pods (kept failed ones too) going with it.
+  std::optional<absl::Duration> active_deadline;
+  std::optional<absl::Duration> ttl_after_finished;
+  // spec.gang.timeoutSeconds (controller/gang.h): a job forming for the first time whose task
+  // pods are not all placed this long after they were created gives the placed ones' resources
+  // back and tries again later. Unset: no gang release.
+  std::optional<absl::Duration> gang_timeout;
   // spec.nodeAgent.enabled: the task pods get the node agent's clique channel
   // (PHALANX_CLIQUE_ADDRESS) where the operator is configured with one (docs/adr/0004).
   bool node_agent = true;
@@ -244,6 +254,13 @@ struct TrainingJobStatus {
   std::optional<absl::Time> start_time;
   std::optional<absl::Time> completion_time;
   std::optional<absl::Time> last_restart_time;  // backoff is measured from it
+  // productive_seconds when the last restart (or preemption move) was made: the productive time
+  // since then is the job's progress, which waives the back-off (controller/failure_policy.h).
+  double productive_at_last_restart = 0;
+  // Gang releases (controller/gang.h): how many times the forming job gave its placed pods'
+  // resources back, and when it last did (its retry waits a back-off from then).
+  int gang_releases = 0;
+  std::optional<absl::Time> gang_released_at;
   // Goodput accounting: seconds with every task running vs. seconds lost to failures,
   // restarts and preemptions.
   double productive_seconds = 0;

@@ -1,6 +1,8 @@
 #include "operator/api/validation.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -164,6 +166,20 @@ std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec) {
   }
 
   CheckPositive(errors, "spec.preemption.checkpointGraceSeconds", spec.preemption.checkpoint_grace);
+  if (spec.active_deadline.has_value()) {
+    CheckPositive(errors, "spec.activeDeadlineSeconds", *spec.active_deadline);
+  }
+  if (spec.gang_timeout.has_value()) {
+    CheckPositive(errors, "spec.gang.timeoutSeconds", *spec.gang_timeout);
+  }
+  // batch/v1 Job's bound: an int32 of seconds (about 68 years).
+  if (spec.ttl_after_finished.has_value() &&
+      (*spec.ttl_after_finished < absl::ZeroDuration() ||
+       *spec.ttl_after_finished > absl::Seconds(std::numeric_limits<int32_t>::max()))) {
+    errors.push_back(absl::StrCat("spec.ttlSecondsAfterFinished: must be between 0 and ",
+                                  std::numeric_limits<int32_t>::max(), ", got ",
+                                  absl::ToInt64Seconds(*spec.ttl_after_finished)));
+  }
   const CoordinationSpec& c = spec.coordination;
   CheckPositive(errors, "spec.coordination.heartbeatIntervalSeconds", c.heartbeat_interval);
   CheckPositive(errors, "spec.coordination.heartbeatTimeoutSeconds", c.heartbeat_timeout);

@@ -53,7 +53,12 @@ StageResult RecordChildOutcome(const TrainingJobStatus& written,
                                                              : kReasonFailedCreate;
 
   bool permanent = false;
-  for (const ChildFailure& f : failures) permanent |= IsPermanentFailure(f.status);
+  for (const ChildFailure& f : failures) {
+    // A squatted token Secret blocks the whole job: no task pod is created while it stands
+    // (they would mount its credentials), unlike a squatted pod, which leaves the rest running.
+    permanent |=
+        IsPermanentFailure(f.status) || (f.kind == "Secret" && absl::IsAlreadyExists(f.status));
+  }
   SetCondition(st.conditions,
                {kConditionChildrenReady, "False", reason, message, now, st.observed_generation},
                now);

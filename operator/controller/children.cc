@@ -96,7 +96,7 @@ Next EnsureJobChildren(const PlanInputs& in, JobPass& pass) {
 }
 
 Next EnsureTaskPods(const PlanInputs& in, JobPass& pass) {
-  if (pass.coordinator_address.empty()) return Next::kContinue;
+  if (!pass.MayCreateTaskPods()) return Next::kContinue;
   for (TaskRecord& record : pass.tasks) {
     if (record.event != TaskEvent::kNoPod) continue;
     TaskStatus& task = record.status;

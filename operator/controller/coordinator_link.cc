@@ -84,6 +84,7 @@ struct CoordinatorLink::Watch {
   absl::Duration retry_delay = kFirstRetryDelay;
   absl::Time retry_at = absl::InfiniteFuture();  // while backing off: its key in backing_off_
   std::map<int, FailedTask> failed;
+  std::map<int, base::Incarnation> registered;  // task → the newest incarnation it registered
   std::optional<RolledBack> rolled_back;
 };
 
@@ -223,7 +224,11 @@ void CoordinatorLink::OnPollDone(Watch* watch, bool ok) {
     watch->retry_delay = kFirstRetryDelay;
     const pb::JobState& state = watch->poll->response.state();
     watch->known_version = state.version();
+    watch->registered.clear();
     for (const pb::TaskInfo& task : state.tasks()) {
+      if (task.state() != pb::TASK_STATE_UNREGISTERED) {
+        watch->registered[task.task_id()] = base::IncarnationFromWire(task.incarnation());
+      }
       if (task.state() == pb::TASK_STATE_FAILED) {
         failed[task.task_id()] = {base::IncarnationFromWire(task.incarnation()), task.reason(),
                                   task.last_heard_unix_micros() > 0
@@ -285,6 +290,12 @@ std::map<int, CoordinatorLink::FailedTask> CoordinatorLink::FailedTasks(const st
   absl::MutexLock lock(&mu_);
   auto it = watches_.find(key);
   return it == watches_.end() ? std::map<int, FailedTask>{} : it->second->failed;
+}
+
+std::map<int, base::Incarnation> CoordinatorLink::RegisteredIncarnations(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = watches_.find(key);
+  return it == watches_.end() ? std::map<int, base::Incarnation>{} : it->second->registered;
 }
 
 std::optional<CoordinatorLink::RolledBack> CoordinatorLink::RolledBackWork(const std::string& key) {

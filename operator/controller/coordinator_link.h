@@ -66,6 +66,10 @@ class CoordinatorLink {
   };
   // task index → the incarnation the coordinator declared failed, and why (one snapshot).
   std::map<int, FailedTask> FailedTasks(const std::string& key);
+  // task index → the newest incarnation the coordinator has registered for it (last snapshot):
+  // the operator's next incarnation must be above it, or a registration it did not make (a
+  // forged jump, a zombie) would make its replacement stale.
+  std::map<int, base::Incarnation> RegisteredIncarnations(const std::string& key);
   struct RolledBack {
     std::string coordinator_id;  // the coordinator start that counted it
     double seconds = 0;          // the workers' reported rolled-back work, in total

@@ -66,7 +66,7 @@ class Coordinator {
 
   // `task` registers as `incarnation` and never opens its session: one heartbeat timeout later
   // the coordinator declares it failed ("no session opened within 3s").
-  void FailSilently(int task, uint64_t incarnation) {
+  void FailSilently(int task, base::Incarnation incarnation) {
     ASSERT_THAT(service_->Register({task, incarnation}), IsOk());
     clock_.Advance(kHeartbeatTimeout + absl::Seconds(1));
     service_->Tick(clock_.Now());
@@ -126,6 +126,21 @@ TEST_F(CoordinatorLinkTest, FailedTask_ShowsWithItsIncarnationAndReason_AndWakes
   EXPECT_THAT(failed.at(2).reason, HasSubstr("no session opened within 3s"));
   EXPECT_GE(Wakes("ns/a"), 1);
   EXPECT_TRUE(link_.FailedTasks("ns/other").empty());
+}
+
+// What the coordinator registered comes along with the failures (pass.h's NextIncarnation reads
+// it): here a forged jump to 1,000,000 for task 1, which the operator did not make.
+TEST_F(CoordinatorLinkTest, CarriesTheNewestIncarnationEachTaskRegistered) {
+  Coordinator coordinator(coordinator_clock_);
+  link_.Ensure("ns/a", coordinator.address(), kToken, "uid-1");
+  coordinator.FailSilently(2, 7);  // a change the link hears of
+  ASSERT_TRUE(Eventually([&] { return ShowsFailed("ns/a", 2); }, kWait));
+  EXPECT_EQ(link_.RegisteredIncarnations("ns/a"), (std::map<int, base::Incarnation>{{2, 7}}));
+  coordinator.FailSilently(1, 1'000'000);
+  ASSERT_TRUE(Eventually([&] { return ShowsFailed("ns/a", 1); }, kWait));
+  EXPECT_EQ(link_.RegisteredIncarnations("ns/a"),
+            (std::map<int, base::Incarnation>{{1, 1'000'000}, {2, 7}}));
+  EXPECT_TRUE(link_.RegisteredIncarnations("ns/other").empty());
 }
 
 TEST_F(CoordinatorLinkTest, CarriesWhenAFailedTaskWasLastHeardAndTheRolledBackTotal) {

@@ -57,7 +57,7 @@ Next MoveCoordinator(const PlanInputs& in, JobPass& pass) {
   c.moving_from = pod->node;
   // An ended pod is deleted by the "children" stage, which does not count it as a restart
   // (last_moved_pod); a running one is deleted here.
-  if (!pod->ended() && !pod->being_deleted) pass.out.delete_pods.push_back(pod->name);
+  if (pod->live()) pass.out.delete_pods.push_back(pod->name);
   const std::string action = pod->ended() ? "its coordinator pod ended there"
                                           : absl::StrCat("deleting coordinator pod ", pod->name);
   pass.out.events.push_back(

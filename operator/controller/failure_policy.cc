@@ -21,6 +21,11 @@ void StopAwaitingExits(JobPass& pass) {
 
 }  // namespace
 
+bool MadeProgress(const BackoffSpec& backoff, const TrainingJobStatus& st) {
+  return st.productive_seconds - st.productive_at_last_restart >=
+         absl::ToDoubleSeconds(backoff.base);
+}
+
 absl::Duration RestartBackoff(const BackoffSpec& backoff, int restarts_so_far) {
   if (restarts_so_far <= 0) return absl::ZeroDuration();
   absl::Duration d = backoff.base;
@@ -89,9 +94,10 @@ Next RestartFailedTasks(const PlanInputs& in, JobPass& pass) {
                          policy.max_restarts, ")"));
     return Next::kDone;
   }
-  const absl::Duration backoff = RestartBackoff(policy.backoff, st.restarts);
   const absl::Time not_before =
-      st.last_restart_time.has_value() ? *st.last_restart_time + backoff : in.now;
+      !st.last_restart_time.has_value() || MadeProgress(policy.backoff, st)
+          ? in.now
+          : *st.last_restart_time + RestartBackoff(policy.backoff, st.restarts);
   if (in.now < not_before) {
     for (int i : failed) pass.tasks[static_cast<size_t>(i)].status.state = TaskState::kBackingOff;
     st.phase = kPhaseRestarting;
@@ -100,12 +106,14 @@ Next RestartFailedTasks(const PlanInputs& in, JobPass& pass) {
   }
   ++st.restarts;
   st.last_restart_time = in.now;
+  st.productive_at_last_restart = st.productive_seconds;
   for (int i : failed) {
     pass.out.events.push_back(
         {true, "TaskRestarted",
-         absl::StrCat("task ", i, " ", Describe(failure(i)), "; restarting ",
-                      job_scope ? "every task" : "it", " as incarnation ",
-                      pass.tasks[static_cast<size_t>(i)].status.incarnation + 1)});
+         absl::StrCat(
+             "task ", i, " ", Describe(failure(i)), "; restarting ",
+             job_scope ? "every task" : "it", " as incarnation ",
+             NextIncarnation(in, i, pass.tasks[static_cast<size_t>(i)].status.incarnation))});
   }
   if (job_scope) {
     RestartAll(in, pass, "Failed", failed);

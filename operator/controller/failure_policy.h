@@ -4,7 +4,10 @@
 //   - Other failures restart: restartScope Task replaces only the failed tasks, Job every task,
 //     each as its next incarnation. Each restart spends one of maxRestarts (a Job-scope restart
 //     one in all); past it the job fails (MaxRestartsExceeded). Restart k+1 waits
-//     RestartBackoff(k) after the last one (tasks BackingOff, phase Restarting meanwhile).
+//     RestartBackoff(k) after the last one (tasks BackingOff, phase Restarting meanwhile),
+//     unless the job made progress since (MadeProgress): the back-off is for crash loops, and a
+//     long job with a failure now and then must not have each in-place recovery wait out an
+//     ever longer back-off while its survivors idle (issue 35).
 //   - A pass that moved preempted tasks restarts no failures: they are acted on next pass.
 // Pure.
 #pragma once
@@ -17,6 +20,11 @@ namespace phalanx::op {
 // The wait before restart number `restarts_so_far + 1`: none for the first, then base·2^(k-1)
 // capped at max.
 absl::Duration RestartBackoff(const BackoffSpec& backoff, int restarts_so_far);
+
+// Whether the job made progress since its last restart (or preemption move): at least
+// `backoff.base` of productive time (every task running) since then. A task that fails again
+// within that, before the job trained that long, is a crash loop: it waits.
+bool MadeProgress(const BackoffSpec& backoff, const TrainingJobStatus& st);
 
 enum class FailureClass { kRetryable, kFatal };
 FailureClass ClassifyFailure(const FailurePolicy& policy, const PodView& pod);

@@ -150,6 +150,39 @@ TEST(RestartFailedTasks, Table) {
        {"j-task-1-1"},
        {},
        2},
+      // Issue 35 (7): the job trained (every task running) at least baseSeconds since its last
+      // restart: not a crash loop, so the in-place recovery goes at once, however many restarts
+      // came before and however recent the last one.
+      {"progressSinceTheLastRestartWaivesTheBackoff",
+       [](TestPass& t) {
+         t.spec.failure_policy.backoff = {absl::Seconds(10), absl::Seconds(60)};
+         t.spec.failure_policy.max_restarts = 10;
+         t.previous.restarts = 5;
+         t.previous.last_restart_time = kNow - absl::Seconds(30);
+         t.previous.productive_at_last_restart = 100;
+         t.previous.productive_seconds = 110;
+       },
+       Next::kContinue,
+       "",
+       {"j-task-1-1"},
+       {},
+       6},
+      {"lessProgressThanBaseSecondsIsACrashLoop",
+       [](TestPass& t) {
+         t.spec.failure_policy.backoff = {absl::Seconds(10), absl::Seconds(60)};
+         t.spec.failure_policy.max_restarts = 10;
+         t.previous.restarts = 5;
+         t.previous.last_restart_time = kNow - absl::Seconds(30);
+         t.previous.productive_at_last_restart = 100;
+         t.previous.productive_seconds = 109;
+       },
+       Next::kDone,
+       kPhaseRestarting,
+       {},
+       {},
+       5,
+       absl::Seconds(30),
+       {TaskState::kRunning, TaskState::kBackingOff}},
       {"maxRestartsExhaustedFailsTheJob",
        [](TestPass& t) {
          t.spec.failure_policy.max_restarts = 2;
@@ -194,6 +227,7 @@ TEST(RestartFailedTasks, Table) {
 TEST(RestartFailedTasks, RecordsTheFailureOnTheTaskAndForMetrics) {
   TestPass t(TrainingJobBuilder("j").Tasks(2));
   t.world.task_pods[1] = PodBuilder("j", 1).Failed(3, "Error").Build();
+  t.previous.productive_seconds = 42;
   JobPass pass = t.Before("failures");
   RestartFailedTasks(t.Inputs(), pass);
   const TaskStatus& task = pass.tasks[1].status;
@@ -204,6 +238,7 @@ TEST(RestartFailedTasks, RecordsTheFailureOnTheTaskAndForMetrics) {
   EXPECT_EQ(task.last_exit_code, 3);
   EXPECT_EQ(task.pod, "j-task-1-1");
   EXPECT_EQ(pass.out.status.last_restart_time, kNow);
+  EXPECT_EQ(pass.out.status.productive_at_last_restart, 42) << "the progress starts from here";
   EXPECT_THAT(pass.out.replacements, ElementsAreArray({Replacement{1, false, "Error"}}));
   ASSERT_EQ(pass.out.events.size(), 1u);
   EXPECT_EQ(pass.out.events[0].message,

@@ -19,6 +19,7 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                       .Register(registry)),
       reconciles_ok_(reconciles_.Add({{"result", "ok"}})),
       reconciles_error_(reconciles_.Add({{"result", "error"}})),
+      reconciles_conflict_(reconciles_.Add({{"result", "conflict"}})),
       reconcile_seconds_(prometheus::BuildHistogram()
                              .Name("phalanx_operator_reconcile_duration_seconds")
                              .Help("Time one reconcile pass took")
@@ -108,8 +109,18 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                                           "(status.coordinator.restarts)")
                                     .Register(registry)) {}
 
-void OperatorMetrics::Reconciled(bool ok, absl::Duration took) {
-  (ok ? reconciles_ok_ : reconciles_error_).Increment();
+void OperatorMetrics::Reconciled(kube::ReconcileResult result, absl::Duration took) {
+  switch (result) {
+    case kube::ReconcileResult::kOk:
+      reconciles_ok_.Increment();
+      break;
+    case kube::ReconcileResult::kConflict:
+      reconciles_conflict_.Increment();
+      break;
+    case kube::ReconcileResult::kError:
+      reconciles_error_.Increment();
+      break;
+  }
   reconcile_seconds_.Observe(absl::ToDoubleSeconds(took));
 }
 

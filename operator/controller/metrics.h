@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/kube/controller.h"
 #include "operator/controller/job_sample.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -22,7 +23,8 @@ class OperatorMetrics {
  public:
   explicit OperatorMetrics(prometheus::Registry& registry);
 
-  void Reconciled(bool ok, absl::Duration took);
+  // One pass of the controller (kube::Controller::Options::observe_pass).
+  void Reconciled(kube::ReconcileResult result, absl::Duration took);
   void SetQueueDepth(int depth) { queue_depth_.Set(depth); }
   void TaskRestarted(const std::string& reason);
   void Preempted(const std::string& reason);
@@ -60,6 +62,7 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Counter>& reconciles_;
   prometheus::Counter& reconciles_ok_;
   prometheus::Counter& reconciles_error_;
+  prometheus::Counter& reconciles_conflict_;
   prometheus::Histogram& reconcile_seconds_;
   prometheus::Gauge& queue_depth_;
   prometheus::Family<prometheus::Gauge>& jobs_;

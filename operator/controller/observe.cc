@@ -1,6 +1,7 @@
 #include "operator/controller/observe.h"
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/kube/node_preemption.h"
 #include "common/kube/object_meta.h"
 #include "operator/controller/desired_state.h"
@@ -60,6 +61,12 @@ PodView ViewOfPod(const Json& pod) {
   v.disruption_target = ConditionTrue(pod, "DisruptionTarget");
   for (const Json& c :
        kube::ArrayOrEmpty(kube::FieldOrNull(pod, "status"), "conditions").as_array()) {
+    if (v.disruption_target && kube::StringAt(c, "type") == "DisruptionTarget") {
+      v.disruption = kube::StringAt(c, "reason");
+      if (const std::string m = kube::StringAt(c, "message"); !m.empty()) {
+        absl::StrAppend(&v.disruption, v.disruption.empty() ? "" : ": ", m);
+      }
+    }
     if (kube::StringAt(c, "type") == "PodScheduled" && kube::StringAt(c, "status") == "False" &&
         kube::StringAt(c, "reason") == "Unschedulable") {
       v.unschedulable = true;

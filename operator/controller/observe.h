@@ -37,9 +37,11 @@ struct PodView {
   bool being_deleted = false;
   bool ready = false;
   bool disruption_target = false;  // condition DisruptionTarget=True (eviction/preemption)
-  std::optional<int> exit_code;    // first container's terminated state
-  std::string reason;              // its reason (Error, Completed, OOMKilled, ...)
-  std::string message;             // more about it, for Events (the coordinator's words)
+  // Its reason and message ("PreemptionByScheduler: ..."), for the Events that name the cause.
+  std::string disruption;
+  std::optional<int> exit_code;  // first container's terminated state
+  std::string reason;            // its reason (Error, Completed, OOMKilled, ...)
+  std::string message;           // more about it, for Events (the coordinator's words)
   // Its terminated state's finishedAt, when the kubelet gave one: when the task stopped, for
   // goodput (controller/accounting.h).
   std::optional<absl::Time> finished_at;
@@ -56,6 +58,8 @@ struct PodView {
   std::string unschedulable_message;
 
   bool ended() const { return phase == PodPhase::kSucceeded || phase == PodPhase::kFailed; }
+  // Neither ended nor going: a pod that runs (or will), holding its node's resources.
+  bool live() const { return !being_deleted && !ended(); }
 };
 
 PodView ViewOfPod(const Json& pod);
@@ -90,6 +94,8 @@ struct JobObservation {
   bool has_tasks_service = false;
   // task index → what the coordinator reported about it.
   std::map<int, CoordinatorFailure> coordinator_failed;
+  // pod index → the newest incarnation the coordinator has registered for its tasks.
+  std::map<int, Incarnation> coordinator_incarnations;
   std::optional<RolledBackReport> rolled_back;  // nullopt: the coordinator has not answered
   // Nodes about to go away (termination/maintenance taints, or cordoned) → when, as the node
   // agent announced it (kube/node_preemption.h); absl::InfiniteFuture() when nobody said.

@@ -96,7 +96,9 @@ TEST(ViewOfPod, ReadsTheLabelsPhaseAndTermination) {
       "labels":{"phalanx.dev/task":"1","phalanx.dev/incarnation":"4"}},
       "spec":{"nodeName":"n2"},
       "status":{"phase":"Failed","podIP":"10.1.1.1",
-        "conditions":[{"type":"DisruptionTarget","status":"True"},{"type":"Ready","status":"False"}],
+        "conditions":[{"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler",
+                       "message":"Preempted by pod 4d2c on node n2"},
+                      {"type":"Ready","status":"False"}],
         "containerStatuses":[{"state":{"terminated":{"exitCode":137,"reason":"OOMKilled"}}}]}})");
   const PodView v = ViewOfPod(pod);
   EXPECT_EQ(v.index, 1);
@@ -105,6 +107,7 @@ TEST(ViewOfPod, ReadsTheLabelsPhaseAndTermination) {
   EXPECT_TRUE(v.ended());
   EXPECT_EQ(v.node, "n2");
   EXPECT_TRUE(v.disruption_target);
+  EXPECT_EQ(v.disruption, "PreemptionByScheduler: Preempted by pod 4d2c on node n2");
   EXPECT_FALSE(v.ready);
   EXPECT_EQ(v.exit_code, 137);
   EXPECT_EQ(v.reason, "OOMKilled");

@@ -42,6 +42,11 @@ std::string Describe(const PodView& pod) {
   return what;
 }
 
+std::string DescribeDisruption(int task, const PodView& pod) {
+  return absl::StrCat("task ", task, "'s pod ", pod.name, " is disrupted (DisruptionTarget",
+                      pod.disruption.empty() ? "" : " ", pod.disruption, ")");
+}
+
 void RequeueWithin(JobPass& pass, absl::Duration d) {
   absl::Duration& requeue = pass.out.requeue_after;
   requeue = requeue == absl::ZeroDuration() ? d : std::min(requeue, d);
@@ -49,7 +54,7 @@ void RequeueWithin(JobPass& pass, absl::Duration d) {
 
 void DeleteActivePods(const PlanInputs& in, JobPass& pass) {
   for (const PodView& pod : in.world.task_pods) {
-    if (!pod.being_deleted && !pod.ended()) pass.out.delete_pods.push_back(pod.name);
+    if (pod.live()) pass.out.delete_pods.push_back(pod.name);
   }
   if (in.world.coordinator.has_value() && !in.world.coordinator->being_deleted) {
     pass.out.delete_pods.push_back(in.world.coordinator->name);
@@ -69,6 +74,13 @@ void FailJob(const PlanInputs& in, JobPass& pass, const std::string& reason,
   pass.out.requeue_after = absl::ZeroDuration();
 }
 
+Incarnation NextIncarnation(const PlanInputs& in, int i, Incarnation current) {
+  auto it = in.world.coordinator_incarnations.find(i);
+  const Incarnation registered =
+      it == in.world.coordinator_incarnations.end() ? base::kNoIncarnation : it->second;
+  return std::max(current, registered) + 1;
+}
+
 void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& reason,
                  std::optional<int> exit_code) {
   TaskRecord& record = pass.tasks[static_cast<size_t>(i)];
@@ -78,7 +90,7 @@ void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& 
       !KeepWhenReplaced(*record.pod, in.spec.failure_policy.keep_failed_pods)) {
     pass.out.delete_pods.push_back(record.pod->name);
   }
-  ++task.incarnation;
+  task.incarnation = NextIncarnation(in, i, task.incarnation);
   ++task.restarts;
   task.last_failure_reason = reason;
   task.last_exit_code = exit_code;
@@ -88,7 +100,7 @@ void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& 
   task.state = TaskState::kRestarting;
   const bool preemption = reason == "Preempted" && !record.preemption_reason.empty();
   pass.out.replacements.push_back({i, preemption, preemption ? record.preemption_reason : reason});
-  if (!pass.coordinator_address.empty()) {
+  if (pass.MayCreateTaskPods()) {
     pass.out.create.push_back(DesiredTaskPod(in.job, in.spec, i, task.incarnation,
                                              pass.coordinator_address, in.agent_clique_port));
     task.pod = TaskPodName(JobName(in), i, task.incarnation);

@@ -4,7 +4,9 @@
 // order Stages() lists them:
 //
 //   observe        observe_tasks.h    sort the pods into one record per task
+//   ttl            lifecycle.h        a finished job past ttlSecondsAfterFinished is deleted
 //   suspend        suspend_policy.h   suspend / resume; a finished job only cleans up
+//   deadline       lifecycle.h        an active job past activeDeadlineSeconds fails
 //   coordinator move coordinator_move.h move the coordinator off a node under a notice
 //   children       children.h         Secret, Services, coordinator pod and its address
 //   task states    task_state.h       each task's state and what happened to it, from its pod
@@ -62,6 +64,15 @@ struct JobPass {
   std::string coordinator_address;            // empty while the coordinator's address is not known
   int running = 0, ready = 0, succeeded = 0;  // task pods as the task-state stage found them
   std::vector<int> moved;  // tasks moved off a preemption this pass (failures wait a pass)
+  bool gang_hold = false;  // a released gang waits out its back-off: no task pod is created
+
+  // Whether task pods may be created this pass: the coordinator's address is known, and the
+  // job's token Secret is not someone else's (a squatter's: the pods would mount its
+  // credentials; children.cc finds it from the coordinator's refusal), and no released gang is
+  // waiting out its back-off (gang.h).
+  bool MayCreateTaskPods() const {
+    return !coordinator_address.empty() && out.secret_conflict.empty() && !gang_hold;
+  }
 };
 
 enum class Next { kContinue, kDone };
@@ -87,6 +98,10 @@ void Mark(JobPass& pass, const std::string& type, bool value, const std::string&
           const std::string& message, absl::Time now);
 // "pod <name> exited with code <c> (<reason>): <message>", as much as is known.
 std::string Describe(const PodView& pod);
+// "task <i>'s pod <name> is disrupted (DisruptionTarget <reason>: <message>)": what a
+// PreemptionNotice says when the pod itself, not its node, is being taken (the scheduler
+// preempting it for a higher-priority pod, an eviction).
+std::string DescribeDisruption(int task, const PodView& pod);
 // Look again within `d` (keeps an earlier requeue).
 void RequeueWithin(JobPass& pass, absl::Duration d);
 // Deletes every task pod that has not ended and the coordinator pod.
@@ -95,6 +110,12 @@ void DeleteActivePods(const PlanInputs& in, JobPass& pass);
 // deleted, terminal task states (terminal_tasks.h), nothing created.
 void FailJob(const PlanInputs& in, JobPass& pass, const std::string& reason,
              const std::string& message);
+// The incarnation that replaces task `i`'s `current` one: one above both it and the newest
+// the coordinator registered for the task (world.coordinator_incarnations). A registration the
+// operator did not make (a zombie, a forged jump of up to the coordinator's kMaxIncarnationStep)
+// would otherwise make every replacement stale (Aborted at Register) for good; this way the
+// replacement supersedes it.
+Incarnation NextIncarnation(const PlanInputs& in, int i, Incarnation current);
 // Replaces task `i` by its next incarnation: deletes its pod (a failed one may be kept:
 // failed_pods.h), counts a task restart (status.tasks[i].restarts; the job's status.restarts
 // is the caller's), records

@@ -4,6 +4,8 @@
 #include "operator/controller/children.h"
 #include "operator/controller/coordinator_move.h"
 #include "operator/controller/failure_policy.h"
+#include "operator/controller/gang.h"
+#include "operator/controller/lifecycle.h"
 #include "operator/controller/observe_tasks.h"
 #include "operator/controller/pass.h"
 #include "operator/controller/phase.h"
@@ -17,11 +19,14 @@ namespace phalanx::op {
 namespace {
 
 constexpr Stage kStages[] = {
+    {"ttl", ExpireFinishedJob},
     {"suspend", ApplySuspend},
+    {"deadline", EnforceActiveDeadline},
     {"coordinator move", MoveCoordinator},
     {"children", EnsureJobChildren},
     {"task states", ClassifyTasks},
     {"schedulability", MarkUnschedulable},
+    {"gang", FormGang},
     {"task pods", EnsureTaskPods},
     {"fatal", FailOnFatal},
     {"preemption", ApplyPreemptions},

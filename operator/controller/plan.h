@@ -58,6 +58,9 @@ struct ReconcilePlan {
   // name. Reported as a ChildConflict on the Secret like any squatted child; the operator may not
   // read Secrets to find out itself (ADR 0003).
   std::string secret_conflict;
+  // Delete the TrainingJob itself (ttlSecondsAfterFinished passed: lifecycle.h); its children go
+  // with it through their ownerReferences.
+  bool delete_job = false;
   absl::Duration requeue_after = absl::ZeroDuration();  // zero: only on the next change
 };
 

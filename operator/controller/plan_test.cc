@@ -34,7 +34,7 @@ TrainingJobSpec Spec(int replicas = 2) {
   return spec;
 }
 
-PodView TaskPod(int index, int incarnation, PodPhase phase, bool ready = true) {
+PodView TaskPod(int index, Incarnation incarnation, PodPhase phase, bool ready = true) {
   PodView p;
   p.index = index;
   p.incarnation = incarnation;
@@ -127,6 +127,24 @@ TEST(PlanTest, AllRunningIsRunningAndIdempotent) {
   ReconcilePlan again = Plan(Spec(), plan.status, Healthy());
   EXPECT_TRUE(again.create.empty());
   EXPECT_TRUE(again.events.empty());
+}
+
+// Issue 30: a registration the operator did not make (a zombie, a forged jump of up to the
+// coordinator's 1,000,000 a step) would make incarnation 1 stale at Register, and every later
+// replacement too. The next incarnation is above the newest the coordinator registered, so the
+// replacement supersedes it; what the coordinator registered for other tasks changes nothing.
+TEST(PlanTest, TheNextIncarnationIsAboveTheNewestTheCoordinatorRegistered) {
+  JobObservation world = Healthy();
+  world.task_pods[1].phase = PodPhase::kFailed;
+  world.task_pods[1].exit_code = 3;  // its session was superseded: Aborted
+  world.task_pods[1].reason = "Error";
+  world.coordinator_incarnations = {{0, 0}, {1, 1'000'000}};
+  ReconcilePlan plan = Plan(Spec(), {}, world);
+  EXPECT_THAT(Names(plan.create), ::testing::ElementsAre("j-task-1-1000001"));
+  EXPECT_EQ(plan.status.tasks[1].incarnation, 1'000'001);
+  EXPECT_EQ(plan.status.tasks[0].incarnation, 0);
+  ASSERT_FALSE(plan.events.empty());
+  EXPECT_THAT(plan.events[0].message, ::testing::HasSubstr("as incarnation 1000001"));
 }
 
 TEST(PlanTest, TaskScopeRestartsOnlyTheFailedTaskWithTheNextIncarnation) {

@@ -15,11 +15,13 @@ void Notice(const PlanInputs& in, JobPass& pass, TaskRecord& record) {
   if (task.preempting_since.has_value()) return;
   task.preempting_since = in.now;
   const absl::Time deadline = CheckpointDeadline(record, in.spec.preemption);
+  const std::string what =
+      record.preemption_reason == "DisruptionTarget"
+          ? DescribeDisruption(task.index, *record.pod)
+          : absl::StrCat("task ", task.index, " on node ", record.pod->node, " is being preempted");
   pass.out.events.push_back(
       {false, "PreemptionNotice",
-       absl::StrCat("task ", task.index, " on node ", record.pod->node,
-                    " is being preempted; asking its coordinator for a coordinated checkpoint, "
-                    "deadline ",
+       absl::StrCat(what, "; asking its coordinator for a coordinated checkpoint, deadline ",
                     kube::FormatKubeTime(deadline), " (in ",
                     absl::FormatDuration(absl::Trunc(deadline - in.now, absl::Seconds(1))), ")")});
 }
@@ -42,12 +44,18 @@ bool Move(const PlanInputs& in, JobPass& pass, const std::vector<int>& moved) {
     ++st.restarts;
   }
   st.last_restart_time = in.now;
+  st.productive_at_last_restart = st.productive_seconds;
   for (int i : moved) RecordMove(pass.tasks[static_cast<size_t>(i)].status, in.now);
   for (int i : moved) {
-    pass.out.events.push_back(
-        {true, "TaskPreempted",
-         absl::StrCat("task ", i, " moved off its preempted node as incarnation ",
-                      pass.tasks[static_cast<size_t>(i)].status.incarnation + 1)});
+    const TaskRecord& record = pass.tasks[static_cast<size_t>(i)];
+    // Its node going away, or the pod itself taken (the scheduler's preemption, an eviction).
+    const std::string from =
+        record.preemption_reason == "NodePreempted" || record.preemption_reason.empty()
+            ? "its preempted node"
+            : absl::StrCat("its preemption (", record.preemption_reason, ")");
+    pass.out.events.push_back({true, "TaskPreempted",
+                               absl::StrCat("task ", i, " moved off ", from, " as incarnation ",
+                                            NextIncarnation(in, i, record.status.incarnation))});
   }
   if (policy.restart_scope == RestartScope::kJob) {
     RestartAll(in, pass, "Preempted", moved);

@@ -189,6 +189,14 @@ TEST(ApplyPreemptions, AMovedTaskIsAPreemptionForMetricsAndJobRestartsAreNot) {
   EXPECT_EQ(pass.tasks[0].status.last_failure_reason, "Preempted");
   EXPECT_EQ(pass.tasks[1].status.last_failure_reason, "JobRestart");
   EXPECT_EQ(pass.moved, std::vector<int>{0});
+  // The Event says what took the task: here its pod, not its node.
+  std::vector<std::string> preempted;
+  for (const EventNote& e : pass.out.events) {
+    if (e.reason == "TaskPreempted") preempted.push_back(e.message);
+  }
+  EXPECT_THAT(
+      preempted,
+      ElementsAreArray({"task 0 moved off its preemption (DisruptionTarget) as incarnation 1"}));
 }
 
 TEST(PreemptionNotices, Table) {

@@ -145,7 +145,6 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   }
   if (!problems.empty()) {
     absl::Status reported = ReportInvalidSpec(job, stored, problems);
-    if (metrics_ != nullptr) metrics_->Reconciled(reported.ok(), clock_.Now() - started);
     if (!reported.ok()) return reported;
     return kube::Controller::Result{};  // until a new generation
   }
@@ -158,8 +157,10 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
 
   JobObservation world = ObserveChildren(job);
   const CoordinatorPlacement placement = PlacementFor(key, job, world);
-  const bool active =
-      !spec->suspend && previous.phase != kPhaseSucceeded && previous.phase != kPhaseFailed;
+  // A job told to suspend stays linked until it is Suspended: its tasks checkpoint first, through
+  // the coordinator (suspend_policy.h).
+  const bool active = previous.phase != kPhaseSucceeded && previous.phase != kPhaseFailed &&
+                      !(spec->suspend && previous.phase == kPhaseSuspended);
   if (link_ != nullptr && !active) link_->Forget(key);
   if (!active) notices_.Forget(key);
   // The coordinator pod the link talks to this pass ("" while none runs).
@@ -173,10 +174,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   // with another writer (409) or dies half-way is redone from the record, never double-counted
   // and never lost. Acting on a stale view is impossible: a stale job fails this write.
   absl::StatusOr<Json> written = WriteStatus(job, stored, plan.status);
-  if (!written.ok()) {
-    if (metrics_ != nullptr) metrics_->Reconciled(false, clock_.Now() - started);
-    return written.status();
-  }
+  if (!written.ok()) return written.status();
   if (metrics_ != nullptr) {
     // Booked once, by the write that recorded it (a 409 above returns before this).
     metrics_->Goodput(plan.status.productive_seconds - previous.productive_seconds,
@@ -205,9 +203,27 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   RecordEvents(job, plan.events);
   RecordEvents(job, outcome.events);
   RecordEvents(job, delivered);
-  if (metrics_ != nullptr) RecordPassMetrics(plan, executed.ok(), clock_.Now() - started);
+  if (metrics_ != nullptr) RecordReplacements(plan, executed.ok(), clock_.Now() - started);
   if (!executed.ok()) return executed;
+  if (plan.delete_job) {
+    if (absl::Status deleted = DeleteFinishedJob(job); !deleted.ok()) return deleted;
+    return kube::Controller::Result{};  // gone: its delete event ends the key
+  }
   return kube::Controller::Result{requeue_after};
+}
+
+absl::Status Reconciler::DeleteFinishedJob(const Json& job) {
+  kube::DeleteOptions options;
+  options.propagation = kube::PropagationPolicy::kBackground;  // the GC takes the children
+  options.uid_precondition = kube::MetaString(job, "uid");     // this job, not a new namesake
+  const std::string ns = kube::MetaString(job, "namespace");
+  const std::string name = kube::MetaString(job, "name");
+  absl::Status deleted = client_.Delete(kTrainingJobs, ns, name, options);
+  if (absl::IsNotFound(deleted)) return absl::OkStatus();  // gone already
+  if (deleted.ok()) {
+    PHX_LOG(INFO) << "job " << ns << "/" << name << ": ttlSecondsAfterFinished passed: deleted";
+  }
+  return deleted;  // an error is retried with back-off
 }
 
 absl::Status Reconciler::ReportInvalidSpec(const Json& job, const TrainingJobStatus& stored,
@@ -237,14 +253,19 @@ std::string Reconciler::LinkCoordinator(const std::string& key, const Json& job,
     world.coordinator_failed.try_emplace(
         pod.index, CoordinatorFailure{pod.incarnation, failure.reason, failure.last_heard});
   }
+  for (const auto& [task, incarnation] : link_->RegisteredIncarnations(key)) {
+    const PodTask pod = PodOfTask(spec, task, incarnation);
+    Incarnation& newest = world.coordinator_incarnations[pod.index];
+    newest = std::max(newest, pod.incarnation);
+  }
   if (std::optional<CoordinatorLink::RolledBack> rolled_back = link_->RolledBackWork(key)) {
     world.rolled_back = RolledBackReport{rolled_back->coordinator_id, rolled_back->seconds};
   }
   return world.coordinator->uid;
 }
 
-void Reconciler::RecordPassMetrics(const ReconcilePlan& plan, bool executed,
-                                   absl::Duration since_observed) {
+void Reconciler::RecordReplacements(const ReconcilePlan& plan, bool executed,
+                                    absl::Duration since_observed) {
   // The failure was observed when this pass read the cache; a back-off wait is policy and
   // ends before the pass that replaces the task, so it is not in since_observed.
   for (const Replacement& r : plan.replacements) {
@@ -255,7 +276,6 @@ void Reconciler::RecordPassMetrics(const ReconcilePlan& plan, bool executed,
     }
     if (executed) metrics_->ReplacementCreated(since_observed);
   }
-  metrics_->Reconciled(executed, since_observed);
 }
 
 bool Reconciler::DeliverPreemptionNotices(const std::string& key, const std::string& coordinator,

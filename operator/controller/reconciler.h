@@ -87,6 +87,9 @@ class Reconciler {
                                    const TrainingJobStatus& status);
   void RecordEvents(const Json& job, const std::vector<EventNote>& events);
   // Writes the InvalidSpec condition (phase Blocked) for `problems` and its Event.
+  // Deletes the finished `job` (ttlSecondsAfterFinished passed), this uid only; its children go
+  // through their ownerReferences.
+  absl::Status DeleteFinishedJob(const Json& job);
   absl::Status ReportInvalidSpec(const Json& job, const TrainingJobStatus& stored,
                                  const std::vector<std::string>& problems);
   // Points the coordinator link at the job's running coordinator pod (if one runs and can be
@@ -95,7 +98,8 @@ class Reconciler {
   std::string LinkCoordinator(const std::string& key, const Json& job, const TrainingJobSpec& spec,
                               const CoordinatorPlacement& placement, JobObservation& world);
   // A finished pass's counters: replacements (restarts, preemptions) and the pass itself.
-  void RecordPassMetrics(const ReconcilePlan& plan, bool executed, absl::Duration since_observed);
+  // The pass's restarts and preemptions; the pass itself is counted by kube::Controller.
+  void RecordReplacements(const ReconcilePlan& plan, bool executed, absl::Duration since_observed);
   // Where `job` (`key`)'s coordinator listens: options_.placement, or in port-hash mode
   // (coordinator_port_base) the port of its coordinator pod, else one from ports_.
   CoordinatorPlacement PlacementFor(const std::string& key, const Json& job,

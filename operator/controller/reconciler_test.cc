@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth/credentials.h"
 #include "common/kube/object_meta.h"
@@ -295,6 +296,21 @@ TEST_F(ReconcilerTest, ASquattingSecretIsNeverAdoptedAndTheCoordinatorKnowsTheRe
   // While the coordinator backs off (it is gone, none runs) the conflict stays on the job.
   EXPECT_FALSE(store_.Get(kPods.Qualified(), "ns", "j-coordinator").ok());
   EXPECT_TRUE(absl::IsAlreadyExists(reconciler_.Reconcile("ns/j").status()));
+  CatchUp();
+  // While the refusal stands the job is Blocked, not Running, and no task pod is created to
+  // mount the squatter's token: not even a replacement for a task that failed (the pods made
+  // before the refusal was known stay).
+  EXPECT_EQ(DecodeStatus(Stored()).phase, kPhaseBlocked);
+  const std::vector<std::string> pods_at_refusal = PodNames();
+  SetPod("j-task-0-0", "Failed", 1);
+  CatchUp();
+  EXPECT_TRUE(absl::IsAlreadyExists(reconciler_.Reconcile("ns/j").status()));
+  CatchUp();
+  EXPECT_EQ(DecodeStatus(Stored()).phase, kPhaseBlocked);
+  for (const std::string& pod : PodNames()) {
+    EXPECT_TRUE(absl::c_linear_search(pods_at_refusal, pod))
+        << pod << " was created while the Secret is not the operator's";
+  }
 
   // The user deletes the squatter: the operator writes its own Secret and a new coordinator,
   // which starts; the conflict clears.
@@ -312,6 +328,8 @@ TEST_F(ReconcilerTest, ASquattingSecretIsNeverAdoptedAndTheCoordinatorKnowsTheRe
       FindCondition(DecodeStatus(Stored()).conditions, kConditionChildrenReady);
   ASSERT_TRUE(ready.has_value());
   EXPECT_EQ(ready->status, "True");
+  EXPECT_NE(DecodeStatus(Stored()).phase, kPhaseBlocked);
+  EXPECT_THAT(PodNames(), ::testing::Contains(HasSubstr("-task-")));
 }
 
 // A Service named like the coordinator's that the job does not control would receive the tasks'
@@ -335,6 +353,41 @@ TEST_F(ReconcilerTest, ASquattingCoordinatorServiceStopsPodCreationUntilItIsGone
   EXPECT_THAT(PodNames(), ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-0"));
   EXPECT_EQ(kube::ControllerOf(*store_.Get(kServices.Qualified(), "ns", "j-coordinator"))->uid,
             kube::MetaString(Stored(), "uid"));
+}
+
+}  // namespace
+}  // namespace phalanx::op
+
+namespace phalanx::op {
+namespace {
+
+// Issue 31 (3): activeDeadlineSeconds fails the job with DeadlineExceeded, and
+// ttlSecondsAfterFinished then deletes it (this uid), with Events that say so.
+TEST_F(ReconcilerTest, ADeadlineFailsTheJobAndItsTtlDeletesIt) {
+  Json job = Stored();
+  job["spec"]["activeDeadlineSeconds"] = Json::number(60);
+  job["spec"]["ttlSecondsAfterFinished"] = Json::number(30);
+  ASSERT_THAT(store_.Update(kTrainingJobs.Qualified(), "ns", job, false).status(), IsOk());
+  CatchUp();
+  Pass();
+  EXPECT_THAT(PodNames(), ElementsAre("j-coordinator", "j-task-0-0", "j-task-1-0"));
+
+  clock_.Advance(absl::Seconds(60));
+  Pass();
+  TrainingJobStatus status = DecodeStatus(Stored());
+  EXPECT_EQ(status.phase, kPhaseFailed);
+  const std::optional<Condition> failed = FindCondition(status.conditions, "Failed");
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->reason, "DeadlineExceeded");
+  EXPECT_THAT(EventReasons(), ::testing::Contains("DeadlineExceeded"));
+
+  clock_.Advance(absl::Seconds(29));
+  Pass();
+  ASSERT_THAT(store_.Get(kTrainingJobs.Qualified(), "ns", "j").status(), IsOk()) << "too early";
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_THAT(reconciler_.Reconcile("ns/j").status(), IsOk());
+  EXPECT_TRUE(absl::IsNotFound(store_.Get(kTrainingJobs.Qualified(), "ns", "j").status()));
+  EXPECT_THAT(EventReasons(), ::testing::Contains("TTLExpired"));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "operator/controller/failure_policy.h"
 #include "operator/controller/waiting_failure.h"
 
@@ -119,7 +120,16 @@ void ClassifyTask(const PlanInputs& in, TaskRecord& record) {
 
 Next ClassifyTasks(const PlanInputs& in, JobPass& pass) {
   for (TaskRecord& record : pass.tasks) {
+    const bool was_preempting = record.status.preempting_since.has_value();
     ClassifyTask(in, record);
+    if (!was_preempting && record.status.preempting_since.has_value()) {
+      // A disrupted pod already being deleted (the scheduler preempting it, an eviction): its
+      // checkpoint clock started here, not in the preemption stage; say so there as here.
+      pass.out.events.push_back(
+          {false, "PreemptionNotice",
+           absl::StrCat(DescribeDisruption(record.status.index, *record.pod),
+                        "; asking its coordinator for a coordinated checkpoint before it goes")});
+    }
     if (record.recheck_at != absl::InfiniteFuture()) {
       RequeueWithin(pass, std::max(record.recheck_at - in.now, absl::ZeroDuration()));
     }

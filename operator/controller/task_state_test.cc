@@ -261,5 +261,30 @@ TEST(ClassifyTasks, CountsRunningReadyAndSucceededPods) {
   EXPECT_EQ(pass.out.status.ready_tasks, 1);
 }
 
+// Issue 31 (5): the kube-scheduler preempting a task pod for a higher-priority pod marks it
+// DisruptionTarget and deletes it at once. Its checkpoint clock starts in this stage (the pod is
+// already going), and the PreemptionNotice Event names the cause, once.
+TEST(ClassifyTasks, APodTheSchedulerPreemptsGetsANoticeNamingTheScheduler) {
+  TestPass t(TrainingJobBuilder("j").Tasks(2));
+  PodView& pod = t.world.task_pods[1];
+  pod.being_deleted = pod.disruption_target = true;
+  pod.disruption = "PreemptionByScheduler: Preempted by pod 4d2c on node node-0";
+  JobPass pass = t.Before("task states");
+  ClassifyTasks(t.Inputs(), pass);
+  EXPECT_EQ(pass.tasks[1].status.state, TaskState::kTerminating);
+  EXPECT_EQ(pass.tasks[1].status.preempting_since, kNow);
+  ASSERT_THAT(Reasons(pass.out.events), ElementsAre("PreemptionNotice"));
+  EXPECT_EQ(pass.out.events[0].message,
+            "task 1's pod j-task-1-0 is disrupted (DisruptionTarget PreemptionByScheduler: "
+            "Preempted by pod 4d2c on node node-0); asking its coordinator for a coordinated "
+            "checkpoint before it goes");
+
+  // The next pass: the clock is already running, nothing more to say.
+  t.previous.tasks = {pass.tasks[0].status, pass.tasks[1].status};
+  JobPass again = t.Before("task states");
+  ClassifyTasks(t.Inputs(), again);
+  EXPECT_THAT(Reasons(again.out.events), ::testing::IsEmpty());
+}
+
 }  // namespace
 }  // namespace phalanx::op

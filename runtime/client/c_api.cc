@@ -1,6 +1,7 @@
 // The C ABI (phalanx_c.h) over CoordinationClientImpl. Converts statuses to codes plus a
 // thread-local message; never lets a C++ exception cross into C.
 #include <google/protobuf/util/json_util.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -57,6 +58,10 @@ absl::Duration Millis(int64_t ms) { return absl::Milliseconds(ms); }
 }  // namespace
 
 struct phalanx_client {
+  // The process that created it. A fork()ed child has its memory but not its session thread:
+  // a call there would wait out its whole timeout (once 12 s, for a write the parent's session
+  // had in fact applied), and destroying it would join threads that do not exist.
+  const pid_t owner = getpid();
   absl::Mutex mu;
   phalanx_peer_change_fn peer_fn ABSL_GUARDED_BY(mu) = nullptr;
   void* peer_user ABSL_GUARDED_BY(mu) = nullptr;
@@ -72,6 +77,16 @@ struct phalanx_client {
 
 namespace {
 
+// 0, or FailedPrecondition (reported) when called in a fork()ed child of the client's process.
+int RefuseInForkedChild(const phalanx_client& client) {
+  if (client.owner == getpid()) return 0;
+  return Report(absl::FailedPreconditionError(
+      absl::StrCat("this phalanx client belongs to process ", client.owner,
+                   ", which forked this one (", getpid(),
+                   "): a child cannot use its parent's session. Call from the parent, or create a "
+                   "client of the child's own")));
+}
+
 int Create(ClientConfig config, phalanx_client** out) {
   if (out == nullptr) return InvalidArgument("out is NULL");
   *out = nullptr;
@@ -86,7 +101,8 @@ int Create(ClientConfig config, phalanx_client** out) {
       user = client->peer_user;
     }
     if (fn != nullptr) {
-      fn(user, info.task_id, info.incarnation, static_cast<int>(info.state), info.reason.c_str());
+      fn(user, info.task_id, phalanx::base::IncarnationToWire(info.incarnation),
+         static_cast<int>(info.state), info.reason.c_str());
     }
   };
   callbacks.on_preemption = [client](const phalanx::client::PreemptionRound& round) {
@@ -148,22 +164,27 @@ int phalanx_client_create_from_env(phalanx_client** out) {
 }
 
 int phalanx_client_create(const char* coordinator, const char* job, int task_id, int num_tasks,
-                          uint64_t incarnation, const char* token, phalanx_client** out) {
+                          phalanx_incarnation_t incarnation, const char* token,
+                          phalanx_client** out) {
   if (coordinator == nullptr || job == nullptr || token == nullptr) {
     return InvalidArgument("coordinator, job and token must not be NULL");
+  }
+  if (phalanx::base::IncarnationFromWire(incarnation) == phalanx::base::kNoIncarnation) {
+    return InvalidArgument("incarnation must be at most 2^63 - 1");
   }
   ClientConfig config;
   config.coordinator = coordinator;
   config.job = job;
   config.task_id = task_id;
   config.num_tasks = num_tasks;
-  config.incarnation = incarnation;
+  config.incarnation = phalanx::base::IncarnationFromWire(incarnation);
   config.token = token;
   return Create(std::move(config), out);
 }
 
 void phalanx_client_destroy(phalanx_client* client) {
   if (client == nullptr) return;
+  if (client->owner != getpid()) return;  // a forked child's copy is leaked (see owner)
   client->impl.reset();  // joins the session thread before the callbacks' state goes away
   delete client;
 }
@@ -206,17 +227,19 @@ int phalanx_task_id(const phalanx_client* client) {
 int phalanx_num_tasks(const phalanx_client* client) {
   return client == nullptr ? -1 : client->impl->num_tasks();
 }
-uint64_t phalanx_incarnation(const phalanx_client* client) {
-  return client == nullptr ? 0 : client->impl->task().incarnation;
+phalanx_incarnation_t phalanx_incarnation(const phalanx_client* client) {
+  return client == nullptr ? 0 : phalanx::base::IncarnationToWire(client->impl->task().incarnation);
 }
 
 int phalanx_connect(phalanx_client* client, int64_t timeout_ms) {
   if (client == nullptr) return InvalidArgument("client is NULL");
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   return Report(client->impl->Connect(Millis(timeout_ms)));
 }
 
 int phalanx_wait_until_connected(phalanx_client* client, int64_t timeout_ms) {
   if (client == nullptr) return InvalidArgument("client is NULL");
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   return Report(client->impl->WaitUntilConnected(Millis(timeout_ms)));
 }
 
@@ -229,11 +252,13 @@ int phalanx_barrier(phalanx_client* client, const char* id, int64_t timeout_ms, 
   if (client == nullptr || id == nullptr) return InvalidArgument("client and id are required");
   std::vector<int> subset;
   if (tasks != nullptr) subset.assign(tasks, tasks + num_tasks);
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   return Report(client->impl->Barrier(id, Millis(timeout_ms), subset));
 }
 
 int phalanx_cancel_barrier(phalanx_client* client, const char* id) {
   if (client == nullptr || id == nullptr) return InvalidArgument("client and id are required");
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   return Report(client->impl->CancelBarrier(id));
 }
 
@@ -242,6 +267,7 @@ int phalanx_kv_set(phalanx_client* client, const char* key, const void* value, s
   if (client == nullptr || key == nullptr || (value == nullptr && value_len > 0)) {
     return InvalidArgument("client, key and value are required");
   }
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   return Report(client->impl->KvInsert(key, std::string(static_cast<const char*>(value), value_len),
                                        allow_overwrite != 0));
 }
@@ -251,6 +277,7 @@ int phalanx_kv_set_nowait(phalanx_client* client, const char* key, const void* v
   if (client == nullptr || key == nullptr || (value == nullptr && value_len > 0)) {
     return InvalidArgument("client, key and value are required");
   }
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   std::string bytes(static_cast<const char*>(value), value_len);
   if (absl::Status earlier = client->unconfirmed_sets->TakeFailure(); !earlier.ok()) {
     return Report(
@@ -267,6 +294,7 @@ int phalanx_kv_set_nowait(phalanx_client* client, const char* key, const void* v
 
 int phalanx_kv_wait_sets(phalanx_client* client, int64_t timeout_ms) {
   if (client == nullptr) return InvalidArgument("client is required");
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   absl::Status status = client->unconfirmed_sets->Wait(Millis(timeout_ms));
   if (!status.ok() && !absl::IsDeadlineExceeded(status)) {
     status = phalanx::coord::WithContext(status, "a set sent without waiting failed: ");
@@ -287,6 +315,7 @@ int phalanx_kv_get(phalanx_client* client, const char* key, int64_t timeout_ms, 
   if (client == nullptr || key == nullptr || value == nullptr || value_len == nullptr) {
     return InvalidArgument("client, key, value and value_len are required");
   }
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   return ReturnValue(client->impl->KvGet(key, Millis(timeout_ms)), value, value_len);
 }
 
@@ -294,6 +323,7 @@ int phalanx_kv_try_get(phalanx_client* client, const char* key, void** value, si
   if (client == nullptr || key == nullptr || value == nullptr || value_len == nullptr) {
     return InvalidArgument("client, key, value and value_len are required");
   }
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   return ReturnValue(client->impl->KvTryGet(key), value, value_len);
 }
 
@@ -302,6 +332,7 @@ int phalanx_kv_dir(phalanx_client* client, const char* directory, phalanx_kv_ent
   if (client == nullptr || directory == nullptr || entries == nullptr || count == nullptr) {
     return InvalidArgument("client, directory, entries and count are required");
   }
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   auto result = client->impl->KvGetDir(directory);
   if (!result.ok()) return Report(result.status());
   *count = result->size();
@@ -327,6 +358,7 @@ void phalanx_kv_entries_free(phalanx_kv_entry* entries, size_t count) {
 
 int phalanx_kv_delete(phalanx_client* client, const char* key, int* deleted) {
   if (client == nullptr || key == nullptr) return InvalidArgument("client and key are required");
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   absl::StatusOr<int> result = client->impl->KvDelete(key);
   if (!result.ok()) return Report(result.status());
   if (deleted != nullptr) *deleted = *result;
@@ -337,6 +369,7 @@ int phalanx_kv_add(phalanx_client* client, const char* key, int64_t delta, int64
   if (client == nullptr || key == nullptr || value == nullptr) {
     return InvalidArgument("client, key and value are required");
   }
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   absl::StatusOr<int64_t> sum = client->impl->KvAdd(key, delta);
   if (!sum.ok()) return Report(sum.status());
   *value = *sum;
@@ -354,6 +387,7 @@ int phalanx_kv_compare_set(phalanx_client* client, const char* key, const void* 
   std::optional<std::string> want;
   if (expected != nullptr) want.emplace(static_cast<const char*>(expected), expected_len);
   const std::string put(desired == nullptr ? "" : static_cast<const char*>(desired), desired_len);
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   auto result = client->impl->KvCompareAndSet(key, want, put);
   if (!result.ok()) return Report(result.status());
   *swapped = result->swapped ? 1 : 0;
@@ -367,6 +401,7 @@ int phalanx_kv_compare_set(phalanx_client* client, const char* key, const void* 
 int phalanx_report_error(phalanx_client* client, const char* message) {
   if (client == nullptr || message == nullptr)
     return InvalidArgument("client and message are required");
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   return Report(client->impl->ReportError(message));
 }
 
@@ -376,22 +411,26 @@ int phalanx_report_rolled_back(phalanx_client* client, const char* recovery, dou
   if (!std::isfinite(seconds) || seconds < 0) {
     return InvalidArgument("seconds must be finite and not negative");
   }
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   return Report(client->impl->ReportRolledBack(recovery, absl::Seconds(seconds)));
 }
 
 int phalanx_alive_tasks(phalanx_client* client, const int* tasks, size_t num_tasks,
-                        int64_t timeout_ms, int* task_ids, uint64_t* incarnations, size_t capacity,
-                        size_t* count) {
+                        int64_t timeout_ms, int* task_ids, phalanx_incarnation_t* incarnations,
+                        size_t capacity, size_t* count) {
   if (client == nullptr || count == nullptr)
     return InvalidArgument("client and count are required");
   std::vector<int> subset;
   if (tasks != nullptr) subset.assign(tasks, tasks + num_tasks);
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   auto alive = client->impl->GetAliveTasks(subset, Millis(timeout_ms));
   if (!alive.ok()) return Report(alive.status());
   *count = alive->size();
   for (size_t i = 0; i < alive->size() && i < capacity; ++i) {
     if (task_ids != nullptr) task_ids[i] = (*alive)[i].task_id;
-    if (incarnations != nullptr) incarnations[i] = (*alive)[i].incarnation;
+    if (incarnations != nullptr) {
+      incarnations[i] = phalanx::base::IncarnationToWire((*alive)[i].incarnation);
+    }
   }
   return Report(absl::OkStatus());
 }
@@ -404,6 +443,7 @@ int phalanx_notify_preemption(phalanx_client* client, const char* reason, int64_
   notice.deadline =
       deadline_unix_ms <= 0 ? absl::InfiniteFuture() : absl::FromUnixMillis(deadline_unix_ms);
   if (tasks != nullptr) notice.affected_tasks.assign(tasks, tasks + num_tasks);
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   auto result = client->impl->NotifyPreemption(notice);
   if (!result.ok()) return Report(result.status());
   if (round != nullptr) *round = result->round;
@@ -413,6 +453,7 @@ int phalanx_notify_preemption(phalanx_client* client, const char* reason, int64_
 int phalanx_reached_sync_point(phalanx_client* client, int64_t step, int* reached) {
   if (client == nullptr || reached == nullptr)
     return InvalidArgument("client and reached are required");
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   absl::StatusOr<bool> result = client->impl->ReachedSyncPoint(step);
   if (!result.ok()) return Report(result.status());
   *reached = *result ? 1 : 0;
@@ -421,7 +462,14 @@ int phalanx_reached_sync_point(phalanx_client* client, int64_t step, int* reache
 
 int phalanx_shutdown(phalanx_client* client, int64_t timeout_ms) {
   if (client == nullptr) return InvalidArgument("client is NULL");
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
   return Report(client->impl->Shutdown(Millis(timeout_ms)));
+}
+
+int phalanx_leave(phalanx_client* client, const char* reason, int64_t timeout_ms) {
+  if (client == nullptr) return InvalidArgument("client is NULL");
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
+  return Report(client->impl->Leave(reason == nullptr ? "" : reason, Millis(timeout_ms)));
 }
 
 }  // extern "C"

@@ -1,4 +1,7 @@
 // The C ABI against an in-process coordinator on 127.0.0.1: what a Python (ctypes) caller sees.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <string>
 #include <thread>
@@ -74,6 +77,57 @@ TEST(CApi, ReportRolledBack_CountsEachRecoveryOnceOnTheCoordinator) {
   EXPECT_EQ(phalanx_report_rolled_back(a, "", 1), PHALANX_INVALID_ARGUMENT);
   phalanx_client_destroy(a);
   phalanx_client_destroy(b);
+}
+
+TEST(CApi, Incarnations_KeepEveryValueUpTo2To63Minus1AndRefuseLarger) {
+  // No coordinator is needed: creating a client does not connect.
+  for (phalanx_incarnation_t inc : {phalanx_incarnation_t{1} << 31, phalanx_incarnation_t{1} << 32,
+                                    (phalanx_incarnation_t{1} << 63) - 1}) {
+    phalanx_client* c = nullptr;
+    ASSERT_EQ(phalanx_client_create("127.0.0.1:1", "test", 0, 1, inc, kToken, &c), PHALANX_OK)
+        << phalanx_last_error();
+    EXPECT_EQ(phalanx_incarnation(c), inc);  // never narrowed on the way through
+    phalanx_client_destroy(c);
+  }
+  phalanx_client* c = nullptr;
+  EXPECT_EQ(phalanx_client_create("127.0.0.1:1", "test", 0, 1, phalanx_incarnation_t{1} << 63,
+                                  kToken, &c),
+            PHALANX_INVALID_ARGUMENT);
+  EXPECT_THAT(phalanx_last_error(), HasSubstr("incarnation"));
+}
+
+// A fork()ed child has the client's memory but not its session thread: every call there fails
+// at once with FailedPrecondition (it once waited out its timeout for a write the parent's
+// session applied), destroying it there returns at once, and the parent keeps its session.
+TEST(CApi, AForkedChild_GetsFailedPreconditionAtOnce_AndTheParentKeepsItsSession) {
+  Coordinator coordinator(1);
+  phalanx_client* c = Connected(coordinator.port(), 0, 1);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the child: only async-signal-safe-enough calls, then _exit
+    const int set = phalanx_kv_set(c, "from-child", "x", 1, 0);
+    const int barrier = phalanx_barrier(c, "b", 60000, nullptr, 0);
+    phalanx_client_destroy(c);  // must not wait for the parent's threads
+    const int codes[2] = {set, barrier};
+    (void)!write(pipe_fds[1], codes, sizeof(codes));
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  int codes[2] = {-1, -1};
+  EXPECT_EQ(read(pipe_fds[0], codes, sizeof(codes)), static_cast<ssize_t>(sizeof(codes)));
+  close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(codes[0], PHALANX_FAILED_PRECONDITION);
+  EXPECT_EQ(codes[1], PHALANX_FAILED_PRECONDITION);
+  void* value = nullptr;
+  size_t len = 0;
+  EXPECT_EQ(phalanx_kv_try_get(c, "from-child", &value, &len), PHALANX_NOT_FOUND);
+  EXPECT_EQ(phalanx_kv_set(c, "from-parent", "y", 1, 0), PHALANX_OK) << phalanx_last_error();
+  phalanx_client_destroy(c);
 }
 
 TEST(CApi, KvAddAndCompareSet_ThroughTheCoordinator) {

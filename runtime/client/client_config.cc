@@ -59,8 +59,11 @@ absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const base::GetenvFn& getenv_
   config.task_id = *task_id;
 
   if (std::optional<std::string> inc = getenv("PHALANX_INCARNATION"); inc && !inc->empty()) {
-    absl::StatusOr<uint64_t> parsed = ParseInt<uint64_t>("PHALANX_INCARNATION", *inc);
-    if (!parsed.ok()) return parsed.status();
+    std::optional<base::Incarnation> parsed = base::ParseIncarnation(*inc);
+    if (!parsed.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PHALANX_INCARNATION must be a whole number in [0, 2^63 - 1], got \"", *inc, "\""));
+    }
     config.incarnation = *parsed;
   }
 

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/env_and_files.h"
+#include "common/base/incarnation.h"
 
 namespace phalanx::client {
 
@@ -28,7 +29,7 @@ struct ClientConfig {
   std::string job;
   int task_id = 0;
   int num_tasks = 1;
-  uint64_t incarnation = 0;
+  base::Incarnation incarnation = 0;
   std::string token;
   // PEM roots to verify the coordinator's TLS certificate; empty: cleartext gRPC.
   std::string tls_ca_pem;

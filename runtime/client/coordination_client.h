@@ -130,6 +130,18 @@ class CoordinationClient {
   // The shutdown barrier; after it passes the session ends without counting as a failure.
   virtual absl::Status Shutdown(absl::Duration timeout) = 0;
 
+  // This task leaves on its own, without the shutdown barrier: its incarnation ends SHUTDOWN
+  // ("left: <reason>"), not FAILED, so no peer's barrier or get fails for it; peers hear of it
+  // and a barrier including it waits for its next incarnation. Ends the session (waiting up to
+  // `timeout` for the coordinator to confirm); later calls fail. FailedPrecondition without an
+  // open session; DeadlineExceeded when unconfirmed (the session is closed anyway). The default
+  // is Unimplemented, for test doubles.
+  virtual absl::Status Leave(const std::string& reason, absl::Duration timeout) {
+    (void)reason;
+    (void)timeout;
+    return absl::UnimplementedError("Leave");
+  }
+
   // After resuming from a checkpoint: this task discarded `rolled_back` of work (the wall time
   // it had spent on the steps it now runs again, not the time it waited after the failure).
   // Every task of one recovery passes the same `recovery` name (e.g. the new membership's

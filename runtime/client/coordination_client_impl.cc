@@ -462,6 +462,15 @@ absl::StatusOr<bool> CoordinationClientImpl::ReachedSyncPoint(int64_t step) {
   return sync_.OnOwnReportAnswer(step, next.round.round, sync_step);
 }
 
+absl::Status CoordinationClientImpl::Leave(const std::string& reason, absl::Duration timeout) {
+  absl::Status left = session_->Leave(reason, timeout);
+  if (!absl::IsFailedPrecondition(left)) {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;  // the session is over: nothing more goes out
+  }
+  return left;
+}
+
 absl::Status CoordinationClientImpl::Shutdown(absl::Duration timeout) {
   pb::ShutdownRequest request;
   *request.mutable_task() = ToProto(task());

@@ -76,6 +76,7 @@ class CoordinationClientImpl final : public CoordinationClient, private SessionC
   absl::StatusOr<PreemptionRound> NotifyPreemption(const PreemptionNotice& notice) override;
   absl::StatusOr<bool> ReachedSyncPoint(int64_t step) override;
   absl::Status Shutdown(absl::Duration timeout) override;
+  absl::Status Leave(const std::string& reason, absl::Duration timeout) override;
 
  private:
   using Stub = RpcCaller::Stub;

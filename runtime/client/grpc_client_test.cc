@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/base/periodic_runner.h"
 #include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
@@ -31,7 +32,7 @@ using ::testing::HasSubstr;
 using ::phalanx::client::testing::Coordinator;
 using ::phalanx::client::testing::kToken;
 
-ClientConfig ConfigFor(int port, int task, int num_tasks, uint64_t incarnation = 0,
+ClientConfig ConfigFor(int port, int task, int num_tasks, base::Incarnation incarnation = 0,
                        std::string token = kToken) {
   ClientConfig config;
   config.coordinator = "127.0.0.1:" + std::to_string(port);
@@ -51,7 +52,7 @@ ClientConfig ConfigFor(int port, int task, int num_tasks, uint64_t incarnation =
 
 std::unique_ptr<CoordinationClientImpl> Connected(int port, int task, int num_tasks,
                                                   ClientCallbacks callbacks = {},
-                                                  uint64_t incarnation = 0) {
+                                                  base::Incarnation incarnation = 0) {
   auto client = CoordinationClientImpl::Create(ConfigFor(port, task, num_tasks, incarnation),
                                                std::move(callbacks));
   EXPECT_THAT(client, IsOk());
@@ -395,6 +396,33 @@ TEST(GrpcClient, Shutdown_AllTasks_LeavesNoFailure) {
   a.reset();
   b.reset();
   EXPECT_TRUE(coordinator.service().AllTasksShutDown());
+}
+
+// Issue 35 (8): Leave is a departure on either session transport: the coordinator records
+// SHUTDOWN "left: ..." (not FAILED) and the peer's barrier with the task keeps waiting; the
+// leaving client's later calls fail instead of reconnecting.
+TEST(GrpcClient, Leave_IsADepartureThePeerDoesNotFailFor) {
+  Coordinator coordinator(2);
+  auto a = Connected(coordinator.port(), 0, 2);
+  auto b = Connected(coordinator.port(), 1, 2);
+  absl::Notification passed;
+  absl::Status barrier;
+  std::thread waiter([&] {
+    barrier = a->Barrier("together", absl::Seconds(30));
+    passed.Notify();
+  });
+  ASSERT_THAT(b->Leave("done early", absl::Seconds(10)), IsOk());
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[1].state, TaskState::kShutdown);
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[1].reason, "left: done early");
+  EXPECT_FALSE(b->connected());
+  b.reset();  // the stream's end after the departure is no failure either
+  EXPECT_EQ(coordinator.service().Snapshot().tasks[1].state, TaskState::kShutdown);
+  EXPECT_FALSE(passed.WaitForNotificationWithTimeout(absl::Milliseconds(300)))
+      << "the peer's barrier failed: " << barrier;
+  auto back = Connected(coordinator.port(), 1, 2, {}, /*incarnation=*/1);
+  EXPECT_THAT(back->Barrier("together", absl::Seconds(30)), IsOk());
+  waiter.join();
+  EXPECT_THAT(barrier, IsOk());
 }
 
 // A call in flight holds the gRPC channel: were its callback to run after the client is gone,

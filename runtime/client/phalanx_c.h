@@ -47,9 +47,14 @@ enum {
 
 typedef struct phalanx_client phalanx_client;
 
+/* A task's incarnation: 0 for its first process, +1 per restart. Unsigned as the coordination
+ * protocol carries it; valid values are 0 to 2^63 - 1 (the C++ side keeps it signed, see
+ * common/base/incarnation.h), and a larger one is refused with PHALANX_INVALID_ARGUMENT. */
+typedef uint64_t phalanx_incarnation_t;
+
 /* A peer failed or restarted. `reason` is valid only during the call. */
-typedef void (*phalanx_peer_change_fn)(void* user, int task_id, uint64_t incarnation, int state,
-                                       const char* reason);
+typedef void (*phalanx_peer_change_fn)(void* user, int task_id, phalanx_incarnation_t incarnation,
+                                       int state, const char* reason);
 /* A preemption round opened; `deadline_unix_ms` is 0 when unknown. */
 typedef void (*phalanx_preemption_fn)(void* user, uint64_t round, int64_t deadline_unix_ms,
                                       const char* reason);
@@ -83,8 +88,8 @@ PHALANX_API void phalanx_free(void* p);
 /* From the PHALANX_* environment variables the operator injects. */
 PHALANX_API int phalanx_client_create_from_env(phalanx_client** out);
 PHALANX_API int phalanx_client_create(const char* coordinator, const char* job, int task_id,
-                                      int num_tasks, uint64_t incarnation, const char* token,
-                                      phalanx_client** out);
+                                      int num_tasks, phalanx_incarnation_t incarnation,
+                                      const char* token, phalanx_client** out);
 /* Stops the session (a peer sees this task's session break unless it shut down first). */
 PHALANX_API void phalanx_client_destroy(phalanx_client* client);
 
@@ -103,7 +108,7 @@ PHALANX_API void phalanx_set_reconnect_callback(phalanx_client* client, phalanx_
 
 PHALANX_API int phalanx_task_id(const phalanx_client* client);
 PHALANX_API int phalanx_num_tasks(const phalanx_client* client);
-PHALANX_API uint64_t phalanx_incarnation(const phalanx_client* client);
+PHALANX_API phalanx_incarnation_t phalanx_incarnation(const phalanx_client* client);
 
 PHALANX_API int phalanx_connect(phalanx_client* client, int64_t timeout_ms);
 /* After a call returned PHALANX_UNAVAILABLE (the coordinator stopped, moved or restarted): waits
@@ -162,14 +167,18 @@ PHALANX_API int phalanx_report_rolled_back(phalanx_client* client, const char* r
                                            double seconds);
 /* Writes up to `capacity` alive tasks; *count is how many there are. */
 PHALANX_API int phalanx_alive_tasks(phalanx_client* client, const int* tasks, size_t num_tasks,
-                                    int64_t timeout_ms, int* task_ids, uint64_t* incarnations,
-                                    size_t capacity, size_t* count);
+                                    int64_t timeout_ms, int* task_ids,
+                                    phalanx_incarnation_t* incarnations, size_t capacity,
+                                    size_t* count);
 PHALANX_API int phalanx_notify_preemption(phalanx_client* client, const char* reason,
                                           int64_t deadline_unix_ms, const int* tasks,
                                           size_t num_tasks, uint64_t* round);
 /* *reached is 1 exactly at the agreed checkpoint step of an open preemption round. */
 PHALANX_API int phalanx_reached_sync_point(phalanx_client* client, int64_t step, int* reached);
 PHALANX_API int phalanx_shutdown(phalanx_client* client, int64_t timeout_ms);
+/* This task leaves on its own (no shutdown barrier): a departure, not a failure. Its peers'
+   barriers and gets do not fail for it; the session ends. `reason` may be NULL. */
+PHALANX_API int phalanx_leave(phalanx_client* client, const char* reason, int64_t timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -57,6 +57,36 @@ void SessionChannel::Stop() {
   if (session_thread_.joinable()) session_thread_.join();
 }
 
+absl::Status SessionChannel::Leave(const std::string& reason, absl::Duration timeout) {
+  std::shared_ptr<SessionStream> stream;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!connected_ || stream_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("task ", config_.task_id, " has no open session to leave on"));
+    }
+    stream = stream_;
+    leaving_ = true;
+  }
+  stream->SendLeave(reason);
+  bool confirmed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stream_done_.has_value() || stopping_;
+    };
+    clock_.AwaitWithDeadline(&mu_, absl::Condition(&ended), clock_.Now() + timeout);
+    confirmed = stream_done_.has_value();
+  }
+  Stop();
+  if (!confirmed) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "task ", config_.task_id, ": the coordinator did not confirm the departure within ",
+        absl::FormatDuration(timeout), "; the session was closed (peers may see a failure)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SessionChannel::WaitUntilConnected(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -294,7 +324,7 @@ void SessionChannel::SessionLoop(std::shared_ptr<SessionStream> first) {
       session_opened_ = false;
       connected_ = false;
       PublishCallStream();
-      if (stopping_) return;
+      if (stopping_ || leaving_) return;  // a departure: the coordinator ended the session
     }
     ever_connected = ever_connected || was_connected;
     if (IsTerminal(end)) return SetFatal(end);

@@ -73,6 +73,11 @@ class SessionChannel final : public SessionStream::Sink {
 
   // Ends the session thread without reconnecting; returns once it has ended. Idempotent.
   void Stop();
+  // Tells the coordinator this task is leaving (a departure, not a failure: no peer's wait fails
+  // for it), waits up to `timeout` for the coordinator to end the session, then Stop()s.
+  // FailedPrecondition when no session is open; DeadlineExceeded when the coordinator did not
+  // end the session in time (it was closed anyway: peers may then see a failure).
+  absl::Status Leave(const std::string& reason, absl::Duration timeout);
 
   // SessionStream::Sink (gRPC threads).
   void OnSessionEvent(coord::SessionEvent event) override;
@@ -111,6 +116,9 @@ class SessionChannel final : public SessionStream::Sink {
   mutable absl::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Leave() sent `leave`: the stream's end is the coordinator's confirmation, not a break to
+  // reconnect from.
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
   bool session_opened_ ABSL_GUARDED_BY(mu_) = false;  // the current stream got its `opened`
   std::optional<absl::Status> fatal_ ABSL_GUARDED_BY(mu_);

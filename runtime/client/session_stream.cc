@@ -36,9 +36,19 @@ void GrpcSessionStream::SendHeartbeat(int64_t sent_unix_micros) {
 }
 
 void GrpcSessionStream::SendCall(coord::v1::SessionCall call) {
-  absl::MutexLock lock(&mu_);
   coord::v1::SessionRequest request;
   *request.mutable_call() = std::move(call);
+  Send(std::move(request));
+}
+
+void GrpcSessionStream::SendLeave(const std::string& reason) {
+  coord::v1::SessionRequest request;
+  request.mutable_leave()->set_reason(reason);
+  Send(std::move(request));
+}
+
+void GrpcSessionStream::Send(coord::v1::SessionRequest request) {
+  absl::MutexLock lock(&mu_);
   queue_.push_back(std::move(request));
   PumpLocked();
 }

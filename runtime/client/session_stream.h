@@ -38,6 +38,8 @@ class SessionStream {
   virtual void SendHeartbeat(int64_t sent_unix_micros) = 0;
   // Sends a call; its answer arrives as a CallResult event.
   virtual void SendCall(coord::v1::SessionCall call) = 0;
+  // Says the task is leaving (SessionRequest.leave); the coordinator then ends the stream.
+  virtual void SendLeave(const std::string& reason) = 0;
   // Ends the stream from this side; OnSessionDone follows.
   virtual void Cancel() = 0;
   // Blocks until the transport is done with this object (after OnSessionDone). Bounded: every
@@ -55,6 +57,7 @@ class GrpcSessionStream final
   void Start() override;
   void SendHeartbeat(int64_t sent_unix_micros) override;
   void SendCall(coord::v1::SessionCall call) override;
+  void SendLeave(const std::string& reason) override;
   void Cancel() override { context_.TryCancel(); }
   void WaitDone() override { done_.WaitForNotification(); }
 
@@ -68,6 +71,8 @@ class GrpcSessionStream final
   coord::v1::SessionEvent read_buffer_;
 
   absl::Mutex mu_;
+  // Queues `request` behind the writes before it.
+  void Send(coord::v1::SessionRequest request) ABSL_LOCKS_EXCLUDED(mu_);
   // Starts the next queued write if none is in flight.
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -118,7 +118,7 @@ void WireConnection::Dial(absl::Time deadline, absl::FunctionRef<bool(absl::Dura
   reader_ = std::thread([this] { ReadLoop(); });
   // The magic leads every write; a write is whole frames, so the streams' first frames follow.
   absl::MutexLock write_lock(&write_mu_);
-  unsent_.assign(coord::kWireMagicView);
+  writer_.Append(coord::kWireMagicView);  // sent with the first stream's hello
 }
 
 absl::Status WireConnection::AwaitDialled(absl::Time deadline,
@@ -169,7 +169,7 @@ uint32_t WireConnection::Attach(Receiver& receiver,
       streams_.emplace(id, Entry{&receiver});
       // Queued under mu_, so hellos leave in the order of their ids.
       absl::MutexLock write_lock(&write_mu_);
-      if (!write_broken_) unsent_.append(first_frames(id));
+      writer_.Append(first_frames(id));
     }
   }
   if (ended.has_value()) {
@@ -193,37 +193,26 @@ void WireConnection::Detach(uint32_t stream) {
 
 void WireConnection::Send(std::string bytes) {
   write_mu_.Lock();
-  if (write_broken_) {
-    write_mu_.Unlock();
-    return;
-  }
-  unsent_.append(bytes);
+  writer_.Append(bytes);
   Flush();
 }
 
 void WireConnection::Flush() {
-  if (flushing_ || corked_ || write_broken_) {
-    // Another thread is in send(): it takes what is queued with its next one.
-    write_mu_.Unlock();
-    return;
-  }
-  flushing_ = true;
-  std::string batch;
-  while (!unsent_.empty()) {
-    batch.swap(unsent_);
-    unsent_.clear();
+  // Unless another thread is in send() (it takes what is queued with its next one) or the reader
+  // holds the writes back (it sends them when its batch is handed out).
+  while (writer_.ShouldSend()) {
+    const std::string batch = writer_.Claim();
     write_mu_.Unlock();
     const bool sent = SendAll(fd_, batch);
     write_mu_.Lock();
+    writer_.Release();
     if (!sent) {
       // Broken, or no room for kSendTimeout (a coordinator that stopped reading): end the
       // connection; the reader reports it to every stream and the pending calls fail.
-      write_broken_ = true;
-      unsent_.clear();
+      writer_.Break();
       shutdown(fd_, SHUT_RDWR);
     }
   }
-  flushing_ = false;
   write_mu_.Unlock();
 }
 
@@ -254,7 +243,7 @@ absl::Status WireConnection::ReadUntilEnd() {
   std::string in;
   size_t at = 0;
   bool magic_seen = false;
-  bool corked = false;  // this thread holds the writes back (corked_)
+  bool corked = false;  // this thread holds the writes back (writer_ corked)
   std::vector<char> buffer(64 << 10);
   while (true) {
     if (!magic_seen && in.size() >= coord::kWireMagicView.size()) {
@@ -280,7 +269,7 @@ absl::Status WireConnection::ReadUntilEnd() {
         // once, and each sends its next call).
         corked = true;
         absl::MutexLock lock(&write_mu_);
-        corked_ = true;
+        writer_.Cork();
       }
       pb::WireServerFrame message;
       if (!message.ParseFromArray(frame.payload.data(), frame.payload.size())) {
@@ -292,7 +281,7 @@ absl::Status WireConnection::ReadUntilEnd() {
     if (corked) {
       corked = false;
       write_mu_.Lock();
-      corked_ = false;
+      writer_.Uncork();
       Flush();
     }
     in.erase(0, at);
@@ -346,7 +335,7 @@ void WireConnection::EndAll(const absl::Status& read_status) {
   }
   {
     absl::MutexLock lock(&write_mu_);
-    write_broken_ = true;
+    writer_.Break();
   }
   for (auto& [id, receiver] : receivers) receiver->OnConnectionEnd(status);
   absl::MutexLock lock(&mu_);

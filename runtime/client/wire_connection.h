@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/coordination/coalescing_writer.h"
 #include "runtime/proto/coordination.pb.h"
 
 namespace phalanx::client {
@@ -122,11 +123,8 @@ class WireConnection {
   absl::flat_hash_map<uint32_t, Entry> streams_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::string unsent_ ABSL_GUARDED_BY(write_mu_);  // written by the thread that is flushing
-  bool flushing_ ABSL_GUARDED_BY(write_mu_) = false;
-  // Set while the reader hands out a batch of frames: writes queue, and the reader sends them.
-  bool corked_ ABSL_GUARDED_BY(write_mu_) = false;
-  bool write_broken_ ABSL_GUARDED_BY(write_mu_) = false;
+  // Corked while the reader hands out a batch of frames: writes queue, and the reader sends them.
+  coord::CoalescingWriter writer_ ABSL_GUARDED_BY(write_mu_);
 };
 
 }  // namespace phalanx::client

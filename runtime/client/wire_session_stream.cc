@@ -113,6 +113,12 @@ void WireSessionStream::SendCall(pb::SessionCall call) {
   Send(request);
 }
 
+void WireSessionStream::SendLeave(const std::string& reason) {
+  pb::SessionRequest request;
+  request.mutable_leave()->set_reason(reason);
+  Send(request);
+}
+
 void WireSessionStream::Send(const pb::SessionRequest& request) {
   std::string frame;
   coord::AppendFrame(request, id_, frame);

@@ -55,6 +55,7 @@ class WireSessionStream final : public SessionStream, private WireConnection::Re
   void Start() override;
   void SendHeartbeat(int64_t sent_unix_micros) override;
   void SendCall(coord::v1::SessionCall call) override;
+  void SendLeave(const std::string& reason) override;
   void Cancel() override;
   void WaitDone() override;
 

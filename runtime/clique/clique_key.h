@@ -16,12 +16,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/base/incarnation.h"
 
 namespace phalanx::clique {
 
 struct CliqueMember {
   int task_id = 0;
-  uint64_t incarnation = 0;
+  base::Incarnation incarnation = 0;
   std::vector<int> device_ids;  // logical ids, one rank each
 
   friend bool operator==(const CliqueMember&, const CliqueMember&) = default;

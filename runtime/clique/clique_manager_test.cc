@@ -36,7 +36,8 @@ class CliqueManagerTest : public ::testing::Test {
     }
   }
 
-  static CliqueKey Key(std::vector<uint64_t> incarnations, std::vector<int> tasks = {0, 1, 2, 3}) {
+  static CliqueKey Key(std::vector<base::Incarnation> incarnations,
+                       std::vector<int> tasks = {0, 1, 2, 3}) {
     std::vector<CliqueMember> members;
     for (size_t i = 0; i < tasks.size(); ++i) members.push_back({tasks[i], incarnations[i], {0}});
     return *CliqueKey::Create("job", members);

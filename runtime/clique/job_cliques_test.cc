@@ -50,7 +50,7 @@ struct Task {
   CliqueId id = 0;
 };
 
-CliqueKey KeyFor(const std::vector<uint64_t>& incarnations) {
+CliqueKey KeyFor(const std::vector<base::Incarnation>& incarnations) {
   std::vector<CliqueMember> members;
   for (int t = 0; t < kTasks; ++t)
     members.push_back({t, incarnations[static_cast<size_t>(t)], {0}});
@@ -59,7 +59,7 @@ CliqueKey KeyFor(const std::vector<uint64_t>& incarnations) {
 
 class JobCliquesTest : public ::testing::Test {
  protected:
-  void StartTask(int t, uint64_t incarnation) {
+  void StartTask(int t, base::Incarnation incarnation) {
     auto task = std::make_unique<Task>();
     client::ClientConfig config;
     config.coordinator = "127.0.0.1:" + std::to_string(coordinator_.port());

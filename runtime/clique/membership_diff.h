@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/incarnation.h"
 #include "runtime/clique/clique_key.h"
 
 namespace phalanx::clique {
@@ -16,7 +17,7 @@ namespace phalanx::clique {
 // One task as the latest membership knows it.
 struct MemberStatus {
   int task_id = 0;
-  uint64_t incarnation = 0;
+  base::Incarnation incarnation = 0;
   bool alive = true;  // false: failed, its next incarnation has not registered yet
 };
 

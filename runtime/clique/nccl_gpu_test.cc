@@ -71,7 +71,7 @@ TEST(NcclGpuTest, OneGpuClique_AbortedForARestart_FormsAgainAtTheNextIncarnation
   InMemoryUniqueIdExchange exchange;
   base::Clock& clock = base::RealClock::Get();
   CliqueManager manager(**loader, exchange, clock, {});
-  auto form = [&](uint64_t incarnation, double* ms) -> absl::StatusOr<CliqueId> {
+  auto form = [&](base::Incarnation incarnation, double* ms) -> absl::StatusOr<CliqueId> {
     auto key = CliqueKey::Create("gpu-test", {{0, incarnation, {0}}});
     if (!key.ok()) return key.status();
     const absl::Time start = absl::Now();

@@ -22,7 +22,7 @@ bool AliveTasksAgreement::TryComplete(const std::vector<int>& set, Round& round,
                                       const AliveFn& alive, Completions& out) {
   std::vector<TaskRef> answer;
   for (int task : set) {
-    std::optional<uint64_t> incarnation = alive(task);
+    std::optional<base::Incarnation> incarnation = alive(task);
     if (!incarnation.has_value()) continue;
     auto it = round.find(task);
     if (it == round.end() || it->second.incarnation != *incarnation) return false;

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/base/incarnation.h"
 #include "runtime/coordination/completions.h"
 #include "runtime/coordination/types.h"
 
@@ -21,7 +22,7 @@ namespace phalanx::coord {
 class AliveTasksAgreement {
  public:
   // The incarnation of `task_id` if it is alive (connected), else nullopt.
-  using AliveFn = std::function<std::optional<uint64_t>(int task_id)>;
+  using AliveFn = std::function<std::optional<base::Incarnation>(int task_id)>;
 
   // `set` is sorted and unique and contains the caller (the service checks).
   void Join(TaskRef caller, const std::vector<int>& set, absl::Time deadline,
@@ -34,7 +35,7 @@ class AliveTasksAgreement {
 
  private:
   struct Caller {
-    uint64_t incarnation;
+    base::Incarnation incarnation;
     absl::Time deadline;
     AliveTasksCallback done;
   };

@@ -22,8 +22,11 @@
 // with the reason. Fail fast: the barrier fails for every other waiter at once as well
 // (FailParticipant), and an arrival at a barrier one of whose participants is failed right now
 // fails it (FailNow), so a plain training loop goes straight to recovery instead of waiting out
-// the timeout (XLA's coordination service does the same). The service's own barriers (ids that
-// start with a space: the shutdown barrier) are exempt; they wait for the restarted task.
+// the timeout (XLA's coordination service does the same). Only news fails fast: the service calls
+// FailNow for a failure that came after the arriving incarnation registered; one from before (a
+// whole-job restart) makes the arrival wait for the failed peer's next incarnation. The service's
+// own barriers (ids that start with a space: the shutdown barrier) are exempt; they wait for the
+// restarted task.
 #pragma once
 
 #include <deque>
@@ -35,6 +38,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/base/incarnation.h"
 #include "runtime/coordination/completions.h"
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/types.h"
@@ -89,7 +93,7 @@ class BarrierTable {
 
  private:
   struct Arrival {
-    uint64_t incarnation;
+    base::Incarnation incarnation;
     absl::Time arrived;
     StatusCallback done;
   };

@@ -170,7 +170,14 @@ void ConnectionListener::Admit(int fd, const std::string& peer) {
     // A record under this address belongs to an earlier connection from the same client port
     // that has ended, whose HUP the loop has not handled yet.
     ForgetLocked(peer);
-    if (static_cast<int>(connections_.size()) >= options_.max_connections) {
+    MakeRoomForUnauthenticatedLocked();
+    // Connections shut down (for the share, or unauthenticated too long) are on their way out:
+    // they do not hold a slot against a newcomer, or a flood would still lock clients out
+    // until the hang-ups are handled.
+    const int live =
+        static_cast<int>(std::count_if(connections_.begin(), connections_.end(),
+                                       [](const auto& entry) { return !entry.second.shut_down; }));
+    if (live >= options_.max_connections) {
       close(fd);
       metrics_.ConnectionClosed(ConnectionCloseReason::kLimit);
       return;
@@ -281,6 +288,28 @@ void ConnectionListener::PauseAccepting() {
   event.events = 0;
   event.data.fd = listen_fd_;
   epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &event);
+}
+
+int ConnectionListener::unauthenticated_share() const {
+  if (options_.max_unauthenticated_connections > 0) return options_.max_unauthenticated_connections;
+  return std::max(1, options_.max_connections / 4);
+}
+
+void ConnectionListener::MakeRoomForUnauthenticatedLocked() {
+  if (options_.max_unauthenticated_connections < 0) return;  // no share
+  int unauthenticated = 0;
+  Connection* oldest = nullptr;
+  for (auto& [peer, connection] : connections_) {
+    if (connection.authenticated || connection.shut_down) continue;
+    ++unauthenticated;
+    if (oldest == nullptr || connection.accepted < oldest->accepted) oldest = &connection;
+  }
+  if (unauthenticated < unauthenticated_share() || oldest == nullptr) return;
+  // As Tick does: the dup's HUP then tells the accept thread to forget it. It still holds its
+  // slot until then, which the limit below counts.
+  shutdown(oldest->watch_fd, SHUT_RDWR);
+  oldest->shut_down = true;
+  metrics_.ConnectionClosed(ConnectionCloseReason::kUnauthenticatedShare);
 }
 
 void ConnectionListener::MarkAuthenticated(std::string_view peer) {

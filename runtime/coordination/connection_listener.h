@@ -8,6 +8,10 @@
 // each admitted socket to the server through an ExternalConnectionAcceptor (which, unlike
 // AddInsecureChannelFromFd, also takes TLS credentials). Here:
 //   - at most `max_connections` are open; one more is accepted and closed at once (counted);
+//   - at most `max_unauthenticated_connections` of them have not yet carried a valid
+//     credential: a new one past that share shuts the oldest such one down (counted), so a
+//     flood of unauthenticated connections can neither take the slots of the authenticated ones
+//     nor keep a new, legitimate client out (its hello comes within milliseconds of connecting);
 //   - on EMFILE/ENFILE a spare descriptor is given up to accept and close one pending
 //     connection, and accepting pauses for `accept_backoff` instead of stopping;
 //   - a connection that has not carried a call with a valid credential within
@@ -48,6 +52,9 @@ class ConnectionListener {
     int max_connections = 1000;
     absl::Duration unauthenticated_timeout = absl::Seconds(5);
     absl::Duration accept_backoff = absl::Milliseconds(100);
+    // 0: a quarter of max_connections (at least 1); negative: no share (any slot may be
+    // unauthenticated, and past max_connections a newcomer is refused, none shut down).
+    int max_unauthenticated_connections = 0;
   };
   // Takes ownership of an admitted connection's descriptor `fd`.
   using Handoff = absl::AnyInvocable<void(int listen_fd, int fd)>;
@@ -101,6 +108,10 @@ class ConnectionListener {
   // when `watch_fd` is not waiting for its first byte.
   bool Classify(int watch_fd);
   void ForgetLocked(const std::string& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps room for one more unauthenticated connection in its share: shuts the oldest one
+  // down when the share is full.
+  void MakeRoomForUnauthenticatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int unauthenticated_share() const;
   void ShedOneWithSpare();
   void PauseAccepting();
 

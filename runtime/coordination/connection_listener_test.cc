@@ -26,9 +26,12 @@ constexpr absl::Duration kWait = absl::Seconds(30);  // real-time bound for sock
 
 class ListenerTest : public ::testing::Test {
  protected:
-  void Start(int max_connections) {
+  // `unauthenticated_share` -1: none (any slot may be unauthenticated), which the tests of
+  // other rules assume.
+  void Start(int max_connections, int unauthenticated_share = -1) {
     ConnectionListener::Options options;
     options.max_connections = max_connections;
+    options.max_unauthenticated_connections = unauthenticated_share;
     options.unauthenticated_timeout = absl::Seconds(5);
     auto listener = ConnectionListener::Listen(options, clock_, metrics_);
     ASSERT_TRUE(listener.ok()) << listener.status();
@@ -118,6 +121,46 @@ TEST_F(ListenerTest, OverTheLimit_AcceptedAndClosedAtOnce_AndASlotFreesWhenOneEn
   const int later = Connect();
   EXPECT_TRUE(Eventually([&] { return HandedOff() == 3; }, kWait));
   EXPECT_FALSE(ClosedByServer(later));
+}
+
+// A flood of connections that never authenticate takes at most its share of the slots: each new
+// one past the share shuts the oldest unauthenticated one down, and an authenticated connection
+// is never touched (with `ulimit -n 1024`, such a flood once kept every legitimate call out).
+TEST_F(ListenerTest, UnauthenticatedShare_ANewOneShutsTheOldest_AuthenticatedKeepTheirSlots) {
+  Start(/*max_connections=*/6, /*unauthenticated_share=*/2);
+  const int task = Connect();
+  ASSERT_TRUE(Eventually([&] { return listener_->open_connections() == 1; }, kWait));
+  listener_->MarkAuthenticated(PeerOf(task));
+  std::vector<int> flood;
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Milliseconds(1));  // accepted one after another: the first is oldest
+    flood.push_back(Connect());
+    ASSERT_TRUE(Eventually([&] { return HandedOff() == i + 2; }, kWait));
+  }
+  EXPECT_TRUE(Eventually([&] { return ClosedByServer(flood[0]); }, kWait));
+  EXPECT_FALSE(ClosedByServer(flood[1]));
+  EXPECT_FALSE(ClosedByServer(flood[2]));
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(absl::Milliseconds(1));
+    flood.push_back(Connect());
+  }
+  // Every one was admitted (none refused for the limit: the task's slot and the flood's share
+  // are apart), and never more than the share stays unauthenticated: the task and two of the
+  // flood remain, the newest among them (a new client always gets its chance to say hello).
+  ASSERT_TRUE(Eventually([&] { return HandedOff() == 14; }, kWait)) << HandedOff();
+  EXPECT_TRUE(Eventually([&] { return listener_->open_connections() == 3; }, kWait));
+  EXPECT_FALSE(ClosedByServer(flood.back()));
+  EXPECT_FALSE(ClosedByServer(task));
+  double shed = 0;
+  for (const auto& family : registry_.Collect()) {
+    if (family.name != "phalanx_coordinator_connections_closed_total") continue;
+    for (const auto& metric : family.metric) {
+      for (const auto& label : metric.label) {
+        if (label.value == "unauthenticated_share") shed = metric.counter.value;
+      }
+    }
+  }
+  EXPECT_EQ(shed, 11);  // each of the flood but the two newest
 }
 
 TEST(DefaultMaxConnections, LeavesAReserveAndCountsTwoDescriptorsPerConnection) {

@@ -219,6 +219,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, credentials);
   builder.RegisterService(server->impl_.get());
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  grpc::ResourceQuota quota("phalanx-coordinator");
+  quota.Resize(options.grpc_memory_bytes);
+  builder.SetResourceQuota(quota);
   // Tasks heartbeat on their session; transport keepalive is only a backstop for half-open
   // connections, so allow clients to ping as often as every 10 s.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);

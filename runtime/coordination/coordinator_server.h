@@ -39,6 +39,10 @@ class CoordinatorServer {
     // Large enough for a 1 MiB value plus framing, so an oversized value gets a clear
     // InvalidArgument from the store rather than a transport error.
     int max_receive_message_bytes = 4 << 20;
+    // What gRPC may hold in memory for all connections together (its ResourceQuota): it stops
+    // reading from peers at this, so large messages sent without a valid token (which gRPC
+    // reads before the service can refuse them) cannot grow the coordinator past it.
+    size_t grpc_memory_bytes = 64 << 20;
     int max_connections = 1000;  // one more is accepted and closed at once
     // A connection with no call carrying a valid credential by then is closed.
     absl::Duration unauthenticated_timeout = absl::Seconds(5);

@@ -34,6 +34,8 @@ std::string CloseReasonLabel(ConnectionCloseReason reason) {
       return "limit";
     case ConnectionCloseReason::kUnauthenticated:
       return "unauthenticated";
+    case ConnectionCloseReason::kUnauthenticatedShare:
+      return "unauthenticated_share";
     case ConnectionCloseReason::kOutOfDescriptors:
       return "out_of_descriptors";
   }
@@ -108,6 +110,12 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
                             .Help("Client connections open on the gRPC port")
                             .Register(r)
                             .Add({})),
+      wire_streams_(BuildGauge()
+                        .Name("phalanx_coordinator_wire_streams")
+                        .Help("Session wire streams held (one per task session on the wire; "
+                              "a stream whose session ended is freed at once)")
+                        .Register(r)
+                        .Add({})),
       rpcs_(BuildCounter()
                 .Name("phalanx_coordinator_rpcs_total")
                 .Help("RPCs handled, by method and status code")

@@ -25,7 +25,12 @@ enum class FailureKind { kSessionBroken, kHeartbeatTimeout, kReportedError, kSup
 
 // Why the coordinator closed a client connection; bounded label values for
 // connections_closed_total.
-enum class ConnectionCloseReason { kLimit, kUnauthenticated, kOutOfDescriptors };
+enum class ConnectionCloseReason {
+  kLimit,
+  kUnauthenticated,
+  kUnauthenticatedShare,  // the oldest unauthenticated one, for a newer (connection_listener.h)
+  kOutOfDescriptors
+};
 
 class CoordinatorMetrics {
  public:
@@ -42,6 +47,8 @@ class CoordinatorMetrics {
   void AuthFailure() { auth_failures_.Increment(); }
   void ConnectionClosed(ConnectionCloseReason reason);
   void SetOpenConnections(size_t open) { connections_open_.Set(static_cast<double>(open)); }
+  // A session wire stream was added (+1) or freed (-1).
+  void WireStreams(int delta) { wire_streams_.Increment(delta); }
   // One finished RPC: counted by method and status code, timed by method. `method` must be a
   // string literal (or otherwise live for the process).
   void Rpc(const char* method, absl::StatusCode code, absl::Duration latency);
@@ -60,6 +67,7 @@ class CoordinatorMetrics {
   prometheus::Counter& auth_failures_;
   prometheus::Family<prometheus::Counter>& connections_closed_;
   prometheus::Gauge& connections_open_;
+  prometheus::Gauge& wire_streams_;
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Family<prometheus::Histogram>& rpc_latency_;
 

@@ -66,7 +66,7 @@ void PreemptionSync::TryAgree(const AliveFn& alive, Completions& out) {
   // Every alive task must have reported with its current incarnation.
   int64_t sync_step = 0;
   for (int task = 0; task < num_tasks_; ++task) {
-    std::optional<uint64_t> incarnation = alive(task);
+    std::optional<base::Incarnation> incarnation = alive(task);
     if (!incarnation.has_value()) continue;
     auto it = round_->reports.find(task);
     if (it == round_->reports.end() || it->second.incarnation != *incarnation) return;

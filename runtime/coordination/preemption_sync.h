@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/base/incarnation.h"
 #include "runtime/coordination/completions.h"
 #include "runtime/coordination/types.h"
 
@@ -28,7 +29,7 @@ namespace phalanx::coord {
 
 class PreemptionSync {
  public:
-  using AliveFn = std::function<std::optional<uint64_t>(int task_id)>;
+  using AliveFn = std::function<std::optional<base::Incarnation>(int task_id)>;
 
   explicit PreemptionSync(int num_tasks) : num_tasks_(num_tasks) {}
 
@@ -51,7 +52,7 @@ class PreemptionSync {
 
  private:
   struct Report_ {
-    uint64_t incarnation;
+    base::Incarnation incarnation;
     int64_t step;
     std::optional<SyncStepCallback> done;  // empty once answered
   };

@@ -46,16 +46,18 @@ int64_t ToUnixMicrosOrZero(absl::Time time) {
 pb::TaskRef ToProto(const TaskRef& ref) {
   pb::TaskRef out;
   out.set_task_id(ref.task_id);
-  out.set_incarnation(ref.incarnation);
+  out.set_incarnation(base::IncarnationToWire(ref.incarnation));
   return out;
 }
 
-TaskRef FromProto(const pb::TaskRef& ref) { return TaskRef{ref.task_id(), ref.incarnation()}; }
+TaskRef FromProto(const pb::TaskRef& ref) {
+  return TaskRef{ref.task_id(), base::IncarnationFromWire(ref.incarnation())};
+}
 
 pb::TaskInfo ToProto(const TaskInfo& info) {
   pb::TaskInfo out;
   out.set_task_id(info.task_id);
-  out.set_incarnation(info.incarnation);
+  out.set_incarnation(base::IncarnationToWire(info.incarnation));
   out.set_state(ToProto(info.state));
   out.set_reason(info.reason);
   out.set_changed_unix_micros(ToUnixMicrosOrZero(info.changed));
@@ -66,7 +68,7 @@ pb::TaskInfo ToProto(const TaskInfo& info) {
 TaskInfo FromProto(const pb::TaskInfo& info) {
   return TaskInfo{
       info.task_id(),
-      info.incarnation(),
+      base::IncarnationFromWire(info.incarnation()),
       FromProto(info.state()),
       info.reason(),
       info.changed_unix_micros() == 0 ? absl::InfinitePast()

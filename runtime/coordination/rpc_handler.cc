@@ -213,12 +213,23 @@ absl::StatusOr<RpcHandler::Session> RpcHandler::OpenSession(const pb::TaskRef& t
 }
 
 void RpcHandler::Heartbeat(const Session& session, const pb::SessionRequest& message) {
+  if (message.has_leave()) {
+    service_.Leave(session.id, message.leave().reason());
+    return;
+  }
   service_.Heartbeat(session.id,
                      message.has_heartbeat() ? message.heartbeat().sent_unix_micros() : 0);
 }
 
 void RpcHandler::CloseSession(const Session& session, const absl::Status& why) {
   service_.CloseSession(session.id, why);
+}
+
+void RpcHandler::CloseSessions(const std::vector<Session>& sessions, const absl::Status& why) {
+  std::vector<uint64_t> ids;
+  ids.reserve(sessions.size());
+  for (const Session& session : sessions) ids.push_back(session.id);
+  service_.CloseSessions(ids, why);
 }
 
 void RpcHandler::SessionCall(const Session& session, const pb::SessionCall& call, CallDone done) {

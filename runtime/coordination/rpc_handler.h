@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -62,10 +63,13 @@ class RpcHandler {
   // Errors: as CoordinationService::OpenSession.
   absl::StatusOr<Session> OpenSession(const pb::TaskRef& task,
                                       std::shared_ptr<SessionOutbox> outbox);
-  // Any message but `open` and a call; only a heartbeat carries the time its ack echoes.
+  // Any message but `open` and a call; only a heartbeat carries the time its ack echoes. A
+  // `leave` is the task's departure (CoordinationService::Leave).
   void Heartbeat(const Session& session, const pb::SessionRequest& message);
   // The stream ended (`why`); see CoordinationService::CloseSession.
   void CloseSession(const Session& session, const absl::Status& why);
+  // Many streams ended at once (their connection did); see CoordinationService::CloseSessions.
+  void CloseSessions(const std::vector<Session>& sessions, const absl::Status& why);
   // Runs a call carried on the stream. `done` gets its result exactly once, with the call's id;
   // errors are those of the unary method of the same name, Unimplemented for an unknown call.
   using CallDone = absl::AnyInvocable<void(CallResult) &&>;

@@ -21,6 +21,16 @@ constexpr char kShutdownBarrierId[] = " shutdown";
 // How long a preemption round lasts when the notice names no deadline.
 constexpr absl::Duration kDefaultPreemptionWindow = absl::Minutes(10);
 
+// A task's words (a reported error, a reason for leaving) go to every session and into every
+// snapshot: at most `max` bytes of them, keeping the start, which says what happened.
+std::string Bounded(std::string text, size_t max) {
+  if (text.size() > max) {
+    text.resize(max);
+    text += "... (truncated)";
+  }
+  return text;
+}
+
 // What every call meets once the coordinator stops: clients reconnect to its successor, re-register
 // and retry (docs/coordination.md, "What a coordinator restart loses").
 absl::Status CoordinatorStoppingError() {
@@ -49,12 +59,8 @@ CoordinationService::CoordinationService(Options options, base::Clock& clock,
       metrics_(metrics),
       barriers_(metrics, options_.barrier_limits),
       kv_(options_.kv_limits),
-      sync_(options_.num_tasks) {
-  tasks_.resize(options_.num_tasks);
-  for (int i = 0; i < options_.num_tasks; ++i) {
-    tasks_[i].info.task_id = i;
-    tasks_[i].info.changed = clock_.Now();
-  }
+      sync_(options_.num_tasks),
+      tasks_(options_.num_tasks, clock_.Now()) {
   absl::MutexLock lock(&mu_);
   UpdateGaugesLocked();
 }
@@ -65,64 +71,39 @@ absl::StatusOr<CoordinationService::Registration> CoordinationService::Register(
   Completions out;
   absl::MutexLock lock(&mu_);
   if (stopped_) return CoordinatorStoppingError();
-  if (ref.task_id < 0 || ref.task_id >= options_.num_tasks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("task id ", ref.task_id, " is out of range [0, ", options_.num_tasks, ")"));
-  }
-  Task& task = tasks_[ref.task_id];
-  TaskInfo& info = task.info;
-  const bool known = info.state != TaskState::kUnregistered;
-  // An incarnation far beyond the newest seen is a forged or corrupt one, never a restart
-  // (each restart adds one): accepting it would leave the task id unusable for every real
-  // incarnation below it (2^64-1 would poison it for good).
-  const uint64_t newest = known ? info.incarnation : 0;
-  if (ref.incarnation > newest + kMaxIncarnationStep) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation,
-                     " is implausibly far ahead of incarnation ", newest, " (at most ",
-                     kMaxIncarnationStep, " more is accepted)"));
-  }
-  if (known && ref.incarnation < info.incarnation) {
-    return absl::AbortedError(absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation,
-                                           " is stale: incarnation ", info.incarnation,
-                                           " has registered since"));
-  }
-  if (known && ref.incarnation == info.incarnation) {
-    if (info.state == TaskState::kFailed) {
-      return absl::AbortedError(absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation,
-                                             " was declared failed (", info.reason,
-                                             "); restart it with a new incarnation"));
-    }
-    if (info.state == TaskState::kShutdown) {
-      return absl::AbortedError(absl::StrCat("task ", ref.task_id, " has shut down"));
-    }
-    // Connected already: a retried Register. Nothing changes.
-  } else {
-    if (known && info.state == TaskState::kConnected) {
-      metrics_.TaskFailed(FailureKind::kSuperseded);
-    }
-    if (known) {
-      sync_.Superseded(ref.task_id);
-      RetireIncarnationLocked(
-          task,
-          absl::AbortedError(absl::StrCat("task ", ref.task_id, " restarted: incarnation ",
-                                          info.incarnation, " superseded by ", ref.incarnation)),
-          out);
-      // A connected incarnation replaced without a failure seen: it died unnoticed.
-      if (info.state == TaskState::kConnected) {
-        FailPeerWaitsLocked({ref.task_id, info.incarnation},
-                            absl::StrCat("restarted as incarnation ", ref.incarnation), out);
-      }
-    }
-    const std::string reason =
-        known ? absl::StrCat("registered, replacing incarnation ", info.incarnation)
-              : std::string("registered");
-    info.incarnation = ref.incarnation;
-    task.last_seen = clock_.Now();
-    SetStateLocked(task, TaskState::kConnected, reason, out);
+  absl::StatusOr<TaskTable::Admission> admission = tasks_.Admit(ref);
+  if (!admission.ok()) return admission.status();
+  // A retried Register of the connected incarnation changes nothing.
+  if (*admission != TaskTable::Admission::kRetry) {
+    ConnectLocked(ref, *admission == TaskTable::Admission::kReplace, out);
   }
   return Registration{options_.job, options_.num_tasks, options_.heartbeat_interval,
                       options_.heartbeat_timeout, options_.coordinator_id};
+}
+
+void CoordinationService::ConnectLocked(TaskRef ref, bool replacing, Completions& out) {
+  TaskTable::Task& task = tasks_[ref.task_id];
+  TaskInfo& info = task.info;
+  if (replacing) {
+    if (info.state == TaskState::kConnected) metrics_.TaskFailed(FailureKind::kSuperseded);
+    sync_.Superseded(ref.task_id);
+    RetireIncarnationLocked(
+        task,
+        absl::AbortedError(absl::StrCat("task ", ref.task_id, " restarted: incarnation ",
+                                        info.incarnation, " superseded by ", ref.incarnation)),
+        out);
+    // A connected incarnation replaced without a failure seen: it died unnoticed.
+    if (info.state == TaskState::kConnected) {
+      FailPeerWaitsLocked({ref.task_id, info.incarnation},
+                          absl::StrCat("restarted as incarnation ", ref.incarnation), out);
+    }
+  }
+  const std::string reason =
+      replacing ? absl::StrCat("registered, replacing incarnation ", info.incarnation)
+                : std::string("registered");
+  info.incarnation = ref.incarnation;
+  task.last_seen = clock_.Now();
+  SetStateLocked(task, TaskState::kConnected, reason, out);
 }
 
 absl::StatusOr<uint64_t> CoordinationService::OpenSession(TaskRef ref,
@@ -131,17 +112,14 @@ absl::StatusOr<uint64_t> CoordinationService::OpenSession(TaskRef ref,
   absl::MutexLock lock(&mu_);
   if (stopped_) return CoordinatorStoppingError();
   if (absl::Status s = CheckCallerLocked(ref); !s.ok()) return s;
-  Task& task = tasks_[ref.task_id];
-  if (task.outbox != nullptr) {
-    task.outbox->Close(absl::AbortedError("replaced by a newer session of the same task"));
-    out.Add([o = task.outbox] { o->Notify(); });
-    session_task_.erase(task.session_id);
+  TaskTable::Task& task = tasks_[ref.task_id];
+  uint64_t id = 0;
+  if (std::shared_ptr<SessionOutbox> replaced =
+          tasks_.Attach(task, std::move(outbox), clock_.Now(), &id);
+      replaced != nullptr) {
+    replaced->Close(absl::AbortedError("replaced by a newer session of the same task"));
+    out.Add([replaced] { replaced->Notify(); });
   }
-  const uint64_t id = next_session_id_++;
-  task.session_id = id;
-  task.outbox = std::move(outbox);
-  task.last_seen = clock_.Now();
-  session_task_[id] = ref.task_id;
   // The first event says the session is open. It carries the job's header, not every task:
   // a full snapshot per session would make start-up O(N^2) (1M task entries at 1024 tasks);
   // a task that wants the membership asks WatchJobState.
@@ -155,41 +133,63 @@ absl::StatusOr<uint64_t> CoordinationService::OpenSession(TaskRef ref,
 void CoordinationService::Heartbeat(uint64_t session_id, int64_t sent_unix_micros) {
   Completions out;
   absl::MutexLock lock(&mu_);
-  auto it = session_task_.find(session_id);
-  if (it == session_task_.end()) return;
-  Task& task = tasks_[it->second];
-  task.last_seen = clock_.Now();
-  PushLocked(task, HeartbeatAck{sent_unix_micros}, out);
+  TaskTable::Task* task = tasks_.FindSession(session_id);
+  if (task == nullptr) return;
+  task->last_seen = clock_.Now();
+  PushLocked(*task, HeartbeatAck{sent_unix_micros}, out);
+}
+
+void CoordinationService::Leave(uint64_t session_id, std::string reason) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  TaskTable::Task* task = tasks_.FindSession(session_id);
+  if (task == nullptr || task->info.state != TaskState::kConnected || stopped_) return;
+  reason = Bounded(std::move(reason), options_.max_error_message_bytes);
+  task->last_seen = clock_.Now();
+  RetireIncarnationLocked(
+      *task, absl::CancelledError(absl::StrCat("task ", task->info.task_id, " left")), out);
+  SetStateLocked(*task, TaskState::kShutdown,
+                 absl::StrCat("left: ", reason.empty() ? "the task said so" : reason), out);
+  // A shutdown is not pushed to peers (they all pass the shutdown barrier together); a
+  // departure of one task is news they may act on.
+  TellPeersLocked(task->info, out);
 }
 
 void CoordinationService::CloseSession(uint64_t session_id, const absl::Status& why) {
+  CloseSessions({session_id}, why);
+}
+
+void CoordinationService::CloseSessions(const std::vector<uint64_t>& session_ids,
+                                        const absl::Status& why) {
   Completions out;
   absl::MutexLock lock(&mu_);
-  auto it = session_task_.find(session_id);
-  if (it == session_task_.end()) return;  // already replaced or retired
-  Task& task = tasks_[it->second];
-  session_task_.erase(it);
-  task.session_id = 0;
-  task.outbox.reset();
-  if (task.info.state == TaskState::kConnected && !stopped_) {
-    task.last_seen = clock_.Now();  // hearing it go: for a crash, when it stopped
-    metrics_.SessionBroken();
-    FailTaskLocked(task, FailureKind::kSessionBroken,
-                   absl::StrCat("session broken: ",
-                                why.ok() ? "closed by the task" : std::string(why.message())),
-                   out);
+  // The failures go out together, at once unless something went out this tick already.
+  const bool now = !peer_events_.holding();
+  peer_events_.Hold();
+  BeginBatchLocked();
+  for (uint64_t session_id : session_ids) {
+    TaskTable::Task* found = tasks_.FindSession(session_id);
+    if (found == nullptr) continue;  // already replaced or retired
+    TaskTable::Task& task = *found;
+    tasks_.Detach(task);
+    if (task.info.state == TaskState::kConnected && !stopped_) {
+      task.last_seen = clock_.Now();  // hearing it go: for a crash, when it stopped
+      metrics_.SessionBroken();
+      FailTaskLocked(task, FailureKind::kSessionBroken,
+                     absl::StrCat("session broken: ",
+                                  why.ok() ? "closed by the task" : std::string(why.message())),
+                     out);
+    }
   }
+  EndBatchLocked(out);
+  if (now) FlushPeerEventsLocked(out);
 }
 
 absl::Status CoordinationService::ReportError(TaskRef ref, std::string message) {
   Completions out;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckCallerLocked(ref); !s.ok()) return s;
-  if (message.size() > options_.max_error_message_bytes) {
-    // It goes to every session and into every snapshot: keep the start, which says what broke.
-    message.resize(options_.max_error_message_bytes);
-    message += "... (truncated)";
-  }
+  message = Bounded(std::move(message), options_.max_error_message_bytes);
   // The report and the failure it causes go out together (at once, unless something went out
   // this tick already).
   const bool now = !peer_events_.holding();
@@ -209,7 +209,7 @@ void CoordinationService::Barrier(TaskRef ref, std::string id, absl::Duration ti
   absl::Status status = CheckCallerLocked(ref);
   absl::StatusOr<absl::Duration> resolved =
       ResolveTimeout(timeout, options_.barrier_default_timeout);
-  absl::StatusOr<std::vector<int>> subset = ResolveSubset(std::move(tasks), ref.task_id);
+  absl::StatusOr<std::vector<int>> subset = tasks_.ResolveSubset(std::move(tasks), ref.task_id);
   if (status.ok()) status = barriers_.ValidateId(id);
   if (status.ok() && id.front() == ' ') {
     status = absl::InvalidArgumentError("barrier ids may not start with a space");
@@ -221,9 +221,14 @@ void CoordinationService::Barrier(TaskRef ref, std::string id, absl::Duration ti
     return;
   }
   const absl::Time now = clock_.Now();
+  const uint64_t caller_registered = tasks_[ref.task_id].state_version;
   for (int participant : *subset) {
-    const TaskInfo& info = tasks_[participant].info;
-    if (info.state == TaskState::kFailed) {
+    const TaskTable::Task& peer = tasks_[participant];
+    const TaskInfo& info = peer.info;
+    // Fail fast only on news: a peer that failed before the caller registered (a whole-job
+    // restart, a rendezvous after a recovery) is one the caller knows of; it waits, up to the
+    // timeout, for that peer's next incarnation instead of tripping on the previous one.
+    if (info.state == TaskState::kFailed && peer.state_version > caller_registered) {
       barriers_.FailNow(id, PeerFailedError({participant, info.incarnation}, info.reason), now,
                         std::move(done), out);
       return;
@@ -350,7 +355,7 @@ void CoordinationService::GetAliveTasks(TaskRef ref, std::vector<int> tasks, abs
   absl::Status status = CheckCallerLocked(ref);
   absl::StatusOr<absl::Duration> resolved =
       ResolveTimeout(timeout, options_.barrier_default_timeout);
-  absl::StatusOr<std::vector<int>> subset = ResolveSubset(std::move(tasks), ref.task_id);
+  absl::StatusOr<std::vector<int>> subset = tasks_.ResolveSubset(std::move(tasks), ref.task_id);
   if (status.ok()) status = resolved.status();
   if (status.ok()) status = subset.status();
   if (!status.ok()) {
@@ -416,14 +421,12 @@ void CoordinationService::Shutdown(TaskRef ref, absl::Duration timeout, StatusCa
     out.Answer(std::move(done), status);
     return;
   }
-  std::vector<int> all(options_.num_tasks);
-  for (int i = 0; i < options_.num_tasks; ++i) all[i] = i;
   const absl::Time now = clock_.Now();
   barriers_.ForgetFailure(kShutdownBarrierId);  // a timed-out shutdown may be tried again
   // Mark the tasks shut down before answering, so a task that exits right after its answer
   // never looks like a crash.
   barriers_.Arrive(
-      ref, kShutdownBarrierId, std::move(all), now + *resolved, now,
+      ref, kShutdownBarrierId, tasks_.AllIds(), now + *resolved, now,
       [this, done = std::move(done)](absl::Status s) mutable {
         if (s.ok()) MarkAllShutDown();
         std::move(done)(s);
@@ -438,14 +441,13 @@ std::pair<size_t, size_t> CoordinationService::BarrierMemory() {
 
 bool CoordinationService::AllTasksShutDown() {
   absl::MutexLock lock(&mu_);
-  return std::all_of(tasks_.begin(), tasks_.end(),
-                     [](const Task& t) { return t.info.state == TaskState::kShutdown; });
+  return tasks_.AllShutDown();
 }
 
 void CoordinationService::MarkAllShutDown() {
   Completions out;
   absl::MutexLock lock(&mu_);
-  for (Task& task : tasks_) {
+  for (TaskTable::Task& task : tasks_) {
     if (task.info.state != TaskState::kConnected) continue;
     SetStateLocked(task, TaskState::kShutdown, "passed the shutdown barrier", out);
   }
@@ -457,8 +459,9 @@ void CoordinationService::Tick(absl::Time now) {
   if (stopped_) return;
   // Failures found by this tick (a mass heartbeat timeout) go out together at its end.
   peer_events_.Hold();
+  BeginBatchLocked();
   absl::Duration oldest = absl::ZeroDuration();
-  for (Task& task : tasks_) {
+  for (TaskTable::Task& task : tasks_) {
     if (task.info.state != TaskState::kConnected) continue;
     const absl::Duration age = now - task.last_seen;
     if (age > options_.heartbeat_timeout) {
@@ -475,9 +478,9 @@ void CoordinationService::Tick(absl::Time now) {
     }
   }
   metrics_.SetMaxHeartbeatAge(oldest);
+  EndBatchLocked(out);
   barriers_.Expire(
-      now, [this](int task) ABSL_NO_THREAD_SAFETY_ANALYSIS { return DescribeTaskLocked(task); },
-      out);
+      now, [this](int task) ABSL_NO_THREAD_SAFETY_ANALYSIS { return tasks_.Describe(task); }, out);
   kv_.Expire(now, out);
   alive_.Expire(now, out);
   sync_.Expire(now, AliveFnLocked(), out);
@@ -502,42 +505,17 @@ void CoordinationService::Stop() {
   alive_.FailAll(stopping, out);
   sync_.FailAll(stopping, out);
   AnswerWatchersLocked(out);
-  for (Task& task : tasks_) {
-    if (task.outbox == nullptr) continue;
-    task.outbox->Close(stopping);
-    out.Add([o = task.outbox] { o->Notify(); });
-    task.outbox.reset();
-    task.session_id = 0;
+  for (TaskTable::Task& task : tasks_) {
+    std::shared_ptr<SessionOutbox> outbox = tasks_.Detach(task);
+    if (outbox == nullptr) continue;
+    outbox->Close(stopping);
+    out.Add([outbox] { outbox->Notify(); });
   }
-  session_task_.clear();
 }
 
 absl::Status CoordinationService::CheckCallerLocked(TaskRef ref) const {
   if (stopped_) return CoordinatorStoppingError();
-  if (ref.task_id < 0 || ref.task_id >= options_.num_tasks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("task id ", ref.task_id, " is out of range [0, ", options_.num_tasks, ")"));
-  }
-  const TaskInfo& info = tasks_[ref.task_id].info;
-  if (info.state == TaskState::kUnregistered) {
-    return absl::FailedPreconditionError(absl::StrCat("task ", ref.task_id, " is not registered"));
-  }
-  if (ref.incarnation < info.incarnation) {
-    return absl::AbortedError(absl::StrCat("task ", ref.task_id, " restarted: incarnation ",
-                                           ref.incarnation, " superseded by ", info.incarnation));
-  }
-  if (ref.incarnation > info.incarnation) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation, " is not registered"));
-  }
-  if (info.state == TaskState::kFailed) {
-    return absl::AbortedError(absl::StrCat("task ", ref.task_id, " incarnation ", ref.incarnation,
-                                           " was declared failed: ", info.reason));
-  }
-  if (info.state == TaskState::kShutdown) {
-    return absl::FailedPreconditionError(absl::StrCat("task ", ref.task_id, " has shut down"));
-  }
-  return absl::OkStatus();
+  return tasks_.CheckCaller(ref);
 }
 
 absl::StatusOr<absl::Duration> CoordinationService::ResolveTimeout(absl::Duration timeout,
@@ -550,54 +528,42 @@ absl::StatusOr<absl::Duration> CoordinationService::ResolveTimeout(absl::Duratio
   return std::min(timeout, options_.max_wait);
 }
 
-absl::StatusOr<std::vector<int>> CoordinationService::ResolveSubset(std::vector<int> tasks,
-                                                                    int caller) const {
-  if (tasks.empty()) {
-    tasks.resize(options_.num_tasks);
-    for (int i = 0; i < options_.num_tasks; ++i) tasks[i] = i;
-    return tasks;
-  }
-  std::sort(tasks.begin(), tasks.end());
-  if (std::adjacent_find(tasks.begin(), tasks.end()) != tasks.end()) {
-    return absl::InvalidArgumentError("task subset lists a task twice");
-  }
-  if (tasks.front() < 0 || tasks.back() >= options_.num_tasks) {
-    return absl::InvalidArgumentError("task subset names a task id out of range");
-  }
-  if (!std::binary_search(tasks.begin(), tasks.end(), caller)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("task subset does not include the calling task ", caller));
-  }
-  return tasks;
-}
-
-std::optional<uint64_t> CoordinationService::AliveIncarnationLocked(int task_id) const {
-  if (task_id < 0 || task_id >= options_.num_tasks) return std::nullopt;
-  const TaskInfo& info = tasks_[task_id].info;
-  if (info.state != TaskState::kConnected) return std::nullopt;
-  return info.incarnation;
-}
-
 AliveTasksAgreement::AliveFn CoordinationService::AliveFnLocked() const {
   // Only ever called (and the function only used) while mu_ is held.
   return [this](int task_id)
-             ABSL_NO_THREAD_SAFETY_ANALYSIS { return AliveIncarnationLocked(task_id); };
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return tasks_.AliveIncarnation(task_id); };
 }
 
-void CoordinationService::SetStateLocked(Task& task, TaskState state, std::string reason,
+void CoordinationService::SetStateLocked(TaskTable::Task& task, TaskState state, std::string reason,
                                          Completions& out) {
   const TaskState previous = task.info.state;
-  task.info.state = state;
+  tasks_.SetState(task, state);
   task.info.reason = std::move(reason);
   task.info.changed = clock_.Now();
-  ++version_;
+  task.state_version = ++version_;
   // Peers hear of failures and restarts, the changes they must act on. A first registration
   // or a clean shutdown is not pushed to every session: at 1024 tasks that would be a million
   // events during start-up; watchers (WatchJobState) still see every change.
   if (previous != TaskState::kUnregistered && state != TaskState::kShutdown) {
     TellPeersLocked(task.info, out);
   }
-  // Membership changed: agreements waiting on this task may now complete.
+  if (batching_) {
+    batch_changed_ = true;  // EndBatchLocked does the rest once for the whole batch
+    return;
+  }
+  MembershipChangedLocked(out);
+}
+
+void CoordinationService::BeginBatchLocked() { batching_ = true; }
+
+void CoordinationService::EndBatchLocked(Completions& out) {
+  batching_ = false;
+  if (batch_changed_) MembershipChangedLocked(out);
+  batch_changed_ = false;
+}
+
+void CoordinationService::MembershipChangedLocked(Completions& out) {
+  // Agreements waiting on a task that changed may now complete.
   alive_.Reevaluate(AliveFnLocked(), out);
   sync_.Reevaluate(AliveFnLocked(), out);
   AnswerWatchersLocked(out);
@@ -609,8 +575,8 @@ void CoordinationService::AnswerWatchersLocked(Completions& out) {
   watchers_.AnswerAll([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SnapshotLocked(); }, out);
 }
 
-void CoordinationService::FailTaskLocked(Task& task, FailureKind kind, std::string reason,
-                                         Completions& out) {
+void CoordinationService::FailTaskLocked(TaskTable::Task& task, FailureKind kind,
+                                         std::string reason, Completions& out) {
   if (task.info.state != TaskState::kConnected) return;
   metrics_.TaskFailed(kind);
   RetireIncarnationLocked(
@@ -640,15 +606,12 @@ void CoordinationService::FailPeerWaitsLocked(TaskRef failed, const std::string&
   kv_.FailTaskWaits(why, out);
 }
 
-void CoordinationService::RetireIncarnationLocked(Task& task, const absl::Status& why,
+void CoordinationService::RetireIncarnationLocked(TaskTable::Task& task, const absl::Status& why,
                                                   Completions& out) {
   const TaskRef gone{task.info.task_id, task.info.incarnation};
-  if (task.outbox != nullptr) {
-    task.outbox->Close(why);
-    out.Add([o = task.outbox] { o->Notify(); });
-    session_task_.erase(task.session_id);
-    task.outbox.reset();
-    task.session_id = 0;
+  if (std::shared_ptr<SessionOutbox> outbox = tasks_.Detach(task); outbox != nullptr) {
+    outbox->Close(why);
+    out.Add([outbox] { outbox->Notify(); });
   }
   barriers_.DropTask(gone, why, out);
   kv_.DropTask(gone, why, out);
@@ -656,7 +619,7 @@ void CoordinationService::RetireIncarnationLocked(Task& task, const absl::Status
   sync_.DropTask(gone, why, out);
 }
 
-void CoordinationService::PushLocked(Task& task, SessionEvent event, Completions& out) {
+void CoordinationService::PushLocked(TaskTable::Task& task, SessionEvent event, Completions& out) {
   if (task.outbox == nullptr) return;
   task.outbox->Push(std::move(event));
   out.Add([o = task.outbox] { o->Notify(); });
@@ -665,7 +628,7 @@ void CoordinationService::PushLocked(Task& task, SessionEvent event, Completions
 void CoordinationService::BroadcastLocked(const SessionEvent& event, Completions& out) {
   // Held peer events happened first: keep that order on every stream.
   FlushPeerEventsLocked(out);
-  for (Task& task : tasks_) PushLocked(task, event, out);
+  for (TaskTable::Task& task : tasks_) PushLocked(task, event, out);
 }
 
 void CoordinationService::TellPeersLocked(SessionEvent event, Completions& out) {
@@ -676,7 +639,7 @@ void CoordinationService::TellPeersLocked(SessionEvent event, Completions& out) 
 void CoordinationService::FlushPeerEventsLocked(Completions& out) {
   std::shared_ptr<const std::vector<SessionEvent>> batch = peer_events_.Take();
   if (batch == nullptr) return;
-  for (Task& task : tasks_) {
+  for (TaskTable::Task& task : tasks_) {
     if (task.outbox == nullptr) continue;
     task.outbox->PushShared(batch);
     out.Add([o = task.outbox] { o->Notify(); });
@@ -684,33 +647,12 @@ void CoordinationService::FlushPeerEventsLocked(Completions& out) {
 }
 
 JobSnapshot CoordinationService::SnapshotLocked() const {
-  JobSnapshot snapshot{
-      options_.job, version_, {}, options_.coordinator_id, rollbacks_.total_seconds()};
-  snapshot.tasks.reserve(tasks_.size());
-  for (const Task& task : tasks_) {
-    snapshot.tasks.push_back(task.info);
-    if (task.info.state != TaskState::kUnregistered) {
-      snapshot.tasks.back().last_heard = task.last_seen;
-    }
-  }
-  return snapshot;
+  return JobSnapshot{options_.job, version_, tasks_.Infos(), options_.coordinator_id,
+                     rollbacks_.total_seconds()};
 }
 
 void CoordinationService::UpdateGaugesLocked() {
-  int registered = 0;
-  int connected = 0;
-  for (const Task& task : tasks_) {
-    if (task.info.state != TaskState::kUnregistered) ++registered;
-    if (task.info.state == TaskState::kConnected) ++connected;
-  }
-  metrics_.SetTaskCounts(registered, connected);
-}
-
-std::string CoordinationService::DescribeTaskLocked(int task_id) const {
-  const TaskInfo& info = tasks_[task_id].info;
-  if (info.state == TaskState::kConnected) return absl::StrCat(task_id);
-  return absl::StrCat(task_id, " (", TaskStateName(info.state), info.reason.empty() ? "" : ": ",
-                      info.reason, ")");
+  metrics_.SetTaskCounts(tasks_.registered(), tasks_.CountIn(TaskState::kConnected));
 }
 
 }  // namespace phalanx::coord

@@ -45,7 +45,7 @@ class ServiceTest : public ::testing::Test {
   }
 
   // Registers task `id` at `incarnation` and opens its session.
-  void Join(int id, uint64_t incarnation = 0) {
+  void Join(int id, base::Incarnation incarnation = 0) {
     ASSERT_THAT(service_->Register({id, incarnation}), IsOk());
     sessions_[id] = std::make_unique<RecordingSession>();
     auto session = service_->OpenSession({id, incarnation}, sessions_[id]->outbox());
@@ -251,6 +251,98 @@ TEST_F(ServiceTest, Barrier_ArrivingWhileAParticipantIsFailed_FailsAtOnceForEver
   service_->Barrier({0, 0}, "e", absl::Hours(1), {0, 2}, waits.Callback());
   EXPECT_FALSE(waits.done());
   service_->Stop();  // answers the waiting calls while their slots are still alive
+}
+
+// Issue 35 (found with a probe): two tasks pass b0 and close; both come back as incarnation 2,
+// task 0 a second later. Task 1's b1 failed at once on task 0's previous incarnation, and the id
+// stayed failed for task 0's own arrival: a whole-job restart tripped on the failure before it.
+// A failure from before the arriving task registered is not news: the arrival waits for the
+// failed peer's next incarnation.
+TEST_F(ServiceTest, Barrier_AFailureFromBeforeTheCallerRegistered_WaitsForThePeersNextIncarnation) {
+  Join(0, 0);
+  Join(1, 0);
+  Slot<absl::Status> a0, b0;
+  service_->Barrier({0, 0}, "b0", absl::Hours(1), {0, 1}, a0.Callback());
+  service_->Barrier({1, 0}, "b0", absl::Hours(1), {0, 1}, b0.Callback());
+  ASSERT_THAT(a0.value(), IsOk());
+  ASSERT_THAT(b0.value(), IsOk());
+  for (int t : {0, 1}) {
+    service_->CloseSession(session_ids_[t], absl::UnavailableError("stream closed by the task"));
+  }
+  Join(1, 2);
+  Slot<absl::Status> task1;
+  service_->Barrier({1, 2}, "b1", absl::Hours(1), {0, 1}, task1.Callback());
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_FALSE(task1.done()) << task1.value();
+  Join(0, 2);
+  Slot<absl::Status> task0;
+  service_->Barrier({0, 2}, "b1", absl::Hours(1), {0, 1}, task0.Callback());
+  EXPECT_THAT(task0.value(), IsOk());
+  EXPECT_THAT(task1.value(), IsOk());
+}
+
+// The other side of the rule: a survivor that registered before its peer failed still fails at
+// once (it has not seen the failure), and so does a waiter when a peer's new incarnation fails.
+TEST_F(ServiceTest, Barrier_AFailureAfterTheCallerRegistered_IsNewsAndFailsAtOnce) {
+  Join(0, 0);
+  Join(1, 0);
+  service_->CloseSession(session_ids_[0], absl::UnavailableError("killed"));
+  Slot<absl::Status> survivor;
+  service_->Barrier({1, 0}, "b1", absl::Hours(1), {0, 1}, survivor.Callback());
+  EXPECT_THAT(survivor.value(), StatusIs(absl::StatusCode::kCancelled,
+                                         HasSubstr("peer task 0 (incarnation 0) failed")));
+
+  Join(1, 1);  // registers after task 0's failure: waits for task 0's next incarnation
+  Slot<absl::Status> waiting;
+  service_->Barrier({1, 1}, "b2", absl::Hours(1), {0, 1}, waiting.Callback());
+  EXPECT_FALSE(waiting.done());
+  Join(0, 1);
+  service_->CloseSession(session_ids_[0], absl::UnavailableError("killed again"));
+  EXPECT_THAT(waiting.value(), StatusIs(absl::StatusCode::kCancelled,
+                                        HasSubstr("peer task 0 (incarnation 1) failed")));
+}
+
+// Issue 35 (8): a task that says it is leaving departs; it does not fail. Its session ends, its
+// own wait ends Cancelled, its peers hear SHUTDOWN "left: ..." and nothing of theirs fails: a
+// barrier including it waits for its next incarnation, which passes it.
+TEST_F(ServiceTest, Leave_IsADepartureNotAFailure) {
+  Join(0, 0);
+  Join(1, 0);
+  Slot<absl::Status> survivor, own;
+  service_->Barrier({0, 0}, "b", absl::Hours(1), {0, 1}, survivor.Callback());
+  service_->Barrier({1, 0}, "other", absl::Hours(1), {1, 2}, own.Callback());
+  service_->Leave(session_ids_[1], "rescheduled by the user");
+  EXPECT_EQ(StateOf(1), TaskState::kShutdown);
+  EXPECT_EQ(service_->Snapshot().tasks[1].reason, "left: rescheduled by the user");
+  EXPECT_THAT(own.value(), StatusIs(absl::StatusCode::kCancelled, HasSubstr("task 1 left")));
+  EXPECT_TRUE(sessions_[1]->final_status().has_value()) << "its session is ended";
+  // The transport then sees the stream end: not a failure any more.
+  service_->CloseSession(session_ids_[1], absl::UnavailableError("stream closed by the task"));
+  EXPECT_EQ(StateOf(1), TaskState::kShutdown);
+  EXPECT_FALSE(survivor.done()) << "a departure fails no peer's wait";
+  bool heard = false;
+  for (const TaskInfo& info : sessions_[0]->EventsOf<TaskInfo>()) {
+    heard |= info.task_id == 1 && info.state == TaskState::kShutdown;
+  }
+  EXPECT_TRUE(heard) << "peers hear of the departure";
+  Slot<absl::Status> later;
+  service_->Barrier({0, 0}, "c", absl::Hours(1), {0, 1}, later.Callback());
+  EXPECT_FALSE(later.done()) << "no fail fast for a task that left";
+
+  Join(1, 1);
+  Slot<absl::Status> back;
+  service_->Barrier({1, 1}, "b", absl::Hours(1), {0, 1}, back.Callback());
+  EXPECT_THAT(back.value(), IsOk());
+  EXPECT_THAT(survivor.value(), IsOk());
+  service_->Stop();  // answers "c" while its slot is alive
+}
+
+TEST_F(ServiceTest, Leave_OfAnUnknownOrEndedSessionChangesNothing) {
+  Join(0, 0);
+  service_->Leave(12345, "");
+  service_->CloseSession(session_ids_[0], absl::UnavailableError("killed"));
+  service_->Leave(session_ids_[0], "too late");
+  EXPECT_EQ(StateOf(0), TaskState::kFailed);
 }
 
 TEST_F(ServiceTest, Barrier_ShutdownBarrierWaitsThroughAFailure_ForTheRestartedTask) {

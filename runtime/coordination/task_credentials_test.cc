@@ -60,7 +60,7 @@ class TaskCredentialsTest : public ::testing::Test {
     ctx.AddMetadata(kAuthorizationHeader, "Bearer " + credential);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   }
-  grpc::Status Register(const std::string& credential, int task, uint64_t incarnation) {
+  grpc::Status Register(const std::string& credential, int task, base::Incarnation incarnation) {
     grpc::ClientContext ctx;
     Auth(ctx, credential);
     pb::RegisterRequest req;

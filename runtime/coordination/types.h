@@ -13,13 +13,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/base/incarnation.h"
 
 namespace phalanx::coord {
 
 // A task and the incarnation (restart count) of the process that speaks for it.
 struct TaskRef {
   int task_id = 0;
-  uint64_t incarnation = 0;
+  base::Incarnation incarnation = 0;
   friend bool operator==(const TaskRef&, const TaskRef&) = default;
 };
 
@@ -28,7 +29,7 @@ const char* TaskStateName(TaskState state);
 
 struct TaskInfo {
   int task_id = 0;
-  uint64_t incarnation = 0;
+  base::Incarnation incarnation = 0;
   TaskState state = TaskState::kUnregistered;
   std::string reason;
   absl::Time changed = absl::InfinitePast();

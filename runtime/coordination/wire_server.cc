@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/base/log.h"
+#include "runtime/coordination/coalescing_writer.h"
 #include "runtime/coordination/error_details.h"
 #include "runtime/coordination/proto_convert.h"
 #include "runtime/coordination/session_calls.h"
@@ -30,8 +31,9 @@ constexpr uint32_t kReadEvents = EPOLLIN | EPOLLRDHUP;
 
 // On the loop thread while it handles a batch of epoll events: the connections written to
 // meanwhile, sent once at the end of the batch. A barrier released by the batch's last arrival
-// then reaches each process in one send instead of one per task. Null on other threads, whose
-// writes go out at once.
+// then reaches each process in one send instead of one per task. Null on other threads: their
+// writes go out at once, unless the loop holds that connection's writes back (then they leave
+// with the batch's).
 thread_local std::vector<std::shared_ptr<void>>* t_corked = nullptr;
 
 pb::WireServerFrame EndFrame(const absl::Status& status) {
@@ -61,19 +63,20 @@ class WireSessionServer::Connection final
   bool authenticated_ = false;  // some stream presented a valid credential
   uint32_t last_stream_ = 0;    // the highest stream id seen (ids only grow)
   absl::flat_hash_map<uint32_t, std::unique_ptr<Stream>> streams_;
-  // streams_.size() for the writers' limit (they run on any thread).
-  std::atomic<size_t> stream_count_{0};
+  // Streams whose session's end went out (superseded, declared failed, ...): the loop frees
+  // them when it next reads from the connection, whether or not the task ever closes them.
+  std::atomic<size_t> ended_streams_{0};
 
   // Queues `bytes` and sends what the socket takes now; with `last`, the connection's write
   // side is shut once everything queued has gone.
   void Write(std::string_view bytes, bool last) {
     absl::MutexLock lock(&mu_);
     if (closed_ || shut_) return;
-    out_.append(bytes);
+    writer_.Append(bytes);
     if (last) ending_write_ = true;
     if (t_corked != nullptr && !last) {
-      if (!corked_) {
-        corked_ = true;
+      if (!writer_.corked()) {
+        writer_.Cork();
         t_corked->push_back(shared_from_this());
       }
       return;
@@ -88,7 +91,7 @@ class WireSessionServer::Connection final
   // The socket has room again (loop thread).
   void Flush() {
     absl::MutexLock lock(&mu_);
-    corked_ = false;
+    writer_.Uncork();
     if (!closed_ && !shut_) SendLocked();
   }
   // No write touches the descriptor after this returns.
@@ -98,20 +101,24 @@ class WireSessionServer::Connection final
   }
 
  private:
+  // Sends what the socket takes now, unless the loop holds this batch's writes back (the last
+  // frame is never held: the connection is ending).
   void SendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    while (sent_ < out_.size()) {
-      const ssize_t n =
-          send(fd_, out_.data() + sent_, out_.size() - sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (writer_.corked() && !ending_write_) return;
+    writer_.Uncork();
+    while (writer_.unsent_bytes() > 0) {
+      const std::string_view unsent = writer_.Unsent();
+      const ssize_t n = send(fd_, unsent.data(), unsent.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
-        sent_ += n;
+        writer_.Sent(static_cast<size_t>(n));
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        // Per task: one answer fanned out to a process's tasks (a value many of them waited
-        // for) queues once per task on their one connection.
-        const size_t limit = max_unsent_ * std::max<size_t>(1, stream_count_.load());
-        if (out_.size() - sent_ > limit) {
+        // Per connection, however many streams it carries: a budget that multiplied by the
+        // streams let one credential grow the coordinator by gigabytes.
+        const size_t limit = max_unsent_;
+        if (writer_.unsent_bytes() > limit) {
           // The tasks stopped reading: drop them rather than grow without bound.
           PHX_LOG(WARNING) << "session wire " << peer_ << ": more than " << limit
                            << " bytes unread by its tasks; disconnecting it";
@@ -124,8 +131,6 @@ class WireSessionServer::Connection final
       Shut();  // a broken connection: the loop sees the hang-up and closes it
       return;
     }
-    out_.clear();
-    sent_ = 0;
     Watch(0);
     if (ending_write_) {
       // The last frame is out: the task reads it and closes; a broken task's reset ends it too.
@@ -136,8 +141,7 @@ class WireSessionServer::Connection final
   void Shut() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     shutdown(fd_, SHUT_RDWR);
     shut_ = true;
-    out_.clear();
-    sent_ = 0;
+    writer_.Break();
   }
   void Watch(uint32_t extra) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (extra == watching_out_) return;
@@ -155,13 +159,12 @@ class WireSessionServer::Connection final
   const size_t max_unsent_;
 
   absl::Mutex mu_;
-  std::string out_ ABSL_GUARDED_BY(mu_);
-  size_t sent_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of out_ already sent
+  // Corked while in the loop's t_corked list.
+  CoalescingWriter writer_ ABSL_GUARDED_BY(mu_);
   uint32_t watching_out_ ABSL_GUARDED_BY(mu_) = 0;
   bool ending_write_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool corked_ ABSL_GUARDED_BY(mu_) = false;  // in the loop's t_corked list
 };
 
 // One task's session on a connection, from its accepted hello on. Its outbox's events are
@@ -175,6 +178,9 @@ class WireSessionServer::Stream final : public SessionOutbox::Listener {
 
   uint32_t id() const { return id_; }
   const auth::Principal& principal() const { return principal_; }
+  // The session's end went out (superseded, declared failed, ...): the loop may free the
+  // stream, whether or not the task ever closes it.
+  bool ended() const { return reap_requested_.load(); }
   // Loop thread only.
   std::optional<RpcHandler::Session> session_;
   const std::shared_ptr<SessionOutbox> outbox_ = std::make_shared<SessionOutbox>();
@@ -186,20 +192,22 @@ class WireSessionServer::Stream final : public SessionOutbox::Listener {
       *frame.mutable_event() = ToProto(*event);
       AppendFrame(frame, id_, frames);
     }
-    // The session's end: the task answers by closing the stream, which closes the session here.
+    // The session's end: the task answers by closing the stream (the loop frees it meanwhile).
     std::optional<absl::Status> final_status = outbox_->FinalStatus();
     if (final_status.has_value() && !end_sent_) {
       AppendFrame(EndFrame(*final_status), id_, frames);
       end_sent_ = true;
     }
     if (!frames.empty()) connection_.Write(frames, /*last=*/false);
+    if (end_sent_ && !reap_requested_.exchange(true)) connection_.ended_streams_.fetch_add(1);
   }
 
  private:
   const uint32_t id_;
   Connection& connection_;
   const auth::Principal principal_;
-  bool end_sent_ = false;  // serialised by the outbox, like OnOutboxReady
+  bool end_sent_ = false;                    // serialised by the outbox, like OnOutboxReady
+  std::atomic<bool> reap_requested_{false};  // read by the loop thread
 };
 
 WireSessionServer::WireSessionServer(Options options, RpcHandler& handler,
@@ -310,7 +318,10 @@ void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
   while (!ended.has_value()) {
     const ssize_t n = read(c->fd(), buffer, sizeof(buffer));
     if (n > 0) {
+      // Cut frames after every read, so what a connection holds is one read plus one partial
+      // frame (bounded small until a hello was accepted), never all the socket had.
       c->in_.append(buffer, n);
+      HandleFrames(c);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -323,7 +334,19 @@ void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
   if (ended.has_value()) Close(c, *ended);
 }
 
+void WireSessionServer::ReapEndedStreams(Connection& c) {
+  if (c.ended_streams_.exchange(0) == 0) return;
+  for (auto it = c.streams_.begin(); it != c.streams_.end();) {
+    auto next = std::next(it);
+    if (it->second->ended()) {
+      EndStream(c, it, absl::AbortedError("the session had ended"));  // its session is gone
+    }
+    it = next;
+  }
+}
+
 void WireSessionServer::HandleFrames(const std::shared_ptr<Connection>& c) {
+  ReapEndedStreams(*c);
   size_t at = 0;
   while (!c->ending_) {
     const std::string_view rest = std::string_view(c->in_).substr(at);
@@ -341,12 +364,17 @@ void WireSessionServer::HandleFrames(const std::shared_ptr<Connection>& c) {
       continue;
     }
     Frame frame;
-    const FrameCut cut = CutFrame(rest, options_.max_frame_bytes, &frame);
+    // Until some stream presented a valid credential a connection costs little: only a hello
+    // fits in a frame (an unauthenticated peer must not park megabytes here).
+    const size_t limit =
+        c->authenticated_ ? options_.max_frame_bytes : options_.max_unauthenticated_frame_bytes;
+    const FrameCut cut = CutFrame(rest, limit, &frame);
     if (cut == FrameCut::kNeedMore) break;
     if (cut == FrameCut::kTooBig) {
       // The rest of the connection cannot be cut into frames: end it after saying why.
-      c->Send(EndFrame(absl::InvalidArgumentError(absl::StrCat(
-                  "a session wire frame over the limit of ", options_.max_frame_bytes, " bytes"))),
+      c->Send(EndFrame(absl::InvalidArgumentError(
+                  absl::StrCat("a session wire frame over the limit of ", limit, " bytes",
+                               c->authenticated_ ? "" : " (before a hello was accepted)"))),
               frame.stream, /*last=*/true);
       c->ending_ = true;
       break;
@@ -370,6 +398,7 @@ void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32
     if (id <= c->last_stream_ || payload.empty()) return;
     c->last_stream_ = id;
     if (c->streams_.size() >= options_.max_streams_per_connection) {
+      metrics_.Rpc("Register", absl::StatusCode::kResourceExhausted, absl::ZeroDuration());
       return refuse(absl::ResourceExhaustedError(
           absl::StrCat("more than ", options_.max_streams_per_connection,
                        " sessions on one session wire connection")));
@@ -393,13 +422,24 @@ void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32
       c->authenticated_ = true;
       authenticated_(c->peer());
     }
+    // A task's credential holds a few streams at most, on all connections together (a task has
+    // one session; a reconnect overlaps two): it cannot open thousands to grow the coordinator.
+    if (!principal->admin() &&
+        streams_of_task_[principal->task_id] >= options_.max_streams_per_task_credential) {
+      metrics_.Rpc("Register", absl::StatusCode::kResourceExhausted, absl::ZeroDuration());
+      return refuse(absl::ResourceExhaustedError(
+          absl::StrCat("task ", principal->task_id, "'s credential already holds ",
+                       options_.max_streams_per_task_credential,
+                       " session wire streams (the most one task may); close one first")));
+    }
     const absl::Time start = clock_.Now();
     pb::WireServerFrame answer;
     absl::Status registered = handler_.Register(hello.register_(), answer.mutable_registered());
     metrics_.Rpc("Register", registered.code(), clock_.Now() - start);
     if (!registered.ok()) return refuse(registered);
+    if (!principal->admin()) ++streams_of_task_[principal->task_id];
     c->streams_[id] = std::make_unique<Stream>(id, *c, *std::move(principal));
-    c->stream_count_ = c->streams_.size();
+    metrics_.WireStreams(+1);
     c->Send(answer, id, /*last=*/false);
     return;
   }
@@ -433,10 +473,17 @@ void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32
   }
 }
 
+void WireSessionServer::Forget(const Stream& stream) {
+  metrics_.WireStreams(-1);
+  if (stream.principal().admin()) return;
+  auto it = streams_of_task_.find(stream.principal().task_id);
+  if (it != streams_of_task_.end() && --it->second <= 0) streams_of_task_.erase(it);
+}
+
 void WireSessionServer::EndStream(Connection& c, StreamMap::iterator it, const absl::Status& why) {
   std::unique_ptr<Stream> stream = std::move(it->second);
   c.streams_.erase(it);
-  c.stream_count_ = c.streams_.size();
+  Forget(*stream);
   stream->outbox_->Detach();  // no OnOutboxReady is running or will start
   if (stream->session_.has_value()) handler_.CloseSession(*stream->session_, why);
 }
@@ -448,8 +495,18 @@ void WireSessionServer::Close(const std::shared_ptr<Connection>& c, const absl::
   }
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd(), nullptr);
   c->MarkClosed();
-  // The connection's end is every task's on it: the crash signal of a process that died.
-  while (!c->streams_.empty()) EndStream(*c, c->streams_.begin(), why);
+  // The connection's end is every task's on it: the crash signal of a process that died. One
+  // call for all of them: per task it would cost O(tasks) each (a connection with 6,000 tasks
+  // stalled every other connection for 15 s).
+  std::vector<RpcHandler::Session> sessions;
+  sessions.reserve(c->streams_.size());
+  for (auto& [id, stream] : c->streams_) {
+    stream->outbox_->Detach();  // no OnOutboxReady is running or will start
+    if (stream->session_.has_value()) sessions.push_back(*stream->session_);
+    Forget(*stream);
+  }
+  c->streams_.clear();
+  handler_.CloseSessions(sessions, why);
   // Shut first: the listener's dup of the socket would otherwise keep it open.
   shutdown(c->fd(), SHUT_RDWR);
   close(c->fd());

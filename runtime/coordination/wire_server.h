@@ -13,7 +13,8 @@
 // answered at once): a non-blocking send, the rest left for the loop when the socket is full.
 // So an answer costs no thread hand-off on this side.
 //
-// Bounds: a client frame over `max_frame_bytes` ends the session (InvalidArgument); a client
+// Bounds: a client frame over `max_frame_bytes` (`max_unauthenticated_frame_bytes` before the
+// connection's first accepted hello) ends the connection (InvalidArgument); a client
 // that stops reading while more than `max_unsent_bytes` wait for it is disconnected (its
 // session breaks, as a hung task's would). Thread-safe.
 #pragma once
@@ -40,9 +41,17 @@ class WireSessionServer {
   struct Options {
     std::string token;  // the job token; task credentials derived from it are accepted too
     size_t max_frame_bytes = 4 << 20;
-    size_t max_unsent_bytes = 64 << 20;  // per task on the connection
+    // The same until a hello on the connection was accepted: a hello is a credential and a
+    // task reference, so an unauthenticated connection holds at most this plus one read.
+    size_t max_unauthenticated_frame_bytes = 16 << 10;
+    size_t max_unsent_bytes = 64 << 20;  // per connection, however many tasks it carries
     // Tasks one process may run over one connection (a task-host or test process runs many).
-    size_t max_streams_per_connection = 65536;
+    // A stream whose session ended (superseded, declared failed) is freed at once and does not
+    // count.
+    size_t max_streams_per_connection = 8192;
+    // Streams one task credential may hold on all connections together (the job token, which
+    // the operator and tools hold, is bounded per connection only).
+    int max_streams_per_task_credential = 4;
   };
   // Called with a connection's peer name once it presented a valid credential.
   using Authenticated = absl::AnyInvocable<void(const std::string& peer)>;
@@ -70,10 +79,14 @@ class WireSessionServer {
   // Reads what has arrived, handles every whole frame, and closes the connection if it ended.
   void Readable(const std::shared_ptr<Connection>& connection);
   void HandleFrames(const std::shared_ptr<Connection>& connection);
+  // Frees the streams whose session's end went out since the last call (loop thread).
+  void ReapEndedStreams(Connection& connection);
   void HandleFrame(const std::shared_ptr<Connection>& connection, uint32_t stream,
                    std::string_view payload);
   // Ends a stream: detaches its outbox and closes its session (a task gone: `why`).
   void EndStream(Connection& connection, StreamMap::iterator stream, const absl::Status& why);
+  // A stream is gone: its count in the metrics and in streams_of_task_.
+  void Forget(const Stream& stream);
   void Close(const std::shared_ptr<Connection>& connection, const absl::Status& why);
 
   const Options options_;
@@ -85,6 +98,9 @@ class WireSessionServer {
   int wake_fd_ = -1;
   std::thread thread_;
 
+  // Live streams by the task credential that opened them (loop thread only; Stop() closes the
+  // last connections after the loop has ended).
+  absl::flat_hash_map<int, int> streams_of_task_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<int, std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);

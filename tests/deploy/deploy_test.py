@@ -177,8 +177,9 @@ def check_rbac(objs, operator_ns_scoped):
             for field in ("apiGroups", "resources", "verbs"):
                 check("*" not in r.get(field, []), f"{o['metadata']['name']}: wildcard {field}")
     op = rules_of(objs, "-operator")
-    check(verbs_for(op, "phalanx.dev", "trainingjobs") == {"get", "list", "watch", "update", "patch"},
-          "operator: trainingjobs get/list/watch/update/patch")
+    check(verbs_for(op, "phalanx.dev", "trainingjobs") ==
+          {"get", "list", "watch", "update", "patch", "delete"},
+          "operator: trainingjobs get/list/watch/update/patch/delete")
     check({"update", "patch"} <= verbs_for(op, "phalanx.dev", "trainingjobs/status"),
           "operator: trainingjobs/status update/patch")
     # blockOwnerDeletion on the children's ownerReferences needs it under the

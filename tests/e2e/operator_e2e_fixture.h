@@ -21,6 +21,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -188,26 +189,29 @@ class OperatorE2eTest : public ::testing::Test {
     std::string preemption = "{}";
     int gpus = 0;               // nvidia.com/gpu each task asks for
     std::string coordinator{};  // spec.coordinator (JSON), if any
+    std::string name = "train";
+    std::string gang{};  // spec.gang (JSON), if any
   };
 
-  // A job of sample workers, named "train".
+  // A job of sample workers, named "train" unless told.
   absl::Status CreateJob(const JobOptions& o) {
     const std::string worker = kBuild + "/examples/sample_worker/phalanx-sample-worker";
     const std::string resources =
         o.gpus > 0 ? absl::StrCat(R"(,"resources":{"limits":{"nvidia.com/gpu":)", o.gpus, "}}")
                    : "";
     kube::Json job = kube::Json::parse(absl::StrCat(
-        R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"train"},
-            "spec":{"replicas":)",
-        o.replicas, R"(,"failurePolicy":{"maxRestarts":3,"restartScope":")", o.restart_scope,
-        R"(","backoff":)", o.backoff, R"(},
+        R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":")", o.name,
+        R"("},"spec":{"replicas":)", o.replicas,
+        R"(,"failurePolicy":{"maxRestarts":3,"restartScope":")", o.restart_scope, R"(","backoff":)",
+        o.backoff, R"(},
               "coordination":)",
         o.coordination, R"(,"preemption":)", o.preemption,
-        o.coordinator.empty() ? "" : absl::StrCat(R"(,"coordinator":)", o.coordinator), R"(,
+        o.coordinator.empty() ? "" : absl::StrCat(R"(,"coordinator":)", o.coordinator),
+        o.gang.empty() ? "" : absl::StrCat(R"(,"gang":)", o.gang), R"(,
               "template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[{"name":"worker","image":"sample","command":[")",
         worker, R"("],"args":["--steps=)", o.steps,
         R"(","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
-        (dir_ / "ckpt").string(), R"("])", resources, R"(}]}}}})"));
+        (dir_ / "ckpt" / o.name).string(), R"("])", resources, R"(}]}}}})"));
     return client_->Create(op::kTrainingJobs, ns_, job).status();
   }
 
@@ -249,7 +253,8 @@ class OperatorE2eTest : public ::testing::Test {
     return line.substr(start, line.find(' ', start) - start);
   }
 
-  std::unique_ptr<process::Subprocess> StartOperator(int port_span = 2000) {
+  std::unique_ptr<process::Subprocess> StartOperator(int port_span = 2000,
+                                                     const std::string& log_name = "operator") {
     return Start({kBuild + "/operator/phalanx-operator", "--kubeconfig", kubeconfig_,
                   "--coordinator_command", kBuild + "/runtime/coordination/phalanx-coordinator",
                   "--coordinator_address", "pod-ip", "--coordinator_port_base",
@@ -257,7 +262,7 @@ class OperatorE2eTest : public ::testing::Test {
                   "--metrics_listen", "127.0.0.1:0", "--lease_namespace", ns_,
                   // On a shared cluster, this case's namespace only ("" watches all).
                   absl::StrCat("--namespace=", ns_ == "default" ? "" : ns_)},
-                 "operator", [](const std::string& l) { return absl::StartsWith(l, "ready "); });
+                 log_name, [](const std::string& l) { return absl::StartsWith(l, "ready "); });
   }
 
   int TaskPodCount() {

@@ -2,6 +2,9 @@
 // per-job phalanx-coordinator pods and phalanx-sample-worker tasks, all real processes.
 // A 2-task TrainingJob runs; one task's process is killed; the operator replaces only that
 // task with the next incarnation and the job still completes.
+#include <set>
+#include <string>
+
 #include "tests/e2e/operator_e2e_fixture.h"
 
 namespace phalanx::e2e {
@@ -253,10 +256,17 @@ TEST_F(OperatorE2eTest, HungTaskDeclaredFailedByTheCoordinatorIsRestartedWhileIt
   EXPECT_GE(status.at("lostSeconds").as_double(), goodput.at("detectionSeconds").as_double());
 }
 
-TEST_F(OperatorE2eTest, SuspendDeletesThePodsAndResumeFinishesTheJob) {
-  ASSERT_OK_JOB(CreateJob(150));
+// Issue 31 (2): suspending a running job checkpoints it first (one round: every task at the
+// step they agreed on, then it leaves), then deletes its pods; the resumed job starts from that
+// step, so no step is lost, and nothing counts as a restart.
+TEST_F(OperatorE2eTest, SuspendCheckpointsFirstAndTheResumedJobLosesNoStep) {
+  // 12 s of training: the suspend comes after the first checkpoint, well before the end even
+  // when the operator is slow to act on a loaded machine.
+  ASSERT_OK_JOB(CreateJob(300));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));
+  ASSERT_TRUE(
+      Eventually([&] { return WorkerEvents("checkpoint").size() == 2; }, absl::Seconds(60)));
   auto suspend = [&](bool on) {
     return client_
         ->Patch(op::kTrainingJobs, ns_, "train", kube::PatchType::kMerge,
@@ -270,11 +280,30 @@ TEST_F(OperatorE2eTest, SuspendDeletesThePodsAndResumeFinishesTheJob) {
       [&] { return kube::StringAt(Job(), "status.phase") == "Suspended" && TaskPodCount() == 0; },
       absl::Seconds(60)))
       << Job().serialize();
+  std::set<std::string> sync_steps;
+  for (int i = 0; i < 2; ++i) {
+    const std::string pod = absl::StrCat(ns_, "_train-task-", i, "-0");
+    const auto synced = WorkerEvents("sync_checkpoint");
+    ASSERT_TRUE(synced.contains(pod)) << pod << " did not checkpoint before the suspend";
+    sync_steps.insert(EventField(synced.at(pod).front(), "step"));
+    const auto left = WorkerEvents("left_for_preemption");
+    ASSERT_TRUE(left.contains(pod)) << pod << " was deleted before it left";
+    EXPECT_EQ(EventField(left.at(pod).front(), "step"), *sync_steps.rbegin());
+  }
+  ASSERT_EQ(sync_steps.size(), 1u) << "the tasks checkpointed at different steps";
+
   ASSERT_TRUE(suspend(false));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
                          absl::Seconds(120)))
       << Job().serialize();
   EXPECT_EQ(Job().at("status").at("restarts").as_integer(), 0);
+  // The resumed tasks (incarnation 1) started from the suspend's step.
+  for (int i = 0; i < 2; ++i) {
+    const std::string pod = absl::StrCat(ns_, "_train-task-", i, "-1");
+    const auto started = WorkerEvents("start");
+    ASSERT_TRUE(started.contains(pod)) << pod;
+    EXPECT_EQ(EventField(started.at(pod).front(), "resume_step"), *sync_steps.begin()) << pod;
+  }
 }
 
 TEST_F(OperatorE2eTest, ATaskThatKeepsFailingExhaustsMaxRestartsAndFailsTheJob) {
@@ -299,6 +328,50 @@ TEST_F(OperatorE2eTest, ATaskThatKeepsFailingExhaustsMaxRestartsAndFailsTheJob) 
     }
   }
   EXPECT_TRUE(condition) << failed.serialize();
+}
+
+// Issue 31 (3), on the real control plane: activeDeadlineSeconds fails a job that would run on
+// for minutes (reason DeadlineExceeded, its pods deleted), and ttlSecondsAfterFinished then deletes
+// the job; the garbage collector takes its children (Services, Secret) with it. The API server
+// took both fields from the CRD's schema.
+TEST_F(OperatorE2eTest, ADeadlineFailsAJobAndItsTtlDeletesItWithItsChildren) {
+  kube::Json job = kube::Json::parse(
+      R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"train"},
+          "spec":{"replicas":1,"activeDeadlineSeconds":4,"ttlSecondsAfterFinished":2,
+            "template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[{"name":"w",
+              "image":"x","command":["/bin/sh","-c","sleep 600"]}]}}}})");
+  ASSERT_TRUE(client_->Create(op::kTrainingJobs, ns_, job).ok());
+  absl::StatusOr<kube::Json> created = client_->Get(op::kTrainingJobs, ns_, "train");
+  ASSERT_TRUE(created.ok());
+  EXPECT_TRUE(
+      kube::FieldOrNull(kube::FieldOrNull(*created, "spec"), "activeDeadlineSeconds").is_integer())
+      << "pruned: " << created->serialize();
+  ASSERT_TRUE(Eventually([&] { return client_->Get(kube::kServices, ns_, "train-tasks").ok(); },
+                         absl::Seconds(60)));
+  auto event_reasons = [&] {
+    std::set<std::string> reasons;
+    absl::StatusOr<kube::ObjectList> events = client_->List(kube::kEvents, ns_, {});
+    if (!events.ok()) return reasons;
+    for (const kube::Json& e : events->items) {
+      if (kube::StringAt(e, "involvedObject.name") == "train") {
+        reasons.insert(kube::StringAt(e, "reason"));
+      }
+    }
+    return reasons;
+  };
+  ASSERT_TRUE(Eventually([&] { return !client_->Get(op::kTrainingJobs, ns_, "train").ok(); },
+                         absl::Seconds(90)))
+      << Job().serialize();
+  EXPECT_TRUE(
+      Eventually([&] { return event_reasons().contains("TTLExpired"); }, absl::Seconds(30)));
+  EXPECT_TRUE(event_reasons().contains("DeadlineExceeded"));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return !client_->Get(kube::kServices, ns_, "train-tasks").ok() &&
+               !client_->Get(kube::kServices, ns_, "train-coordinator").ok() && TaskPodCount() == 0;
+      },
+      absl::Seconds(60)))
+      << "the garbage collector did not take the job's children";
 }
 
 TEST_F(OperatorE2eTest, JobRestartScopeReplacesEveryTaskWhenOneFails) {
@@ -331,6 +404,28 @@ class ApiServerFaultsE2eTest : public OperatorE2eTest {
 };
 
 TEST_F(ApiServerFaultsE2eTest, ApiServerFaultsDuringARestartStillConverge) {
+  // First the operator restarts while every resource request is answered 429: its key load
+  // must wait with back-off (it once exited 1 here, a crash loop adding to the API server's
+  // load), and once the throttling ends it runs the job below.
+  operator_.reset();
+  const std::filesystem::path log = dir_ / "operator-throttled.log";
+  ASSERT_TRUE(client_->Raw("POST", "/admin/errors?share=1&code=429").ok());
+  std::unique_ptr<process::Subprocess> restarted;
+  std::thread starting([&] { restarted = StartOperator(2000, "operator-throttled"); });
+  const bool retried = Eventually(
+      [&] {
+        std::ifstream in(log);
+        std::stringstream text;
+        text << in.rdbuf();
+        return absl::StrContains(text.str(), "retrying in");
+      },
+      absl::Seconds(120));
+  ASSERT_TRUE(client_->Raw("POST", "/admin/errors?share=0").ok());
+  starting.join();
+  ASSERT_TRUE(retried) << "the operator never retried its key load";
+  ASSERT_NE(restarted, nullptr) << "the operator exited instead of waiting for the API server";
+  operator_ = std::move(restarted);
+
   ASSERT_OK_JOB(CreateJob(200));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)));

@@ -69,15 +69,21 @@ TEST_F(FailureMessageE2eTest, ThePodsOwnWordsAreOnTheJob) {
         << name << ": " << JobNamed(name).serialize();
   }
 
+  // (The operator writes a pass's status before its Events: an Event may come a moment after
+  // the phase it explains, hence Eventually.)
   // A command that does not exist: the runtime's message, on the restart and on the failure.
   const kube::Json nocmd = JobNamed("nocmd");
   EXPECT_THAT(TaskField(nocmd, "lastFailureMessage"),
               HasSubstr("\"no-such-trainer\": executable file not found"))
       << nocmd.serialize();
   EXPECT_EQ(TaskField(nocmd, "lastFailureReason"), "ContainerCannotRun");
-  EXPECT_TRUE(HasEvent("nocmd", "TaskRestarted", "executable file not found"))
+  EXPECT_TRUE(
+      Eventually([&] { return HasEvent("nocmd", "TaskRestarted", "executable file not found"); },
+                 absl::Seconds(30)))
       << ::testing::PrintToString(EventsOf("nocmd"));
-  EXPECT_TRUE(HasEvent("nocmd", "MaxRestartsExceeded", "executable file not found"))
+  EXPECT_TRUE(Eventually(
+      [&] { return HasEvent("nocmd", "MaxRestartsExceeded", "executable file not found"); },
+      absl::Seconds(30)))
       << ::testing::PrintToString(EventsOf("nocmd"));
 
   // A worker that says what went wrong and exits 1: its log's last lines (FallbackToLogsOnError).
@@ -86,7 +92,11 @@ TEST_F(FailureMessageE2eTest, ThePodsOwnWordsAreOnTheJob) {
               HasSubstr("ValueError: shard 7 is corrupt"))
       << printexit.serialize();
   EXPECT_THAT(TaskField(printexit, "lastFailureMessage"), HasSubstr("loading shard 7"));
-  EXPECT_TRUE(HasEvent("printexit", "MaxRestartsExceeded", "ValueError: shard 7 is corrupt"))
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return HasEvent("printexit", "MaxRestartsExceeded", "ValueError: shard 7 is corrupt");
+      },
+      absl::Seconds(30)))
       << ::testing::PrintToString(EventsOf("printexit"));
 
   // An image reference that cannot be parsed: the pod only waits; the job fails at once by the
@@ -95,7 +105,8 @@ TEST_F(FailureMessageE2eTest, ThePodsOwnWordsAreOnTheJob) {
   EXPECT_EQ(TaskField(badimage, "lastFailureReason"), "InvalidImageName") << badimage.serialize();
   EXPECT_THAT(TaskField(badimage, "lastFailureMessage"),
               HasSubstr("couldn't parse image reference \"Team/Trainer:v1\""));
-  EXPECT_TRUE(HasEvent("badimage", "FatalFailure", "InvalidImageName"))
+  EXPECT_TRUE(Eventually([&] { return HasEvent("badimage", "FatalFailure", "InvalidImageName"); },
+                         absl::Seconds(30)))
       << ::testing::PrintToString(EventsOf("badimage"));
   EXPECT_EQ(badimage.at("status").at("restarts").as_integer(), 0);
 }

@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -200,10 +202,13 @@ TEST(CoordinatorLimits, ConnectionFloodPastTheFdLimit_ThenAValidClientRegistersW
     flood.push_back(RawConnect(c.grpc_port));
     if (i % 2 == 1) SendHttp2Preface(flood.back());
   }
-  // The flood has reached the server: it refused some (new code) or ran out of descriptors.
+  // The flood has reached the server: it shut the oldest unauthenticated ones down for newer
+  // ones (their share of the slots is full), refused some, or ran out of descriptors.
   EXPECT_TRUE(Eventually(
       [&] {
-        return Metric(c.http_port,
+        return Metric(c.http_port, R"(phalanx_coordinator_connections_closed_total{reason=)"
+                                   R"("unauthenticated_share"})") > 0 ||
+               Metric(c.http_port,
                       R"(phalanx_coordinator_connections_closed_total{reason="limit"})") > 0 ||
                OpenDescriptors(c.process->pid()) >= 250;
       },
@@ -316,14 +321,113 @@ TEST(CoordinatorLimits, Healthz_Is503WhileTheGrpcPortTakesNoConnections_And200Af
   Coordinator c =
       StartCoordinator("ulimit -n 256", {"--max_connections=2", "--unauthenticated_timeout=10m"});
   ASSERT_NE(c.grpc_port, 0);
-  std::vector<int> hogs = {RawConnect(c.grpc_port), RawConnect(c.grpc_port)};
+  // Two authenticated clients fill the port. (Unauthenticated ones no longer can: past their
+  // share of the slots a newcomer shuts the oldest of them down, so the health check would
+  // get in.)
+  std::vector<std::shared_ptr<grpc::Channel>> hogs = {FreshChannel(c.grpc_port),
+                                                      FreshChannel(c.grpc_port)};
+  for (auto& hog : hogs) ASSERT_TRUE(Register(*hog).ok());
   ASSERT_TRUE(Eventually(
       [&] { return Metric(c.http_port, "phalanx_coordinator_connections_open") == 2; }, kTimeout));
-  // Stable while the two stay open (no timeout closes them), so waiting for it tests no speed.
+  // Stable while the two stay open, so waiting for it tests no speed.
   EXPECT_TRUE(Eventually([&] { return HealthzCode(c.http_port) == 503; }, kTimeout))
       << "log in " << c.log_path;
-  CloseAll(hogs);
+  hogs.clear();
   EXPECT_TRUE(Eventually([&] { return HealthzCode(c.http_port) == 200; }, kTimeout));
+}
+
+// The most the flood test lets the coordinator's peak RSS be: ASan's shadow memory and
+// quarantine (the asan preset builds the coordinator with it too) multiply what it holds.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr double kFloodPeakLimitMiB = 1024;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr double kFloodPeakLimitMiB = 1024;
+#else
+constexpr double kFloodPeakLimitMiB = 160;
+#endif
+#else
+constexpr double kFloodPeakLimitMiB = 160;
+#endif
+
+// The coordinator's peak resident memory (VmHWM) in MiB, or -1.
+double PeakRssMiB(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) != 0) continue;
+    return std::stod(line.substr(6)) / 1024.0;  // kB
+  }
+  return -1;
+}
+
+// Issue 30: a thousand peers that never authenticate, each parking what it can, cost the
+// coordinator a small, fixed amount; a task connected before keeps being served and a new one
+// registers meanwhile, with the descriptors of `ulimit -n 1024`. Half of them open
+// the session wire and send 2 MiB of a frame announced at nearly 4 MiB; the other half open
+// gRPC with an HTTP/2 preface; 8 more send 24 MiB gRPC messages without a token. Before, each
+// wire peer could park up to 4 MiB: 100 took the coordinator from 21 MB to 435 MB, past its
+// pod's 256 MiB limit.
+TEST(CoordinatorLimits, AThousandUnauthenticatedPeersParkingBytes_CostLittle_AndAClientRegisters) {
+  // 1024 descriptors: 448 connection slots, a quarter of them for the unauthenticated.
+  // No timeout frees a slot meanwhile: what keeps room for the new client is the share.
+  Coordinator c = StartCoordinator("ulimit -n 1024", {"--unauthenticated_timeout=10m"});
+  ASSERT_NE(c.grpc_port, 0);
+  const pid_t pid = c.process->pid();
+  // A task connected before the flood keeps being served through it.
+  std::shared_ptr<grpc::Channel> task = FreshChannel(c.grpc_port);
+  ASSERT_TRUE(Register(*task).ok());
+  // A frame header announcing nearly the 4 MiB a frame may have, on stream 1, then 2 MiB of it.
+  std::string parked("\xf0PW\x02", 4);
+  const uint32_t announced = (4 << 20) - 64;
+  for (int shift : {24, 16, 8, 0}) parked.push_back(static_cast<char>((announced >> shift) & 0xff));
+  parked.append(std::string("\x00\x00\x00\x01", 4));
+  parked.append(2 << 20, 'x');
+  std::vector<int> flood;
+  for (int i = 0; i < 500; ++i) {
+    const int fd = RawConnect(c.grpc_port);
+    std::string_view rest = parked;
+    for (int waits = 0; !rest.empty() && waits < 20; ++waits) {  // at most ~2 s per peer
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, 100);
+      const ssize_t n = send(fd, rest.data(), rest.size(), MSG_NOSIGNAL);
+      if (n > 0) rest.remove_prefix(n);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) break;  // refused and closed
+    }
+    flood.push_back(fd);
+    flood.push_back(RawConnect(c.grpc_port));
+    SendHttp2Preface(flood.back());
+  }
+  std::vector<std::thread> big_calls;
+  for (int i = 0; i < 8; ++i) {
+    big_calls.emplace_back([&] {
+      auto stub = v1::Coordination::NewStub(FreshChannel(c.grpc_port));
+      grpc::ClientContext context;  // no token
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+      v1::KeyValueInsertRequest request;
+      request.set_key("big");
+      request.set_value(std::string(24 << 20, 'v'));
+      v1::KeyValueInsertResponse response;
+      const grpc::Status refused = stub->KeyValueInsert(&context, request, &response);
+      EXPECT_FALSE(refused.ok());
+    });
+  }
+  // Meanwhile the task connected before is still served, and a new one with the token
+  // registers.
+  const grpc::Status again = Register(*task);
+  EXPECT_TRUE(again.ok()) << again.error_message();
+  EXPECT_TRUE(Eventually(
+      [&] {
+        std::shared_ptr<grpc::Channel> channel = FreshChannel(c.grpc_port);
+        return Register(*channel).ok();
+      },
+      absl::Seconds(30)))
+      << "log in " << c.log_path;
+  for (std::thread& call : big_calls) call.join();
+  const double peak = PeakRssMiB(pid);
+  EXPECT_GT(peak, 0);
+  EXPECT_LT(peak, kFloodPeakLimitMiB) << "MiB at the peak; the pod's limit is 256 Mi";
+  std::cerr << "coordinator peak RSS under the flood: " << peak << " MiB\n";
+  CloseAll(flood);
 }
 
 }  // namespace

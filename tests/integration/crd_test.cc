@@ -149,11 +149,14 @@ TEST_F(TrainingJobCrdTest, CrdIsServedWithItsNamesAndPrinterColumns) {
     columns.push_back(absl::StrCat(c.at("name").as_string(), " ", c.at("type").as_string(), " ",
                                    c.at("jsonPath").as_string()));
   }
-  EXPECT_THAT(columns, ::testing::ElementsAre(
-                           "Phase string .status.phase", "Ready integer .status.readyTasks",
-                           "Replicas integer .spec.replicas", "Restarts integer .status.restarts",
-                           "Preemptions integer .status.preemptions",
-                           "Age date .metadata.creationTimestamp"));
+  EXPECT_THAT(columns,
+              ::testing::ElementsAre(
+                  "Phase string .status.phase", "Ready integer .status.readyTasks",
+                  "Replicas integer .spec.replicas", "Restarts integer .status.restarts",
+                  "Preemptions integer .status.preemptions", "Age date .metadata.creationTimestamp",
+                  // Wide only (priority 1), as kubectl get job -o wide adds columns.
+                  "Deadline integer .spec.activeDeadlineSeconds",
+                  "TTL integer .spec.ttlSecondsAfterFinished"));
 }
 
 TEST_F(TrainingJobCrdTest, SchemaIsStructuralWithCelRulesAndARealStatusSchema) {

@@ -385,7 +385,14 @@ Kubelet::Action Kubelet::AdvanceLocked(PodRuntime& rt, const Json& pod, absl::Ti
         rt.process->SignalGroup(SIGKILL);
       }
       if (!rt.process->ExitCode().has_value()) return action;
-      rt.process.reset();  // already reaped
+      // As a real kubelet (1.27+) does: how the container ended and the pod's terminal phase
+      // are written before the pod goes, so a watcher sees whether SIGTERM or SIGKILL ended it.
+      int code = 0;
+      rt.terminated = ProcessExitStateLocked(rt, pod, now, code);
+      rt.state = ContainerPhase::kTerminated;
+      rt.final_phase = code == 0 ? "Succeeded" : "Failed";
+      Json status = BuildStatusLocked(rt, pod, now);
+      if (!(status == FieldOrNull(pod, "status"))) action.status = std::move(status);
     }
     action.remove = true;
     return action;
@@ -406,18 +413,8 @@ Kubelet::Action Kubelet::AdvanceLocked(PodRuntime& rt, const Json& pod, absl::Ti
         ContainerExitedLocked(rt, pod, code, ExitState(code, std::nullopt, rt.started_at, now),
                               now);
       } else if (rt.process != nullptr && rt.process->ExitCode().has_value()) {
-        const int wait_status = rt.process->Wait(absl::ZeroDuration()).value_or(0);
-        rt.process.reset();
-        const std::optional<int> signal =
-            WIFSIGNALED(wait_status) ? std::optional<int>(WTERMSIG(wait_status)) : std::nullopt;
-        const int code = signal.has_value() ? 128 + *signal : WEXITSTATUS(wait_status);
-        Json state = ExitState(code, signal, rt.started_at, now);
-        const std::string message = FallbackTerminationMessage(
-            pod, code,
-            absl::StrCat(options_.log_dir, "/", MetaString(pod, "namespace"), "_",
-                         MetaString(pod, "name"), ".log"),
-            rt.log_start);
-        if (!message.empty()) state["message"] = Json::string(message);
+        int code = 0;
+        Json state = ProcessExitStateLocked(rt, pod, now, code);
         ContainerExitedLocked(rt, pod, code, std::move(state), now);
       }
       break;
@@ -433,6 +430,22 @@ Kubelet::Action Kubelet::AdvanceLocked(PodRuntime& rt, const Json& pod, absl::Ti
   Json status = BuildStatusLocked(rt, pod, now);
   if (!(status == FieldOrNull(pod, "status"))) action.status = std::move(status);
   return action;
+}
+
+Json Kubelet::ProcessExitStateLocked(PodRuntime& rt, const Json& pod, absl::Time now, int& code) {
+  const int wait_status = rt.process->Wait(absl::ZeroDuration()).value_or(0);
+  rt.process.reset();
+  const std::optional<int> signal =
+      WIFSIGNALED(wait_status) ? std::optional<int>(WTERMSIG(wait_status)) : std::nullopt;
+  code = signal.has_value() ? 128 + *signal : WEXITSTATUS(wait_status);
+  Json state = ExitState(code, signal, rt.started_at, now);
+  const std::string message =
+      FallbackTerminationMessage(pod, code,
+                                 absl::StrCat(options_.log_dir, "/", MetaString(pod, "namespace"),
+                                              "_", MetaString(pod, "name"), ".log"),
+                                 rt.log_start);
+  if (!message.empty()) state["message"] = Json::string(message);
+  return state;
 }
 
 void Kubelet::StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time now) {
@@ -568,14 +581,21 @@ absl::Status Kubelet::SyncNode(const NodeConfig& config, absl::Time now) {
   NodeReport report{config.name, config.gpus, config.simulated, true, config.ip};
   bool preempting = false;
   bool taint_seen = false;
+  std::string untainted_version;
   {
     absl::MutexLock lock(&mu_);
     report.ready = nodes_[config.name].ready;
     preempting = nodes_[config.name].evict_at.has_value();
     taint_seen = nodes_[config.name].taint_seen;
+    untainted_version = nodes_[config.name].untainted_version;
   }
   Json tainted = *node;
   const bool has_taint = !AddPreemptionTaint(tainted, now);
+  const std::string version = MetaString(*node, "resourceVersion");
+  if (preempting && !has_taint && taint_seen && version == untainted_version) {
+    // The cache has not caught up with our own taint yet (a loaded machine): wait for it.
+    return RenewNodeLease(config.name, now);
+  }
   if (preempting && !has_taint && taint_seen) {
     PHX_LOG(INFO) << "kubelet: node " << config.name
                   << ": preemption taint removed by hand; the preemption is called off";
@@ -583,6 +603,7 @@ absl::Status Kubelet::SyncNode(const NodeConfig& config, absl::Time now) {
     NodeState& state = nodes_[config.name];
     state.evict_at.reset();
     state.taint_seen = false;
+    state.untainted_version.clear();
     for (auto& [key, rt] : pods_) {
       if (rt->node == config.name) rt->dirty = true;  // DisruptionTarget goes
     }
@@ -591,6 +612,7 @@ absl::Status Kubelet::SyncNode(const NodeConfig& config, absl::Time now) {
     if (!node.ok()) return node.status();
     absl::MutexLock lock(&mu_);
     nodes_[config.name].taint_seen = true;
+    nodes_[config.name].untainted_version = version;
   } else if (preempting) {
     absl::MutexLock lock(&mu_);
     nodes_[config.name].taint_seen = true;

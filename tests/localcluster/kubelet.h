@@ -145,6 +145,10 @@ class Kubelet {
     // The preemption taint was on the Node once: if it is gone now, someone removed it by hand,
     // and that calls the preemption off (SyncNode) instead of being put back.
     bool taint_seen = false;
+    // The Node's resourceVersion this kubelet added the taint on top of: reads come from a
+    // watched cache, and one that has not caught up with the taint still shows this version
+    // without it, which is not a removal by hand.
+    std::string untainted_version;
   };
   // What a pass does for one pod after deciding under mu_.
   struct Action {
@@ -170,6 +174,10 @@ class Kubelet {
   Action AdvanceLocked(PodRuntime& rt, const Json& pod, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartContainerLocked(PodRuntime& rt, const Json& pod, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The state.terminated of a process that exited (reaped here; `code` gets its exit code,
+  // 128 + the signal that ended it), with FallbackToLogsOnError's message.
+  Json ProcessExitStateLocked(PodRuntime& rt, const Json& pod, absl::Time now, int& code)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies restartPolicy to a run that ended as `terminated` (state.terminated).
   void ContainerExitedLocked(PodRuntime& rt, const Json& pod, int exit_code, Json terminated,

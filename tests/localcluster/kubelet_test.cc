@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "common/kube/object_meta.h"
@@ -66,6 +67,52 @@ char ProcessState(pid_t pid) {
   return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
 }
 
+// The store seen through a watched cache that lags on one Node: while `Freeze(node)` holds,
+// reads of that Node answer the copy it had then (as an informer behind a loaded API server
+// does); writes go through.
+class LaggingNodeAccess final : public ClusterAccess {
+ public:
+  explicit LaggingNodeAccess(ClusterAccess& inner) : inner_(inner) {}
+  void Freeze(const std::string& node) { frozen_[node] = *inner_.Get("nodes", "", node); }
+  void Thaw() { frozen_.clear(); }
+
+  uint64_t Version() const override { return inner_.Version(); }
+  void WaitForChange(uint64_t since, absl::Duration max_wait) const override {
+    inner_.WaitForChange(since, max_wait);
+  }
+  absl::StatusOr<std::vector<WatchEvent>> PodEventsSince(uint64_t since) const override {
+    return inner_.PodEventsSince(since);
+  }
+  absl::StatusOr<ListResult> List(const std::string& resource,
+                                  const kube::ObjectFilter& filter) const override {
+    return inner_.List(resource, filter);
+  }
+  absl::StatusOr<Json> Get(const std::string& resource, const std::string& ns,
+                           const std::string& name) const override {
+    if (resource == "nodes" && frozen_.contains(name)) return frozen_.at(name);
+    return inner_.Get(resource, ns, name);
+  }
+  absl::StatusOr<Json> Create(const std::string& resource, const std::string& ns,
+                              const Json& object) override {
+    return inner_.Create(resource, ns, object);
+  }
+  absl::StatusOr<Json> Update(const std::string& resource, const std::string& ns,
+                              const Json& object, bool status) override {
+    return inner_.Update(resource, ns, object, status);
+  }
+  absl::Status DeletePod(const std::string& ns, const std::string& name, const std::string& uid,
+                         std::optional<int64_t> grace) override {
+    return inner_.DeletePod(ns, name, uid, grace);
+  }
+  absl::StatusOr<Json> Bind(const Json& pod, const std::string& node) override {
+    return inner_.Bind(pod, node);
+  }
+
+ private:
+  ClusterAccess& inner_;
+  std::map<std::string, Json> frozen_;
+};
+
 class KubeletTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -81,13 +128,14 @@ class KubeletTest : public ::testing::Test {
   }
 
   // One process node "node-a" (4 GPUs) unless told otherwise; nodes registered, no thread.
-  void Make(std::vector<NodeConfig> nodes = {}) {
+  // `access`: what the kubelet reads and writes through (the store itself unless told).
+  void Make(std::vector<NodeConfig> nodes = {}, ClusterAccess* access = nullptr) {
     if (nodes.empty()) nodes.push_back(NodeConfig{"node-a", 4, {{"pool", "gpu"}}, {}, false});
     Kubelet::Options options;
     options.nodes = std::move(nodes);
     options.log_dir = log_dir_;
     options.extra_env = {{"FROM_KUBELET", "yes"}};
-    kubelet_ = std::make_unique<Kubelet>(access_, clock_, options);
+    kubelet_ = std::make_unique<Kubelet>(access != nullptr ? *access : access_, clock_, options);
     ASSERT_THAT(kubelet_->RegisterNodes(), IsOk());
   }
   void Create(const Json& pod) { ASSERT_THAT(store_.Create("pods", "ns", pod), IsOk()); }
@@ -491,6 +539,40 @@ TEST_F(KubeletTest, GracefulDelete_TermTrappingProcessExits_PodDisappears) {
   EXPECT_TRUE(ProcessGone(pid));
 }
 
+// As a real kubelet (pinned by node_pod_lifecycle_table): how the container ended, and the
+// terminal phase, are written before the pod goes, so a watcher's last sight of the pod says
+// whether SIGTERM (here: exit 0) or the SIGKILL after the grace period (137) ended it.
+TEST_F(KubeletTest, GracefulDelete_TheLastSightOfThePodSaysHowItsContainerEnded) {
+  Make();
+  ASSERT_TRUE(StartUntilReady(
+      "polite",
+      ShellPod("polite", "trap 'exit 0' TERM; echo ready; while true; do sleep 0.05; done", "Never",
+               5)));
+  ASSERT_TRUE(StartUntilReady(
+      "stubborn", ShellPod("stubborn", "trap '' TERM; echo ready; while true; do sleep 0.05; done",
+                           "Never", 5)));
+  const uint64_t before = access_.Version();
+  ASSERT_THAT(store_.Delete("pods", "ns", "polite"), IsOk());
+  ASSERT_THAT(store_.Delete("pods", "ns", "stubborn"), IsOk());
+  ASSERT_TRUE(SyncUntil([&] { return !Pod("polite").has_value(); }));
+  clock_.Advance(absl::Seconds(5));
+  ASSERT_TRUE(SyncUntil([&] { return !Pod("stubborn").has_value(); }));
+
+  absl::StatusOr<std::vector<WatchEvent>> events = access_.PodEventsSince(before);
+  ASSERT_THAT(events, IsOk());
+  std::map<std::string, Json> gone;
+  for (const WatchEvent& e : *events) {
+    if (e.type == "DELETED") gone[StringAt(e.object, "metadata.name")] = e.object;
+  }
+  ASSERT_EQ(gone.size(), 2u);
+  const Json polite = gone["polite"].at("status").at("containerStatuses").at(0);
+  EXPECT_EQ(polite.at("state").at("terminated").at("exitCode").as_integer(), 0);
+  EXPECT_EQ(StringAt(gone["polite"], "status.phase"), "Succeeded");
+  const Json stubborn = gone["stubborn"].at("status").at("containerStatuses").at(0);
+  EXPECT_EQ(stubborn.at("state").at("terminated").at("exitCode").as_integer(), 137);
+  EXPECT_EQ(StringAt(gone["stubborn"], "status.phase"), "Failed");
+}
+
 TEST_F(KubeletTest, GracefulDelete_TermIgnoringProcess_KilledWhenGraceEnds) {
   Make();
   ASSERT_TRUE(StartUntilReady(
@@ -644,6 +726,29 @@ TEST_F(KubeletTest, PreemptionTaintRemovedByHand_CallsThePreemptionOff) {
   EXPECT_EQ(store_.Get("nodes", "", "node-a")->at("spec").at("taints").size(), 1u);
   kubelet_->SyncOnce();
   EXPECT_EQ(Condition("replacement", "DisruptionTarget"), "True");
+}
+
+// Found by the operator's e2e test on a loaded machine: the kubelet's node cache had not yet
+// seen the taint it had just added, took the untainted copy for a removal by hand and called
+// the preemption off, so the preempted task was never moved.
+TEST_F(KubeletTest, PreemptionTaint_NotYetInALaggingCache_IsNotARemovalByHand) {
+  LaggingNodeAccess lagging(access_);
+  Make({NodeConfig{"node-a", 4, {}, {}, true}}, &lagging);
+  Create(ShellPod("first", "ignored", "Always"));
+  kubelet_->SyncOnce();
+  lagging.Freeze("node-a");  // the cache stops at the untainted Node
+  ASSERT_THAT(kubelet_->PreemptNode("node-a", absl::Seconds(10)), IsOk());
+  ASSERT_EQ(store_.Get("nodes", "", "node-a")->at("spec").at("taints").size(), 1u);
+  for (int i = 0; i < 3; ++i) kubelet_->SyncOnce();
+  EXPECT_EQ(Condition("first", "DisruptionTarget"), "True") << "called off";
+
+  lagging.Thaw();  // caught up: the taint is there
+  kubelet_->SyncOnce();
+  clock_.Advance(absl::Seconds(10));
+  kubelet_->SyncOnce();
+  EXPECT_TRUE(!Pod("first").has_value() || kube::IsBeingDeleted(*Pod("first")))
+      << "the grace ended: evicted";
+  EXPECT_EQ(store_.Get("nodes", "", "node-a")->at("spec").at("taints").size(), 1u);
 }
 
 TEST_F(KubeletTest, SimulatedNode_RunningWithoutProcess_FailPodAndDeleteAtOnce) {

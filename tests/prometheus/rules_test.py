@@ -8,7 +8,9 @@
 3. every alert in the rules has a case where it fires and one where it stays quiet;
 4. the tests can fail: PhalanxJobFailed as it was before issue 32 (a delta of the count of
    Failed jobs, blind to a job's first failure) is planted in a copy of the rules, and the same
-   tests must refuse it.
+   tests must refuse it;
+5. the dashboard (dashboard_check.py): a `datasource` variable every query uses, and every
+   PromQL query parses with promtool (a planted broken one is caught).
 
 Exit 0 pass, 1 fail, 77 skipped (no promtool: `apt-get install prometheus`, which
 scripts/install-deps.sh does). Standard library plus PyYAML.
@@ -25,6 +27,9 @@ except ImportError:
     if sys.executable != "/usr/bin/python3" and os.access("/usr/bin/python3", os.X_OK):
         os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
     sys.exit("rules_test.py needs PyYAML: apt-get install python3-yaml")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dashboard_check  # noqa: E402
 
 SKIP = 77
 RULES = os.path.join("deploy", "alerts", "phalanx-rules.yaml")
@@ -92,6 +97,8 @@ def main():
                             "failure:\n" + r.stdout + r.stderr)
         else:
             print("a PhalanxJobFailed blind to a job's first failure is caught")
+
+    failures += dashboard_check.check_dashboard(src)
 
     for f in failures:
         print("FAIL:", f)

@@ -21,10 +21,12 @@ Timeouts are in seconds (float); ``None`` means no practical limit. Errors are s
 :class:`Error` (see ``docs/python.md`` for the table).
 """
 
+import os
 import threading
 
 from . import _native
-from .client import (DEFAULT_TIMEOUT, Client, PeerChange, PreemptionRound, TaskRef, TaskState)
+from .client import (DEFAULT_TIMEOUT, MAX_INCARNATION, Client, PeerChange, PreemptionRound, TaskRef,
+                     TaskState)
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
                      FailedPrecondition, Internal, InvalidArgument, LibraryNotFound, NotFound,
                      OutOfRange, PermissionDenied, ResourceExhausted, Unauthenticated,
@@ -40,6 +42,7 @@ __all__ = [
     "on_reconnect", "wait_until_connected", "report_error", "report_rolled_back", "shutdown",
     "close", "find_library",
     "Client", "TaskRef", "PeerChange", "PreemptionRound", "TaskState", "DEFAULT_TIMEOUT",
+    "MAX_INCARNATION",
     "Error", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
     "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
@@ -48,6 +51,16 @@ __all__ = [
 
 _lock = threading.Lock()
 _default = None
+
+
+def _reset_lock_after_fork():
+    # Another thread may have held it at fork(). The default client stays: in the child every
+    # call on it raises FailedPrecondition naming the parent (client.py, _disown_after_fork).
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_lock_after_fork)
 _pending_peer = []
 _pending_preemption = []
 _pending_reconnect = []

@@ -118,6 +118,8 @@ def _declare(lib):
        P(c_uint64))
     fn("phalanx_reached_sync_point", c_int, client_p, c_int64, P(c_int))
     fn("phalanx_shutdown", c_int, client_p, c_int64)
+    if hasattr(lib, "phalanx_leave"):
+        fn("phalanx_leave", c_int, client_p, c_char_p, c_int64)
     return lib
 
 

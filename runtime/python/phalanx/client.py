@@ -15,16 +15,18 @@ printed to stderr and otherwise ignored.
 import atexit
 import collections
 import ctypes
+import os
 import sys
 import threading
 import traceback
 import weakref
 
 from . import _native
-from .errors import Error, FailedPrecondition, InvalidArgument, NotFound, error_from_code
+from .errors import (Error, FailedPrecondition, InvalidArgument, NotFound, Unimplemented,
+                     error_from_code)
 
 __all__ = ["Client", "TaskRef", "PeerChange", "PreemptionRound", "TaskState",
-           "DEFAULT_TIMEOUT"]
+           "DEFAULT_TIMEOUT", "MAX_INCARNATION"]
 
 #: Default timeout in seconds for blocking calls that take one.
 DEFAULT_TIMEOUT = 300.0
@@ -46,7 +48,7 @@ TaskRef.__doc__ = "A task and the incarnation it runs as."
 
 PeerChange = collections.namedtuple("PeerChange",
                                     ["task_id", "incarnation", "state", "state_name", "reason"])
-PeerChange.__doc__ = """A peer failed or registered again with a new incarnation.
+PeerChange.__doc__ = """A peer failed, left (:meth:`Client.leave`) or came back (a new incarnation).
 
 ``state`` is a :class:`TaskState` value (``state_name`` its name), ``reason`` a text."""
 
@@ -80,6 +82,19 @@ def _bytes(value, what):
     raise InvalidArgument("%s must be str or bytes, not %s" % (what, type(value).__name__))
 
 
+#: The largest incarnation there is (2^63 - 1): C++ keeps incarnations signed 64-bit
+#: (common/base/incarnation.h), the C ABI and the protocol carry them as uint64.
+MAX_INCARNATION = (1 << 63) - 1
+
+
+def _incarnation(value):
+    """``value`` as an incarnation, or ``InvalidArgument``: ctypes would wrap a negative or an
+    oversized number into some other task's incarnation without a word."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INCARNATION:
+        raise InvalidArgument("incarnation must be an int in [0, 2^63 - 1], not %r" % (value,))
+    return value
+
+
 def _task_array(tasks):
     if tasks is None:
         return None, 0
@@ -90,6 +105,21 @@ def _task_array(tasks):
 
 
 _live_clients = weakref.WeakSet()
+
+
+def _disown_after_fork():
+    # In a forked child: every client belongs to the parent. Its session thread is not here, so
+    # a call would wait out its whole timeout (12 s once, for a write the parent's session had
+    # in fact applied), and destroying it would wait for threads that do not exist. So each is
+    # marked forked (every call raises FailedPrecondition at once) and leaked, never destroyed;
+    # the parent's session is untouched.
+    for client in list(_live_clients):
+        client._forked_from = client._owner_pid
+        client._lock = threading.Lock()  # another thread may have held it at fork()
+    _live_clients.clear()
+
+
+os.register_at_fork(after_in_child=_disown_after_fork)
 
 
 @atexit.register
@@ -124,6 +154,8 @@ class Client:
         """
         self._lib = _native.load()
         self._lock = threading.Lock()
+        self._owner_pid = os.getpid()
+        self._forked_from = None  # the parent's pid, in a forked child
         self._peer_callbacks = []
         self._preemption_callbacks = []
         self._reconnect_callbacks = []
@@ -133,7 +165,8 @@ class Client:
         if _handle is None:
             code = self._lib.phalanx_client_create(
                 _bytes(coordinator, "coordinator"), _bytes(job, "job"), int(task_id),
-                int(num_tasks), int(incarnation), _bytes(token, "token"), ctypes.byref(handle))
+                int(num_tasks), _incarnation(incarnation), _bytes(token, "token"),
+                ctypes.byref(handle))
         else:
             code = _handle(self._lib, ctypes.byref(handle))
         self._check(code)
@@ -176,6 +209,11 @@ class Client:
                                   details.decode("utf-8", "replace") if details else "")
 
     def _h(self):
+        if self._forked_from is not None:
+            raise FailedPrecondition(
+                "this phalanx client belongs to process %d, which forked this one (%d): a child "
+                "cannot use its parent's session. Call from the parent, or give the child a "
+                "client of its own" % (self._forked_from, os.getpid()))
         handle = self._handle
         if handle is None:
             raise FailedPrecondition("the client is closed")
@@ -452,13 +490,25 @@ class Client:
         task's session ends without counting as a failure."""
         self._check(self._lib.phalanx_shutdown(self._h(), _ms(timeout)))
 
+    def leave(self, reason="", timeout=10.0):
+        """This task leaves on its own, without the shutdown barrier: a departure, not a
+        failure. Its incarnation ends SHUTDOWN ("left: <reason>"), so no peer's barrier or
+        ``kv_get`` fails for it; peers hear of it (``on_peer_change``) and a barrier that includes
+        it waits for its next incarnation. The session ends; call :meth:`close` after. Raises
+        ``FailedPrecondition`` without an open session, ``DeadlineExceeded`` when the coordinator
+        did not confirm within ``timeout`` (the session is closed anyway)."""
+        if not hasattr(self._lib, "phalanx_leave"):
+            raise Unimplemented("this libphalanx_c has no phalanx_leave (an older build)")
+        self._check(self._lib.phalanx_leave(self._h(), _bytes(reason, "reason"), _ms(timeout)))
+
     def close(self):
         """Stops the session and frees the C client (idempotent). Peers see a session break
-        unless :meth:`shutdown` passed first. Not from a callback."""
+        unless :meth:`shutdown` passed first or the task left (:meth:`leave`). Not from a
+        callback."""
         with self._lock:
             handle, self._handle = self._handle, None
-        if handle is None:
-            return
+        if handle is None or self._forked_from is not None:
+            return  # a forked child's copy is leaked: its threads live in the parent only
         if self._callback_thread == threading.get_ident():
             self._handle = handle
             raise Error("Client.close() called from a callback (on the session thread)")

@@ -7,6 +7,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BUILD = os.environ.get("PHALANX_BUILD_DIR") or os.path.join(REPO, "build")
@@ -117,6 +118,16 @@ class Coordinator:
             stop(self.proc)
             raise RuntimeError("phalanx-coordinator did not print ready; see %s" % self.dir)
         self.address = line.split("grpc=")[1].split()[0]
+        # "127.0.0.1:PORT" when started with --metrics_listen=127.0.0.1:0, else "".
+        self.metrics_address = line.split("metrics=")[1].split()[0] if "metrics=" in line else ""
+
+    def metric(self, name):
+        """The value of the unlabelled series ``name`` on /metrics (needs metrics_address)."""
+        with urllib.request.urlopen("http://%s/metrics" % self.metrics_address, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        return None
 
     def restart(self, downtime=0.0, kill=False):
         """Stops the coordinator with SIGTERM (a graceful stop, as a pod eviction does; SIGKILL

@@ -183,6 +183,45 @@ class ClientTest(unittest.TestCase):
             phalanx.init()
         self.assertIn("PHALANX_COORDINATOR", str(cm.exception))
 
+    def test_an_incarnation_out_of_range_is_refused_before_ctypes_can_wrap_it(self):
+        env = self.coordinator.env(0)
+        for bad in (-1, phalanx.MAX_INCARNATION + 1, 1 << 64, True, "1", 1.0):
+            with self.assertRaises(phalanx.InvalidArgument, msg=repr(bad)) as cm:
+                phalanx.Client(env["PHALANX_COORDINATOR"], env["PHALANX_JOB"], 0, 2, bad,
+                               env["PHALANX_TOKEN"])
+            self.assertIn("incarnation", str(cm.exception))
+        big = phalanx.Client(env["PHALANX_COORDINATOR"], env["PHALANX_JOB"], 0, 2,
+                             phalanx.MAX_INCARNATION, env["PHALANX_TOKEN"])
+        self.clients.append(big)
+        self.assertEqual(big.incarnation, phalanx.MAX_INCARNATION)
+
+    def test_a_forked_child_gets_a_clear_error_at_once_and_the_parent_keeps_its_session(self):
+        c = self.client(0)
+        c.kv_set("before-fork", b"1")
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what a call on the parent's client does, then leave
+            outcome = "no error"
+            try:
+                c.kv_set("from-child", b"x")
+            except phalanx.FailedPrecondition as e:
+                outcome = "FailedPrecondition: %s" % e
+            except BaseException as e:  # noqa: BLE001 - reported to the parent
+                outcome = "%s: %s" % (type(e).__name__, e)
+            os.write(write_end, outcome.encode())
+            os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            outcome = pipe.read().decode()
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(status, 0)
+        self.assertTrue(outcome.startswith("FailedPrecondition"), outcome)
+        self.assertIn("belongs to process %d" % os.getpid(), outcome)
+        # Nothing the child did reached the coordinator, and the parent's session still works.
+        self.assertIsNone(c.kv_try_get("from-child"))
+        self.assertEqual(c.kv_get("before-fork", timeout=5), b"1")
+        c.barrier("after-fork", timeout=10, tasks=[0])
+
     def test_new_incarnation_aborts_the_old_one(self):
         a = self.client(0)
         old = self.client(1)
@@ -259,6 +298,70 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(caught.exception.failed_tasks, [1])
         finally:
             harness.stop(peer)
+
+    def test_a_whole_job_restart_rendezvous_waits_for_the_slower_task(self):
+        """Issue 35, fail fast only on news: both tasks pass ``b0`` and exit without a shutdown
+        (their sessions break); both come back as incarnation 2, task 0 a second after task 1.
+        Task 1's ``b1`` waits for task 0's new incarnation instead of failing at once on the
+        previous one's failure, and both pass it. Real processes, a real coordinator."""
+        coordinator = harness.Coordinator(num_tasks=2, extra_args=["--metrics_listen=127.0.0.1:0"])
+        self.addCleanup(coordinator.close)
+        script = ("import phalanx, sys; c = phalanx.init(timeout=20); "
+                  "print('arriving', flush=True); c.barrier(sys.argv[1], 60); "
+                  "print('passed', sys.argv[1], flush=True)")
+
+        def task(task_id, incarnation, barrier):
+            env = dict(os.environ, **coordinator.env(task_id, incarnation),
+                       PYTHONPATH=harness.PYTHON_DIR)
+            return subprocess.Popen([sys.executable, "-c", script, barrier], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+        def finish(proc):
+            try:
+                out, err = proc.communicate(timeout=90)
+            finally:
+                harness.stop(proc)
+            return proc.returncode, out.decode() + err.decode()
+
+        for proc in [task(0, 0, "b0"), task(1, 0, "b0")]:
+            code, out = finish(proc)
+            self.assertEqual(code, 0, out)
+        # Both failures are behind us (the coordinator saw both sessions end) before either
+        # task comes back: what makes them old news to the new incarnations.
+        self.assertTrue(harness.eventually(
+            lambda: coordinator.metric("phalanx_coordinator_tasks_connected") == 0, 30))
+        again = task(1, 2, "b1")
+        if harness.read_line(again, "arriving", 30) is None:
+            self.fail("task 1 did not connect: %s" % (finish(again),))
+        time.sleep(1)  # before the fix, task 1's b1 had failed by now
+        if again.poll() is not None:
+            self.fail("task 1 did not wait for task 0: %s" % (finish(again),))
+        later = task(0, 2, "b1")
+        results = [finish(proc) for proc in (again, later)]
+        for code, out in results:
+            self.assertEqual(code, 0, results)
+            self.assertIn("passed b1", out)
+
+    def test_a_task_that_leaves_fails_no_peer_and_its_next_incarnation_joins(self):
+        """Issue 35 (8): leave() is a departure, not a failure. The peer waiting with it at a
+        barrier keeps waiting (a plain close() would have failed that barrier at once), hears
+        SHUTDOWN with the reason, and passes the barrier with the task's next incarnation."""
+        a, b = self.client(0), self.client(1)
+        peers = []
+        a.on_peer_change(peers.append)
+        waiting = in_thread(a.barrier, "rendezvous", 60)
+        b.leave("moving to another node")
+        b.close()
+        left = lambda: [p for p in peers if p.task_id == 1 and
+                        p.state == phalanx.TaskState.SHUTDOWN]  # noqa: E731
+        self.assertTrue(harness.eventually(left, 10), peers)
+        self.assertIn("left: moving to another node", left()[0].reason)
+        b2 = self.client(1, connect=False)
+        with self.assertRaises(phalanx.FailedPrecondition):
+            b2.leave()  # never connected: nothing to leave
+        c = self.client(1, incarnation=1)
+        c.barrier("rendezvous", 30)
+        waiting(30)  # passed, not Cancelled
 
     def test_report_error_fails_the_task_for_its_peers(self):
         a, b = self.client(0), self.client(1)

@@ -18,7 +18,11 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from localcluster_case import KUBECTL, LocalClusterCase  # noqa: E402
-from test_torch_localcluster import ARGS, RANKS, TIMEOUT, TRAIN, reference_sha256  # noqa: E402
+from test_torch_localcluster import RANKS, TIMEOUT, TRAIN, reference_sha256  # noqa: E402
+
+# Long enough (30 s of steps) that the XID lands while the job still trains: with 240 steps a
+# loaded CI machine finished the job during the test's own kubectl calls, before the injection.
+ARGS = ["--steps=600", "--step_time=0.05"]
 
 harness.require_torch()
 
@@ -83,7 +87,7 @@ class TorchAgentLocalClusterTest(LocalClusterCase):
 
         self.wait_succeeded()
         status = self.job()["status"]
-        expected = reference_sha256()
+        expected = reference_sha256(ARGS)
         for task in range(RANKS):
             final = self.task_pod_events("final", task)
             self.assertTrue(final, "task %d has no final event" % task)

@@ -29,9 +29,9 @@ ARGS = ["--steps=240", "--step_time=0.05"]
 TIMEOUT = 120  # per phase, for a loaded 2-core machine; nothing here asserts speed
 
 
-def reference_sha256():
-    """The parameters' hash of the undisturbed run (``torch_train.py --reference``)."""
-    out = subprocess.run([sys.executable, TRAIN, "--reference=%d" % RANKS] + ARGS,
+def reference_sha256(args=ARGS):
+    """The parameters' hash of the undisturbed run (``torch_train.py --reference``) of ``args``."""
+    out = subprocess.run([sys.executable, TRAIN, "--reference=%d" % RANKS] + args,
                          env=dict(os.environ, **harness.package_env()), capture_output=True,
                          timeout=TIMEOUT, check=True).stdout.decode()
     return LocalClusterCase.field(out.strip().splitlines()[-1], "params_sha256")
@@ -47,7 +47,9 @@ class TorchLocalClusterTest(LocalClusterCase):
             RANKS, [sys.executable, TRAIN] + ARGS + ["--checkpoint_dir="
                                                     + os.path.join(self.dir, "ckpt")],
             max_restarts=10, extra_env=[{"name": "GLOO_SOCKET_IFNAME", "value": "lo"}],
-            spec={"coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 2}})
+            # Heartbeats are what finds the hung task; 2 s let a loaded machine (load 20 on 2
+            # cores starves a process that long) declare a live task dead too: an extra restart.
+            spec={"coordination": {"heartbeatIntervalSeconds": 1, "heartbeatTimeoutSeconds": 6}})
 
     def pod(self, task):
         """The newest pod of ``task`` that has a log (pods are <job>-task-<i>-<incarnation>)."""
