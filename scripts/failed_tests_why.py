@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The last lines each failed test printed, after `make test`'s summary.
 
-  failed_tests_why.py BUILD_DIR [LINES]
+  failed_tests_why.py BUILD_DIR|LAST_TEST_LOG [LINES]
 
-Reads ctest's own record of the last run (Testing/Temporary/LastTest.log: each test's
+Reads ctest's own record of a run (BUILD_DIR/Testing/Temporary/LastTest.log, or a copy of one
+that `make test` kept before rerunning the failed tests: each test's
 output and verdict; not LastTestsFailed.log, which a green run leaves stale) and prints, for
 every failed test, the last LINES (default 12) non-empty lines of its output. Why: a CI log is
 often read only by its tail, which is ctest's list of names; the reason a test failed sits
@@ -38,9 +39,10 @@ def outputs(last_test_log):
 
 
 def main():
-    build = sys.argv[1]
+    where = sys.argv[1]
     keep = int(sys.argv[2]) if len(sys.argv) > 2 else 12
-    last_test_log = os.path.join(build, "Testing", "Temporary", "LastTest.log")
+    last_test_log = (where if os.path.isfile(where) else
+                     os.path.join(where, "Testing", "Temporary", "LastTest.log"))
     if not os.path.exists(last_test_log):
         return 0
     seen = outputs(last_test_log)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make test`: installs what is missing, configures (warnings are errors), builds everything and
-# runs every test in parallel. Ends with one line of per-phase times, then ctest's summary, then
-# each failed test's last lines (scripts/failed_tests_why.py).
+# runs every test in parallel; a test that failed there runs once more, alone. Ends with one line
+# of per-phase times, then ctest's summary, then each failed test's last lines
+# (scripts/failed_tests_why.py) and what the rerun found.
 #   scripts/test.sh BUILD_DIR BUILD_TYPE [CTEST_ARGS...]
-# Logs: BUILD_DIR/logs/{deps,configure,build,ctest}.log. STEPS_VERBOSE=1 streams apt and
+# Logs: BUILD_DIR/logs/{deps,configure,build,ctest,ctest-rerun}.log. STEPS_VERBOSE=1 streams apt and
 # compiler output too. PHALANX_TEST_JOBS overrides how many tests run at once (docs/development.md
 # says why the default is twice the core count).
 set -euo pipefail
@@ -42,6 +43,26 @@ set +e
 rc=${PIPESTATUS[0]}
 set -e
 step_end
+# ctest rewrites its record of the run on every call; the parallel run's is kept for the reasons.
+FIRST_RUN_LOG="$STEPS_LOG_DIR/ctest-parallel-LastTest.log"
+cp "$BUILD/Testing/Temporary/LastTest.log" "$FIRST_RUN_LOG" 2>/dev/null || true
+
+# A test that failed beside 2x-cores others runs again, alone (PHALANX_RERUN_FAILED=0: no rerun).
+# Why: on a 2-core machine a starved process can miss a deadline that no user would meet (a
+# heartbeat, a scheduler pass); such a test is named below as failing under load, with its first
+# run's reasons, and does not fail the run. A test that fails alone too fails the run.
+rerun_rc=$rc
+if ((rc != 0)) && [[ ${PHALANX_RERUN_FAILED:-1} == 1 ]]; then
+  step_begin rerun
+  echo "rerun: ctest --rerun-failed -j1 (log: $BUILD/logs/ctest-rerun.log)"
+  set +e
+  (cd "$BUILD" && ctest --rerun-failed --output-on-failure --timeout 600 -j1 \
+    --resource-spec-file "$SRC/tests/resources.json" "$@") 2>&1 |
+    tee "$STEPS_LOG_DIR/ctest-rerun.log"
+  rerun_rc=${PIPESTATUS[0]}
+  set -e
+  step_end
+fi
 
 echo
 steps_summary "make test"
@@ -49,5 +70,19 @@ steps_summary "make test"
 sed -n '/tests passed, /,$p' "$STEPS_LOG_DIR/ctest.log"
 # Then, when something failed, each failed test's last lines: a CI log read by its tail names
 # the failures and shows why, without the hundreds of lines between.
-if ((rc != 0)); then python3 scripts/failed_tests_why.py "$BUILD" || true; fi
-exit "$rc"
+if ((rc != 0)); then
+  python3 scripts/failed_tests_why.py "$FIRST_RUN_LOG" || true
+  failed_names=$(sed -n '/The following tests FAILED:/,/^Errors while running CTest/p' \
+    "$STEPS_LOG_DIR/ctest.log" | sed -nE 's/^[[:space:]]+[0-9]+ - (.*) \(.*\)$/\1/p')
+  if ((rerun_rc == 0)); then
+    echo
+    echo "make test passed: the tests above failed beside the parallel load and passed when run"
+    echo "again alone (each is a test to make robust under load):" $failed_names
+  elif [[ -f "$STEPS_LOG_DIR/ctest-rerun.log" ]]; then
+    echo
+    echo "Run again alone, these failed too:"
+    sed -n '/tests passed, /,$p' "$STEPS_LOG_DIR/ctest-rerun.log"
+    python3 scripts/failed_tests_why.py "$BUILD/Testing/Temporary/LastTest.log" || true
+  fi
+fi
+exit "$rerun_rc"
