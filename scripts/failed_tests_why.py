@@ -32,7 +32,7 @@ def outputs(last_test_log):
                 ended, name, inside = name, None, False
             elif ended is not None and line.startswith("Test "):
                 if line != "Test time" and not line.startswith("Test time "):
-                    found[ended], ended = (line.startswith("Test Passed"), lines), None
+                    found[ended], ended = (line.startswith("Test Pass"), lines), None
             elif inside:
                 lines.append(line)
     return found

@@ -430,6 +430,10 @@ absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job) {
   if (const Json* g = r.Object(*spec, "gang", "spec.gang")) {
     r.OptionalSeconds(*g, "timeoutSeconds", "spec.gang.timeoutSeconds", out.gang_timeout);
   }
+  if (const Json* pl = r.Object(*spec, "placement", "spec.placement")) {
+    r.String(*pl, "topologyKey", "spec.placement.topologyKey", out.placement.topology_key);
+    r.Bool(*pl, "exclusive", "spec.placement.exclusive", out.placement.exclusive);
+  }
   if (const Json* a = r.Object(*spec, "nodeAgent", "spec.nodeAgent")) {
     r.Bool(*a, "enabled", "spec.nodeAgent.enabled", out.node_agent);
   }

@@ -124,6 +124,10 @@ TEST(DecodeSpec, EachField_IsRead) {
        [](TrainingJobSpec& s) { s.ttl_after_finished = absl::ZeroDuration(); }},
       {"gangTimeout", R"("gang":{"timeoutSeconds":120})",
        [](TrainingJobSpec& s) { s.gang_timeout = absl::Minutes(2); }},
+      {"placement", R"("placement":{"topologyKey":"example.dev/rack","exclusive":true})",
+       [](TrainingJobSpec& s) {
+         s.placement = {.topology_key = "example.dev/rack", .exclusive = true};
+       }},
       {"lifecycleNullsAreUnset", R"("activeDeadlineSeconds":null,"ttlSecondsAfterFinished":null)",
        [](TrainingJobSpec&) {}},
       {"schedulerName", R"("schedulerName":"volcano")",
@@ -366,6 +370,18 @@ TEST(ValidateSpec, EachRule_NamesItsField) {
       {"gangTimeoutZero",
        [](TrainingJobSpec& s) { s.gang_timeout = absl::ZeroDuration(); },
        {"spec.gang.timeoutSeconds: must be > 0, got 0"}},
+      {"placementKeyNotALabelKey",
+       [](TrainingJobSpec& s) { s.placement.topology_key = "rack name"; },
+       {"spec.placement.topologyKey: must be a node label key ([prefix/]name, e.g. "
+        "topology.kubernetes.io/zone), got \"rack name\""}},
+      {"placementKeyBadPrefix",
+       [](TrainingJobSpec& s) { s.placement.topology_key = "Example.dev/rack"; },
+       {"spec.placement.topologyKey: must be a node label key ([prefix/]name, e.g. "
+        "topology.kubernetes.io/zone), got \"Example.dev/rack\""}},
+      {"placementExclusiveWithoutKey",
+       [](TrainingJobSpec& s) { s.placement.exclusive = true; },
+       {"spec.placement.exclusive: needs spec.placement.topologyKey (exclusive of what "
+        "domain?)"}},
       {"ttlNegative",
        [](TrainingJobSpec& s) { s.ttl_after_finished = absl::Seconds(-1); },
        {"spec.ttlSecondsAfterFinished: must be between 0 and 2147483647, got -1"}},

@@ -89,6 +89,17 @@ struct CoordinatorSpec {
   bool operator==(const CoordinatorSpec&) const = default;
 };
 
+// spec.placement (controller/desired_state.h TaskPlacementAffinity): every task pod in one
+// topology domain (the nodes that share the value of the node label `topology_key`, e.g. a rack
+// or an NVLink domain), and with `exclusive`, no other job's task pod in that domain. Empty key:
+// the scheduler places each pod where it fits.
+struct PlacementSpec {
+  std::string topology_key;
+  bool exclusive = false;
+
+  bool operator==(const PlacementSpec&) const = default;
+};
+
 struct TrainingJobSpec {
   int replicas = 1;  // pods
   // Processes (tasks) per pod, started by the in-pod launcher (phalanx/launch.py): pod i runs
@@ -109,6 +120,7 @@ struct TrainingJobSpec {
   // pods are not all placed this long after they were created gives the placed ones' resources
   // back and tries again later. Unset: no gang release.
   std::optional<absl::Duration> gang_timeout;
+  PlacementSpec placement;
   // spec.nodeAgent.enabled: the task pods get the node agent's clique channel
   // (PHALANX_CLIQUE_ADDRESS) where the operator is configured with one (docs/adr/0004).
   bool node_agent = true;

@@ -9,6 +9,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/shown.h"
 
@@ -103,6 +105,35 @@ bool IsDns1035Label(const std::string& s) {
   });
 }
 
+bool IsLabelName(absl::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  if (!absl::ascii_isalnum(s.front()) || !absl::ascii_isalnum(s.back())) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.';
+  });
+}
+
+bool IsDns1123Subdomain(absl::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (absl::string_view part : absl::StrSplit(s, '.')) {
+    if (part.empty() || part.size() > 63 || part.front() == '-' || part.back() == '-') return false;
+    if (!std::all_of(part.begin(), part.end(), [](char c) {
+          return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-';
+        })) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A label key as Kubernetes takes one: [prefix/]name, the prefix a DNS subdomain, the name at
+// most 63 characters of letters, digits, '-', '_', '.', beginning and ending alphanumeric.
+bool IsLabelKey(absl::string_view key) {
+  const size_t slash = key.find('/');
+  if (slash == absl::string_view::npos) return IsLabelName(key);
+  return IsDns1123Subdomain(key.substr(0, slash)) && IsLabelName(key.substr(slash + 1));
+}
+
 }  // namespace
 
 std::vector<std::string> ValidateName(const std::string& name) {
@@ -171,6 +202,18 @@ std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec) {
   }
   if (spec.gang_timeout.has_value()) {
     CheckPositive(errors, "spec.gang.timeoutSeconds", *spec.gang_timeout);
+  }
+  const PlacementSpec& placement = spec.placement;
+  if (!placement.topology_key.empty() && !IsLabelKey(placement.topology_key)) {
+    errors.push_back(
+        absl::StrCat("spec.placement.topologyKey: must be a node label key ([prefix/]name, e.g. "
+                     "topology.kubernetes.io/zone), got ",
+                     Quoted(placement.topology_key)));
+  }
+  if (placement.exclusive && placement.topology_key.empty()) {
+    errors.push_back(
+        "spec.placement.exclusive: needs spec.placement.topologyKey (exclusive of "
+        "what domain?)");
   }
   // batch/v1 Job's bound: an int32 of seconds (about 68 years).
   if (spec.ttl_after_finished.has_value() &&

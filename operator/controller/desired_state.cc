@@ -7,6 +7,7 @@
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
 #include "operator/api/validation.h"
+#include "operator/controller/placement.h"
 
 namespace phalanx::op {
 namespace {
@@ -443,6 +444,10 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
   if (!spec.scheduler_name.empty()) pod_spec["schedulerName"] = Str(spec.scheduler_name);
   if (!spec.priority_class_name.empty()) {
     pod_spec["priorityClassName"] = Str(spec.priority_class_name);
+  }
+  if (!spec.placement.topology_key.empty()) {
+    pod_spec["affinity"] =
+        TaskPlacementAffinity(name, spec.placement, kube::FieldOrNull(pod_spec, "affinity"));
   }
   const std::string master =
       absl::StrCat(TaskHostname(name, 0), ".", TasksServiceName(name), ".", ns, ".svc");

@@ -44,6 +44,18 @@ class OperatorSchedulabilityE2eTest : public OperatorE2eTest {
                         "\",trainingjob=\"train\"} 1");
   }
 
+  // What `kubectl ARGS` printed (stdout and stderr), or "" when it failed.
+  std::string KubectlOut(const std::string& args) {
+    const std::string command =
+        absl::StrCat("/usr/bin/kubectl --kubeconfig ", kubeconfig_, " ", args, " 2>&1");
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return "";
+    std::string out;
+    char buffer[512];
+    while (fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
+    return pclose(pipe) == 0 ? out : "";
+  }
+
   // Event reasons recorded about the job, in any order.
   std::multiset<std::string> JobEventReasons() {
     std::multiset<std::string> reasons;
@@ -101,17 +113,11 @@ TEST_F(OperatorSchedulabilityE2eTest, TasksAskingForMoreGpusThanAnyNodeHasShowUn
 
   // kubectl still lists the job (the condition's message does not break its table).
   if (access("/usr/bin/kubectl", X_OK) == 0) {
-    const std::string command =
-        absl::StrCat("/usr/bin/kubectl --kubeconfig ", kubeconfig_, " get tj -n default 2>&1");
     std::string out;
     ASSERT_TRUE(Eventually(
         [&] {
-          out.clear();
-          FILE* pipe = popen(command.c_str(), "r");
-          if (pipe == nullptr) return false;
-          char buffer[512];
-          while (fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
-          return pclose(pipe) == 0 && absl::StrContains(out, "train");
+          out = KubectlOut("get tj -n default");
+          return absl::StrContains(out, "train");
         },
         absl::Seconds(30)))
         << out;
@@ -214,6 +220,13 @@ TEST_F(OperatorSchedulabilityE2eTest, TwoGangsWithRoomForOneRunOneAfterTheOther)
   EXPECT_GE(releases + releases_b, 1) << "no partial gang gave its GPUs back";
   EXPECT_EQ(a.at("status").at("restarts").as_integer(), 0);
   EXPECT_EQ(b.at("status").at("restarts").as_integer(), 0);
+  // The gang's state is a column of `kubectl get tj -o wide` (the real API server's table):
+  // the job that gave its GPUs back ran together in the end.
+  if (access("/usr/bin/kubectl", X_OK) == 0) {
+    const std::string out = KubectlOut("get tj -o wide -n " + ns_);
+    EXPECT_THAT(out, ::testing::HasSubstr("GANG"));
+    EXPECT_THAT(out, ::testing::ContainsRegex("gang-[ab] .* GangRunning"));
+  }
   std::fprintf(stderr,
                "gang releases: %s %lld, %s %lld; the second started %.1fs after the "
                "first completed\n",

@@ -156,7 +156,8 @@ TEST_F(TrainingJobCrdTest, CrdIsServedWithItsNamesAndPrinterColumns) {
                   "Preemptions integer .status.preemptions", "Age date .metadata.creationTimestamp",
                   // Wide only (priority 1), as kubectl get job -o wide adds columns.
                   "Deadline integer .spec.activeDeadlineSeconds",
-                  "TTL integer .spec.ttlSecondsAfterFinished"));
+                  "TTL integer .spec.ttlSecondsAfterFinished",
+                  "Gang string .status.conditions[?(@.type==\"GangWaiting\")].reason"));
 }
 
 TEST_F(TrainingJobCrdTest, SchemaIsStructuralWithCelRulesAndARealStatusSchema) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
@@ -180,9 +182,96 @@ int64_t Preference(const Json& pod, const Json& node, const std::vector<Json>& n
   return score;
 }
 
+// ---- Required inter-pod affinity (kube-scheduler's InterPodAffinity filter): a term names
+// pods (labelSelector; in the namespaces it lists, else the namespace of the pod that has the
+// term) and a node label (topologyKey); the nodes sharing its value are one domain. ----
+
+// Whether `other` (a pod on a node, not terminated) is one that `term`, of a pod in namespace
+// `ns`, names.
+bool TermNames(const Json& term, const std::string& ns, const Json& other) {
+  if (IsTerminated(other)) return false;
+  const Json& namespaces = Array(term, "namespaces");
+  const std::string other_ns = MetaString(other, "namespace");
+  bool in_namespace = namespaces.size() == 0 && other_ns == ns;
+  for (const Json& n : namespaces.as_array())
+    in_namespace |= n.is_string() && n.as_string() == other_ns;
+  return in_namespace && SelectorMatches(FieldOrNull(term, "labelSelector"), kube::LabelsOf(other));
+}
+
+// Whether `a` and `b` (node names) are in one domain of `key` (both have the label, equal).
+bool SameDomain(const std::vector<Json>& nodes, const std::string& key, const std::string& a,
+                const std::string& b) {
+  std::optional<std::string> value_a, value_b;
+  for (const Json& n : nodes) {
+    const std::string name = MetaString(n, "name");
+    if (name != a && name != b) continue;
+    const std::map<std::string, std::string> labels = kube::LabelsOf(n);
+    auto v = labels.find(key);
+    if (v == labels.end()) continue;
+    if (name == a) value_a = v->second;
+    if (name == b) value_b = v->second;
+  }
+  return value_a.has_value() && value_a == value_b;
+}
+
+std::vector<Json> RequiredTerms(const Json& pod, const char* kind) {
+  const Json& terms =
+      Array(AffinityOf(pod, kind), "requiredDuringSchedulingIgnoredDuringExecution");
+  return std::vector<Json>(terms.as_array().begin(), terms.as_array().end());
+}
+
+// The InterPodAffinity filter's reason for `node`, or "": the pod's required affinity (every term
+// has a named pod in the node's domain, or no term names any pod anywhere and the pod matches
+// all its own terms: the first of a group), its required anti-affinity (no named pod in the
+// domain), and every placed pod's required anti-affinity against this pod (symmetric).
+std::string InterPodMisfit(const Json& pod, const Json& node, const std::vector<Json>& nodes,
+                           const std::vector<Json>& pods) {
+  const std::string ns = MetaString(pod, "namespace");
+  const std::string node_name = MetaString(node, "name");
+  const std::map<std::string, std::string> node_labels = kube::LabelsOf(node);
+  const std::vector<Json> affinity = RequiredTerms(pod, "podAffinity");
+  bool all_in_domain = true, any_anywhere = false, matches_own = true;
+  for (const Json& term : affinity) {
+    const std::string key = StringAt(term, "topologyKey");
+    if (!node_labels.contains(key)) return "node(s) didn't match pod affinity rules";
+    bool in_domain = false;
+    for (const Json& other : pods) {
+      if (!TermNames(term, ns, other)) continue;
+      any_anywhere = true;
+      in_domain |= SameDomain(nodes, key, node_name, StringAt(other, "spec.nodeName"));
+    }
+    all_in_domain &= in_domain;
+    matches_own &= SelectorMatches(FieldOrNull(term, "labelSelector"), kube::LabelsOf(pod));
+  }
+  if (!all_in_domain && (any_anywhere || !matches_own)) {
+    return "node(s) didn't match pod affinity rules";
+  }
+  for (const Json& term : RequiredTerms(pod, "podAntiAffinity")) {
+    const std::string key = StringAt(term, "topologyKey");
+    for (const Json& other : pods) {
+      if (TermNames(term, ns, other) &&
+          SameDomain(nodes, key, node_name, StringAt(other, "spec.nodeName"))) {
+        return "node(s) didn't match pod anti-affinity rules";
+      }
+    }
+  }
+  for (const Json& other : pods) {
+    if (IsTerminated(other)) continue;
+    for (const Json& term : RequiredTerms(other, "podAntiAffinity")) {
+      if (TermNames(term, MetaString(other, "namespace"), pod) &&
+          SameDomain(nodes, StringAt(term, "topologyKey"), node_name,
+                     StringAt(other, "spec.nodeName"))) {
+        return "node(s) didn't satisfy existing pods anti-affinity rules";
+      }
+    }
+  }
+  return "";
+}
+
 // Why `node` cannot take `pod` (a kube-scheduler reason, counted per node), or "" if it can.
 // Checks run in kube-scheduler's plugin order and the first failure is the node's reason.
-std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t gpus_wanted) {
+std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t gpus_wanted,
+                   const std::vector<Json>& nodes, const std::vector<Json>& pods) {
   const Json& spec = FieldOrNull(node, "spec");
   if (FieldOrNull(spec, "unschedulable").is_boolean() && spec.at("unschedulable").as_bool() &&
       !PodTolerates(pod, "node.kubernetes.io/unschedulable", "", "NoSchedule")) {
@@ -217,7 +306,7 @@ std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t
   if (gpus_wanted > 0 && gpus_used + gpus_wanted > allocatable) {
     return absl::StrCat("Insufficient ", kGpu);
   }
-  return "";
+  return InterPodMisfit(pod, node, nodes, pods);
 }
 
 // ChooseNode with the GPUs in use per node already summed (the pass keeps them up to date);
@@ -237,7 +326,7 @@ std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Js
     const std::string name = MetaString(node, "name");
     auto used_it = gpus_used.find(name);
     const int64_t used = used_it == gpus_used.end() ? 0 : used_it->second;
-    const std::string misfit = Misfit(pod, node, used, wanted);
+    const std::string misfit = Misfit(pod, node, used, wanted, nodes, pods);
     if (!misfit.empty()) {
       ++reasons[misfit];
       continue;

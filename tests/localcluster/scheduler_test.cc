@@ -386,6 +386,90 @@ TEST(ChooseNodeTest, Affinity) {
   }
 }
 
+// spec.placement's terms as the operator writes them (operator/controller/placement.h): with
+// job j's task pods over the rack label, and (exclusive) away from every other job's.
+constexpr char kWithJobInRack[] =
+    R"({"podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"labelSelector":)"
+    R"({"matchExpressions":[{"key":"job","operator":"In","values":["j"]}]},)"
+    R"("topologyKey":"rack"}]}})";
+constexpr char kExclusiveInRack[] =
+    R"({"podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"labelSelector":)"
+    R"({"matchExpressions":[{"key":"job","operator":"In","values":["j"]}]},)"
+    R"("topologyKey":"rack"}]},)"
+    R"("podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"labelSelector":)"
+    R"({"matchExpressions":[{"key":"job","operator":"Exists"},)"
+    R"({"key":"job","operator":"NotIn","values":["j"]}]},"topologyKey":"rack"}]}})";
+
+TEST(ChooseNodeTest, RequiredPodAffinityAndAntiAffinity) {
+  const auto in_rack = [](const std::string& name, const std::string& rack) {
+    return Host(name).Label("rack", rack).Gpus("2").Build();
+  };
+  const std::vector<Json> racks = {in_rack("a", "r1"), in_rack("b", "r2"), in_rack("c", "r2")};
+  const auto task = [](const std::string& job, const std::string& node) {
+    return PodBuilder(job + "-" + node).Label("job", job).Gpus(1).OnNode(node).Build();
+  };
+  const Json j_pod = PodBuilder("p").Label("job", "j").Gpus(1).Affinity(kWithJobInRack).Build();
+  const std::vector<ChooseCase> cases = {
+      {"the first of its job goes wherever it fits (it matches its own term)",
+       j_pod,
+       racks,
+       {},
+       "a",
+       ""},
+      {"the rest follow it into its rack, not only its node",
+       j_pod,
+       racks,
+       {task("j", "c"), task("j", "c")},
+       "b",
+       ""},
+      {"no room left in the rack: Pending, the scheduler says why",
+       j_pod,
+       {in_rack("a", "r1"), in_rack("b", "r2")},
+       {task("j", "b"), task("j", "b")},
+       std::nullopt,
+       "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match pod "
+       "affinity rules."},
+      {"a node without the topology label is in no domain",
+       j_pod,
+       {Host("a").Gpus("2").Build(), in_rack("b", "r1")},
+       {},
+       "b",
+       ""},
+      {"a pod that does not match its own term waits for one that does",
+       PodBuilder("p").Label("job", "other").Affinity(kWithJobInRack).Build(),
+       racks,
+       {},
+       std::nullopt,
+       "3 node(s) didn't match pod affinity rules"},
+      {"exclusive: another job's task pod keeps it out of that rack",
+       PodBuilder("p").Label("job", "j").Gpus(1).Affinity(kExclusiveInRack).Build(),
+       racks,
+       {task("k", "a")},
+       "b",
+       ""},
+      {"exclusive is symmetric: a placed exclusive job keeps other jobs out of its rack",
+       PodBuilder("p").Label("job", "k").Gpus(1).Build(),
+       racks,
+       {PodBuilder("j-b").Label("job", "j").Gpus(1).Affinity(kExclusiveInRack).OnNode("b").Build()},
+       "a",
+       ""},
+      {"both racks taken by other jobs: nothing fits",
+       PodBuilder("p").Label("job", "j").Gpus(1).Affinity(kExclusiveInRack).Build(),
+       racks,
+       {task("k", "a"), task("m", "c")},
+       std::nullopt,
+       "3 node(s) didn't match pod anti-affinity rules"},
+  };
+  for (const ChooseCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string why_not;
+    EXPECT_EQ(ChooseNode(c.pod, c.nodes, c.pods_on_nodes, &why_not), c.want);
+    if (!c.want.has_value()) {
+      EXPECT_THAT(why_not, HasSubstr(c.want_why));
+    }
+  }
+}
+
 class SchedulePendingTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -79,14 +79,38 @@ std::string CreationAge(const Json& object, absl::Time now) {
 
 std::string OrNone(const std::string& s) { return s.empty() ? "<none>" : s; }
 
-// ---- A simple JSONPath: .a.b, .a[0].b, .a[-1], .a[*].b, .a['dotted.key'], with optional
-// surrounding {} and leading $ (the subset CRD printer columns use). ----
+// ---- A simple JSONPath: .a.b, .a[0].b, .a[-1], .a[*].b, .a['dotted.key'], an equality filter
+// .a[?(@.type=="Ready")].b, with optional surrounding {} and leading $ (the subset CRD printer
+// columns use: a condition's status is the usual filter). ----
 
 struct PathStep {
-  enum Kind { kField, kIndex, kWildcard } kind;
-  std::string field;
+  enum Kind { kField, kIndex, kWildcard, kFilter } kind;
+  std::string field;  // kField: the key; kFilter: the value the element's path must equal
   int64_t index = 0;
+  std::vector<PathStep> filter_path;  // kFilter: the path under @
 };
+
+std::optional<std::vector<PathStep>> ParseJsonPath(absl::string_view path);
+
+// `?(@.a.b=="v")` (or 'v'): the elements whose .a.b is the string v.
+std::optional<PathStep> ParseFilter(absl::string_view inside) {
+  if (!absl::ConsumePrefix(&inside, "?(") || !absl::ConsumeSuffix(&inside, ")") ||
+      !absl::ConsumePrefix(&inside, "@")) {
+    return std::nullopt;
+  }
+  const size_t equals = inside.find("==");
+  if (equals == absl::string_view::npos) return std::nullopt;
+  absl::string_view value = absl::StripAsciiWhitespace(inside.substr(equals + 2));
+  if (value.size() < 2 || (value.front() != '"' && value.front() != '\'') ||
+      value.back() != value.front()) {
+    return std::nullopt;
+  }
+  std::optional<std::vector<PathStep>> under =
+      ParseJsonPath(absl::StripAsciiWhitespace(inside.substr(0, equals)));
+  if (!under.has_value()) return std::nullopt;
+  return PathStep{PathStep::kFilter, std::string(value.substr(1, value.size() - 2)), 0,
+                  *std::move(under)};
+}
 
 std::optional<std::vector<PathStep>> ParseJsonPath(absl::string_view path) {
   path = absl::StripAsciiWhitespace(path);
@@ -103,8 +127,8 @@ std::optional<std::vector<PathStep>> ParseJsonPath(absl::string_view path) {
         name += path[i++];
       }
       if (name.empty()) return std::nullopt;
-      steps.push_back(name == "*" ? PathStep{PathStep::kWildcard, "", 0}
-                                  : PathStep{PathStep::kField, name, 0});
+      steps.push_back(name == "*" ? PathStep{PathStep::kWildcard, "", 0, {}}
+                                  : PathStep{PathStep::kField, name, 0, {}});
     } else if (path[i] == '[') {
       const size_t close = path.find(']', i);
       if (close == absl::string_view::npos) return std::nullopt;
@@ -112,13 +136,17 @@ std::optional<std::vector<PathStep>> ParseJsonPath(absl::string_view path) {
       i = close + 1;
       int64_t index = 0;
       if (inside == "*") {
-        steps.push_back(PathStep{PathStep::kWildcard, "", 0});
+        steps.push_back(PathStep{PathStep::kWildcard, "", 0, {}});
+      } else if (absl::StartsWith(inside, "?(")) {
+        std::optional<PathStep> filter = ParseFilter(inside);
+        if (!filter.has_value()) return std::nullopt;
+        steps.push_back(*std::move(filter));
       } else if (inside.size() >= 2 && (inside.front() == '\'' || inside.front() == '"') &&
                  inside.back() == inside.front()) {
         steps.push_back(
-            PathStep{PathStep::kField, std::string(inside.substr(1, inside.size() - 2)), 0});
+            PathStep{PathStep::kField, std::string(inside.substr(1, inside.size() - 2)), 0, {}});
       } else if (absl::SimpleAtoi(inside, &index)) {
-        steps.push_back(PathStep{PathStep::kIndex, "", index});
+        steps.push_back(PathStep{PathStep::kIndex, "", index, {}});
       } else {
         return std::nullopt;
       }
@@ -129,6 +157,8 @@ std::optional<std::vector<PathStep>> ParseJsonPath(absl::string_view path) {
   if (steps.empty()) return std::nullopt;  // The object itself is no column.
   return steps;
 }
+
+std::string ValueText(const Json& v);
 
 // Every value the path reaches; nulls count as absent.
 std::vector<const Json*> EvaluateJsonPath(const std::vector<PathStep>& steps, const Json& root) {
@@ -152,6 +182,17 @@ std::vector<const Json*> EvaluateJsonPath(const std::vector<PathStep>& steps, co
             for (const Json& element : node->as_array()) next.push_back(&element);
           } else if (node->is_object()) {
             for (const auto& [key, value] : node->as_object()) next.push_back(&value);
+          }
+          break;
+        case PathStep::kFilter:
+          if (!node->is_array()) break;
+          for (const Json& element : node->as_array()) {
+            for (const Json* value : EvaluateJsonPath(step.filter_path, element)) {
+              if (ValueText(*value) == step.field) {
+                next.push_back(&element);
+                break;
+              }
+            }
           }
           break;
       }

@@ -286,16 +286,21 @@ TEST(BuildTable, CustomColumns_EvaluateJsonPathWithApiserverCellTypes) {
       Column("WrongType", "integer", ".status.phase"),
       Column("Unparseable", "string", "status["),
       Column("Structured", "string", ".spec.tasks[0]"),
+      Column("Filtered", "string", R"(.status.conditions[?(@.type=="Ready")].reason)"),
+      Column("FilteredNone", "string", ".status.conditions[?(@.type=='Gone')].reason"),
+      Column("BadFilter", "string", ".status.conditions[?(@.type=Ready)].reason"),
   };
   const Json job = TableJson(R"({"metadata":{"name":"j","labels":{"app.kubernetes.io/name":"demo"}},
       "spec":{"replicas":4,"fraction":2.9,"suspend":false,
               "tasks":[{"name":"a"},{"name":"b"},{"name":"c"}]},
-      "status":{"phase":"Running","startTime":")" +
+      "status":{"phase":"Running","conditions":[{"type":"Other","reason":"No"},
+                {"type":"Ready","reason":"AllUp"}],"startTime":")" +
                              Ago(absl::Hours(2)) + R"("}})");
   const Json table = BuildTable("trainingjobs", columns, {job}, "1", kNow);
   const Json& cells = Cells(table, 0);
   EXPECT_EQ(cells, TableJson(R"(["j","Running",4,2,4.0,false,"120m","<invalid>","a","c","a,b,c",
-                                 "demo",null,null,null,null,"{\"name\":\"a\"}"])"));
+                                 "demo",null,null,null,null,"{\"name\":\"a\"}","AllUp",null,
+                                 null])"));
   EXPECT_TRUE(cells.at(2).is_integer());
   EXPECT_TRUE(cells.at(3).is_integer());
   EXPECT_TRUE(cells.at(4).is_double());

@@ -245,6 +245,7 @@ def case_install(src, cluster, helm):
               f"the task's PID 1 did not end on SIGTERM (SIGKILLed after its {grace}s grace "
               f"period): {t}")
         c.kubectl("delete", "namespace", ns, "--wait=true", timeout=180)
+        placement_keeps_a_job_in_one_domain(c, example)
     finally:
         for name in PRIORITY_CLASSES:
             c.kubectl("delete", "priorityclass", name, "--ignore-not-found", check_rc=False)
@@ -274,6 +275,64 @@ def case_install(src, cluster, helm):
     tainted = [f"{n['metadata']['name']}: {t['key']}" for n in c.get("nodes")["items"]
                for t in n["spec"].get("taints", []) if t["key"].startswith("phalanx.dev/")]
     check(not tainted, f"helm uninstall left Phalanx taints on nodes: {tainted}")
+
+
+RACK = "node-test.phalanx.dev/rack"
+
+
+def placement_keeps_a_job_in_one_domain(c, example):
+    """Issue 31 (4), with the real kube-scheduler: each node is a rack of its own. A 2-task job
+    (1 GPU each) with spec.placement {topologyKey: rack, exclusive} has both tasks on one node,
+    where the scheduler's default scoring (least allocated) would spread them; a second job
+    pinned to that node stays Pending, and its Unschedulable condition carries the scheduler's
+    word for why (the first job's anti-affinity)."""
+    nodes = sorted(n["metadata"]["name"] for n in c.get("nodes")["items"])
+    ns = c.namespace("nodes-placement")
+    try:
+        for i, node in enumerate(nodes):
+            c.kubectl("label", "node", node, f"{RACK}=r{i}", "--overwrite")
+
+        def job(name, replicas, **extra):
+            j = json.loads(json.dumps(example))
+            j["metadata"]["name"] = name
+            j["spec"].pop("priorityClassName", None)
+            j["spec"]["replicas"] = replicas
+            worker = j["spec"]["template"]["spec"]["containers"][0]
+            worker["args"] = [a if not a.startswith("--steps=") else "--steps=3000"
+                              for a in worker["args"]]
+            worker["resources"]["limits"]["nvidia.com/gpu"] = 1
+            j["spec"].update(extra)
+            return j
+        t0 = time.monotonic()
+        c.apply(job("placed", 2, placement={"topologyKey": RACK, "exclusive": True}), ns)
+
+        def both_running():
+            pods = [p for p in c.get("pods", "-n", ns, "-l", "phalanx.dev/job=placed,"
+                                     "phalanx.dev/role=task")["items"]
+                    if p["status"].get("phase") == "Running"]
+            return len(pods) == 2 and pods
+        pods = wait_until("the placed job's 2 tasks Running", both_running, 120)
+        where = sorted(p["spec"]["nodeName"] for p in pods)
+        check(where[0] == where[1], f"spec.placement: the tasks went to {where}, not one rack")
+        print(f"placement: both tasks on {where[0]} ({RACK}) {time.monotonic() - t0:.1f}s after "
+              "apply")
+        outsider = job("outsider", 1)
+        outsider["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": where[0]}
+        c.apply(outsider, ns)
+
+        def refused():
+            conditions = (c.get("trainingjob", "outsider", "-n", ns) or {}).get(
+                "status", {}).get("conditions", [])
+            return next((x["message"] for x in conditions if x["type"] == "Unschedulable"
+                         and x["status"] == "True"), None)
+        message = wait_until("the outsider job Unschedulable", refused, 90)
+        check("anti-affinity" in message,
+              f"the outsider's Unschedulable message does not name the anti-affinity: {message}")
+        print(f"exclusive: a job pinned to {where[0]} waits: {message}")
+    finally:
+        c.kubectl("delete", "namespace", ns, "--wait=true", timeout=180, check_rc=False)
+        for node in nodes:
+            c.kubectl("label", "node", node, f"{RACK}-", check_rc=False)
 
 
 LOW_PRIORITY = f"phalanx-node-test-training-{os.getpid()}"

@@ -46,6 +46,12 @@ def parse_args(argv):
                    help="test hook: task 0's first incarnation opens a preemption round naming "
                         "--preempt_task when it reaches this step (the node agent's job)")
     p.add_argument("--preempt_task", type=int, default=1)
+    p.add_argument("--linger_file", default="",
+                   help="test hook: until this file exists, each of the last --linger_steps "
+                        "steps takes 1 s more, so a test's faults land before the job ends "
+                        "however slow the machine; the loop keeps stepping (preemption rounds "
+                        "still reach their sync point) and the math is unchanged")
+    p.add_argument("--linger_steps", type=int, default=0)
     p.add_argument("--reference", type=int, default=0, metavar="RANKS",
                    help="no job: train the same model for RANKS ranks in this one process "
                         "(each rank's gradient in turn, averaged as the Manager's DDP hook does) "
@@ -148,6 +154,9 @@ def main(argv=None):
         event(me, "step", step=step + 1, loss="%.6f" % loss.item())
         if args.step_time > 0:
             time.sleep(args.step_time)
+        if (args.linger_file and step >= args.steps - args.linger_steps
+                and not os.path.exists(args.linger_file)):
+            time.sleep(1.0)
 
     manager.run(train_step, args.steps)
     if manager.step == args.steps:  # not a replacement that started after the others finished

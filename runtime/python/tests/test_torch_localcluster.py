@@ -2,9 +2,9 @@
 tasks of ``runtime/python/examples/torch_train.py`` on ``phalanx.torch_recovery.Manager``) runs as
 a TrainingJob with ``restartScope: Task`` on phalanx-localcluster (a real control plane where the
 envtest assets are found) under phalanx-operator, through a SIGKILLed task, a SIGSTOPped (hung)
-task, a SIGKILLed coordinator pod and a node preemption. The job succeeds and every task's final
-parameters are bitwise the undisturbed run's (``torch_train.py --reference``, which
-test_torch_recovery pins to a real undisturbed run).
+task, a suspend and resume, a SIGKILLed coordinator pod and a node preemption. The job succeeds
+and every task's final parameters are bitwise the undisturbed run's (``torch_train.py
+--reference``, which test_torch_recovery pins to a real undisturbed run).
 
 Exits 77 (CTest: skipped) with the reason when torch cannot be imported."""
 
@@ -25,7 +25,7 @@ harness.require_torch()
 
 TRAIN = os.path.join(harness.PYTHON_DIR, "examples", "torch_train.py")
 RANKS = 4
-ARGS = ["--steps=240", "--step_time=0.05"]
+ARGS = ["--steps=300", "--step_time=0.05"]
 TIMEOUT = 120  # per phase, for a loaded 2-core machine; nothing here asserts speed
 
 
@@ -43,9 +43,13 @@ class TorchLocalClusterTest(LocalClusterCase):
     NODES = 3
 
     def create_job(self):
+        # Until the test has made its last fault, the job's last 100 steps take a second each:
+        # on a starved machine the job once ended before the preemption could land.
+        self.faults_done = os.path.join(self.dir, "faults-done")
         self.apply_python_job(
-            RANKS, [sys.executable, TRAIN] + ARGS + ["--checkpoint_dir="
-                                                    + os.path.join(self.dir, "ckpt")],
+            RANKS, [sys.executable, TRAIN] + ARGS + [
+                "--checkpoint_dir=" + os.path.join(self.dir, "ckpt"),
+                "--linger_file=" + self.faults_done, "--linger_steps=100"],
             max_restarts=10, extra_env=[{"name": "GLOO_SOCKET_IFNAME", "value": "lo"}],
             # Heartbeats are what finds the hung task; 2 s let a loaded machine (load 20 on 2
             # cores starves a process that long) declare a live task dead too: an extra restart.
@@ -78,6 +82,33 @@ class TorchLocalClusterTest(LocalClusterCase):
     def node_of(self, pod):
         return self.kubectl("get", "pod", pod, "-o", "jsonpath={.spec.nodeName}").strip()
 
+    def suspend_and_resume_losing_no_step(self):
+        """Issue 31 (2) with PyTorch: spec.suspend opens a checkpoint round; every task
+        checkpoints at one step and leaves (exit 4), the job is Suspended; after resume every
+        task's next pod forms its group from that very step."""
+        before = {task: self.pod(task) for task in range(RANKS)}
+        self.kubectl("patch", "trainingjobs.phalanx.dev", self.JOB, "--type=merge",
+                     "-p", '{"spec":{"suspend":true}}')
+        self.assertTrue(harness.eventually(lambda: self.phase() == "Suspended", TIMEOUT, 0.2),
+                        "not suspended; job=%s" % json.dumps(self.job()))
+        left = {task: self.events(pod, "leaving") for task, pod in before.items()}
+        self.assertTrue(all(left.values()), "a task did not checkpoint and leave: %s" % left)
+        steps = {int(self.field(events[-1], "step")) for events in left.values()}
+        self.assertEqual(len(steps), 1, "the tasks left at different steps: %s" % left)
+        self.kubectl("patch", "trainingjobs.phalanx.dev", self.JOB, "--type=merge",
+                     "-p", '{"spec":{"suspend":false}}')
+
+        def resumed():
+            pods = {task: self.pod(task) for task in range(RANKS)}
+            formed = [self.events(pods[task], "formed") for task in range(RANKS)
+                      if pods[task] != before[task]]
+            return len(formed) == RANKS and all(formed) and formed
+        formed = harness.eventually(resumed, TIMEOUT, 0.2)
+        self.assertTrue(formed, "the resumed tasks did not form; job=%s" % json.dumps(self.job()))
+        self.assertEqual({int(self.field(events[0], "step")) for events in formed}, steps,
+                         "the resumed group did not start where the suspend checkpointed")
+        sys.stderr.write("suspended at step %d, resumed from it\n" % steps.pop())
+
     def test_final_parameters_survive_kill_hang_coordinator_kill_and_preemption(self):
         self.create_job()
         self.wait_step(10)
@@ -87,6 +118,8 @@ class TorchLocalClusterTest(LocalClusterCase):
         self.wait_step(40)
         self.admin("stop-pod", "default/%s-task-3-0" % self.JOB)  # only heartbeats can tell
         self.wait_formed("%s-task-3-1" % self.JOB)
+
+        self.suspend_and_resume_losing_no_step()
 
         self.wait_step(70)
         self.admin("kill-pod", "default/%s-coordinator" % self.JOB)
@@ -98,6 +131,7 @@ class TorchLocalClusterTest(LocalClusterCase):
                         "task 1 was not moved; job=%s" % json.dumps(self.job()))
         self.wait_formed(self.pod(1))
 
+        open(self.faults_done, "w").close()
         self.wait_succeeded()
         status = self.job()["status"]
         expected = reference_sha256()
