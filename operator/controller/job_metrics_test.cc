@@ -114,6 +114,18 @@ TEST(OperatorMetricsJobs, EachJobHasItsSeriesAndOnePhase) {
   EXPECT_THAT(text, HasSubstr("phalanx_operator_jobs_unschedulable 0"));
 }
 
+// Found by a real Prometheus on the installed chart: the dashboard's per-phase stats (and any
+// alert on a phase) read "no data" until some job had been in that phase.
+TEST(OperatorMetricsJobs, EveryPhaseIsASeriesFromTheStart) {
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  const std::string text = Exposition(registry);
+  for (const char* phase : {"Pending", "Starting", "Running", "Restarting", "Blocked", "Suspended",
+                            "Succeeded", "Failed"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("phalanx_operator_jobs{phase=\"", phase, "\"} 0")));
+  }
+}
+
 TEST(OperatorMetricsJobs, APhaseChangeMovesTheSeriesAndADeletedJobLosesAll) {
   prometheus::Registry registry;
   OperatorMetrics metrics(registry);

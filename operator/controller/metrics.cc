@@ -1,6 +1,7 @@
 #include "operator/controller/metrics.h"
 
 #include "absl/strings/str_cat.h"
+#include "operator/api/types.h"
 
 namespace phalanx::op {
 namespace {
@@ -107,7 +108,15 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                                     .Name("phalanx_operator_job_coordinator_restarts")
                                     .Help("The TrainingJob's coordinator restarts after a failure "
                                           "(status.coordinator.restarts)")
-                                    .Register(registry)) {}
+                                    .Register(registry)) {
+  // Every phase from the start, at 0: a panel or an alert on a phase no job is in reads 0, not
+  // "no data" (a real Prometheus scraping the chart showed the dashboard's phase stats empty).
+  absl::MutexLock lock(&mu_);
+  for (const char* phase : {kPhasePending, kPhaseStarting, kPhaseRunning, kPhaseRestarting,
+                            kPhaseBlocked, kPhaseSuspended, kPhaseSucceeded, kPhaseFailed}) {
+    phase_gauges_[phase] = &jobs_.Add({{"phase", phase}});
+  }
+}
 
 void OperatorMetrics::Reconciled(kube::ReconcileResult result, absl::Duration took) {
   switch (result) {
