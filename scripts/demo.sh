@@ -131,6 +131,7 @@ else
 
   node=$($KUBECTL get pod sample-task-3-0 -o jsonpath='{.spec.nodeName}')
   say "preempting node $node (tasks on it get DisruptionTarget; evicted after 5 s)"
+  PREEMPT_AT=$(date +%s.%N)
   "$BUILD/tests/localcluster/phalanx-localcluster" admin preempt-node "$node" --grace-seconds 5 >/dev/null
   wait_for 60 preemptions_at_least 1
   say "preempted tasks moved to the other node: $(job_field .status.preemptions) preemption(s)"
@@ -191,6 +192,8 @@ else
   echo "  final model state identical on every task: $([[ $states == 1 ]] && echo yes || echo "NO ($states states)")"
   healthy=$($KUBECTL get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="PhalanxGpuHealthy")].status}{" "}{end}' 2>/dev/null)
   echo "  node agents: PhalanxGpuHealthy per node: ${healthy:-(not reported)}"
+  # The same story as a picture: each task's step over time, its pods, the faults.
+  timeline_picture "$logs" "$WORK/timeline.png" "$node" "$coordinator_node"
   echo "  logs: $WORK (cluster.log, operator.log, agent-<n>.log, cluster/logs/<pod>.log)"
   [[ "$(job_field .status.phase)" == Succeeded ]] &&
     # No restart was spent on the coordinator's move.

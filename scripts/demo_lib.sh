@@ -29,3 +29,23 @@ coordinator_replaced() {
   [[ "$($KUBECTL get pod sample-coordinator -o jsonpath='{.metadata.uid} {.status.phase}')" == *" Running" &&
      "$($KUBECTL get pod sample-coordinator -o jsonpath='{.metadata.uid}')" != "$1" ]]
 }
+
+# timeline_picture LOG_DIR OUT.png PREEMPTED_NODE COORDINATOR_NODE: the sample job's story as a
+# picture (scripts/timeline_plot.py; KILL_AT, PREEMPT_AT, MOVE_AT mark the faults), its path or
+# why there is none printed.
+timeline_picture() {
+  local productive lost
+  productive=$(job_field .status.productiveSeconds)
+  lost=$(job_field .status.lostSeconds)
+  if python3 "$SRC/scripts/timeline_plot.py" "$1" sample "$2" \
+      --fault "kill task 1@$KILL_AT" --fault "preempt $3@$PREEMPT_AT" \
+      --fault "preempt $4 (coordinator)@$MOVE_AT" \
+      --title "$(printf 'TrainingJob sample: %s restart(s), %s preemption(s), goodput %.0f%%' \
+        "$(job_field .status.restarts)" "$(job_field .status.preemptions)" \
+        "$(calc %.1f "100 * ${productive:-0} / (${productive:-0} + ${lost:-0} + 0.0001)")")" \
+      2>"${2%.png}.log"; then
+    echo "  timeline picture: $2"
+  else
+    echo "  timeline picture: not made ($(tail -n 1 "${2%.png}.log"))"
+  fi
+}

@@ -53,6 +53,22 @@ sed "s#--step_time=100ms#--step_time=60ms#; s#--steps=300#--steps=450#" \
   "$SRC/examples/trainingjob.yaml" >"$WORK/real/trainingjob.yaml"
 $KUBECTL get tj -w >"$WORK/real/watch.log" 2>&1 &
 WATCH=$!
+# Every task pod's log, followed from its start into logs/<namespace>_<pod>.log (the kubelet
+# drops a deleted pod's log; the timeline picture below reads them all).
+mkdir -p "$WORK/real/logs"
+follow_task_logs() {
+  local pod
+  trap 'kill $(jobs -p) 2>/dev/null; exit 0' TERM
+  while sleep 1; do
+    for pod in $($KUBECTL get pods -l phalanx.dev/role=task --field-selector=status.phase=Running \
+        -o jsonpath='{range .items[*]}{.metadata.name}{" "}{end}' 2>/dev/null); do
+      [[ -e "$WORK/real/logs/default_$pod.log" ]] && continue
+      $KUBECTL logs -f "$pod" >"$WORK/real/logs/default_$pod.log" 2>/dev/null &
+    done
+  done
+}
+follow_task_logs &
+FOLLOW=$!
 APPLY_AT=$(date +%s.%N)
 say "$($KUBECTL apply -f "$WORK/real/trainingjob.yaml")"
 wait_for 120 phase_is Running
@@ -74,6 +90,7 @@ sleep 4
 
 node=$($KUBECTL get pod sample-task-3-0 -o jsonpath='{.spec.nodeName}')
 say "preempting node $node (the termination taint now; its pods evicted after 5 s)"
+PREEMPT_AT=$(date +%s.%N)
 "$CLUSTER" admin preempt-node "$node" --grace-seconds 5 >/dev/null
 wait_for 90 preemptions_at_least 1
 say "preempted tasks moved: $(job_field .status.preemptions) preemption(s)"
@@ -92,6 +109,7 @@ say "coordinator moved $coordinator_node -> $($KUBECTL get pod sample-coordinato
 wait_for 150 bash -c "p=\$($KUBECTL get tj sample -o jsonpath='{.status.phase}'); [[ \$p == Succeeded || \$p == Failed ]]"
 say "job $(job_field .status.phase)"
 kill $WATCH 2>/dev/null || true
+kill $FOLLOW 2>/dev/null || true
 echo
 echo "=== kubectl get tj -w (real nodes) ==="
 cat "$WORK/real/watch.log"
@@ -102,6 +120,7 @@ echo "  restarts: $(job_field .status.restarts), preemptions: $(job_field .statu
   "coordinator moves $(job_field .status.coordinator.moves), coordinator restarts $(job_field .status.coordinator.restarts)"
 printf '  goodput: %.1f s productive, %.1f s lost\n' "$(job_field .status.productiveSeconds)" \
   "$(job_field .status.lostSeconds)"
-echo "  logs: $WORK/real (cluster.log; nodes' kubelet/containerd logs in cluster/nodes/)"
+timeline_picture "$WORK/real/logs" "$WORK/real/timeline.png" "$node" "$coordinator_node"
+echo "  logs: $WORK/real (cluster.log, logs/<pod>.log; nodes' kubelet/containerd logs in cluster/nodes/)"
 [[ "$(job_field .status.phase)" == Succeeded && "$(job_field .status.restarts)" == "$restarts_before" &&
    "$(job_field .status.coordinator.restarts)" == 0 ]]

@@ -15,6 +15,7 @@ PACKAGES=(
   python3-torch                 # torch.distributed on Phalanx (label torch; CPU, gloo)
   patchelf python3-venv         # make wheel: bundle the client's libraries; the wheel test's venv
   prometheus                    # promtool: alert rule unit tests, metrics lint (label prometheus)
+  python3-matplotlib            # make demo's timeline picture (scripts/timeline_plot.py)
   containerd runc containernetworking-plugins iptables iproute2 util-linux
                                 # real nodes: phalanx-localcluster --nodes-kind real (label node)
 )

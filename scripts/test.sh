@@ -36,6 +36,7 @@ step_end
 JOBS=${PHALANX_TEST_JOBS:-$(($(nproc) * 2))}
 step_begin tests
 echo "tests: ctest -j$JOBS (log: $BUILD/logs/ctest.log)"
+touch "$STEPS_LOG_DIR/ctest.log.start"  # a failure list older than this is another run's
 set +e
 (cd "$BUILD" && ctest --output-on-failure --timeout 300 -j"$JOBS" \
   --resource-spec-file "$SRC/tests/resources.json" "$@") 2>&1 |
@@ -50,13 +51,21 @@ cp "$BUILD/Testing/Temporary/LastTest.log" "$FIRST_RUN_LOG" 2>/dev/null || true
 # A test that failed beside 2x-cores others runs again, alone (PHALANX_RERUN_FAILED=0: no rerun).
 # Why: on a 2-core machine a starved process can miss a deadline that no user would meet (a
 # heartbeat, a scheduler pass); such a test is named below as failing under load, with its first
-# run's reasons, and does not fail the run. A test that fails alone too fails the run.
+# run's reasons, and does not fail the run. A test that fails alone too fails the run, and so do
+# more than MAX_RERUN failures (that is no load: nothing is rerun) or a run whose failures ctest
+# did not list.
+MAX_RERUN=5
+failed_names=$(sed -n '/The following tests FAILED:/,/^Errors while running CTest/p' \
+  "$STEPS_LOG_DIR/ctest.log" | sed -nE 's/^[[:space:]]+[0-9]+ - (.*) \(.*\)$/\1/p')
+failed_count=$(printf '%s' "$failed_names" | grep -c . || true)
 rerun_rc=$rc
-if ((rc != 0)) && [[ ${PHALANX_RERUN_FAILED:-1} == 1 ]]; then
+if ((rc != 0)) && [[ ${PHALANX_RERUN_FAILED:-1} == 1 ]] && ((failed_count > 0)) &&
+   ((failed_count <= MAX_RERUN)) &&
+   [[ "$BUILD/Testing/Temporary/LastTestsFailed.log" -nt "$STEPS_LOG_DIR/ctest.log.start" ]]; then
   step_begin rerun
   echo "rerun: ctest --rerun-failed -j1 (log: $BUILD/logs/ctest-rerun.log)"
   set +e
-  (cd "$BUILD" && ctest --rerun-failed --output-on-failure --timeout 600 -j1 \
+  (cd "$BUILD" && ctest --rerun-failed --output-on-failure --timeout 300 -j1 \
     --resource-spec-file "$SRC/tests/resources.json" "$@") 2>&1 |
     tee "$STEPS_LOG_DIR/ctest-rerun.log"
   rerun_rc=${PIPESTATUS[0]}
@@ -72,8 +81,6 @@ sed -n '/tests passed, /,$p' "$STEPS_LOG_DIR/ctest.log"
 # the failures and shows why, without the hundreds of lines between.
 if ((rc != 0)); then
   python3 scripts/failed_tests_why.py "$FIRST_RUN_LOG" || true
-  failed_names=$(sed -n '/The following tests FAILED:/,/^Errors while running CTest/p' \
-    "$STEPS_LOG_DIR/ctest.log" | sed -nE 's/^[[:space:]]+[0-9]+ - (.*) \(.*\)$/\1/p')
   if ((rerun_rc == 0)); then
     echo
     echo "make test passed: the tests above failed beside the parallel load and passed when run"

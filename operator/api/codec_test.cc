@@ -378,6 +378,18 @@ TEST(ValidateSpec, EachRule_NamesItsField) {
        [](TrainingJobSpec& s) { s.placement.topology_key = "Example.dev/rack"; },
        {"spec.placement.topologyKey: must be a node label key ([prefix/]name, e.g. "
         "topology.kubernetes.io/zone), got \"Example.dev/rack\""}},
+      {"placementWithTheTemplatesRequiredPodAffinity",
+       [](TrainingJobSpec& s) {
+         s.placement.topology_key = "example.dev/rack";
+         s.pod_template = Json::parse(R"({"spec":{"containers":[{"name":"m","image":"x"}],
+             "affinity":{"podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":
+               [{"labelSelector":{"matchLabels":{"app":"cache"}},"topologyKey":"zone"}]}}}})");
+       },
+       {"spec.placement: cannot be combined with required pod affinity in "
+        "spec.template.spec.affinity.podAffinity (Kubernetes counts a pod toward a pod's "
+        "required affinity only if it matches every term, so the job's own term and the "
+        "template's would never be met together); use preferred pod affinity there, or drop "
+        "spec.placement"}},
       {"placementExclusiveWithoutKey",
        [](TrainingJobSpec& s) { s.placement.exclusive = true; },
        {"spec.placement.exclusive: needs spec.placement.topologyKey (exclusive of what "

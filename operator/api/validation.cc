@@ -116,7 +116,7 @@ bool IsLabelName(absl::string_view s) {
 bool IsDns1123Subdomain(absl::string_view s) {
   if (s.empty() || s.size() > 253) return false;
   for (absl::string_view part : absl::StrSplit(s, '.')) {
-    if (part.empty() || part.size() > 63 || part.front() == '-' || part.back() == '-') return false;
+    if (part.empty() || part.front() == '-' || part.back() == '-') return false;
     if (!std::all_of(part.begin(), part.end(), [](char c) {
           return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-';
         })) {
@@ -209,6 +209,18 @@ std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec) {
         absl::StrCat("spec.placement.topologyKey: must be a node label key ([prefix/]name, e.g. "
                      "topology.kubernetes.io/zone), got ",
                      Quoted(placement.topology_key)));
+  }
+  const Json& template_pod_affinity =
+      FieldOrNull(FieldOrNull(FieldOrNull(spec.pod_template, "spec"), "affinity"), "podAffinity");
+  if (!placement.topology_key.empty() &&
+      kube::ArrayOrEmpty(template_pod_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
+              .size() > 0) {
+    errors.push_back(
+        "spec.placement: cannot be combined with required pod affinity in "
+        "spec.template.spec.affinity.podAffinity (Kubernetes counts a pod toward a pod's "
+        "required affinity only if it matches every term, so the job's own term and the "
+        "template's would never be met together); use preferred pod affinity there, or drop "
+        "spec.placement");
   }
   if (placement.exclusive && placement.topology_key.empty()) {
     errors.push_back(

@@ -447,7 +447,7 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
   }
   if (!spec.placement.topology_key.empty()) {
     pod_spec["affinity"] =
-        TaskPlacementAffinity(name, spec.placement, kube::FieldOrNull(pod_spec, "affinity"));
+        TaskPlacementAffinity(ns, name, spec.placement, kube::FieldOrNull(pod_spec, "affinity"));
   }
   const std::string master =
       absl::StrCat(TaskHostname(name, 0), ".", TasksServiceName(name), ".", ns, ".svc");

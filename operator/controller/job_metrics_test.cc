@@ -116,13 +116,23 @@ TEST(OperatorMetricsJobs, EachJobHasItsSeriesAndOnePhase) {
 
 // Found by a real Prometheus on the installed chart: the dashboard's per-phase stats (and any
 // alert on a phase) read "no data" until some job had been in that phase.
-TEST(OperatorMetricsJobs, EveryPhaseIsASeriesFromTheStart) {
+TEST(OperatorMetricsJobs, EveryPhaseAndKnownReasonIsASeriesFromTheStart) {
   prometheus::Registry registry;
   OperatorMetrics metrics(registry);
   const std::string text = Exposition(registry);
   for (const char* phase : {"Pending", "Starting", "Running", "Restarting", "Blocked", "Suspended",
                             "Succeeded", "Failed"}) {
     EXPECT_THAT(text, HasSubstr(absl::StrCat("phalanx_operator_jobs{phase=\"", phase, "\"} 0")));
+  }
+  // A counter by reason born at 1 hides its first event from increase(): the known reasons
+  // start at 0.
+  for (const char* reason : {"NodePreempted", "DisruptionTarget", "Evicted"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("phalanx_operator_preemptions_total{reason=\"", reason,
+                                             "\"} 0")));
+  }
+  for (const char* reason : {"Error", "OOMKilled", "CoordinatorDeclaredFailed", "PodDeleted"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("phalanx_operator_task_restarts_total{reason=\"",
+                                             reason, "\"} 0")));
   }
 }
 

@@ -116,6 +116,16 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                             kPhaseBlocked, kPhaseSuspended, kPhaseSucceeded, kPhaseFailed}) {
     phase_gauges_[phase] = &jobs_.Add({{"phase", phase}});
   }
+  // The same for the counters by reason: Prometheus' increase() and rate() start at a series'
+  // first sample, so a series born at 1 hides its first event (the live dashboard's "Task
+  // restarts by reason" read 0 after a kill). Every preemption reason, and the usual restart
+  // reasons (others are a container's own words, e.g. ContainerCannotRun; their first is lost).
+  for (const char* reason : {"NodePreempted", "DisruptionTarget", "Evicted"}) {
+    preemption_counters_[reason] = &preemptions_.Add({{"reason", reason}});
+  }
+  for (const char* reason : {"Error", "OOMKilled", "CoordinatorDeclaredFailed", "PodDeleted"}) {
+    restart_counters_[reason] = &restarts_.Add({{"reason", reason}});
+  }
 }
 
 void OperatorMetrics::Reconciled(kube::ReconcileResult result, absl::Duration took) {

@@ -30,6 +30,11 @@ constexpr char kOtherJobsTerm[] =
     R"({"key":"phalanx.dev/job","operator":"NotIn","values":["j"]},)"
     R"({"key":"phalanx.dev/role","operator":"In","values":["task"]}]},)"
     R"("topologyKey":"example.dev/rack"})";
+constexpr char kOtherNamespacesTerm[] =
+    R"({"labelSelector":{"matchExpressions":[{"key":"phalanx.dev/job","operator":"Exists"},)"
+    R"({"key":"phalanx.dev/role","operator":"In","values":["task"]}]},)"
+    R"("namespaceSelector":{"matchExpressions":[{"key":"kubernetes.io/metadata.name",)"
+    R"("operator":"NotIn","values":["ns"]}]},"topologyKey":"example.dev/rack"})";
 
 TEST(TaskPlacement, KeepsEveryTaskPodWithItsJobInOneDomain) {
   TrainingJobSpec spec = SpecWithTemplate(kPlainTemplate);
@@ -44,22 +49,25 @@ TEST(TaskPlacement, KeepsEveryTaskPodWithItsJobInOneDomain) {
   EXPECT_EQ(pod.at("metadata").at("labels").at(kRoleLabel), Json::string("task"));
 }
 
-TEST(TaskPlacement, ExclusiveKeepsOtherJobsTaskPodsOutAndTheTemplatesRulesStay) {
+TEST(TaskPlacement, ExclusiveKeepsEveryOtherJobsTaskPodsOutAndTheTemplatesRulesStay) {
   TrainingJobSpec spec = SpecWithTemplate(R"({"spec":{"containers":[{"name":"main","image":"x"}],
       "affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":
                     {"nodeSelectorTerms":[{"matchExpressions":[{"key":"gpu","operator":"Exists"}]}]}},
-                  "podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":
-                    [{"labelSelector":{"matchLabels":{"app":"cache"}},"topologyKey":"zone"}]}}}})");
+                  "podAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":
+                    [{"weight":10,"podAffinityTerm":{"labelSelector":{"matchLabels":{"app":"cache"}},
+                      "topologyKey":"zone"}}]}}}})");
   spec.placement = {.topology_key = "example.dev/rack", .exclusive = true};
   const Json affinity = DesiredTaskPod(PlacedJob(), spec, 0, 0, "c:1").at("spec").at("affinity");
-  EXPECT_EQ(affinity.at("nodeAffinity"),
-            spec.pod_template.at("spec").at("affinity").at("nodeAffinity"));
+  const Json& tmpl = spec.pod_template.at("spec").at("affinity");
+  EXPECT_EQ(affinity.at("nodeAffinity"), tmpl.at("nodeAffinity"));
+  EXPECT_EQ(affinity.at("podAffinity").at("preferredDuringSchedulingIgnoredDuringExecution"),
+            tmpl.at("podAffinity").at("preferredDuringSchedulingIgnoredDuringExecution"));
   EXPECT_EQ(affinity.at("podAffinity").at("requiredDuringSchedulingIgnoredDuringExecution"),
-            Json::parse(std::string(R"([{"labelSelector":{"matchLabels":{"app":"cache"}},)"
-                                    R"("topologyKey":"zone"},)") +
-                        kOwnJobTerm + "]"));
+            Json::parse(std::string("[") + kOwnJobTerm + "]"));
+  // Other jobs of this namespace, and every job of any other namespace (one of the same name
+  // there included).
   EXPECT_EQ(affinity.at("podAntiAffinity").at("requiredDuringSchedulingIgnoredDuringExecution"),
-            Json::parse(std::string("[") + kOtherJobsTerm + "]"));
+            Json::parse(std::string("[") + kOtherJobsTerm + "," + kOtherNamespacesTerm + "]"));
 }
 
 TEST(TaskPlacement, WithoutATopologyKeyTheTemplatesAffinityIsUntouched) {

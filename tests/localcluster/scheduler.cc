@@ -182,36 +182,27 @@ int64_t Preference(const Json& pod, const Json& node, const std::vector<Json>& n
   return score;
 }
 
-// ---- Required inter-pod affinity (kube-scheduler's InterPodAffinity filter): a term names
-// pods (labelSelector; in the namespaces it lists, else the namespace of the pod that has the
-// term) and a node label (topologyKey); the nodes sharing its value are one domain. ----
+// ---- Required inter-pod affinity (kube-scheduler's InterPodAffinity filter, 1.28): a term names
+// pods (labelSelector; in the namespaces it lists or its namespaceSelector picks, else the
+// namespace of the pod that has the term) and a node label (topologyKey); the nodes sharing its
+// value are one domain. Namespaces are known here only by their kubernetes.io/metadata.name
+// label. ----
+
+using Labels = std::map<std::string, std::string>;
 
 // Whether `other` (a pod on a node, not terminated) is one that `term`, of a pod in namespace
 // `ns`, names.
 bool TermNames(const Json& term, const std::string& ns, const Json& other) {
   if (IsTerminated(other)) return false;
-  const Json& namespaces = Array(term, "namespaces");
   const std::string other_ns = MetaString(other, "namespace");
-  bool in_namespace = namespaces.size() == 0 && other_ns == ns;
-  for (const Json& n : namespaces.as_array())
+  const Json& namespaces = Array(term, "namespaces");
+  const Json& namespace_selector = FieldOrNull(term, "namespaceSelector");
+  bool in_namespace = namespaces.size() == 0 && namespace_selector.is_null() && other_ns == ns;
+  for (const Json& n : namespaces.as_array()) {
     in_namespace |= n.is_string() && n.as_string() == other_ns;
-  return in_namespace && SelectorMatches(FieldOrNull(term, "labelSelector"), kube::LabelsOf(other));
-}
-
-// Whether `a` and `b` (node names) are in one domain of `key` (both have the label, equal).
-bool SameDomain(const std::vector<Json>& nodes, const std::string& key, const std::string& a,
-                const std::string& b) {
-  std::optional<std::string> value_a, value_b;
-  for (const Json& n : nodes) {
-    const std::string name = MetaString(n, "name");
-    if (name != a && name != b) continue;
-    const std::map<std::string, std::string> labels = kube::LabelsOf(n);
-    auto v = labels.find(key);
-    if (v == labels.end()) continue;
-    if (name == a) value_a = v->second;
-    if (name == b) value_b = v->second;
   }
-  return value_a.has_value() && value_a == value_b;
+  in_namespace |= SelectorMatches(namespace_selector, {{"kubernetes.io/metadata.name", other_ns}});
+  return in_namespace && SelectorMatches(FieldOrNull(term, "labelSelector"), kube::LabelsOf(other));
 }
 
 std::vector<Json> RequiredTerms(const Json& pod, const char* kind) {
@@ -220,51 +211,82 @@ std::vector<Json> RequiredTerms(const Json& pod, const char* kind) {
   return std::vector<Json>(terms.as_array().begin(), terms.as_array().end());
 }
 
-// The InterPodAffinity filter's reason for `node`, or "": the pod's required affinity (every term
-// has a named pod in the node's domain, or no term names any pod anywhere and the pod matches
-// all its own terms: the first of a group), its required anti-affinity (no named pod in the
-// domain), and every placed pod's required anti-affinity against this pod (symmetric).
+// A topology domain: (key, value).
+using Domain = std::pair<std::string, std::string>;
+
+// The InterPodAffinity filter's reason for `node`, or "", as kube-scheduler decides it:
+//   - affinity: the placed pods that match *all* the pod's required affinity terms count for
+//     each term's domain; the node must have every term's key and a counted pod in each term's
+//     domain, unless none is counted anywhere and the pod matches all its own terms (the first
+//     of a group goes anywhere);
+//   - anti-affinity: no placed pod that a term names in that term's domain of the node;
+//   - symmetry: no placed pod whose own required anti-affinity names this pod, in that term's
+//     domain of the node.
 std::string InterPodMisfit(const Json& pod, const Json& node, const std::vector<Json>& nodes,
                            const std::vector<Json>& pods) {
   const std::string ns = MetaString(pod, "namespace");
-  const std::string node_name = MetaString(node, "name");
-  const std::map<std::string, std::string> node_labels = kube::LabelsOf(node);
-  const std::vector<Json> affinity = RequiredTerms(pod, "podAffinity");
-  bool all_in_domain = true, any_anywhere = false, matches_own = true;
-  for (const Json& term : affinity) {
-    const std::string key = StringAt(term, "topologyKey");
-    if (!node_labels.contains(key)) return "node(s) didn't match pod affinity rules";
-    bool in_domain = false;
-    for (const Json& other : pods) {
-      if (!TermNames(term, ns, other)) continue;
-      any_anywhere = true;
-      in_domain |= SameDomain(nodes, key, node_name, StringAt(other, "spec.nodeName"));
+  std::map<std::string, Labels> labels_of;  // node name -> its labels
+  for (const Json& n : nodes) labels_of[MetaString(n, "name")] = kube::LabelsOf(n);
+  const Labels node_labels = kube::LabelsOf(node);
+  // The domain of `other`'s node for `key`, if its node has that label.
+  auto domain_of = [&](const Json& other, const std::string& key) -> std::optional<Domain> {
+    auto n = labels_of.find(StringAt(other, "spec.nodeName"));
+    if (n == labels_of.end()) return std::nullopt;
+    auto v = n->second.find(key);
+    if (v == n->second.end()) return std::nullopt;
+    return Domain{key, v->second};
+  };
+  auto node_in = [&](const std::map<Domain, int>& counts) {
+    for (const auto& [key, value] : node_labels) {
+      if (auto c = counts.find({key, value}); c != counts.end() && c->second > 0) return true;
     }
-    all_in_domain &= in_domain;
-    matches_own &= SelectorMatches(FieldOrNull(term, "labelSelector"), kube::LabelsOf(pod));
-  }
-  if (!all_in_domain && (any_anywhere || !matches_own)) {
-    return "node(s) didn't match pod affinity rules";
-  }
-  for (const Json& term : RequiredTerms(pod, "podAntiAffinity")) {
-    const std::string key = StringAt(term, "topologyKey");
+    return false;
+  };
+
+  const std::vector<Json> affinity = RequiredTerms(pod, "podAffinity");
+  if (!affinity.empty()) {
+    std::map<Domain, int> counts;
     for (const Json& other : pods) {
-      if (TermNames(term, ns, other) &&
-          SameDomain(nodes, key, node_name, StringAt(other, "spec.nodeName"))) {
-        return "node(s) didn't match pod anti-affinity rules";
+      if (!std::all_of(affinity.begin(), affinity.end(),
+                       [&](const Json& term) { return TermNames(term, ns, other); })) {
+        continue;
+      }
+      for (const Json& term : affinity) {
+        if (auto d = domain_of(other, StringAt(term, "topologyKey"))) ++counts[*d];
       }
     }
+    bool pods_exist = true;
+    for (const Json& term : affinity) {
+      auto value = node_labels.find(StringAt(term, "topologyKey"));
+      if (value == node_labels.end()) return "node(s) didn't match pod affinity rules";
+      pods_exist &= counts[{value->first, value->second}] > 0;
+    }
+    const bool matches_own = std::all_of(affinity.begin(), affinity.end(), [&](const Json& t) {
+      return SelectorMatches(FieldOrNull(t, "labelSelector"), kube::LabelsOf(pod));
+    });
+    const bool none_anywhere =
+        std::all_of(counts.begin(), counts.end(), [](const auto& c) { return c.second <= 0; });
+    if (!pods_exist && !(none_anywhere && matches_own)) {
+      return "node(s) didn't match pod affinity rules";
+    }
   }
+  std::map<Domain, int> anti;
+  for (const Json& term : RequiredTerms(pod, "podAntiAffinity")) {
+    for (const Json& other : pods) {
+      if (!TermNames(term, ns, other)) continue;
+      if (auto d = domain_of(other, StringAt(term, "topologyKey"))) ++anti[*d];
+    }
+  }
+  if (node_in(anti)) return "node(s) didn't match pod anti-affinity rules";
+  std::map<Domain, int> existing;
   for (const Json& other : pods) {
     if (IsTerminated(other)) continue;
     for (const Json& term : RequiredTerms(other, "podAntiAffinity")) {
-      if (TermNames(term, MetaString(other, "namespace"), pod) &&
-          SameDomain(nodes, StringAt(term, "topologyKey"), node_name,
-                     StringAt(other, "spec.nodeName"))) {
-        return "node(s) didn't satisfy existing pods anti-affinity rules";
-      }
+      if (!TermNames(term, MetaString(other, "namespace"), pod)) continue;
+      if (auto d = domain_of(other, StringAt(term, "topologyKey"))) ++existing[*d];
     }
   }
+  if (node_in(existing)) return "node(s) didn't satisfy existing pods anti-affinity rules";
   return "";
 }
 

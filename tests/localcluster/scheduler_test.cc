@@ -134,6 +134,18 @@ struct ChooseCase {
   std::string want_why;  // substring of the message when nothing fits
 };
 
+// Each case's choice, and when nothing fits, the scheduler's message.
+void ExpectChoices(const std::vector<ChooseCase>& cases) {
+  for (const ChooseCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string why_not;
+    EXPECT_EQ(ChooseNode(c.pod, c.nodes, c.pods_on_nodes, &why_not), c.want);
+    if (!c.want.has_value()) {
+      EXPECT_THAT(why_not, HasSubstr(c.want_why));
+    }
+  }
+}
+
 TEST(ChooseNodeTest, Table) {
   const std::vector<ChooseCase> cases = {
       {"gpu fit: only the node with room",
@@ -239,14 +251,7 @@ TEST(ChooseNodeTest, Table) {
        "1 node(s) were unschedulable"},
       {"no nodes at all", PodBuilder("p").Build(), {}, {}, std::nullopt, "no nodes available"},
   };
-  for (const ChooseCase& c : cases) {
-    SCOPED_TRACE(c.name);
-    std::string why_not;
-    EXPECT_EQ(ChooseNode(c.pod, c.nodes, c.pods_on_nodes, &why_not), c.want);
-    if (!c.want.has_value()) {
-      EXPECT_THAT(why_not, HasSubstr(c.want_why));
-    }
-  }
+  ExpectChoices(cases);
 }
 
 // Required node affinity as the operator writes it for a coordinator (issue 13): one term per
@@ -376,14 +381,7 @@ TEST(ChooseNodeTest, Affinity) {
        "b",
        ""},
   };
-  for (const ChooseCase& c : cases) {
-    SCOPED_TRACE(c.name);
-    std::string why_not;
-    EXPECT_EQ(ChooseNode(c.pod, c.nodes, c.pods_on_nodes, &why_not), c.want);
-    if (!c.want.has_value()) {
-      EXPECT_THAT(why_not, HasSubstr(c.want_why));
-    }
-  }
+  ExpectChoices(cases);
 }
 
 // spec.placement's terms as the operator writes them (operator/controller/placement.h): with
@@ -398,7 +396,10 @@ constexpr char kExclusiveInRack[] =
     R"("topologyKey":"rack"}]},)"
     R"("podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"labelSelector":)"
     R"({"matchExpressions":[{"key":"job","operator":"Exists"},)"
-    R"({"key":"job","operator":"NotIn","values":["j"]}]},"topologyKey":"rack"}]}})";
+    R"({"key":"job","operator":"NotIn","values":["j"]}]},"topologyKey":"rack"},)"
+    R"({"labelSelector":{"matchExpressions":[{"key":"job","operator":"Exists"}]},)"
+    R"("namespaceSelector":{"matchExpressions":[{"key":"kubernetes.io/metadata.name",)"
+    R"("operator":"NotIn","values":[""]}]},"topologyKey":"rack"}]}})";
 
 TEST(ChooseNodeTest, RequiredPodAffinityAndAntiAffinity) {
   const auto in_rack = [](const std::string& name, const std::string& rack) {
@@ -453,6 +454,23 @@ TEST(ChooseNodeTest, RequiredPodAffinityAndAntiAffinity) {
        {PodBuilder("j-b").Label("job", "j").Gpus(1).Affinity(kExclusiveInRack).OnNode("b").Build()},
        "a",
        ""},
+      {"exclusive counts jobs of other namespaces, one of the same name too",
+       PodBuilder("p").Label("job", "j").Gpus(1).Affinity(kExclusiveInRack).Build(),
+       racks,
+       {PodBuilder("j-a").Label("job", "j").Namespace("other").Gpus(1).OnNode("a").Build()},
+       "b",
+       ""},
+      {"a placed pod counts toward the affinity only if it matches every term",
+       PodBuilder("p")
+           .Label("job", "j")
+           .Affinity(R"({"podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[)"
+                     R"({"labelSelector":{"matchLabels":{"job":"j"}},"topologyKey":"rack"},)"
+                     R"({"labelSelector":{"matchLabels":{"app":"cache"}},"topologyKey":"rack"}]}})")
+           .Build(),
+       racks,
+       {task("j", "b"), PodBuilder("cache").Label("app", "cache").OnNode("b").Build()},
+       std::nullopt,
+       "3 node(s) didn't match pod affinity rules"},
       {"both racks taken by other jobs: nothing fits",
        PodBuilder("p").Label("job", "j").Gpus(1).Affinity(kExclusiveInRack).Build(),
        racks,
@@ -460,14 +478,7 @@ TEST(ChooseNodeTest, RequiredPodAffinityAndAntiAffinity) {
        std::nullopt,
        "3 node(s) didn't match pod anti-affinity rules"},
   };
-  for (const ChooseCase& c : cases) {
-    SCOPED_TRACE(c.name);
-    std::string why_not;
-    EXPECT_EQ(ChooseNode(c.pod, c.nodes, c.pods_on_nodes, &why_not), c.want);
-    if (!c.want.has_value()) {
-      EXPECT_THAT(why_not, HasSubstr(c.want_why));
-    }
-  }
+  ExpectChoices(cases);
 }
 
 class SchedulePendingTest : public ::testing::Test {

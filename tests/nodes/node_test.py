@@ -180,7 +180,14 @@ class Watching:
     lacks), with the shipped alert rules loaded. Nothing when prometheus is not installed."""
 
     def __init__(self, c, src, helm):
-        self.prom = self.targets = None
+        self.prom = self.targets = self.dir = None
+        try:
+            self._start(c, src, helm)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, c, src, helm):
         if shutil.which("prometheus") is None:
             print("prometheus is not installed: no live scrape (apt-get install prometheus)")
             return
@@ -198,9 +205,10 @@ class Watching:
         self.dir = tempfile.mkdtemp(prefix="phalanx-node-prometheus-")
         self.targets = kube_sd.KubeTargets(
             lambda: c.get("pods,endpoints,services", "-A")["items"], self.dir)
-        self.prom = live_prometheus.LivePrometheus(
+        prom = live_prometheus.LivePrometheus(
             self.dir, kube_sd.scrape_configs(monitors, self.dir),
-            os.path.join(src, "deploy", "alerts", "phalanx-rules.yaml")).__enter__()
+            os.path.join(src, "deploy", "alerts", "phalanx-rules.yaml"))
+        self.prom = prom.__enter__()  # stops its process itself if it never became ready
         self.started = time.monotonic()
 
     def check(self, c, src, ns, job):
@@ -220,9 +228,23 @@ class Watching:
             return phase and [r["metric"].get("phase") for r in seen] == [phase] and phase
         phase = wait_until(f"Prometheus shows {ns}/{job} in the phase its status has",
                            same_phase, 30)
+        # The counters the dashboard's panels read tell what happened: the kill is a restart,
+        # the scheduler took two tasks (their first events included: a series born at 1 would
+        # hide it from increase()).
+        def counted():
+            got = {}
+            for metric in ("phalanx_operator_task_restarts_total",
+                           "phalanx_operator_preemptions_total"):
+                r = self.prom.query(f"sum(increase({metric}[10m]))")
+                got[metric] = float(r[0]["value"][1]) if r else 0.0
+            return got if (got["phalanx_operator_task_restarts_total"] >= 0.99 and
+                           got["phalanx_operator_preemptions_total"] >= 1.98) else None
+        counts = wait_until("Prometheus counts the kill's restart and the two preemptions",
+                            counted, 30)
         # rate() over the dashboard's windows needs two samples of each series.
         time.sleep(max(0.0, 6 - (time.monotonic() - self.started)))
-        with open(os.path.join(src, "deploy", "dashboards", "phalanx.json")) as f:
+        dashboard_file = os.path.join(src, "deploy", "dashboards", "phalanx.json")
+        with open(dashboard_file) as f:
             dashboard = json.load(f)
         problems, report = live_prometheus.dashboard_problems(self.prom, dashboard)
         # A job that just went through a kill, a hang and a preemption in a minute may well
@@ -231,18 +253,30 @@ class Watching:
         alert_issues, alerts = live_prometheus.alert_problems(
             self.prom, {"PhalanxGoodputLow", "PhalanxJobStuckRestarting"}, allow_inactive=True)
         print(f"prometheus: {sum(len(v) for v in self.prom.targets_up().values())} targets up; "
-              f"the job {phase} in both; dashboard queries (series each):")
+              f"the job {phase} in both; increase() of restarts "
+              f"{counts['phalanx_operator_task_restarts_total']:.2f}, of preemptions "
+              f"{counts['phalanx_operator_preemptions_total']:.2f}; dashboard queries "
+              f"(series each):")
         for line in report:
             print("  " + line)
         print("  alerts: " + ", ".join(alerts))
         check(not problems and not alert_issues,
               "live Prometheus:\n  " + "\n  ".join(problems + alert_issues))
+        # The dashboard as a picture (docs/operations.md shows one), on request: drawing costs.
+        png = os.environ.get("PHALANX_DASHBOARD_PNG")
+        if png:
+            r = run([sys.executable, os.path.join(src, "tests", "prometheus", "render_panels.py"),
+                     self.prom.url(""), dashboard_file, png, "--minutes",
+                     f"{max(0.5, (time.monotonic() - self.started) / 60 + 0.1):.2f}"],
+                    timeout=180)
+            print((r.stdout + r.stderr).strip())
 
     def stop(self):
         if self.targets is not None:
             self.targets.stop()
         if self.prom is not None:
             self.prom.__exit__(None, None, None)
+        if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 

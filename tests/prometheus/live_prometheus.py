@@ -62,11 +62,15 @@ class LivePrometheus:
 
     def __enter__(self):
         self.log = open(os.path.join(self.dir, "prometheus.log"), "w")
-        self.proc = subprocess.Popen(
-            [self.binary, "--config.file", self.config,
-             "--storage.tsdb.path", os.path.join(self.dir, "tsdb"),
-             "--web.listen-address", f"127.0.0.1:{self.port}", "--log.level", "warn"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(
+                [self.binary, "--config.file", self.config,
+                 "--storage.tsdb.path", os.path.join(self.dir, "tsdb"),
+                 "--web.listen-address", f"127.0.0.1:{self.port}", "--log.level", "warn"],
+                stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError:
+            self.log.close()
+            raise
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
