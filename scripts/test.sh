@@ -57,7 +57,10 @@ cp "$BUILD/Testing/Temporary/LastTest.log" "$FIRST_RUN_LOG" 2>/dev/null || true
 MAX_RERUN=5
 failed_names=$(sed -n '/The following tests FAILED:/,/^Errors while running CTest/p' \
   "$STEPS_LOG_DIR/ctest.log" | sed -nE 's/^[[:space:]]+[0-9]+ - (.*) \(.*\)$/\1/p')
-failed_count=$(printf '%s' "$failed_names" | grep -c . || true)
+# Tests that did not run because a fixture they need failed (ctest's "Not Run") follow it into
+# the rerun but do not count toward MAX_RERUN.
+failed_count=$(sed -n '/The following tests FAILED:/,/^Errors while running CTest/p' \
+  "$STEPS_LOG_DIR/ctest.log" | grep -E '^[[:space:]]+[0-9]+ - ' | grep -vc '(Not Run)$' || true)
 rerun_rc=$rc
 if ((rc != 0)) && [[ ${PHALANX_RERUN_FAILED:-1} == 1 ]] && ((failed_count > 0)) &&
    ((failed_count <= MAX_RERUN)) &&

@@ -6,8 +6,12 @@
 namespace phalanx::localcluster {
 
 const std::vector<std::string>& PerNodeHostPaths() {
+  // /var/lib/kubelet/device-plugins: kubelet 1.28 binds its device-plugin registration socket
+  // there whatever its --root-dir; two kubelets starting at once on a loaded machine raced for
+  // it ("bind: address already in use") and one exited.
   static const std::vector<std::string> kPaths = {"/var/log/pods", "/var/log/containers",
-                                                  "/var/run/phalanx"};
+                                                  "/var/run/phalanx",
+                                                  "/var/lib/kubelet/device-plugins"};
   return kPaths;
 }
 

@@ -121,9 +121,14 @@ absl::Status RealNodes::PrepareHost() {
     record_.sysctls[key] =
         std::string(absl::StripAsciiWhitespace(ReadTextFile("/proc/sys/" + key)));
   }
+  // The folders Mkdirs will create, parents included, deepest first (the janitor removes them
+  // in this order, each only if empty).
   for (const std::string& path : PerNodeHostPaths()) {
     std::error_code ec;
-    if (!fs::exists(path, ec)) record_.created_dirs.push_back(path);
+    for (fs::path dir = path; !dir.empty() && dir != dir.root_path() && !fs::exists(dir, ec);
+         dir = dir.parent_path()) {
+      record_.created_dirs.push_back(dir.string());
+    }
   }
   if (absl::Status s = lock_->Save(record_); !s.ok()) return s;
   if (absl::Status s = StartJanitor(); !s.ok()) return s;
