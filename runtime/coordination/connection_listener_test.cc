@@ -7,6 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <map>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -161,6 +164,28 @@ TEST_F(ListenerTest, UnauthenticatedShare_ANewOneShutsTheOldest_AuthenticatedKee
     }
   }
   EXPECT_EQ(shed, 11);  // each of the flood but the two newest
+}
+
+// A counter by reason born at 1 would hide its first event from increase(): every reason is a
+// series at 0 before anything happened.
+TEST(CoordinatorMetricsReasons, EveryFailureAndCloseReasonIsASeriesFromTheStart) {
+  prometheus::Registry registry;
+  CoordinatorMetrics metrics(registry);
+  std::map<std::string, std::set<std::string>> zero;  // family -> reasons at 0
+  for (const auto& family : registry.Collect()) {
+    for (const auto& metric : family.metric) {
+      for (const auto& label : metric.label) {
+        if (label.name == "reason" && metric.counter.value == 0)
+          zero[family.name].insert(label.value);
+      }
+    }
+  }
+  EXPECT_EQ(zero["phalanx_coordinator_task_failures_total"],
+            (std::set<std::string>{"session_broken", "heartbeat_timeout", "reported_error",
+                                   "superseded"}));
+  EXPECT_EQ(zero["phalanx_coordinator_connections_closed_total"],
+            (std::set<std::string>{"limit", "unauthenticated", "unauthenticated_share",
+                                   "out_of_descriptors"}));
 }
 
 TEST(DefaultMaxConnections, LeavesAReserveAndCountsTwoDescriptorsPerConnection) {

@@ -123,7 +123,19 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       rpc_latency_(BuildHistogram()
                        .Name("phalanx_coordinator_rpc_latency_seconds")
                        .Help("RPC handling time (includes waiting, for blocking calls)")
-                       .Register(r)) {}
+                       .Register(r)) {
+  // Every reason from the start, at 0: Prometheus' increase() starts at a series' first sample,
+  // so a series born at 1 hides its first event (a live Prometheus showed it on the operator).
+  for (FailureKind kind : {FailureKind::kSessionBroken, FailureKind::kHeartbeatTimeout,
+                           FailureKind::kReportedError, FailureKind::kSuperseded}) {
+    task_failures_.Add({{"reason", FailureKindLabel(kind)}});
+  }
+  for (ConnectionCloseReason reason :
+       {ConnectionCloseReason::kLimit, ConnectionCloseReason::kUnauthenticated,
+        ConnectionCloseReason::kUnauthenticatedShare, ConnectionCloseReason::kOutOfDescriptors}) {
+    connections_closed_.Add({{"reason", CloseReasonLabel(reason)}});
+  }
+}
 
 void CoordinatorMetrics::SetTaskCounts(int registered, int connected) {
   tasks_registered_.Set(registered);
