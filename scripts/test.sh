@@ -55,12 +55,12 @@ cp "$BUILD/Testing/Temporary/LastTest.log" "$FIRST_RUN_LOG" 2>/dev/null || true
 # more than MAX_RERUN failures (that is no load: nothing is rerun) or a run whose failures ctest
 # did not list.
 MAX_RERUN=5
-failed_names=$(sed -n '/The following tests FAILED:/,/^Errors while running CTest/p' \
-  "$STEPS_LOG_DIR/ctest.log" | sed -nE 's/^[[:space:]]+[0-9]+ - (.*) \(.*\)$/\1/p')
+failed_list=$(sed -n '/The following tests FAILED:/,/^Errors while running CTest/p' \
+  "$STEPS_LOG_DIR/ctest.log" | grep -E '^[[:space:]]+[0-9]+ - ' || true)
+failed_names=$(printf '%s\n' "$failed_list" | sed -nE 's/^[[:space:]]+[0-9]+ - (.*) \(.*\)$/\1/p')
 # Tests that did not run because a fixture they need failed (ctest's "Not Run") follow it into
 # the rerun but do not count toward MAX_RERUN.
-failed_count=$(sed -n '/The following tests FAILED:/,/^Errors while running CTest/p' \
-  "$STEPS_LOG_DIR/ctest.log" | grep -E '^[[:space:]]+[0-9]+ - ' | grep -vc '(Not Run)$' || true)
+failed_count=$(printf '%s' "$failed_list" | grep -vc '(Not Run)$' || true)
 rerun_rc=$rc
 if ((rc != 0)) && [[ ${PHALANX_RERUN_FAILED:-1} == 1 ]] && ((failed_count > 0)) &&
    ((failed_count <= MAX_RERUN)) &&

@@ -222,11 +222,11 @@ using Domain = std::pair<std::string, std::string>;
 //   - anti-affinity: no placed pod that a term names in that term's domain of the node;
 //   - symmetry: no placed pod whose own required anti-affinity names this pod, in that term's
 //     domain of the node.
-std::string InterPodMisfit(const Json& pod, const Json& node, const std::vector<Json>& nodes,
+// `labels_of`: every node's labels by name (read once per pod, not once per node).
+std::string InterPodMisfit(const Json& pod, const Json& node,
+                           const std::map<std::string, Labels>& labels_of,
                            const std::vector<Json>& pods) {
   const std::string ns = MetaString(pod, "namespace");
-  std::map<std::string, Labels> labels_of;  // node name -> its labels
-  for (const Json& n : nodes) labels_of[MetaString(n, "name")] = kube::LabelsOf(n);
   const Labels node_labels = kube::LabelsOf(node);
   // The domain of `other`'s node for `key`, if its node has that label.
   auto domain_of = [&](const Json& other, const std::string& key) -> std::optional<Domain> {
@@ -293,7 +293,7 @@ std::string InterPodMisfit(const Json& pod, const Json& node, const std::vector<
 // Why `node` cannot take `pod` (a kube-scheduler reason, counted per node), or "" if it can.
 // Checks run in kube-scheduler's plugin order and the first failure is the node's reason.
 std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t gpus_wanted,
-                   const std::vector<Json>& nodes, const std::vector<Json>& pods) {
+                   const std::map<std::string, Labels>& labels_of, const std::vector<Json>& pods) {
   const Json& spec = FieldOrNull(node, "spec");
   if (FieldOrNull(spec, "unschedulable").is_boolean() && spec.at("unschedulable").as_bool() &&
       !PodTolerates(pod, "node.kubernetes.io/unschedulable", "", "NoSchedule")) {
@@ -328,7 +328,7 @@ std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t
   if (gpus_wanted > 0 && gpus_used + gpus_wanted > allocatable) {
     return absl::StrCat("Insufficient ", kGpu);
   }
-  return InterPodMisfit(pod, node, nodes, pods);
+  return InterPodMisfit(pod, node, labels_of, pods);
 }
 
 // ChooseNode with the GPUs in use per node already summed (the pass keeps them up to date);
@@ -344,11 +344,13 @@ std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Js
   // (less preferred, GPUs free after, name): preferences first, then bin packing.
   std::optional<std::tuple<int64_t, int64_t, std::string>> best;
   std::map<std::string, int> reasons;
+  std::map<std::string, Labels> labels_of;  // node name -> its labels
+  for (const Json& n : nodes) labels_of[MetaString(n, "name")] = kube::LabelsOf(n);
   for (const Json& node : nodes) {
     const std::string name = MetaString(node, "name");
     auto used_it = gpus_used.find(name);
     const int64_t used = used_it == gpus_used.end() ? 0 : used_it->second;
-    const std::string misfit = Misfit(pod, node, used, wanted, nodes, pods);
+    const std::string misfit = Misfit(pod, node, used, wanted, labels_of, pods);
     if (!misfit.empty()) {
       ++reasons[misfit];
       continue;
