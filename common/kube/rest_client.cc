@@ -3,8 +3,11 @@
 #include <cpprest/http_client.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <boost/asio/ssl.hpp>
+#include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/base/env_and_files.h"
@@ -133,6 +136,24 @@ std::vector<std::string> ParseWarningHeader(const std::string& value) {
   return out;
 }
 
+// How long to wait before sending a request again, when the answer says the server did not act
+// on it: a 429, or a 5xx with a Retry-After header (client-go's rule; a 5xx without one may have
+// been acted on, so it is the caller's to retry). Retry-After in seconds, capped by the options;
+// a 429 without a readable one waits a second. Without this one throttled request failed a whole
+// reconcile pass, and a controller's per-key back-off grew past a minute under API throttling.
+std::optional<absl::Duration> RetryAfter(int code, const http_response& response,
+                                         const RestClientOptions& options) {
+  if (code != 429 && code < 500) return std::nullopt;
+  auto it = response.headers().find("Retry-After");
+  if (it == response.headers().end()) {
+    if (code != 429) return std::nullopt;
+    return std::min(absl::Seconds(1), options.max_retry_after);
+  }
+  int64_t seconds = 1;
+  if (!absl::SimpleAtoi(it->second, &seconds) || seconds < 0) seconds = 1;
+  return std::min(absl::Seconds(seconds), options.max_retry_after);
+}
+
 struct RestClient::Impl {
   Impl(const ClusterConfig& c, RestClientOptions o, base::Clock& clk)
       : clock(clk),
@@ -185,29 +206,41 @@ struct RestClient::Impl {
     }
   }
 
-  // One request; a 401 re-reads a token file once (the token may have just rotated).
+  // One request. A 401 re-reads a token file once (the token may have just rotated). A request
+  // the server did not act on (RetryAfter) is sent again after the wait it asks for.
   absl::StatusOr<std::string> Call(const std::string& verb, const web::http::method& method,
                                    const std::string& path, const std::string* body,
                                    const std::string& content_type) {
     const std::string what = absl::StrCat(method, " ", path);
-    for (int attempt = 0; attempt < 2; ++attempt) {
+    bool reread_token = false;
+    int throttled = 0;
+    while (true) {
       Throttle();
       try {
         http_response response =
-            client.request(Build(method, path, body, content_type, attempt > 0)).get();
+            client.request(Build(method, path, body, content_type, reread_token)).get();
         const int code = response.status_code();
         std::string text = response.extract_utf8string(true).get();
         Report(verb, code);
         ReportWarnings(verb, path, response);
-        if (code == 401 && attempt == 0 && !config.token_file.empty()) continue;
+        if (code == 401 && !reread_token && !config.token_file.empty()) {
+          reread_token = true;
+          continue;
+        }
         if (code >= 200 && code < 300) return text;
+        const std::optional<absl::Duration> wait = RetryAfter(code, response, options);
+        if (wait.has_value() && throttled < options.max_throttled_retries) {
+          ++throttled;
+          clock.SleepFor(*wait);
+          continue;
+        }
+        if (code == 401) return absl::UnauthenticatedError(absl::StrCat(what, ": unauthorized"));
         return StatusFromResponse(code, text, what);
       } catch (const std::exception& e) {
         Report(verb, 0);
         return absl::UnavailableError(absl::StrCat(what, ": ", e.what()));
       }
     }
-    return absl::UnauthenticatedError(absl::StrCat(what, ": unauthorized"));
   }
 
   base::Clock& clock;  // the QPS/burst limit's time and its waits

@@ -5,7 +5,8 @@
 // with a bound. Works the same against a real API server and the local cluster. Thread-safe.
 //
 // Time: the QPS/burst limit reads and waits on the injected Clock (a throttled request waits in
-// Clock::SleepFor, so under FakeClock it goes out when the test advances the clock). Request and
+// Clock::SleepFor, so under FakeClock it goes out when the test advances the clock), as does a
+// throttled request's Retry-After wait (see max_throttled_retries). Request and
 // watch timeouts stay real time: they bound socket I/O inside cpprestsdk, which no clock drives.
 #pragma once
 
@@ -30,6 +31,11 @@ struct RestClientOptions {
   int burst = 100;
   std::string user_agent = "phalanx/0.1";
   absl::Duration request_timeout = absl::Seconds(30);
+  // A request the API server did not act on (429, or a 5xx with Retry-After: its max-in-flight
+  // and priority-and-fairness limits) is sent again after the Retry-After it names, at most this
+  // long, up to max_throttled_retries times, as client-go does; then the error is returned.
+  int max_throttled_retries = 10;
+  absl::Duration max_retry_after = absl::Seconds(10);
   // Watches may not ask the server for longer than this; the client read timeout is this plus
   // a margin, so a server that goes silent is noticed.
   absl::Duration max_watch_timeout = absl::Minutes(10);
