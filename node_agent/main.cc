@@ -16,6 +16,7 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
@@ -74,6 +75,11 @@ ABSL_FLAG(absl::Duration, clique_request_deadline, absl::Seconds(2),
           "a clique socket request must arrive whole (and its answer be read) within this");
 ABSL_FLAG(absl::Duration, clique_report_ttl, absl::Seconds(30),
           "a clique report not refreshed within this is dropped (clients refresh every 10 s)");
+ABSL_FLAG(std::string, clique_ticket_key_file, "",
+          "the agent key (a file of the Secret the operator writes, mounted by the chart) that "
+          "clique tickets are verified with: a task may then claim only the (job, task) its "
+          "ticket names, and no claim is accepted while the file is missing (empty: keys are "
+          "credential digests, compared but not verified; see docs/security.md)");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9400", "HTTP address for /metrics and /healthz");
 
 namespace {
@@ -315,6 +321,19 @@ int main(int argc, char** argv) {
 
   agent::CliqueRegistryOptions registry_options;
   registry_options.ttl = absl::GetFlag(FLAGS_clique_report_ttl);
+  if (const std::string key_file = absl::GetFlag(FLAGS_clique_ticket_key_file); !key_file.empty()) {
+    // Read on every check: the kubelet writes the Secret's file after the agent starts when the
+    // operator creates it later, and rewrites it on a rotation.
+    registry_options.ticket_key = [key_file]() -> absl::StatusOr<std::string> {
+      absl::StatusOr<std::string> key = base::ReadFileToString(key_file);
+      if (!key.ok()) return key.status();
+      return std::string(absl::StripAsciiWhitespace(*key));
+    };
+    PHX_LOG(INFO) << "clique channel: tickets verified with the key in " << key_file;
+  } else {
+    PHX_LOG(WARNING) << "clique channel: no --clique_ticket_key_file, so claims are not verified "
+                        "(a local process can claim a task before it reports; docs/security.md)";
+  }
   agent::CliqueRegistry cliques(registry_options);
   absl::StatusOr<std::vector<std::unique_ptr<agent::CliqueSocketServer>>> clique_servers =
       StartCliqueServers(cliques, clock, metrics);

@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/clique_ticket.h"
 
 namespace phalanx::agent {
 namespace {
@@ -36,10 +37,30 @@ CliqueRegistry::CliqueRegistry(CliqueRegistryOptions options)
         return std::move(options);
       }()) {}
 
+absl::Status CliqueRegistry::CheckTicket(const TaskKey& task, const std::string& key) const {
+  if (!options_.ticket_key) return absl::OkStatus();
+  absl::StatusOr<std::string> agent_key = options_.ticket_key();
+  if (!agent_key.ok() || agent_key->empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "this agent cannot check clique tickets yet (",
+        agent_key.ok() ? "its key is empty" : agent_key.status().message(), ")"));
+  }
+  absl::StatusOr<auth::CliqueTicketClaims> claims = auth::VerifyCliqueTicket(*agent_key, key);
+  if (!claims.ok()) return claims.status();
+  if (claims->name != task.first || claims->task != task.second) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the ticket is task ", claims->task, " of job ", claims->ns, "/",
+                     claims->name, "'s, not task ", task.second, " of job ", task.first));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CliqueRegistry::ClaimLocked(const TaskKey& task, const CliqueCaller& caller,
                                          absl::Time now) {
   if (caller.key.empty()) {
-    return absl::PermissionDeniedError("a key is required (key=<digest of PHALANX_TOKEN>)");
+    return absl::PermissionDeniedError(
+        options_.ticket_key ? "a key is required (key=<the task's clique ticket>)"
+                            : "a key is required (key=<digest of PHALANX_TOKEN>)");
   }
   auto it = claims_.find(task);
   if (it != claims_.end() && !SameKey(it->second.key, caller.key)) {
@@ -77,6 +98,8 @@ absl::Status CliqueRegistry::Report(LocalClique clique, const CliqueCaller& call
   if (!KnownState(clique.state)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown clique state '", clique.state, "'"));
   }
+  // Outside the lock: it may read the key's file.
+  if (absl::Status s = CheckTicket({clique.job, clique.task}, caller.key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = ClaimLocked({clique.job, clique.task}, caller, clique.updated); !s.ok()) {
     return s;
@@ -94,6 +117,7 @@ absl::Status CliqueRegistry::Report(LocalClique clique, const CliqueCaller& call
 
 absl::Status CliqueRegistry::Forget(const std::string& job, int task, const CliqueCaller& caller,
                                     absl::Time now) {
+  if (absl::Status s = CheckTicket({job, task}, caller.key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (claims_.find({job, task}) == claims_.end()) return absl::OkStatus();
   if (absl::Status s = ClaimLocked({job, task}, caller, now); !s.ok()) return s;

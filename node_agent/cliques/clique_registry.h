@@ -7,18 +7,23 @@
 // it), so a task that died without FORGET does not stay in the table or the metrics for ever;
 // clients re-report every clique well within the TTL (runtime/clique/job_cliques.h).
 //
-// Access: every (job, task) belongs to the credential that first reported it. A caller proves
-// it with `key`, a digest of its own coordination credential (PHALANX_TOKEN: today the job's
-// token, after per-task credentials the task's), which the agent cannot verify — it holds no job
-// Secret — but can compare: a report, FORGET or LIST with another key is refused or sees nothing,
-// so a process holding another job's (or task's) credential can neither read nor overwrite these
-// entries. The claim is released when it expires (no refresh within `ttl`), on FORGET by its
-// holder, or at once when the process that made it (its SO_PEERCRED pid, where the agent can see
-// it) has exited: that is how a restarted task, whose new incarnation may carry a new credential,
-// takes its entries back without waiting for the TTL. A pid that was reused only keeps the claim
-// longer (until the TTL), never hands it to someone else. What it does not stop: a local process
-// that claims a (job, task) before the real task reports it (it can then neither read the real
-// task's data nor change it, only keep its reports out until the claim expires).
+// Access: every (job, task) belongs to the key that first reported it. A caller proves it with
+// `key`; a report, FORGET or LIST with another key is refused or sees nothing. What a key is
+// depends on whether the agent can check tickets (`ticket_key`, the chart's default):
+//  - **Tickets** (common/auth/clique_ticket.h): the key is the task's clique ticket, which the
+//    operator issued into its pod only; the agent verifies it with its key and accepts it only
+//    for the (job, task) it names. Another pod — of another job, or of this job but another task
+//    — can neither claim nor keep a task, and cannot see its entries or take its abort requests.
+//    While the agent has no key yet (its Secret not written), every claim is refused.
+//  - **Digests** (no `ticket_key`: a standalone agent, older clients): the key is a digest of the
+//    caller's coordination credential, which the agent cannot verify but can compare, so a
+//    process holding another credential can neither read nor overwrite a claimed task's entries;
+//    but a local process that claims a (job, task) before the real task can keep its reports
+//    out while it refreshes the claim.
+// The claim is released when it expires (no refresh within `ttl`), on FORGET by its holder, or
+// at once when the process that made it (its SO_PEERCRED pid, where the agent can see it) has
+// exited: that is how a restarted task takes its entries back without waiting for the TTL. A pid
+// that was reused only keeps the claim longer (until the TTL), never hands it to someone else.
 #pragma once
 
 #include <functional>
@@ -29,6 +34,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/incarnation.h"
@@ -56,6 +62,10 @@ struct CliqueRegistryOptions {
   absl::Duration ttl = absl::Seconds(30);
   // Whether process `pid` (> 0) still exists; default kill(pid, 0). Tests inject their own.
   std::function<bool(int pid)> process_alive;
+  // The agent key clique tickets are verified with (a mounted Secret's file, read on each call
+  // so a rotated or late key is picked up; an error while there is none). Unset: keys are
+  // digests, compared but not verified (see above).
+  std::function<absl::StatusOr<std::string>()> ticket_key;
 };
 
 class CliqueRegistry {
@@ -92,6 +102,8 @@ class CliqueRegistry {
     int pid = 0;
     absl::Time refreshed;
   };
+  // With tickets: OK when `key` is a ticket for `task`; PermissionDenied saying why otherwise.
+  absl::Status CheckTicket(const TaskKey& task, const std::string& key) const;
   // OK when `caller` may act on `task` at `now`; PermissionDenied otherwise. Takes over a
   // released claim (dropping the old holder's cliques and abort request).
   absl::Status ClaimLocked(const TaskKey& task, const CliqueCaller& caller, absl::Time now)
