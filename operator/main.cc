@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "common/auth/clique_ticket.h"
 #include "common/base/backoff.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
@@ -68,6 +69,10 @@ ABSL_FLAG(std::string, lease_name, "phalanx-operator", "name of the leader-elect
 ABSL_FLAG(std::string, identity, "", "leader-election identity (default: hostname-pid)");
 ABSL_FLAG(std::string, key_namespace, "",
           "namespace of the operator-key Secret, the operator's own (default: --lease_namespace)");
+ABSL_FLAG(std::string, agent_key_secret, "phalanx-agent-clique-key",
+          "with --agent_clique_port: the Secret (in --key_namespace) the operator writes the node "
+          "agents' clique-ticket key into, for the agent DaemonSet to mount (empty: task pods "
+          "get no clique tickets)");
 ABSL_FLAG(std::string, key_secret, "phalanx-operator-key",
           "Secret holding the key every job token is derived from; created on first start");
 ABSL_FLAG(std::string, owner_service_account, "",
@@ -174,6 +179,26 @@ absl::StatusOr<op::ReconcilerOptions> ReconcilerOptionsFromFlags(
                                                "): ", operator_key.status().message()));
   }
   options.operator_key = *operator_key;
+  if (const std::string agent_secret = absl::GetFlag(FLAGS_agent_key_secret);
+      options.agent_clique_port > 0 && !agent_secret.empty()) {
+    const std::string agent_what =
+        absl::StrCat("the node agents' clique key (Secret ", key_namespace, "/", agent_secret, ")");
+    std::optional<absl::StatusOr<bool>> written =
+        RetryWhileTransient<bool>(process, agent_what, [&]() -> absl::StatusOr<bool> {
+          absl::Status s = op::EnsureAgentCliqueKeySecret(client, key_namespace, agent_secret,
+                                                          auth::AgentCliqueKey(*operator_key),
+                                                          own_objects_owner);
+          if (absl::IsAborted(s)) return absl::UnavailableError(s.message());  // 409: again
+          if (!s.ok()) return s;
+          return true;
+        });
+    if (!written.has_value()) return absl::CancelledError("stopped while writing the agent key");
+    if (!written->ok()) {
+      return absl::UnavailableError(absl::StrCat(agent_what, ": ", written->status().message()));
+    }
+  } else if (options.agent_clique_port > 0) {
+    PHX_LOG(WARNING) << "--agent_key_secret is empty: task pods get no clique tickets";
+  }
   if (absl::GetFlag(FLAGS_network_policy)) {
     op::NetworkPolicyOptions policy;
     policy.operator_namespace = absl::GetFlag(FLAGS_operator_namespace).empty()

@@ -38,7 +38,8 @@ absl::StatusOr<CliqueTicketClaims> VerifyCliqueTicket(absl::string_view agent_ke
   if (parts.size() != 7 || parts[0] != "clique" || parts[1] != "v1" || parts[2].empty() ||
       parts[3].empty() || parts[4].empty() || !absl::SimpleAtoi(parts[5], &claims.task) ||
       claims.task < 0) {
-    return absl::PermissionDeniedError("not a clique ticket (clique/v1/<ns>/<name>/<uid>/<task>/…)");
+    return absl::PermissionDeniedError(
+        "not a clique ticket (clique/v1/<ns>/<name>/<uid>/<task>/…)");
   }
   const std::string expected = CliqueTicket(agent_key, parts[2], parts[3], parts[4], claims.task);
   if (!ConstantTimeEquals(expected, ticket)) {

@@ -40,17 +40,16 @@ TEST(CliqueTicket, AnyChangeToATicketOrAnotherKeyIsRefused) {
   flipped.back() = flipped.back() == '0' ? '1' : '0';
   for (const std::string& bad :
        {renamed, other_task, flipped, std::string(""), std::string("clique/v1/a/b/c/1/"),
-        std::string("clique/v1/a/b/c/-1/00"), ticket.substr(0, ticket.size() - 1),
-        ticket + "0", ticket.substr(0, ticket.find("/3/")) + "/03/" +
-                          ticket.substr(ticket.find("/3/") + 3)}) {
+        std::string("clique/v1/a/b/c/-1/00"), ticket.substr(0, ticket.size() - 1), ticket + "0",
+        ticket.substr(0, ticket.find("/3/")) + "/03/" + ticket.substr(ticket.find("/3/") + 3)}) {
     EXPECT_THAT(VerifyCliqueTicket(agent_key, bad).status(),
                 StatusIs(absl::StatusCode::kPermissionDenied))
         << bad;
   }
   // A ticket of another cluster's operator; and an agent that has no key accepts nothing.
-  EXPECT_THAT(VerifyCliqueTicket(AgentCliqueKey("another-operator-key-xxxxxxxxxxxxxxx"), ticket)
-                  .status(),
-              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(
+      VerifyCliqueTicket(AgentCliqueKey("another-operator-key-xxxxxxxxxxxxxxx"), ticket).status(),
+      StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(VerifyCliqueTicket("", ticket).status(),
               StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_TRUE(VerifyCliqueTicket(agent_key, other).ok());

@@ -41,16 +41,16 @@ absl::Status CliqueRegistry::CheckTicket(const TaskKey& task, const std::string&
   if (!options_.ticket_key) return absl::OkStatus();
   absl::StatusOr<std::string> agent_key = options_.ticket_key();
   if (!agent_key.ok() || agent_key->empty()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "this agent cannot check clique tickets yet (",
-        agent_key.ok() ? "its key is empty" : agent_key.status().message(), ")"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("this agent cannot check clique tickets yet (",
+                     agent_key.ok() ? "its key is empty" : agent_key.status().message(), ")"));
   }
   absl::StatusOr<auth::CliqueTicketClaims> claims = auth::VerifyCliqueTicket(*agent_key, key);
   if (!claims.ok()) return claims.status();
   if (claims->name != task.first || claims->task != task.second) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("the ticket is task ", claims->task, " of job ", claims->ns, "/",
-                     claims->name, "'s, not task ", task.second, " of job ", task.first));
+    return absl::PermissionDeniedError(absl::StrCat("the ticket is task ", claims->task, " of job ",
+                                                    claims->ns, "/", claims->name, "'s, not task ",
+                                                    task.second, " of job ", task.first));
   }
   return absl::OkStatus();
 }
@@ -58,9 +58,9 @@ absl::Status CliqueRegistry::CheckTicket(const TaskKey& task, const std::string&
 absl::Status CliqueRegistry::ClaimLocked(const TaskKey& task, const CliqueCaller& caller,
                                          absl::Time now) {
   if (caller.key.empty()) {
-    return absl::PermissionDeniedError(
-        options_.ticket_key ? "a key is required (key=<the task's clique ticket>)"
-                            : "a key is required (key=<digest of PHALANX_TOKEN>)");
+    return absl::PermissionDeniedError(options_.ticket_key
+                                           ? "a key is required (key=<the task's clique ticket>)"
+                                           : "a key is required (key=<digest of PHALANX_TOKEN>)");
   }
   auto it = claims_.find(task);
   if (it != claims_.end() && !SameKey(it->second.key, caller.key)) {

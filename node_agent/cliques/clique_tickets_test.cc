@@ -76,13 +76,13 @@ TEST_F(CliqueTicketsTest, OnlyTheTasksOwnTicketClaimsIt_EvenBeforeTheTaskReports
   // Its refresh keeps it; nothing else can refresh, forget or read it.
   clock_.Advance(absl::Seconds(20));
   EXPECT_EQ(Report("train", 0, Ticket("team-a", "train", 0)), "OK");
-  EXPECT_THAT(HandleCliqueRequest(registry_, "FORGET job=train task=0 key=made-up-key",
-                                  clock_.Now(), 0),
-              StartsWith("ERR permission denied"));
+  EXPECT_THAT(
+      HandleCliqueRequest(registry_, "FORGET job=train task=0 key=made-up-key", clock_.Now(), 0),
+      StartsWith("ERR permission denied"));
   EXPECT_EQ(HandleCliqueRequest(registry_, "LIST key=made-up-key", clock_.Now(), 0), "END");
-  EXPECT_THAT(HandleCliqueRequest(registry_, "LIST key=" + Ticket("team-a", "train", 0),
-                                  clock_.Now(), 0),
-              HasSubstr("job=train task=0"));
+  EXPECT_THAT(
+      HandleCliqueRequest(registry_, "LIST key=" + Ticket("team-a", "train", 0), clock_.Now(), 0),
+      HasSubstr("job=train task=0"));
 }
 
 TEST_F(CliqueTicketsTest, AGpuFailuresAbortReachesOnlyTheRealTask) {
@@ -92,7 +92,8 @@ TEST_F(CliqueTicketsTest, AGpuFailuresAbortReachesOnlyTheRealTask) {
   // and leaves it pending.
   EXPECT_THAT(Report("train", 0, Ticket("team-b", "other", 0)), StartsWith("ERR"));
   EXPECT_THAT(Report("train", 0, "made-up-key", 2), StartsWith("ERR"));
-  EXPECT_EQ(Report("train", 0, Ticket("team-a", "train", 0)), "OK abort=Xid_79_on_GPU_0");  // spaces escaped
+  EXPECT_EQ(Report("train", 0, Ticket("team-a", "train", 0)),
+            "OK abort=Xid_79_on_GPU_0");  // spaces escaped
 }
 
 TEST_F(CliqueTicketsTest, ARestartedTaskTakesItsClaimBackWithTheSameTicket) {

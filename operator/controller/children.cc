@@ -46,7 +46,8 @@ void CountCoordinatorRestart(const PlanInputs& in, JobPass& pass, const PodView&
 Next EnsureJobChildren(const PlanInputs& in, JobPass& pass) {
   ReconcilePlan& out = pass.out;
   const JobObservation& world = in.world;
-  if (!world.has_secret) out.create.push_back(DesiredSecret(in.job, in.spec, in.token));
+  if (!world.has_secret)
+    out.create.push_back(DesiredSecret(in.job, in.spec, in.token, in.agent_clique_key));
   if (!world.has_network_policy && in.network_policy != nullptr) {
     out.create.push_back(DesiredCoordinatorNetworkPolicy(in.job, in.placement, *in.network_policy));
   }
@@ -73,6 +74,7 @@ Next EnsureJobChildren(const PlanInputs& in, JobPass& pass) {
     coordinator_ip = world.coordinator->ip;
   }
   pass.coordinator_address = CoordinatorAddress(in.job, in.placement, coordinator_ip);
+  pass.coordinator_unproven = world.coordinator_unproven;
   // The refusal stands until a coordinator pod created after it is seen (a move is no refusal).
   const CoordinatorStatus& c = out.status.coordinator;
   const bool refused_pod_is_the_last = world.coordinator.has_value()

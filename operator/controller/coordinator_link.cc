@@ -194,13 +194,16 @@ void CoordinatorLink::StartPoll(Watch* watch) {
   }
   // The caller's hold goes to the call; its callback gives it back (or to the next poll).
   watch->stub->async()->WatchJobState(
-      &poll->context, &poll->request, &poll->response,
-      [this, watch](grpc::Status status) { OnPollDone(watch, status.ok()); });
+      &poll->context, &poll->request, &poll->response, [this, watch](grpc::Status status) {
+        OnPollDone(watch, status.ok()
+                              ? ""
+                              : absl::StrCat(status.error_code(), ": ", status.error_message()));
+      });
   absl::MutexLock lock(&mu_);
   --watch->holds;
 }
 
-void CoordinatorLink::OnPollDone(Watch* watch, bool ok) {
+void CoordinatorLink::OnPollDone(Watch* watch, const std::string& error) {
   std::string key;
   std::map<int, FailedTask> failed;
   bool changed;
@@ -210,7 +213,15 @@ void CoordinatorLink::OnPollDone(Watch* watch, bool ok) {
       --watch->holds;
       return;
     }
-    if (!ok) {
+    if (!error.empty()) {
+      // A coordinator starting up answers within a few tries; past that, say so (at most once
+      // a minute per job, at the longest back-off): until the job's coordinator answers, the
+      // job gets no task pods (observe.h coordinator_unproven) and no failure reports.
+      if (watch->retry_delay >= absl::Seconds(4)) {
+        PHX_LOG(WARNING) << "job " << watch->key << ": coordinator link to " << watch->address
+                         << " failed (gRPC code " << error << "); retrying in "
+                         << watch->retry_delay;
+      }
       // Not up yet, restarting, or refusing us: retry after the back-off, on the timer thread.
       // A coordinator that restarted counts versions afresh, so the next poll asks for the state
       // whatever its version (else one that happened to match would wait out kPollTimeout).

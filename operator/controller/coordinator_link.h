@@ -95,7 +95,8 @@ class CoordinatorLink {
   void Retire(const std::vector<Watch*>& watches);
   // Starts `watch`'s next long poll, taking over one of the caller's holds on it.
   void StartPoll(Watch* watch);
-  void OnPollDone(Watch* watch, bool ok);
+  // `error` is "" for an answer, else what went wrong.
+  void OnPollDone(Watch* watch, const std::string& error);
   // The timer thread: restarts each poll whose back-off has passed on the clock.
   void RetryLoop();
 

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/clique_ticket.h"
 #include "common/auth/credentials.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
@@ -49,9 +50,10 @@ Json EnvFieldRef(const std::string& name, const std::string& field_path) {
   return v;
 }
 
-// A Secret volume holding keys of the job's Secret as files ({key, file name}), and its mount.
-Json TokenVolume(const std::string& job,
-                 const std::vector<std::pair<std::string, std::string>>& files) {
+// A Secret volume `volume` holding keys of the job's Secret as files ({key, file name}); an
+// optional one starts without the keys the Secret lacks.
+Json SecretVolume(const std::string& job, const char* volume,
+                  const std::vector<std::pair<std::string, std::string>>& files, bool optional) {
   Json items = Json::array();
   for (const auto& [key, path] : files) {
     Json item = Json::object();
@@ -59,21 +61,27 @@ Json TokenVolume(const std::string& job,
     item["path"] = Str(path);
     items[items.size()] = std::move(item);
   }
-  Json volume = Json::object();
-  volume["name"] = Str("phalanx-token");
-  volume["secret"] = Json::object();
-  volume["secret"]["secretName"] = Str(SecretName(job));
-  volume["secret"]["items"] = std::move(items);
-  volume["secret"]["defaultMode"] = Json::number(0444);  // the pods run as non-root
-  return volume;
+  Json v = Json::object();
+  v["name"] = Str(volume);
+  v["secret"] = Json::object();
+  v["secret"]["secretName"] = Str(SecretName(job));
+  v["secret"]["items"] = std::move(items);
+  v["secret"]["defaultMode"] = Json::number(0444);  // the pods run as non-root
+  if (optional) v["secret"]["optional"] = Json::boolean(true);
+  return v;
 }
-Json TokenMount() {
+Json TokenVolume(const std::string& job,
+                 const std::vector<std::pair<std::string, std::string>>& files) {
+  return SecretVolume(job, "phalanx-token", files, /*optional=*/false);
+}
+Json ReadOnlyMount(const char* volume, const char* path) {
   Json mount = Json::object();
-  mount["name"] = Str("phalanx-token");
-  mount["mountPath"] = Str(kTokenMountPath);
+  mount["name"] = Str(volume);
+  mount["mountPath"] = Str(path);
   mount["readOnly"] = Json::boolean(true);
   return mount;
 }
+Json TokenMount() { return ReadOnlyMount("phalanx-token", kTokenMountPath); }
 // Appends `item` to the array at obj[field], replacing an element with the same "name" (ours
 // win, as for env).
 void MergeNamed(Json& obj, const char* field, const Json& item) {
@@ -157,6 +165,7 @@ Json CoordinatorAffinity(const std::string& job, const Json& user,
 
 std::string SecretName(const std::string& job) { return job + "-token"; }
 std::string TaskCredentialKey(int index) { return absl::StrCat("task-", index); }
+std::string CliqueTicketKey(int index) { return absl::StrCat("task-", index, "-clique"); }
 std::string CoordinatorName(const std::string& job) { return job + "-coordinator"; }
 std::string TasksServiceName(const std::string& job) { return job + "-tasks"; }
 std::string TaskHostname(const std::string& job, int index) {
@@ -177,7 +186,8 @@ Json OwnerReferenceTo(const Json& job) {
   return ref.ToJson();
 }
 
-Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::string& token) {
+Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::string& token,
+                   const std::string& agent_clique_key) {
   const std::string name = MetaString(job, "name");
   Json secret = Json::object();
   secret["apiVersion"] = Str("v1");
@@ -188,6 +198,10 @@ Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::stri
   secret["stringData"][kTokenKey] = Str(token);
   for (int i = 0; i < spec.NumTasks(); ++i) {
     secret["stringData"][TaskCredentialKey(i)] = Str(auth::TaskCredential(token, i));
+    if (!agent_clique_key.empty()) {
+      secret["stringData"][CliqueTicketKey(i)] = Str(auth::CliqueTicket(
+          agent_clique_key, MetaString(job, "namespace"), name, MetaString(job, "uid"), i));
+    }
   }
   return secret;
 }
@@ -480,25 +494,37 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
     env.push_back(
         EnvVar("PHALANX_CLIQUE_ADDRESS", absl::StrCat("$(PHALANX_NODE_IP):", agent_clique_port)));
   }
-  std::vector<std::pair<std::string, std::string>> credentials;
+  const bool clique_channel = agent_clique_port > 0 && spec.node_agent;
+  std::vector<std::pair<std::string, std::string>> credentials, tickets;
+  for (int task = first; task < first + n; ++task) {
+    credentials.emplace_back(TaskCredentialKey(task), n > 1 ? LocalTokenFileName(task) : "token");
+    tickets.emplace_back(CliqueTicketKey(task), LocalCliqueTicketFileName(task));
+  }
   if (n > 1) {
     env.push_back(EnvVar("PHALANX_NPROC_PER_NODE", absl::StrCat(n)));
     env.push_back(EnvVar("LOCAL_WORLD_SIZE", absl::StrCat(n)));
     env.push_back(EnvVar("GROUP_RANK", absl::StrCat(index)));
-    for (int task = first; task < first + n; ++task) {
-      credentials.emplace_back(TaskCredentialKey(task), LocalTokenFileName(task));
-    }
-  } else {
-    credentials.emplace_back(TaskCredentialKey(index), "token");
   }
-  // Only this pod's tasks' credentials are mounted: a task cannot act as another pod's task
-  // (docs/security.md).
+  if (clique_channel) {
+    env.push_back(EnvVar("PHALANX_CLIQUE_TICKET_FILE",
+                         absl::StrCat(kCliqueTicketMountPath, "/", tickets.front().second)));
+  }
+  // Only this pod's tasks' credentials and tickets are mounted: a task cannot act as another
+  // pod's task (docs/security.md).
   MergeNamed(pod_spec, "volumes", TokenVolume(name, credentials));
+  if (clique_channel) {
+    MergeNamed(pod_spec, "volumes",
+               SecretVolume(name, "phalanx-clique-ticket", tickets, /*optional=*/true));
+  }
   if (pod_spec.has_field("containers") && pod_spec.at("containers").is_array()) {
     for (Json& container : pod_spec["containers"].as_array()) {
       if (!container.is_object()) continue;
       MergeEnv(container, env);
       MergeNamed(container, "volumeMounts", TokenMount());
+      if (clique_channel) {
+        MergeNamed(container, "volumeMounts",
+                   ReadOnlyMount("phalanx-clique-ticket", kCliqueTicketMountPath));
+      }
       // A failed task's log tail becomes its termination message, which the operator copies to
       // status.tasks[].lastFailureMessage and the TaskRestarted Event (the user's own policy,
       // if set, stands).

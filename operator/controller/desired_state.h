@@ -51,6 +51,14 @@ struct PodTask {
 };
 PodTask PodOfTask(const TrainingJobSpec& spec, int task, Incarnation incarnation);
 std::string TaskCredentialKey(int index);  // "task-<i>"
+std::string CliqueTicketKey(int index);    // "task-<i>-clique"
+// Where a task pod that has the node agent's clique channel finds its clique ticket
+// (common/auth/clique_ticket.h): an optional volume of the job's Secret, since a Secret written
+// before the operator had an agent key holds none (the task then reports with a digest, which a
+// verifying agent refuses). With nprocPerNode > 1 each local task's is ticket-<task>, and
+// PHALANX_CLIQUE_TICKET_FILE names the first's (the launcher derives the others', as for tokens).
+inline constexpr char kCliqueTicketMountPath[] = "/var/run/phalanx/clique";
+inline std::string LocalCliqueTicketFileName(int task) { return "ticket-" + std::to_string(task); }
 inline constexpr int kMasterPort = 29500;  // PyTorch rendezvous on task 0
 
 std::string SecretName(const std::string& job);
@@ -78,7 +86,10 @@ struct CoordinatorPlacement {
 Json OwnerReferenceTo(const Json& job);
 
 // `token` is the job token; the Secret also holds every task's credential derived from it.
-Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::string& token);
+// With `agent_clique_key`, also task i's clique ticket as "task-<i>-clique"
+// (common/auth/clique_ticket.h), mounted beside its credential.
+Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::string& token,
+                   const std::string& agent_clique_key = "");
 // `token` is only hashed: the coordinator refuses a mounted token with another SHA-256 (a
 // Secret the operator did not write, which it cannot check itself since it never reads Secrets).
 // spec.coordinator's settings apply, merged with the operator's scheduling rules: a required

@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/clique_ticket.h"
 #include "common/auth/credentials.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
@@ -154,6 +155,48 @@ TEST(DesiredSecret, HoldsTheJobTokenAndOneCredentialPerTask) {
   EXPECT_EQ(data.at("task-2").as_string(), auth::TaskCredential("jt", 2));
 }
 
+// With the agents' key, each task's clique ticket (common/auth/clique_ticket.h) for this job's
+// namespace, name and uid, which the agent's key verifies.
+TEST(DesiredSecret, HoldsEachTasksCliqueTicketWhenTheAgentsHaveAKey) {
+  TrainingJobSpec spec = DefaultSpec();
+  spec.replicas = 2;
+  Json job = Job("j");
+  job["metadata"]["namespace"] = Json::string("team-a");
+  job["metadata"]["uid"] = Json::string("uid-7");
+  const Json secret = DesiredSecret(job, spec, "jt", "agent-key");
+  const Json& data = secret.at("stringData");
+  EXPECT_EQ(data.size(), 5u);
+  absl::StatusOr<auth::CliqueTicketClaims> claims =
+      auth::VerifyCliqueTicket("agent-key", data.at("task-1-clique").as_string());
+  ASSERT_TRUE(claims.ok()) << claims.status();
+  EXPECT_EQ(claims->ns, "team-a");
+  EXPECT_EQ(claims->name, "j");
+  EXPECT_EQ(claims->uid, "uid-7");
+  EXPECT_EQ(claims->task, 1);
+}
+
+// Only with the agent's channel: the pod's own tasks' tickets, from an optional volume (a Secret
+// written before the operator had the agents' key has none, and the pod must still start).
+TEST(DesiredTaskPod, MountsItsOwnTasksCliqueTicketsWithTheAgentsChannel) {
+  TrainingJobSpec spec = DefaultSpec();
+  spec.replicas = 2;
+  spec.nproc_per_node = 2;
+  const Json without = DesiredTaskPod(Job("j"), spec, 1, 1, "c:1");
+  EXPECT_THAT(without.serialize(), ::testing::Not(HasSubstr("clique")));
+  const Json pod = DesiredTaskPod(Job("j"), spec, 1, 1, "c:1", 8479);
+  const Json& volumes = pod.at("spec").at("volumes");
+  ASSERT_EQ(volumes.size(), 2u);
+  EXPECT_EQ(volumes.at(1).at("name"), Json::string("phalanx-clique-ticket"));
+  EXPECT_EQ(volumes.at(1).at("secret").at("items"),
+            Json::parse(R"([{"key":"task-2-clique","path":"ticket-2"},
+                            {"key":"task-3-clique","path":"ticket-3"}])"));
+  EXPECT_EQ(volumes.at(1).at("secret").at("optional"), Json::boolean(true));
+  const std::string text = pod.at("spec").at("containers").at(0).serialize();
+  EXPECT_THAT(text, HasSubstr(R"("mountPath":"/var/run/phalanx/clique")"));
+  EXPECT_THAT(text, HasSubstr(R"({"name":"PHALANX_CLIQUE_TICKET_FILE",)"
+                              R"("value":"/var/run/phalanx/clique/ticket-2"})"));
+}
+
 TEST(DesiredCoordinatorPod, ReadsItsTokenFromAFileAndKnowsItsFingerprint) {
   const Json pod = DesiredCoordinatorPod(Job("j"), DefaultSpec(), CoordinatorPlacement{}, "jt");
   const std::string text = pod.serialize();
@@ -263,7 +306,7 @@ TEST(DesiredChildren, DumpForTheRealApiServerCheck) {
                                                     "capabilities":{"drop":["ALL"]}}}]}})");
   const CoordinatorPlacement placement;
   const std::vector<std::pair<std::string, Json>> children = {
-      {"secret", DesiredSecret(job, spec, "token")},
+      {"secret", DesiredSecret(job, spec, "token", "agent-key")},
       {"networkpolicy",
        DesiredCoordinatorNetworkPolicy(job, placement, {.operator_namespace = "phalanx-system"})},
       {"service-coordinator", DesiredCoordinatorService(job, placement)},

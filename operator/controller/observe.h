@@ -97,6 +97,12 @@ struct JobObservation {
   // pod index → the newest incarnation the coordinator has registered for its tasks.
   std::map<int, Incarnation> coordinator_incarnations;
   std::optional<RolledBackReport> rolled_back;  // nullopt: the coordinator has not answered
+  // The operator's link to the coordinator has not had an answer from the job's current
+  // coordinator pod, made with the job token the operator derived. Until it has, the coordinator
+  // may be running with someone else's token (a Secret squatting its name): no task pod is
+  // created (it would mount that Secret's credentials). False where the operator runs without a
+  // link (it cannot tell).
+  bool coordinator_unproven = false;
   // Nodes about to go away (termination/maintenance taints, or cordoned) → when, as the node
   // agent announced it (kube/node_preemption.h); absl::InfiniteFuture() when nobody said.
   std::map<std::string, absl::Time> preempting_nodes;

@@ -50,4 +50,35 @@ absl::StatusOr<std::string> LoadOrCreateOperatorKey(
   return KeyOf(*existing, ns, name);
 }
 
+absl::Status EnsureAgentCliqueKeySecret(kube::Client& client, const std::string& ns,
+                                        const std::string& name, const std::string& agent_key,
+                                        const std::vector<kube::OwnerReference>& owners) {
+  const std::string encoded = absl::Base64Escape(agent_key);
+  absl::StatusOr<Json> existing = client.Get(kube::kSecrets, ns, name);
+  if (existing.ok()) {
+    const Json& held = kube::FieldOrNull(kube::FieldOrNull(*existing, "data"), kOperatorKeyField);
+    if (held.is_string() && held.as_string() == encoded) return absl::OkStatus();
+    Json updated = *existing;
+    if (!updated.has_field("data") || !updated.at("data").is_object()) {
+      updated["data"] = Json::object();
+    }
+    updated["data"][kOperatorKeyField] = Json::string(encoded);
+    return client.Update(kube::kSecrets, ns, updated).status();  // a 409 is retried by the caller
+  }
+  if (!absl::IsNotFound(existing.status())) return existing.status();
+  Json secret = Json::object();
+  secret["apiVersion"] = Json::string("v1");
+  secret["kind"] = Json::string("Secret");
+  kube::ObjectMeta{.name = name, .namespace_ = ns, .owner_references = owners}.EncodeInto(secret);
+  secret["type"] = Json::string("Opaque");
+  secret["data"] = Json::object();
+  secret["data"][kOperatorKeyField] = Json::string(encoded);
+  absl::StatusOr<Json> created = client.Create(kube::kSecrets, ns, secret);
+  if (created.ok() || absl::IsAlreadyExists(created.status())) {
+    // A replica that won the race wrote the same key (both derive it from one operator key).
+    return absl::OkStatus();
+  }
+  return created.status();
+}
+
 }  // namespace phalanx::op

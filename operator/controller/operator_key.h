@@ -25,4 +25,13 @@ absl::StatusOr<std::string> LoadOrCreateOperatorKey(
     kube::Client& client, const std::string& ns, const std::string& name,
     const std::vector<kube::OwnerReference>& owners = {});
 
+// Makes Secret `ns`/`name` hold `agent_key` (common/auth/clique_ticket.h: the key the node
+// agents verify clique tickets with) as data.key: created when missing, replaced when it holds
+// another (the operator key changed). The agent DaemonSet mounts it; it never holds the operator
+// key itself, so a node's credentials reveal no job's token. API errors as the client returns
+// them (RBAC: get and update on that name, create in the namespace).
+absl::Status EnsureAgentCliqueKeySecret(kube::Client& client, const std::string& ns,
+                                        const std::string& name, const std::string& agent_key,
+                                        const std::vector<kube::OwnerReference>& owners = {});
+
 }  // namespace phalanx::op

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/escaping.h"
+#include "common/kube/object_meta.h"
 #include "common/kube/resources.h"
 #include "common/kube/testing/fake_client.h"
 #include "common/kube/testing/object_store.h"
@@ -54,6 +56,32 @@ TEST(OperatorKey, ASecretWithoutAUsableKeyIsRefused) {
               IsOk());
   EXPECT_THAT(LoadOrCreateOperatorKey(client, "ns", "k").status(),
               StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+// The agents' key is written where the DaemonSet mounts it, kept when it is right, and replaced
+// when it is not (the operator key changed); the operator key itself never goes there.
+TEST(AgentCliqueKeySecret, IsCreatedKeptAndCorrected) {
+  testing::FakeClock clock;
+  kube::fake::ObjectStore store(clock, 1000);
+  kube::fake::FakeClient client(store);
+  auto held = [&]() -> std::string {
+    absl::StatusOr<Json> secret = client.Get(kube::kSecrets, "phalanx-system", "agent");
+    if (!secret.ok()) return "<" + std::string(secret.status().message()) + ">";
+    std::string key;
+    absl::Base64Unescape(secret->at("data").at("key").as_string(), &key);
+    return key;
+  };
+  ASSERT_THAT(EnsureAgentCliqueKeySecret(client, "phalanx-system", "agent", "agent-key-1"), IsOk());
+  EXPECT_EQ(held(), "agent-key-1");
+  const std::string version =
+      kube::MetaString(*client.Get(kube::kSecrets, "phalanx-system", "agent"), "resourceVersion");
+  ASSERT_THAT(EnsureAgentCliqueKeySecret(client, "phalanx-system", "agent", "agent-key-1"), IsOk());
+  EXPECT_EQ(
+      kube::MetaString(*client.Get(kube::kSecrets, "phalanx-system", "agent"), "resourceVersion"),
+      version)
+      << "an unchanged key is not rewritten";
+  ASSERT_THAT(EnsureAgentCliqueKeySecret(client, "phalanx-system", "agent", "agent-key-2"), IsOk());
+  EXPECT_EQ(held(), "agent-key-2");
 }
 
 }  // namespace

@@ -65,13 +65,15 @@ struct JobPass {
   int running = 0, ready = 0, succeeded = 0;  // task pods as the task-state stage found them
   std::vector<int> moved;  // tasks moved off a preemption this pass (failures wait a pass)
   bool gang_hold = false;  // a released gang waits out its back-off: no task pod is created
+  bool coordinator_unproven = false;  // world.coordinator_unproven, from the children stage
 
-  // Whether task pods may be created this pass: the coordinator's address is known, and the
-  // job's token Secret is not someone else's (a squatter's: the pods would mount its
-  // credentials; children.cc finds it from the coordinator's refusal), and no released gang is
-  // waiting out its back-off (gang.h).
+  // Whether task pods may be created this pass: the coordinator's address is known; the job's
+  // token Secret is not someone else's (a squatter's: the pods would mount its credentials) —
+  // the coordinator has answered with the job's token, and has not refused the Secret's
+  // (children.cc); and no released gang is waiting out its back-off (gang.h).
   bool MayCreateTaskPods() const {
-    return !coordinator_address.empty() && out.secret_conflict.empty() && !gang_hold;
+    return !coordinator_address.empty() && out.secret_conflict.empty() && !gang_hold &&
+           !coordinator_unproven;
   }
 };
 

@@ -74,6 +74,9 @@ struct PlanInputs {
   absl::Time now;
   const NetworkPolicyOptions* network_policy = nullptr;  // null: no NetworkPolicy
   int agent_clique_port = 0;  // > 0: task pods get the node agent's clique channel
+  // The node agents' key (common/auth/clique_ticket.h): the job's Secret gets each task's clique
+  // ticket. Empty: no tickets.
+  std::string agent_clique_key = {};
 };
 
 ReconcilePlan PlanReconcile(const PlanInputs& in);

@@ -5,6 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/auth/clique_ticket.h"
 #include "common/auth/credentials.h"
 #include "common/base/log.h"
 #include "common/kube/object_key.h"
@@ -51,6 +52,9 @@ Reconciler::Reconciler(kube::Client& client, Informers informers, kube::EventRec
       clock_(clock),
       metrics_(metrics),
       options_(std::move(options)),
+      agent_clique_key_(options_.agent_clique_port > 0 && !options_.operator_key.empty()
+                            ? auth::AgentCliqueKey(options_.operator_key)
+                            : ""),
       link_(link) {
   if (options_.coordinator_port_base > 0) {
     ports_.emplace(options_.coordinator_port_base, options_.coordinator_port_span);
@@ -166,10 +170,12 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   // The coordinator pod the link talks to this pass ("" while none runs).
   const std::string linked =
       link_ != nullptr && active ? LinkCoordinator(key, job, *spec, placement, world) : "";
+  // The link wakes the job when the coordinator first answers (coordinator_link.h).
+  world.coordinator_unproven = link_ != nullptr && !world.rolled_back.has_value();
   ReconcilePlan plan = PlanReconcile({job, *spec, previous, world, placement,
                                       TokenOf(ns, name, kube::MetaString(job, "uid")), clock_.Now(),
                                       options_.network_policy ? &*options_.network_policy : nullptr,
-                                      options_.agent_clique_port});
+                                      options_.agent_clique_port, agent_clique_key_});
   // Status first: it records the new incarnations and counters, so a pass that loses the race
   // with another writer (409) or dies half-way is redone from the record, never double-counted
   // and never lost. Acting on a stale view is impossible: a stale job fails this write.

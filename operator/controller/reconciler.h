@@ -129,6 +129,8 @@ class Reconciler {
   base::Clock& clock_;
   OperatorMetrics* metrics_;
   const ReconcilerOptions options_;
+  // Derived from options_.operator_key when task pods get the agent's clique channel, else "".
+  const std::string agent_clique_key_;
   CoordinatorLink* const link_;
   // Port-hash mode only (coordinator_port_base > 0).
   std::optional<CoordinatorPortLedger> ports_;

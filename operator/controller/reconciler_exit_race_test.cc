@@ -67,6 +67,9 @@ TEST_F(ExitRaceReconcilerTest, ACoordinatorReportAheadOfThePod_WaitsForItsOOMKil
   SetPod("j-coordinator", "Running", {}, "127.0.0.1");
   CatchUp();
   pass();
+  // Task pods once the coordinator has answered the link with the job's token.
+  ASSERT_TRUE(Eventually([&] { return link.RolledBackWork("ns/j").has_value(); }, kWait));
+  pass();
   SetPod("j-task-0-0", "Running");
   SetPod("j-task-1-0", "Running");
   CatchUp();

@@ -2,6 +2,8 @@
 // gRPC server on 127.0.0.1): a preemption round survives the coordinator's restart.
 #include <memory>
 
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "common/auth/credentials.h"
 #include "operator/controller/coordinator_link.h"
 #include "operator/controller/reconciler.h"
@@ -72,7 +74,9 @@ TEST_F(ReconcilerTest, ARestartedCoordinatorGetsTheOpenPreemptionRoundAgain) {
   pass();
   SetPod("j-coordinator", "Running", {}, "127.0.0.1");
   CatchUp();
-  pass();  // the coordinator's address is known: the task pods
+  pass();  // the coordinator's address is known: the link asks it
+  ASSERT_TRUE(Eventually([&] { return link.RolledBackWork("ns/j").has_value(); }, kWait));
+  pass();  // it answered with the job's token: the task pods
   SetPod("j-task-0-0", "Running");
   SetPod("j-task-1-0", "Running");
   CatchUp();
@@ -103,6 +107,63 @@ TEST_F(ReconcilerTest, ARestartedCoordinatorGetsTheOpenPreemptionRoundAgain) {
   clock_.Advance(absl::Seconds(1));
   pass();
   EXPECT_TRUE(coordinator->RoundOpen()) << "the new coordinator never got the open round";
+}
+
+// Issue 30 item 8: a coordinator that does not answer with the job's token (one started with a
+// squatted Secret's token refuses the operator's) gets no task pods: they would mount that
+// Secret's credentials. Once the job's own coordinator answers, the link wakes the job and the
+// task pods are created.
+TEST_F(ReconcilerTest, TaskPodsWaitForTheCoordinatorToAnswerWithTheJobsToken) {
+  CatchUp();
+  const std::string kToken = auth::JobToken("", "ns", "j", kube::MetaString(Stored(), "uid"));
+  auto coordinator = std::make_unique<Coordinator>(clock_, "a-squatters-token", 0);
+  const int port = coordinator->port();
+  absl::Mutex mu;
+  int wakes = 0;
+  CoordinatorLink link(clock_, [&](const std::string&) {
+    absl::MutexLock lock(&mu);
+    ++wakes;
+  });
+  ReconcilerOptions options;
+  options.placement.port = port;
+  options.placement.address_by_pod_ip = true;
+  Reconciler reconciler(client_, {jobs_, pods_, services_, nodes_}, events_, clock_, nullptr,
+                        options, &link);
+  auto pass = [&] {
+    ASSERT_THAT(reconciler.Reconcile("ns/j").status(), IsOk());
+    CatchUp();
+  };
+  auto task_pods = [&] {
+    int n = 0;
+    for (const std::string& pod : PodNames()) n += absl::StrContains(pod, "-task-");
+    return n;
+  };
+  CatchUp();
+  pass();
+  SetPod("j-coordinator", "Running", {}, "127.0.0.1");
+  CatchUp();
+  for (int i = 0; i < 3; ++i) {
+    pass();
+    clock_.Advance(absl::Seconds(2));  // the link's retries
+  }
+  EXPECT_EQ(task_pods(), 0) << "task pods for a coordinator that refused the job's token";
+  EXPECT_FALSE(link.RolledBackWork("ns/j").has_value());
+
+  // The job's own coordinator: the link's next try gets an answer, which wakes the job.
+  coordinator.reset();
+  coordinator = std::make_unique<Coordinator>(clock_, kToken, port);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        clock_.Advance(absl::Seconds(1));
+        return link.RolledBackWork("ns/j").has_value();
+      },
+      kWait));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_GT(wakes, 0);
+  }
+  pass();
+  EXPECT_EQ(task_pods(), 2);
 }
 
 }  // namespace

@@ -42,6 +42,14 @@ JobCliques::Options JobCliques::OptionsFromEnv() {
     token = value;
   }
   options.agent_key = CliqueSocketKey(token);
+  // The clique ticket the operator mounted for this task (common/auth/clique_ticket.h), which a
+  // verifying agent requires; a Secret written before the agents had a key holds none.
+  if (const char* file = std::getenv("PHALANX_CLIQUE_TICKET_FILE"); file != nullptr && *file) {
+    absl::StatusOr<std::string> ticket = base::ReadFileToString(file);
+    if (ticket.ok() && !absl::StripAsciiWhitespace(*ticket).empty()) {
+      options.agent_key = std::string(absl::StripAsciiWhitespace(*ticket));
+    }
+  }
   return options;
 }
 

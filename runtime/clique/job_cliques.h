@@ -7,9 +7,10 @@
 // agent's metrics show them and a failed GPU's abort request reaches this process (and is
 // obeyed: every clique of this task is aborted and FAILED with the agent's reason): on every
 // state change, and again every `agent_refresh` (the agent drops reports not refreshed within its
-// TTL, 30 s by default). Reports carry `agent_key`, a digest of this task's credential
-// (CliqueSocketKey): the agent lets only that key read or change this task's entries, and never
-// sees the credential.
+// TTL, 30 s by default). Reports carry `agent_key`: this task's clique ticket where the operator
+// mounted one (common/auth/clique_ticket.h; the agent verifies it), else a digest of its
+// credential (CliqueSocketKey). The agent lets only that key read or change this task's
+// entries, and never sees the credential.
 //
 // Wiring: create it after the client, call OnPeerChange from ClientCallbacks::on_peer_change
 // (cheap: no RPC, no wait), then Acquire a key per communicator. Teardown: stop forwarding
@@ -40,12 +41,12 @@ class JobCliques {
     absl::Duration poll_period = absl::Milliseconds(5);
     CliqueManager::Options manager;
     std::string agent_socket;  // the agent's socket path or host:port; "" = no reports
-    std::string agent_key;     // CliqueSocketKey(token); see FromEnv
+    std::string agent_key;     // the clique ticket, or CliqueSocketKey(token); see FromEnv
     absl::Duration agent_refresh = absl::Seconds(10);
   };
   // Options with agent_socket from $PHALANX_CLIQUE_ADDRESS (host:port, the node agent on the
-  // node's address) or else $PHALANX_CLIQUE_SOCKET (a mounted Unix socket), agent_key from the
-  // token in
+  // node's address) or else $PHALANX_CLIQUE_SOCKET (a mounted Unix socket), agent_key the
+  // ticket in $PHALANX_CLIQUE_TICKET_FILE when it holds one, else the digest of the token in
   // $PHALANX_TOKEN_FILE (a file) or $PHALANX_TOKEN.
   static Options OptionsFromEnv();
 

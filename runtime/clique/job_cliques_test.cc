@@ -7,7 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "absl/synchronization/mutex.h"
+#include "common/auth/clique_ticket.h"
 #include "common/testing/eventually.h"
 #include "node_agent/cliques/clique_socket.h"
 #include "runtime/client/coordination_client_impl.h"
@@ -250,6 +253,44 @@ TEST(JobCliquesOptionsTest, TheNodeAddressWinsOverAMountedSocket) {
   EXPECT_EQ(JobCliques::OptionsFromEnv().agent_socket, "10.0.0.7:8479");
   unsetenv("PHALANX_CLIQUE_ADDRESS");
   unsetenv("PHALANX_CLIQUE_SOCKET");
+}
+
+// What task pods get from the operator (common/auth/clique_ticket.h): the ticket, read from its
+// file, is the key a verifying agent takes over TCP; another job's ticket is refused for this
+// (job, task), and a task without a ticket file still reports with its credential's digest.
+TEST(ReportToAgentTest, ATicketFromItsFileIsTheKeyAVerifyingAgentTakes) {
+  const std::string agent_key = auth::AgentCliqueKey("an-operator-key-of-at-least-32-characters");
+  agent::CliqueRegistryOptions options;
+  options.ticket_key = [agent_key]() -> absl::StatusOr<std::string> { return agent_key; };
+  agent::CliqueRegistry registry(options);
+  auto server = agent::CliqueSocketServer::Start({"127.0.0.1:0"}, registry, base::RealClock::Get());
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  const std::string file = absl::StrCat(::testing::TempDir(), "/ticket-0");
+  {
+    std::ofstream out(file);
+    out << auth::CliqueTicket(agent_key, "team-a", "test", "uid-1", 0) << "\n";
+  }
+  setenv("PHALANX_TOKEN", "task-0", 1);
+  EXPECT_EQ(JobCliques::OptionsFromEnv().agent_key, CliqueSocketKey("task-0"));
+  setenv("PHALANX_CLIQUE_TICKET_FILE", file.c_str(), 1);
+  const std::string ticket = JobCliques::OptionsFromEnv().agent_key;
+  unsetenv("PHALANX_CLIQUE_TICKET_FILE");
+  unsetenv("PHALANX_TOKEN");
+  EXPECT_EQ(ticket.rfind("clique/v1/team-a/test/uid-1/0/", 0), 0u) << ticket;
+  CliqueInfo info;
+  info.key = KeyFor({0, 0, 0});
+  info.state = CliqueState::kReady;
+  absl::StatusOr<std::string> answer =
+      ReportToAgent(address, CliqueSocketKey("task-0"), "test", {0, 0}, info);
+  EXPECT_TRUE(absl::IsPermissionDenied(answer.status())) << answer.status();
+  answer = ReportToAgent(address, auth::CliqueTicket(agent_key, "team-b", "test", "uid-2", 1),
+                         "test", {0, 0}, info);
+  EXPECT_TRUE(absl::IsPermissionDenied(answer.status())) << answer.status();
+  answer = ReportToAgent(address, ticket, "test", {0, 0}, info);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(*answer, "OK");
+  EXPECT_EQ(registry.ListFor(ticket).size(), 1u);
 }
 
 TEST(CliqueSocketKeyTest, IsAStableDigestThatDiffersPerTokenAndHidesIt) {

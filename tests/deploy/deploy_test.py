@@ -189,13 +189,29 @@ def check_rbac(objs, operator_ns_scoped):
     for res in ("pods", "services"):
         check(verbs_for(op, "", res) == {"get", "list", "watch", "create", "delete"},
               f"operator: {res} get/list/watch/create/delete, got {verbs_for(op, '', res)}")
-    # Secrets (issue 16 item 7, ADR 0003): create anywhere, read nothing but the operator key,
-    # by name, in the release namespace.
-    check(verbs_for(op, "", "secrets") == {"get", "create"}, f"operator: secrets {verbs_for(op, '', 'secrets')}")
+    # Secrets (issue 16 item 7, ADR 0003): create anywhere, read nothing but the operator key
+    # and the agents' clique-ticket key (which it may also correct), by name, in the release
+    # namespace (issue 30 item 6).
+    check(verbs_for(op, "", "secrets") == {"get", "create", "update"},
+          f"operator: secrets {verbs_for(op, '', 'secrets')}")
     for kind, ns, r in op:
         if "secrets" in r.get("resources", []) and set(r["verbs"]) - {"create"}:
             check(kind == "RoleBinding" and ns == NAMESPACE and r.get("resourceNames"),
-                  f"operator: reads Secrets beyond its key: {kind} {ns} {r}")
+                  f"operator: reads Secrets beyond its keys: {kind} {ns} {r}")
+            if "update" in r["verbs"]:
+                check(r.get("resourceNames") == ["phalanx-agent-clique-key"],
+                      f"operator: updates a Secret other than the agents' key: {r}")
+    daemonset = [o for o in objs if o.get("kind") == "DaemonSet"]
+    check(len(daemonset) == 1, "one agent DaemonSet")
+    if daemonset:
+        pod = daemonset[0]["spec"]["template"]["spec"]
+        agent_args = pod["containers"][0]["args"]
+        check("--clique_ticket_key_file=/etc/phalanx/agent-clique/key" in agent_args,
+              f"agent: verifies clique tickets: {agent_args}")
+        secrets = [v["secret"] for v in pod["volumes"] if "secret" in v]
+        check(secrets == [{"secretName": "phalanx-agent-clique-key", "optional": True,
+                           "defaultMode": 0o444}],
+              f"agent: mounts the agents' key Secret only (optional): {secrets}")
     check(verbs_for(op, "networking.k8s.io", "networkpolicies") == {"get", "create"},
           "operator: networkpolicies get/create")
     check(verbs_for(op, "", "events") == {"create", "patch", "update"}, "operator: events")

@@ -132,6 +132,9 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> WriteSecretVolu
       const std::string path = StringAt(item, "path");
       std::optional<std::string> value =
           secret_value ? secret_value(secret, key) : std::optional<std::string>();
+      // An optional Secret volume leaves out the keys the Secret lacks, as the kubelet does.
+      const Json& optional = FieldOrNull(FieldOrNull(*volume, "secret"), "optional");
+      if (!value.has_value() && optional.is_boolean() && optional.as_bool()) continue;
       if (!value.has_value() || path.empty() || path.find("..") != std::string::npos) {
         // FailedPrecondition: the kubelet keeps the pod waiting and retries (FailedMount).
         return absl::FailedPreconditionError(absl::StrCat("volume ", volume_name, ": secret \"",

@@ -225,6 +225,12 @@ TEST(ContainerLaunchOptionsTest, SecretVolumesAreWrittenAndPathsUnderTheMountRew
   pod["spec"]["volumes"][0]["secret"]["items"][0]["key"] = Json::string("other");
   EXPECT_THAT(ContainerLaunchOptions(pod, "/tmp/x.log", {}, lookup, dir),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no key \"other\"")));
+  // An optional Secret volume leaves a missing key out, as the kubelet does (the operator's
+  // clique-ticket volume: a Secret written before the agents had a key holds no tickets).
+  pod["spec"]["volumes"][0]["secret"]["optional"] = Json::boolean(true);
+  std::filesystem::remove_all(dir);
+  ASSERT_THAT(ContainerLaunchOptions(pod, "/tmp/x.log", {}, lookup, dir), IsOk());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/tok/token"));
 }
 
 TEST(ContainerLaunchOptionsTest, ResolvesPathEnvAndRejectsWhatCannotRun) {

@@ -37,11 +37,13 @@ $PHALANX_NODE_CLUSTER), each in namespaces of its own:
 Exit 77 (skipped) with the reason when this machine cannot run real nodes (root, containerd,
 runc, CNI plugins, ../shared/kubernetes-v1.28.7) or `make images` cannot build the images.
 """
+import base64
 import json
 import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -280,6 +282,50 @@ class Watching:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def clique_line(address, line):
+    """One request to a node agent's clique channel; its one-line answer."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(line.encode() + b"\n")
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    return answer.decode().strip()
+
+
+def clique_channel_takes_only_tickets(c, ns, release_ns):
+    """Issue 30 item 6 on real nodes: the agent (chart defaults) has the key the operator wrote
+    and takes a claim on task 0 only with task 0's ticket (from the job's Secret, as the pod
+    mounts it), not with a made-up key or another task's ticket."""
+    key = c.get("secret", "phalanx-agent-clique-key", "-n", release_ns)
+    check(key and key.get("data", {}).get("key"), "the operator wrote the agents' clique key")
+    data = c.get("secret", "sample-token", "-n", ns)["data"]
+    ticket = {i: base64.b64decode(data[f"task-{i}-clique"]).decode() for i in (0, 1)}
+    task = c.get("pod", "sample-task-0-0", "-n", ns)
+    env = {e["name"]: e.get("value") for e in task["spec"]["containers"][0]["env"]}
+    check(env.get("PHALANX_CLIQUE_TICKET_FILE") == "/var/run/phalanx/clique/ticket-0",
+          f"task 0's pod is told where its ticket is: {env.get('PHALANX_CLIQUE_TICKET_FILE')}")
+    node = task["spec"]["nodeName"]
+    agent = [p for p in c.get("pods", "-n", release_ns, "-l",
+                              "app.kubernetes.io/component=agent")["items"]
+             if p["spec"]["nodeName"] == node][0]
+    address = f"{agent['status']['podIP']}:8479"
+    line = "REPORT job=sample task=0 inc=1 clique=probe state=READY devices=0 key="
+    # The kubelet fills in the optional Secret volume once the operator has written it.
+    wait_until("the agent verifies tickets with its key", lambda: clique_line(
+        address, line + ticket[0]) == "OK", 90)
+    for name, bad in (("a made-up key", "made-up"), ("task 1's ticket", ticket[1])):
+        answer = clique_line(address, line + bad)
+        check(answer.startswith("ERR permission denied"), f"{name} claimed task 0: {answer}")
+    check(clique_line(address, f"FORGET job=sample task=0 key={ticket[0]}") == "OK",
+          "task 0's ticket forgets its probe")
+    print(f"clique channel on {node}: only task 0's ticket claims task 0 (a made-up key and "
+          "task 1's ticket refused)")
+
+
 def case_install(src, cluster, helm):
     c = cluster
     release_ns = "phalanx-system"
@@ -332,6 +378,8 @@ def case_install(src, cluster, helm):
         wait_until("the example's coordinator and 4 tasks Running and ready", running, 180)
         print(f"examples/trainingjob.yaml: coordinator + 4 tasks ready {time.monotonic() - t0:.1f}s "
               "after apply")
+
+        clique_channel_takes_only_tickets(c, ns, release_ns)
 
         victim = "sample-task-1-0"
         t0 = time.monotonic()

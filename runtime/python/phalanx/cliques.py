@@ -42,6 +42,24 @@ def clique_socket_key(token):
     return hashlib.sha256(_KEY_CONTEXT + token.encode("utf-8")).hexdigest()
 
 
+def _ticket(environ):
+    """The clique ticket the operator mounted for this task (``PHALANX_CLIQUE_TICKET_FILE``),
+    or None: without one the key is a digest of the task's credential."""
+    path = environ.get("PHALANX_CLIQUE_TICKET_FILE")
+    if not path:
+        return None
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None  # a Secret written before the agents had a key holds no ticket
+
+
+def agent_key(environ):
+    """What this task shows its node agent as ``key=``: its clique ticket, else the digest."""
+    return _ticket(environ) or clique_socket_key(_token(environ))
+
+
 def _token(environ):
     path = environ.get("PHALANX_TOKEN_FILE")
     if path:
@@ -152,7 +170,7 @@ class AgentWatch:
                  key=None, period=0.25, environ=None):
         environ = os.environ if environ is None else environ
         self.endpoint = endpoint or agent_endpoint(environ)
-        self.key = key if key is not None else clique_socket_key(_token(environ))
+        self.key = key if key is not None else agent_key(environ)
         self.job, self.task, self.incarnation = job, int(task), int(incarnation)
         self.clique = clique
         self.devices = [int(d) for d in devices]

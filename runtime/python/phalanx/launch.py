@@ -111,6 +111,9 @@ class Layout:
         self.token_dir = None
         if env.get("PHALANX_TOKEN_FILE"):
             self.token_dir = os.path.dirname(env["PHALANX_TOKEN_FILE"])
+        self.ticket_dir = None
+        if env.get("PHALANX_CLIQUE_TICKET_FILE"):
+            self.ticket_dir = os.path.dirname(env["PHALANX_CLIQUE_TICKET_FILE"])
 
     def rank_env(self, base, local, restarts):
         task = self.first + local
@@ -128,6 +131,9 @@ class Layout:
         if self.token_dir is not None:
             # The operator mounts one file per local task: token-<task> (desired_state.h).
             env["PHALANX_TOKEN_FILE"] = os.path.join(self.token_dir, "token-%d" % task)
+        if self.ticket_dir is not None:
+            # And one clique ticket per local task: ticket-<task> (desired_state.h).
+            env["PHALANX_CLIQUE_TICKET_FILE"] = os.path.join(self.ticket_dir, "ticket-%d" % task)
         return env
 
 

@@ -26,7 +26,8 @@ RANK = textwrap.dedent("""
     import os, signal, sys, time
     def say(line):
         os.write(1, (line + "\\n").encode())
-    names = ["PHALANX_TASK_ID", "PHALANX_INCARNATION", "PHALANX_TOKEN_FILE", "RANK",
+    names = ["PHALANX_TASK_ID", "PHALANX_INCARNATION", "PHALANX_TOKEN_FILE",
+             "PHALANX_CLIQUE_TICKET_FILE", "RANK",
              "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "JAX_PROCESS_ID"]
     say("RANK " + " ".join("%s=%s" % (n, os.environ.get(n)) for n in names)
         + " pid=%d" % os.getpid())
@@ -62,6 +63,7 @@ class LaunchTest(unittest.TestCase):
         env.update(harness.package_env())
         env.update(PHALANX_TASK_ID="2", PHALANX_NUM_TASKS="4", PHALANX_NPROC_PER_NODE="2",
                    PHALANX_INCARNATION="5", PHALANX_TOKEN_FILE="/var/run/phalanx/token/token-2",
+                   PHALANX_CLIQUE_TICKET_FILE="/var/run/phalanx/clique/ticket-2",
                    READY_DIR=self.dir)
         env.update(extra)
         return env
@@ -94,6 +96,8 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual({r["PHALANX_INCARNATION"] for r in ranks}, {"5000"})
         self.assertEqual([r["PHALANX_TOKEN_FILE"] for r in ranks],
                          ["/var/run/phalanx/token/token-2", "/var/run/phalanx/token/token-3"])
+        self.assertEqual([r["PHALANX_CLIQUE_TICKET_FILE"] for r in ranks],
+                         ["/var/run/phalanx/clique/ticket-2", "/var/run/phalanx/clique/ticket-3"])
         self.assertIn("local rank 1 (task 3) finished", err)
 
     def test_a_dead_rank_is_restarted_in_place_as_its_next_incarnation(self):
