@@ -70,6 +70,18 @@ class Coordinator {
     }
     return -1;
   }
+  // The value of the counter of family `name` whose label `label` is `value`; -1 when none.
+  double Metric(const std::string& name, const std::string& label, const std::string& value) {
+    for (const auto& family : registry_.Collect()) {
+      if (family.name != name) continue;
+      for (const auto& metric : family.metric) {
+        for (const auto& l : metric.label) {
+          if (l.name == label && l.value == value) return metric.counter.value;
+        }
+      }
+    }
+    return -1;
+  }
 
  private:
   prometheus::Registry registry_;

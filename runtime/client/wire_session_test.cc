@@ -504,12 +504,55 @@ TEST(SessionWire, ATaskCredential_HoldsAtMostFourStreamsOnAllConnections) {
   ASSERT_TRUE(refused.has_value() && refused->has_end()) << refused->DebugString();
   EXPECT_EQ(refused->end().code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(refused->end().message(), HasSubstr("already holds 4 session wire streams"));
+  EXPECT_EQ(coordinator.Metric("phalanx_coordinator_wire_refusals_total", "budget",
+                               "streams_per_credential"),
+            1);
   first.SendClose(1);
   EXPECT_TRUE(
       Eventually([&] { return coordinator.Metric("phalanx_coordinator_wire_streams") == 3; },
                  absl::Seconds(10)));
   second.Hello(credential, 0, 7);
   std::optional<pb::WireServerFrame> registered = second.NextOwn();
+  ASSERT_TRUE(registered.has_value());
+  EXPECT_TRUE(registered->has_registered()) << registered->DebugString();
+}
+
+// A connection whose tasks stop reading while their answers pile up is cut once more than the
+// budget (64 MiB, for the whole connection however many streams carry it) waits unsent: the
+// answers held go with it, the cut is counted, and the coordinator serves others as before.
+TEST(SessionWire, AConnectionThatStopsReading_IsCutAtItsUnreadBudgetAndItsMemoryFreed) {
+  Coordinator coordinator(2);
+  RawWire reader(coordinator.port());
+  reader.Hello(kToken, 0);
+  ASSERT_TRUE(reader.Next().has_value());
+  reader.SendFrame(Open(0));
+  ASSERT_TRUE(reader.NextOwn().has_value());
+  pb::SessionRequest insert;
+  insert.mutable_call()->set_call_id(1);
+  insert.mutable_call()->mutable_kv_insert()->set_key("big");
+  insert.mutable_call()->mutable_kv_insert()->set_value(std::string(1 << 20, 'x'));
+  reader.SendFrame(insert);
+  ASSERT_TRUE(reader.NextOwn().has_value());
+  // 200 gets of the 1 MiB value, none of whose answers is read: 200 MiB would wait unsent.
+  for (int i = 0; i < 200; ++i) {
+    pb::SessionRequest get;
+    get.mutable_call()->set_call_id(2 + i);
+    get.mutable_call()->mutable_kv_get()->set_key("big");
+    reader.SendFrame(get);
+  }
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return coordinator.Metric("phalanx_coordinator_connections_closed_total", "reason",
+                                  "unread_output") == 1;
+      },
+      absl::Seconds(30)));
+  EXPECT_TRUE(
+      Eventually([&] { return coordinator.Metric("phalanx_coordinator_wire_streams") == 0; },
+                 absl::Seconds(10)));
+  // Another task registers and is answered as before.
+  RawWire other(coordinator.port());
+  other.Hello(kToken, 1);
+  std::optional<pb::WireServerFrame> registered = other.Next();
   ASSERT_TRUE(registered.has_value());
   EXPECT_TRUE(registered->has_registered()) << registered->DebugString();
 }

@@ -185,7 +185,15 @@ TEST(CoordinatorMetricsReasons, EveryFailureAndCloseReasonIsASeriesFromTheStart)
                                    "superseded"}));
   EXPECT_EQ(zero["phalanx_coordinator_connections_closed_total"],
             (std::set<std::string>{"limit", "unauthenticated", "unauthenticated_share",
-                                   "out_of_descriptors"}));
+                                   "out_of_descriptors", "unread_output"}));
+  std::set<std::string> budgets;
+  for (const auto& family : registry.Collect()) {
+    if (family.name != "phalanx_coordinator_wire_refusals_total") continue;
+    for (const auto& metric : family.metric) {
+      if (metric.counter.value == 0) budgets.insert(metric.label.at(0).value);
+    }
+  }
+  EXPECT_EQ(budgets, (std::set<std::string>{"streams_per_connection", "streams_per_credential"}));
 }
 
 TEST(DefaultMaxConnections, LeavesAReserveAndCountsTwoDescriptorsPerConnection) {

@@ -38,6 +38,18 @@ std::string CloseReasonLabel(ConnectionCloseReason reason) {
       return "unauthenticated_share";
     case ConnectionCloseReason::kOutOfDescriptors:
       return "out_of_descriptors";
+    case ConnectionCloseReason::kUnreadOutput:
+      return "unread_output";
+  }
+  return "unknown";
+}
+
+std::string WireBudgetLabel(WireBudget budget) {
+  switch (budget) {
+    case WireBudget::kStreamsPerConnection:
+      return "streams_per_connection";
+    case WireBudget::kStreamsPerCredential:
+      return "streams_per_credential";
   }
   return "unknown";
 }
@@ -103,7 +115,8 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
                               .Name("phalanx_coordinator_connections_closed_total")
                               .Help("Client connections the coordinator refused or closed: "
                                     "over --max_connections, unauthenticated past "
-                                    "--unauthenticated_timeout, or out of descriptors")
+                                    "--unauthenticated_timeout, out of descriptors, or "
+                                    "with more output unread than the session wire allows")
                               .Register(r)),
       connections_open_(BuildGauge()
                             .Name("phalanx_coordinator_connections_open")
@@ -116,6 +129,12 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
                               "a stream whose session ended is freed at once)")
                         .Register(r)
                         .Add({})),
+      wire_refusals_(BuildCounter()
+                         .Name("phalanx_coordinator_wire_refusals_total")
+                         .Help("New session wire streams refused (ResourceExhausted), by the "
+                               "budget they would have exceeded: streams on one connection, or "
+                               "held by one task credential")
+                         .Register(r)),
       rpcs_(BuildCounter()
                 .Name("phalanx_coordinator_rpcs_total")
                 .Help("RPCs handled, by method and status code")
@@ -132,8 +151,12 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
   }
   for (ConnectionCloseReason reason :
        {ConnectionCloseReason::kLimit, ConnectionCloseReason::kUnauthenticated,
-        ConnectionCloseReason::kUnauthenticatedShare, ConnectionCloseReason::kOutOfDescriptors}) {
+        ConnectionCloseReason::kUnauthenticatedShare, ConnectionCloseReason::kOutOfDescriptors,
+        ConnectionCloseReason::kUnreadOutput}) {
     connections_closed_.Add({{"reason", CloseReasonLabel(reason)}});
+  }
+  for (WireBudget budget : {WireBudget::kStreamsPerConnection, WireBudget::kStreamsPerCredential}) {
+    wire_refusals_.Add({{"budget", WireBudgetLabel(budget)}});
   }
 }
 
@@ -144,6 +167,10 @@ void CoordinatorMetrics::SetTaskCounts(int registered, int connected) {
 
 void CoordinatorMetrics::TaskFailed(FailureKind kind) {
   task_failures_.Add({{"reason", FailureKindLabel(kind)}}).Increment();
+}
+
+void CoordinatorMetrics::WireRefused(WireBudget budget) {
+  wire_refusals_.Add({{"budget", WireBudgetLabel(budget)}}).Increment();
 }
 
 void CoordinatorMetrics::ConnectionClosed(ConnectionCloseReason reason) {

@@ -29,8 +29,13 @@ enum class ConnectionCloseReason {
   kLimit,
   kUnauthenticated,
   kUnauthenticatedShare,  // the oldest unauthenticated one, for a newer (connection_listener.h)
-  kOutOfDescriptors
+  kOutOfDescriptors,
+  kUnreadOutput  // a session wire connection whose tasks left too much unread (wire_server.h)
 };
+
+// A session wire budget a new stream was refused by (ResourceExhausted); bounded label values
+// for wire_refusals_total.
+enum class WireBudget { kStreamsPerConnection, kStreamsPerCredential };
 
 class CoordinatorMetrics {
  public:
@@ -46,6 +51,7 @@ class CoordinatorMetrics {
   void PreemptionRoundOpened() { preemption_rounds_.Increment(); }
   void AuthFailure() { auth_failures_.Increment(); }
   void ConnectionClosed(ConnectionCloseReason reason);
+  void WireRefused(WireBudget budget);
   void SetOpenConnections(size_t open) { connections_open_.Set(static_cast<double>(open)); }
   // A session wire stream was added (+1) or freed (-1).
   void WireStreams(int delta) { wire_streams_.Increment(delta); }
@@ -68,6 +74,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& connections_closed_;
   prometheus::Gauge& connections_open_;
   prometheus::Gauge& wire_streams_;
+  prometheus::Family<prometheus::Counter>& wire_refusals_;
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Family<prometheus::Histogram>& rpc_latency_;
 

@@ -49,8 +49,14 @@ pb::WireServerFrame EndFrame(const absl::Status& status) {
 class WireSessionServer::Connection final
     : public std::enable_shared_from_this<WireSessionServer::Connection> {
  public:
-  Connection(uint64_t id, int fd, std::string peer, int epoll_fd, size_t max_unsent)
-      : id_(id), fd_(fd), peer_(std::move(peer)), epoll_fd_(epoll_fd), max_unsent_(max_unsent) {}
+  Connection(uint64_t id, int fd, std::string peer, int epoll_fd, size_t max_unsent,
+             CoordinatorMetrics& metrics)
+      : id_(id),
+        fd_(fd),
+        peer_(std::move(peer)),
+        epoll_fd_(epoll_fd),
+        max_unsent_(max_unsent),
+        metrics_(metrics) {}
 
   uint64_t id() const { return id_; }
   int fd() const { return fd_; }
@@ -122,6 +128,7 @@ class WireSessionServer::Connection final
           // The tasks stopped reading: drop them rather than grow without bound.
           PHX_LOG(WARNING) << "session wire " << peer_ << ": more than " << limit
                            << " bytes unread by its tasks; disconnecting it";
+          metrics_.ConnectionClosed(ConnectionCloseReason::kUnreadOutput);
           Shut();
           return;
         }
@@ -157,6 +164,7 @@ class WireSessionServer::Connection final
   const std::string peer_;
   const int epoll_fd_;
   const size_t max_unsent_;
+  CoordinatorMetrics& metrics_;
 
   absl::Mutex mu_;
   // Corked while in the loop's t_corked list.
@@ -243,7 +251,7 @@ absl::Status WireSessionServer::Start() {
 void WireSessionServer::Adopt(int fd, std::string peer) {
   static std::atomic<uint64_t> next_id{1};
   auto connection = std::make_shared<Connection>(next_id++, fd, std::move(peer), epoll_fd_,
-                                                 options_.max_unsent_bytes);
+                                                 options_.max_unsent_bytes, metrics_);
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) {
@@ -316,7 +324,12 @@ void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
   // is handled first, as gRPC delivers a stream's messages before its end.
   std::optional<absl::Status> ended;
   while (!ended.has_value()) {
-    const ssize_t n = read(c->fd(), buffer, sizeof(buffer));
+    // Before a hello was accepted a read is hello-sized: what a peer that never authenticates
+    // makes the coordinator hold stays a few KiB (one partial frame plus one read).
+    const size_t want = c->authenticated_
+                            ? sizeof(buffer)
+                            : std::min(sizeof(buffer), options_.max_unauthenticated_frame_bytes);
+    const ssize_t n = read(c->fd(), buffer, want);
     if (n > 0) {
       // Cut frames after every read, so what a connection holds is one read plus one partial
       // frame (bounded small until a hello was accepted), never all the socket had.
@@ -399,6 +412,7 @@ void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32
     c->last_stream_ = id;
     if (c->streams_.size() >= options_.max_streams_per_connection) {
       metrics_.Rpc("Register", absl::StatusCode::kResourceExhausted, absl::ZeroDuration());
+      metrics_.WireRefused(WireBudget::kStreamsPerConnection);
       return refuse(absl::ResourceExhaustedError(
           absl::StrCat("more than ", options_.max_streams_per_connection,
                        " sessions on one session wire connection")));
@@ -427,6 +441,7 @@ void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32
     if (!principal->admin() &&
         streams_of_task_[principal->task_id] >= options_.max_streams_per_task_credential) {
       metrics_.Rpc("Register", absl::StatusCode::kResourceExhausted, absl::ZeroDuration());
+      metrics_.WireRefused(WireBudget::kStreamsPerCredential);
       return refuse(absl::ResourceExhaustedError(
           absl::StrCat("task ", principal->task_id, "'s credential already holds ",
                        options_.max_streams_per_task_credential,

@@ -41,9 +41,10 @@ class WireSessionServer {
   struct Options {
     std::string token;  // the job token; task credentials derived from it are accepted too
     size_t max_frame_bytes = 4 << 20;
-    // The same until a hello on the connection was accepted: a hello is a credential and a
-    // task reference, so an unauthenticated connection holds at most this plus one read.
-    size_t max_unauthenticated_frame_bytes = 16 << 10;
+    // The same until a hello on the connection was accepted: a hello is a credential, a job name
+    // and a task reference (well under 1 KiB). Reads are this size too until then, so an
+    // unauthenticated connection holds at most twice this.
+    size_t max_unauthenticated_frame_bytes = 4 << 10;
     size_t max_unsent_bytes = 64 << 20;  // per connection, however many tasks it carries
     // Tasks one process may run over one connection (a task-host or test process runs many).
     // A stream whose session ended (superseded, declared failed) is freed at once and does not
