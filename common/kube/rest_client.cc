@@ -234,7 +234,6 @@ struct RestClient::Impl {
           clock.SleepFor(*wait);
           continue;
         }
-        if (code == 401) return absl::UnauthenticatedError(absl::StrCat(what, ": unauthorized"));
         return StatusFromResponse(code, text, what);
       } catch (const std::exception& e) {
         Report(verb, 0);

@@ -21,8 +21,14 @@ void StopAwaitingExits(JobPass& pass) {
 
 }  // namespace
 
-bool MadeProgress(const BackoffSpec& backoff, const TrainingJobStatus& st) {
-  return st.productive_seconds - st.productive_at_last_restart >=
+bool MadeProgress(const BackoffSpec& backoff, const TrainingJobStatus& previous, absl::Time now) {
+  double unbooked = 0;
+  if (previous.phase == kPhaseRunning && previous.accounted_until.has_value()) {
+    const absl::Time from = std::max(*previous.accounted_until,
+                                     previous.last_restart_time.value_or(absl::InfinitePast()));
+    unbooked = std::max(0.0, absl::ToDoubleSeconds(now - from));
+  }
+  return previous.productive_seconds - previous.productive_at_last_restart + unbooked >=
          absl::ToDoubleSeconds(backoff.base);
 }
 
@@ -95,7 +101,7 @@ Next RestartFailedTasks(const PlanInputs& in, JobPass& pass) {
     return Next::kDone;
   }
   const absl::Time not_before =
-      !st.last_restart_time.has_value() || MadeProgress(policy.backoff, st)
+      !st.last_restart_time.has_value() || MadeProgress(policy.backoff, in.previous, in.now)
           ? in.now
           : *st.last_restart_time + RestartBackoff(policy.backoff, st.restarts);
   if (in.now < not_before) {

@@ -23,8 +23,11 @@ absl::Duration RestartBackoff(const BackoffSpec& backoff, int restarts_so_far);
 
 // Whether the job made progress since its last restart (or preemption move): at least
 // `backoff.base` of productive time (every task running) since then. A task that fails again
-// within that, before the job trained that long, is a crash loop: it waits.
-bool MadeProgress(const BackoffSpec& backoff, const TrainingJobStatus& st);
+// within that, before the job trained that long, is a crash loop: it waits. `previous` is the
+// status as the pass found it: its Running time since `previous.accounted_until` is not booked
+// yet (accounting.h books at most every kAccountingPeriod) and counts too, from the last
+// restart on, so a failure 10-30 s into a run is not taken for a crash loop.
+bool MadeProgress(const BackoffSpec& backoff, const TrainingJobStatus& previous, absl::Time now);
 
 enum class FailureClass { kRetryable, kFatal };
 FailureClass ClassifyFailure(const FailurePolicy& policy, const PodView& pod);

@@ -167,6 +167,43 @@ TEST(RestartFailedTasks, Table) {
        {"j-task-1-1"},
        {},
        6},
+      // Running time the accounting has not booked yet (it books every 30 s) is progress too: a
+      // failure 15 s into a run after a restart is not a crash loop.
+      {"progressNotBookedYetWaivesTheBackoff",
+       [](TestPass& t) {
+         t.spec.failure_policy.backoff = {absl::Seconds(10), absl::Seconds(60)};
+         t.spec.failure_policy.max_restarts = 10;
+         t.previous.restarts = 5;
+         t.previous.phase = kPhaseRunning;
+         t.previous.last_restart_time = kNow - absl::Seconds(30);
+         t.previous.accounted_until = kNow - absl::Seconds(15);
+         t.previous.productive_at_last_restart = 100;
+         t.previous.productive_seconds = 100;
+       },
+       Next::kContinue,
+       "",
+       {"j-task-1-1"},
+       {},
+       6},
+      // ...but only from the last restart on, and only while Running.
+      {"unbookedTimeBeforeTheLastRestartIsNoProgress",
+       [](TestPass& t) {
+         t.spec.failure_policy.backoff = {absl::Seconds(10), absl::Seconds(60)};
+         t.spec.failure_policy.max_restarts = 10;
+         t.previous.restarts = 5;
+         t.previous.phase = kPhaseRunning;
+         t.previous.last_restart_time = kNow - absl::Seconds(5);
+         t.previous.accounted_until = kNow - absl::Seconds(25);
+         t.previous.productive_at_last_restart = 100;
+         t.previous.productive_seconds = 100;
+       },
+       Next::kDone,
+       kPhaseRestarting,
+       {},
+       {},
+       5,
+       absl::Seconds(55),
+       {TaskState::kRunning, TaskState::kBackingOff}},
       {"lessProgressThanBaseSecondsIsACrashLoop",
        [](TestPass& t) {
          t.spec.failure_policy.backoff = {absl::Seconds(10), absl::Seconds(60)};
