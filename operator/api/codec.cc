@@ -316,6 +316,8 @@ Json EncodeTask(const TaskStatus& t) {
   out["incarnation"] = Json::number(t.incarnation);
   PutString(out, "state", TaskStateName(t.state));
   out["restarts"] = Json::number(t.restarts);
+  if (t.rank_restarts > 0) out["rankRestarts"] = Json::number(t.rank_restarts);
+  if (t.rank_restarts_in_pod > 0) out["rankRestartsInPod"] = Json::number(t.rank_restarts_in_pod);
   PutString(out, "lastFailureReason", t.last_failure_reason);
   if (t.last_exit_code.has_value()) out["lastExitCode"] = Json::number(*t.last_exit_code);
   PutTime(out, "preemptingSince", t.preempting_since);
@@ -340,6 +342,8 @@ TaskStatus DecodeTask(const Json& j) {
   t.incarnation = Int64Or(j, "incarnation");
   t.state = ParseTaskState(StringOr(j, "state"));
   t.restarts = IntOr(j, "restarts");
+  t.rank_restarts = IntOr(j, "rankRestarts");
+  t.rank_restarts_in_pod = IntOr(j, "rankRestartsInPod");
   t.last_failure_reason = StringOr(j, "lastFailureReason");
   t.last_exit_code = OptInt(j, "lastExitCode");
   t.preempting_since = TimeOr(j, "preemptingSince");
@@ -462,6 +466,7 @@ Json EncodeStatus(const TrainingJobStatus& s) {
   out["tasks"] = std::move(tasks);
   out["readyTasks"] = Json::number(s.ready_tasks);
   out["restarts"] = Json::number(s.restarts);
+  if (s.rank_restarts > 0) out["rankRestarts"] = Json::number(s.rank_restarts);
   out["preemptions"] = Json::number(s.preemptions);
   out["observedGeneration"] = Json::number(s.observed_generation);
   PutTime(out, "startTime", s.start_time);
@@ -516,6 +521,7 @@ TrainingJobStatus DecodeStatus(const Json& job) {
   }
   s.ready_tasks = IntOr(j, "readyTasks");
   s.restarts = IntOr(j, "restarts");
+  s.rank_restarts = IntOr(j, "rankRestarts");
   s.preemptions = IntOr(j, "preemptions");
   s.observed_generation = Int64Or(j, "observedGeneration");
   s.start_time = TimeOr(j, "startTime");

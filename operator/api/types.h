@@ -191,6 +191,10 @@ struct TaskStatus {
   Incarnation incarnation = 0;
   TaskState state = TaskState::kUnknown;
   int restarts = 0;
+  // Ranks of the task's pods that phalanx-launch restarted in place (nprocPerNode > 1): over all
+  // its pods, and in its current pod (as the coordinator saw their incarnations register).
+  int rank_restarts = 0;
+  int rank_restarts_in_pod = 0;
   std::string last_failure_reason;
   std::optional<int> last_exit_code;
   // Set while the task's node or pod is being preempted: when the operator first saw it (the
@@ -261,6 +265,7 @@ struct TrainingJobStatus {
   std::vector<TaskStatus> tasks;
   int ready_tasks = 0;
   int restarts = 0;
+  int rank_restarts = 0;  // the tasks' rank_restarts, summed (not in restarts or maxRestarts)
   int preemptions = 0;
   int64_t observed_generation = 0;
   std::optional<absl::Time> start_time;

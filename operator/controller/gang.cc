@@ -83,6 +83,7 @@ Next FormGang(const PlanInputs& in, JobPass& pass) {
     // restarts, and the new pods cannot collide with the old ones still terminating.
     TaskStatus& task = record.status;
     task.incarnation = NextIncarnation(in, task.index, task.incarnation);
+    task.rank_restarts_in_pod = 0;
     task.state = TaskState::kPending;
     task.pod.clear();
     task.node.clear();

@@ -32,6 +32,7 @@ TEST(SampleJob, ReadsPhaseCountersAndLostTimeByCause) {
   TrainingJobStatus status;
   status.phase = kPhaseRunning;
   status.restarts = 3;
+  status.rank_restarts = 4;
   status.preemptions = 2;
   status.coordinator.restarts = 1;
   status.productive_seconds = 100;
@@ -46,6 +47,7 @@ TEST(SampleJob, ReadsPhaseCountersAndLostTimeByCause) {
   EXPECT_EQ(s.phase, "Running");
   EXPECT_TRUE(s.unschedulable);
   EXPECT_EQ(s.restarts, 3);
+  EXPECT_EQ(s.rank_restarts, 4);
   EXPECT_EQ(s.preemptions, 2);
   EXPECT_EQ(s.coordinator_restarts, 1);
   EXPECT_DOUBLE_EQ(s.productive_seconds, 100);
@@ -149,14 +151,14 @@ TEST(OperatorMetricsJobs, APhaseChangeMovesTheSeriesAndADeletedJobLosesAll) {
   EXPECT_THAT(text, Not(HasSubstr(R"(trainingjob="b")")));
   EXPECT_THAT(text, HasSubstr(R"(phalanx_operator_jobs{phase="Running"} 0)"));
   EXPECT_THAT(text, HasSubstr(R"(phalanx_operator_jobs{phase="Failed"} 1)"));
-  // Ten series for the one job left: phase, unschedulable, productive, four lost causes,
-  // restarts, preemptions, coordinator restarts.
+  // Eleven series for the one job left: phase, unschedulable, productive, four lost causes,
+  // restarts, rank restarts, preemptions, coordinator restarts.
   size_t series = 0;
   for (size_t at = text.find("trainingjob=\"a\""); at != std::string::npos;
        at = text.find("trainingjob=\"a\"", at + 1)) {
     ++series;
   }
-  EXPECT_EQ(series, 10u);
+  EXPECT_EQ(series, 11u);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ JobSample SampleJob(const kube::Json& job) {
       std::max(0.0, status.lost_seconds - g.detection_seconds - g.coordinator_outage_seconds -
                         g.rolled_back_seconds);
   s.restarts = status.restarts;
+  s.rank_restarts = status.rank_restarts;
   s.preemptions = status.preemptions;
   s.coordinator_restarts = status.coordinator.restarts;
   return s;

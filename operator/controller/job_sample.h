@@ -27,6 +27,7 @@ struct JobSample {
   double productive_seconds = 0;
   std::map<std::string, double> lost_seconds;  // by cause; every cause present
   int restarts = 0;
+  int rank_restarts = 0;  // in-pod rank restarts (nprocPerNode > 1): status.rankRestarts
   int preemptions = 0;
   int coordinator_restarts = 0;
 

@@ -108,7 +108,12 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                                     .Name("phalanx_operator_job_coordinator_restarts")
                                     .Help("The TrainingJob's coordinator restarts after a failure "
                                           "(status.coordinator.restarts)")
-                                    .Register(registry)) {
+                                    .Register(registry)),
+      job_rank_restarts_(prometheus::BuildGauge()
+                             .Name("phalanx_operator_job_rank_restarts")
+                             .Help("The TrainingJob's ranks restarted inside their pods by "
+                                   "phalanx-launch (nprocPerNode > 1; status.rankRestarts)")
+                             .Register(registry)) {
   // Every phase from the start, at 0: a panel or an alert on a phase no job is in reads 0, not
   // "no data" (a real Prometheus scraping the chart showed the dashboard's phase stats empty).
   absl::MutexLock lock(&mu_);
@@ -216,6 +221,8 @@ void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
     }
     add(job_restarts_, series.restarts);
     series.restarts->Set(job.restarts);
+    add(job_rank_restarts_, series.rank_restarts);
+    series.rank_restarts->Set(job.rank_restarts);
     add(job_preemptions_, series.preemptions);
     series.preemptions->Set(job.preemptions);
     add(job_coordinator_restarts_, series.coordinator_restarts);
@@ -229,6 +236,7 @@ void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
          {std::pair{&job_unschedulable_, series.unschedulable},
           std::pair{&job_productive_, series.productive},
           std::pair{&job_restarts_, series.restarts},
+          std::pair{&job_rank_restarts_, series.rank_restarts},
           std::pair{&job_preemptions_, series.preemptions},
           std::pair{&job_coordinator_restarts_, series.coordinator_restarts}}) {
       if (gauge != nullptr) family->Remove(gauge);

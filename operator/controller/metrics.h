@@ -39,7 +39,8 @@ class OperatorMetrics {
   // phalanx_operator_jobs_unschedulable: jobs whose condition Unschedulable is True) and the
   // per-job series (labels namespace and trainingjob): its phase (one series, value 1, label
   // phase), Unschedulable (0/1), productive seconds, lost seconds by cause, restarts,
-  // preemptions and coordinator restarts, as status has them. Ten series per job; a job not in
+  // in-pod rank restarts, preemptions and coordinator restarts, as status has them. Eleven
+  // series per job; a job not in
   // `jobs` (deleted) loses its series. Both from one sample, so they never disagree.
   void SetJobs(const std::vector<JobSample>& jobs);
 
@@ -55,6 +56,7 @@ class OperatorMetrics {
     prometheus::Gauge* productive = nullptr;
     std::map<std::string, prometheus::Gauge*> lost;  // by cause
     prometheus::Gauge* restarts = nullptr;
+    prometheus::Gauge* rank_restarts = nullptr;
     prometheus::Gauge* preemptions = nullptr;
     prometheus::Gauge* coordinator_restarts = nullptr;
   };
@@ -81,6 +83,7 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Gauge>& job_restarts_;
   prometheus::Family<prometheus::Gauge>& job_preemptions_;
   prometheus::Family<prometheus::Gauge>& job_coordinator_restarts_;
+  prometheus::Family<prometheus::Gauge>& job_rank_restarts_;
   absl::Mutex mu_;
   std::map<std::string, prometheus::Counter*> restart_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> preemption_counters_ ABSL_GUARDED_BY(mu_);

@@ -96,6 +96,14 @@ struct JobObservation {
   std::map<int, CoordinatorFailure> coordinator_failed;
   // pod index → the newest incarnation the coordinator has registered for its tasks.
   std::map<int, Incarnation> coordinator_incarnations;
+  // With nprocPerNode > 1: pod index → its ranks' in-place restarts by phalanx-launch, as the
+  // coordinator saw them register (rank r of pod incarnation I registers as I·stride + its
+  // restarts), summed over the pod's ranks, for the newest pod incarnation seen.
+  struct RankRestarts {
+    Incarnation pod_incarnation = 0;
+    int restarts = 0;
+  };
+  std::map<int, RankRestarts> rank_restarts;
   std::optional<RolledBackReport> rolled_back;  // nullopt: the coordinator has not answered
   // The operator's link to the coordinator has not had an answer from the job's current
   // coordinator pod, made with the job token the operator derived. Until it has, the coordinator

@@ -98,6 +98,7 @@ void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& 
   task.failure_reported_at.reset();
   task.preempting_since.reset();
   task.state = TaskState::kRestarting;
+  task.rank_restarts_in_pod = 0;  // the next pod's ranks start afresh
   const bool preemption = reason == "Preempted" && !record.preemption_reason.empty();
   pass.out.replacements.push_back({i, preemption, preemption ? record.preemption_reason : reason});
   if (pass.MayCreateTaskPods()) {

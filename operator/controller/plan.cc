@@ -10,6 +10,7 @@
 #include "operator/controller/pass.h"
 #include "operator/controller/phase.h"
 #include "operator/controller/preemption_policy.h"
+#include "operator/controller/rank_restarts.h"
 #include "operator/controller/schedulability.h"
 #include "operator/controller/success_policy.h"
 #include "operator/controller/suspend_policy.h"
@@ -25,6 +26,7 @@ constexpr Stage kStages[] = {
     {"coordinator move", MoveCoordinator},
     {"children", EnsureJobChildren},
     {"task states", ClassifyTasks},
+    {"rank restarts", CountRankRestarts},
     {"schedulability", MarkUnschedulable},
     {"gang", FormGang},
     {"task pods", EnsureTaskPods},

@@ -263,6 +263,13 @@ std::string Reconciler::LinkCoordinator(const std::string& key, const Json& job,
     const PodTask pod = PodOfTask(spec, task, incarnation);
     Incarnation& newest = world.coordinator_incarnations[pod.index];
     newest = std::max(newest, pod.incarnation);
+    if (spec.nproc_per_node > 1) {
+      JobObservation::RankRestarts& ranks = world.rank_restarts[pod.index];
+      const int restarts =
+          static_cast<int>(incarnation - pod.incarnation * kLocalIncarnationStride);
+      if (pod.incarnation > ranks.pod_incarnation) ranks = {pod.incarnation, 0};
+      if (pod.incarnation == ranks.pod_incarnation) ranks.restarts += restarts;
+    }
   }
   if (std::optional<CoordinatorLink::RolledBack> rolled_back = link_->RolledBackWork(key)) {
     world.rolled_back = RolledBackReport{rolled_back->coordinator_id, rolled_back->seconds};

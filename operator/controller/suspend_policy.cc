@@ -102,6 +102,7 @@ Next ApplySuspend(const PlanInputs& in, JobPass& pass) {
           pass.out.delete_pods.push_back(record.pod->name);
         }
         task.incarnation = NextIncarnation(in, task.index, task.incarnation);
+        task.rank_restarts_in_pod = 0;
         task.state = TaskState::kSuspended;
         task.pod.clear();
         task.node.clear();

@@ -198,6 +198,16 @@ class TorchSeveralRanksPerPodTest(LocalClusterCase):
                                TIMEOUT, 0.2),
             "task 3 did not rejoin as incarnation 1; pod log:\n%s" % self.log(
                 "%s-task-1-0" % self.JOB))
+        # The operator counts it (issue 32 item 4): the coordinator saw incarnation 1 register.
+        self.assertTrue(
+            harness.eventually(lambda: self.job().get("status", {}).get("rankRestarts") == 1,
+                               TIMEOUT, 0.2),
+            "status.rankRestarts is not 1: %s" % json.dumps(self.job().get("status")))
+        events = json.loads(self.kubectl("get", "events", "-o", "json"))["items"]
+        restarted = [e for e in events if e.get("reason") == "RankRestarted"]
+        self.assertTrue(restarted, "no RankRestarted Event: %s" % [e.get("reason")
+                                                                   for e in events])
+        self.assertIn("task 1's pod %s-task-1-0" % self.JOB, restarted[0]["message"])
 
         self.wait_succeeded()
         status = self.job()["status"]
@@ -208,8 +218,10 @@ class TorchSeveralRanksPerPodTest(LocalClusterCase):
             self.assertEqual(self.field(final[-1], "params_sha256"), expected,
                              "task %d ended elsewhere than the undisturbed run" % task)
         self.assertIn(" inc=1 ", self.task_events(3, "final")[-1])
-        # In place: no pod was restarted, the operator reports its 2 pods.
+        # In place: no pod was restarted, the operator reports its 2 pods and the rank restart.
         self.assertEqual(status.get("restarts", 0), 0, status)
+        self.assertEqual(status.get("rankRestarts"), 1, status)
+        self.assertEqual(status["tasks"][1].get("rankRestarts"), 1, status)
         self.assertEqual(len(status.get("tasks", [])), self.PODS, status)
         self.assertIn("local rank 1 (task 3) ended with signal SIGKILL: restarting it in place",
                       self.log("%s-task-1-0" % self.JOB))
