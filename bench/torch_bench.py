@@ -5,6 +5,8 @@
 same way against PhalanxStore and torch's TCPStore.
 
 Keys: recover_s.phalanx / .torchrun (the kill → every rank stepping again at full size),
+recover_s.phalanx_warm / lost_s.phalanx_warm (the same with a warm standby, phalanx.standby: the
+replacement is a process that imported torch before the kill, as phalanx-launch keeps per pod),
 lost_s.phalanx / .torchrun (wall time lost against the same launcher's undisturbed run),
 steps_lost.phalanx / .torchrun (steps done before the kill that were done again),
 store_ops_per_s.phalanx / .tcpstore (set, get and add from 4 client processes at once).
@@ -68,7 +70,7 @@ def bench_environment(build, name):
 
 # -- Phalanx: plain processes under a supervisor that restarts a dead rank ----------------------
 
-def phalanx_run(args, kill):
+def phalanx_run(args, kill, standby=False):
     import harness
     import rank_supervisor
     os.environ.setdefault("PHALANX_BUILD_DIR", args.build)
@@ -76,7 +78,7 @@ def phalanx_run(args, kill):
     try:
         ranks = rank_supervisor.RankSupervisor(
             coordinator, [TRAIN, "--steps=%d" % args.steps, "--step_time=%g" % args.step_time],
-            args.ranks)
+            args.ranks, standby=standby)
         try:
             kill_ms = None
             if kill:
@@ -252,11 +254,12 @@ def main():
     say("Phalanx in place and torchrun (elastic_launch, c10d, max_restarts=3), %d ranks, %d "
         "steps of %g s, undisturbed and with rank 2 SIGKILLed at step %d"
         % (args.ranks, args.steps, args.step_time, args.kill_at))
-    runs = {"ph0": [], "ph1": [], "tr0": [], "tr1": []}
+    runs = {"ph0": [], "ph1": [], "pw1": [], "tr0": [], "tr1": []}
     for i in range(args.repeats):
         say("run %d of %d" % (i + 1, args.repeats))
         runs["ph0"].append(phalanx_run(args, kill=False))
         runs["ph1"].append(phalanx_run(args, kill=True))
+        runs["pw1"].append(phalanx_run(args, kill=True, standby=True))
         runs["tr0"].append(torchrun_run(args, kill=False))
         runs["tr1"].append(torchrun_run(args, kill=True))
 
@@ -265,6 +268,7 @@ def main():
     ph0 = {"wall_s": med("ph0", "wall_s")}
     tr0 = {"wall_s": med("tr0", "wall_s")}
     ph1 = {k: med("ph1", k) for k in ("wall_s", "recover_s", "steps_lost")}
+    pw1 = {k: med("pw1", k) for k in ("wall_s", "recover_s", "steps_lost")}
     tr1 = {k: med("tr1", k) for k in ("wall_s", "recover_s", "steps_lost")}
     say("c10d Store API: PhalanxStore and TCPStore")
     ops_phalanx = median([store_ops_per_s(args, "phalanx") for _ in range(args.repeats)])
@@ -272,6 +276,8 @@ def main():
     result = {
         "recover_s.phalanx": round(ph1["recover_s"], 3),
         "recover_s.torchrun": round(tr1["recover_s"], 3),
+        "recover_s.phalanx_warm": round(pw1["recover_s"], 3),
+        "lost_s.phalanx_warm": round(pw1["wall_s"] - ph0["wall_s"], 3),
         "lost_s.phalanx": round(ph1["wall_s"] - ph0["wall_s"], 3),
         "lost_s.torchrun": round(tr1["wall_s"] - tr0["wall_s"], 3),
         "steps_lost.phalanx": ph1["steps_lost"],
@@ -292,6 +298,8 @@ def main():
     print("%-28s %12s %12s" % ("", "Phalanx", "torchrun"))
     for key in ("recover_s", "lost_s", "steps_lost"):
         print("%-28s %12s %12s" % (key, result[key + ".phalanx"], result[key + ".torchrun"]))
+    for key in ("recover_s", "lost_s"):
+        print("%-28s %12s" % (key + " (warm standby)", result[key + ".phalanx_warm"]))
     print("%-28s %12s %12s" % ("store_ops_per_s (TCPStore)", result["store_ops_per_s.phalanx"],
                                result["store_ops_per_s.tcpstore"]))
     print("wrote " + args.out)

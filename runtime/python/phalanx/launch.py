@@ -30,6 +30,13 @@ the pod before, below every process of the next pod (the operator's
 
 A rank that keeps dying right after its start is restarted after a growing pause (up to 30 s).
 With N = 1 the launcher simply becomes COMMAND (exec): the operator restarts the pod.
+
+Warm standby (``--standby``, the default for a Python COMMAND): the launcher keeps one spare
+Python process with torch already imported (``phalanx.standby``); a dead rank's replacement is
+that process, told the rank's environment, so it skips the interpreter's start and ``import
+torch`` (most of a restart). A new standby is started a little later (``STANDBY_DELAY_S``, so
+that it does not compete with the recovering ranks for the CPU). ``--no_standby`` turns it off;
+it costs one idle interpreter with torch loaded per pod.
 """
 
 import argparse
@@ -42,11 +49,18 @@ import sys
 import threading
 import time
 
+try:
+    from phalanx import standby as standby_mod
+except ImportError:  # run as a file, not as part of the package
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from phalanx import standby as standby_mod
+
 LOCAL_INCARNATION_STRIDE = 1000  # operator/controller/desired_state.h kLocalIncarnationStride
 EXIT_PREEMPTED = 4               # phalanx.torch_recovery.EXIT_PREEMPTED
 EXIT_DEVICE_FAILED = 5           # phalanx.torch_recovery.EXIT_DEVICE_FAILED
 QUICK_FAILURE_S = 10.0           # a rank that dies sooner than this after its start
 MAX_PAUSE_S = 30.0
+STANDBY_DELAY_S = 2.0            # after a standby became a rank, before the next one starts
 
 
 def log(message):
@@ -71,6 +85,14 @@ def parse_args(argv):
     parser.add_argument("--fatal_exit_codes", default="2",
                         help="comma-separated exit codes that end the pod instead of a restart "
                              "(default 2: bad configuration)")
+    parser.add_argument("--standby", dest="standby", action="store_true", default=None,
+                        help="keep a warm standby (torch imported) to replace a dead rank "
+                             "(default for a Python command)")
+    parser.add_argument("--no_standby", dest="standby", action="store_false",
+                        help="start every replacement cold")
+    parser.add_argument("--standby_delay", type=float, default=STANDBY_DELAY_S,
+                        help="seconds after the ranks' start, or after a standby became a rank, "
+                             "before a (new) standby is started (default %(default)s)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the rank's command line")
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -158,18 +180,39 @@ class Launcher:
         self.pending = {}           # local -> monotonic time of its delayed restart
         self.outcome = {}           # local -> final exit code (ranks not to be restarted)
         self.stopping = None        # the exit code the pod ends with, once it ends
+        warm = args.standby if args.standby is not None else True
+        self.use_standby = warm and standby_mod.is_python_command(args.command)
+        self.standby = None         # the warm standby, once started
+        self.standby_due = None     # monotonic time to start the next one
+
+    def start_standby(self):
+        self.standby_due = None
+        try:
+            self.standby = standby_mod.Standby.start(self.args.command, self.base_env,
+                                                     preexec_fn=_die_with_parent)
+        except OSError as e:
+            log("no warm standby (%s): replacements start cold" % e)
+            self.use_standby = False
 
     def start(self, local):
         env = self.layout.rank_env(self.base_env, local, self.restarts[local])
-        try:
-            proc = subprocess.Popen(self.args.command, env=env, preexec_fn=_die_with_parent)
-        except OSError as e:
-            log("cannot run %s: %s" % (self.args.command[0], e))
-            self.stop_all(signal.SIGTERM, 127)
-            return
+        proc, how = None, ""
+        if self.standby is not None:
+            proc = self.standby.become(env)
+            self.standby = None
+            if proc is not None:
+                how = " (the warm standby)"
+                self.standby_due = time.monotonic() + self.args.standby_delay
+        if proc is None:
+            try:
+                proc = subprocess.Popen(self.args.command, env=env, preexec_fn=_die_with_parent)
+            except OSError as e:
+                log("cannot run %s: %s" % (self.args.command[0], e))
+                self.stop_all(signal.SIGTERM, 127)
+                return
         self.procs[local] = (proc, time.monotonic())
-        log("local rank %d: task %s, incarnation %s, pid %d" % (
-            local, env["PHALANX_TASK_ID"], env["PHALANX_INCARNATION"], proc.pid))
+        log("local rank %d: task %s, incarnation %s, pid %d%s" % (
+            local, env["PHALANX_TASK_ID"], env["PHALANX_INCARNATION"], proc.pid, how))
         threading.Thread(target=self._wait, args=(local, proc), daemon=True).start()
 
     def _wait(self, local, proc):
@@ -180,6 +223,10 @@ class Launcher:
         if self.stopping is None:
             self.stopping = code
         self.pending.clear()
+        self.standby_due = None
+        if self.standby is not None:
+            self.standby.retire()
+            self.standby = None
         for proc, _ in self.procs.values():
             if proc.poll() is None:
                 try:
@@ -234,20 +281,27 @@ class Launcher:
         signal.signal(signal.SIGINT, self.on_signal)
         for local in range(self.args.nproc):
             self.start(local)
+        if self.use_standby:
+            self.standby_due = time.monotonic() + self.args.standby_delay
         while self.procs or self.pending:
             now = time.monotonic()
             for local, due in sorted(self.pending.items()):
                 if due <= now:
                     del self.pending[local]
                     self.start(local)
-            timeout = None
-            if self.pending:
-                timeout = max(0.0, min(self.pending.values()) - time.monotonic())
+            if self.standby_due is not None and self.standby_due <= now and self.stopping is None:
+                self.start_standby()
+            dues = list(self.pending.values()) + (
+                [self.standby_due] if self.standby_due is not None else [])
+            timeout = max(0.0, min(dues) - time.monotonic()) if dues else None
             try:
                 local, proc, code = self.exits.get(timeout=timeout)
             except queue.Empty:
                 continue
             self.on_exit(local, proc, code)
+        if self.standby is not None:
+            self.standby.retire()
+            self.standby = None
         if self.stopping is not None:
             return self.stopping
         codes = set(self.outcome.values())

@@ -32,10 +32,12 @@ class RankSupervisor:
     """``num`` ranks of ``argv`` (a Python script and its arguments) against ``coordinator``
     (a :class:`harness.Coordinator`); ``env`` adds to every rank's environment, and
     ``env_for(task, incarnation)`` (a dict) to one process's. ``kill_hung=False``: never kill a
-    rank the coordinator declared failed (one that reported its own failure exits by itself)."""
+    rank the coordinator declared failed (one that reported its own failure exits by itself).
+    ``standby=True``: keep one warm standby (``phalanx.standby``: torch imported) and make a
+    replacement of it, as ``phalanx-launch`` does in a pod."""
 
     def __init__(self, coordinator, argv, num, env=None, log_dir=None, python=sys.executable,
-                 env_for=None, kill_hung=True):
+                 env_for=None, kill_hung=True, standby=False):
         self.coordinator = coordinator
         self.argv = list(argv)
         self.num = num
@@ -50,21 +52,52 @@ class RankSupervisor:
         self.procs = {}       # task -> (incarnation, Popen)
         self.restart_enabled = True
         self._closed = False
+        self.use_standby = standby
+        self.standby = None
         for task in range(num):
             self._start(task, 0)
+        if standby:
+            self._start_standby()
 
-    def _start(self, task, incarnation):
+    def _common_env(self):
         env = dict(os.environ)
-        env.update(self.coordinator.env(task, incarnation))
         env.update(harness.package_env())
         env.update({"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
         env.update(self.env)
+        return env
+
+    def _start_standby(self):
+        from phalanx import standby as standby_mod
+        log = open(os.path.join(self.log_dir, "standby-%d.log" % time.monotonic_ns()), "wb")
+        ready = standby_mod.Standby.start([self.python] + self.argv, self._common_env(),
+                                          stdout=subprocess.PIPE, stderr=log)
+        log.close()
+        with self.cond:
+            if self._closed:
+                ready.retire()
+            else:
+                self.standby = ready
+
+    def _start(self, task, incarnation):
+        env = self._common_env()
+        env.update(self.coordinator.env(task, incarnation))
         if self.env_for is not None:
             env.update(self.env_for(task, incarnation))
-        log = open(os.path.join(self.log_dir, "rank-%d-%d.log" % (task, incarnation)), "wb")
-        proc = subprocess.Popen([self.python] + self.argv, env=env, stdout=subprocess.PIPE,
-                                stderr=log)
-        log.close()
+        proc = None
+        with self.cond:
+            ready, self.standby = self.standby, None
+        if ready is not None:
+            proc = ready.become(env)
+        if proc is None:
+            log = open(os.path.join(self.log_dir, "rank-%d-%d.log" % (task, incarnation)), "wb")
+            proc = subprocess.Popen([self.python] + self.argv, env=env, stdout=subprocess.PIPE,
+                                    stderr=log)
+            log.close()
+        elif not self._closed:
+            # The next standby, once this replacement has had the CPU to itself for a while.
+            later = threading.Timer(2.0, self._start_standby)
+            later.daemon = True
+            later.start()
         with self.cond:
             self.procs[task] = (incarnation, proc)
         threading.Thread(target=self._watch, args=(task, incarnation, proc), daemon=True).start()
@@ -139,6 +172,9 @@ class RankSupervisor:
         with self.cond:
             self._closed = True
             procs = [p for _, p in self.procs.values()]
+            ready, self.standby = self.standby, None
+        if ready is not None:
+            ready.retire()
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)

@@ -30,11 +30,17 @@ RANK = textwrap.dedent("""
              "PHALANX_CLIQUE_TICKET_FILE", "RANK",
              "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "JAX_PROCESS_ID"]
     say("RANK " + " ".join("%s=%s" % (n, os.environ.get(n)) for n in names)
-        + " pid=%d" % os.getpid())
+        + " pid=%d argv=%s main=%s" % (os.getpid(), ",".join(sys.argv[1:]) or "-",
+                                       __name__ == "__main__"))
     task, inc = int(os.environ["PHALANX_TASK_ID"]), int(os.environ["PHALANX_INCARNATION"])
     action = os.environ.get("RANK_ACTION", "exit0")
     if action == "crash_first" and task == 3 and inc % 1000 == 0:
         sys.exit(1)
+    if action == "crash_late" and task == 3 and inc % 1000 == 0:
+        time.sleep(1)  # the launcher has started its standby by then (--standby_delay 0)
+        sys.exit(1)
+    if action == "crash_late" and task == 3:
+        sys.exit(7 if os.environ.get("SECOND_EXIT") and inc % 1000 == 1 else 0)
     if action in ("fatal", "device_failed") and task == 2:
         deadline = time.monotonic() + TIMEOUT_S  # exits once rank 3 can take its SIGTERM
         while not os.path.exists(os.environ["READY_DIR"] + "/3") and time.monotonic() < deadline:
@@ -109,6 +115,36 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(len(task2), 1, "the healthy rank was not restarted")
         self.assertIn("local rank 1 (task 3) ended with exit code 1: restarting it in place as "
                       "incarnation 5001", err)
+
+    def test_a_dead_rank_is_replaced_by_the_warm_standby(self):
+        """Issue 35 item 1: the replacement is the standby process (the launcher's log names its
+        pid), it runs the rank's script as __main__ with the rank's arguments and environment,
+        and its exit status is the script's."""
+        env = self.env(RANK_ACTION="crash_late")
+        code, out, err = self.finish(self.launch(env, ["--standby_delay", "0"]))
+        self.assertEqual(code, 0, err)
+        task3 = [r for r in self.ranks(out) if r["PHALANX_TASK_ID"] == "3"]
+        self.assertEqual([r["PHALANX_INCARNATION"] for r in task3], ["5000", "5001"], out)
+        replacement = task3[1]
+        self.assertIn("local rank 1: task 3, incarnation 5001, pid %s (the warm standby)"
+                      % replacement["pid"], err)
+        self.assertEqual(replacement["RANK"], "3")
+        self.assertEqual(replacement["argv"], "-")
+        self.assertEqual(replacement["main"], "True")
+        self.assertEqual(replacement["PHALANX_TOKEN_FILE"], "/var/run/phalanx/token/token-3")
+        # The script's exit status is the process's: the standby's 7 is a failure like any.
+        code, out, err = self.finish(self.launch(dict(env, SECOND_EXIT="1"),
+                                                 ["--standby_delay", "0"]))
+        self.assertEqual(code, 0, err)
+        self.assertIn("incarnation 5001, pid", err)
+        self.assertIn("local rank 1 (task 3) ended with exit code 7: restarting it in place as "
+                      "incarnation 5002", err)
+
+    def test_no_standby_starts_every_replacement_cold(self):
+        code, out, err = self.finish(self.launch(self.env(RANK_ACTION="crash_late"),
+                                                 ["--no_standby"]))
+        self.assertEqual(code, 0, err)
+        self.assertNotIn("warm standby", err)
 
     def test_a_fatal_exit_code_stops_the_other_ranks_and_ends_the_pod_with_it(self):
         code, out, err = self.finish(self.launch(self.env(RANK_ACTION="fatal")))

@@ -225,6 +225,9 @@ class TorchSeveralRanksPerPodTest(LocalClusterCase):
         self.assertEqual(len(status.get("tasks", [])), self.PODS, status)
         self.assertIn("local rank 1 (task 3) ended with signal SIGKILL: restarting it in place",
                       self.log("%s-task-1-0" % self.JOB))
+        # The replacement was the launcher's warm standby (torch imported before the kill).
+        self.assertRegex(self.log("%s-task-1-0" % self.JOB),
+                         r"local rank 1: task 3, incarnation 1, pid \d+ \(the warm standby\)")
         sys.stderr.write("job status: %s\n" % json.dumps(status))
         self.passed = True
 
