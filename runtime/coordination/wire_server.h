@@ -49,7 +49,7 @@ class WireSessionServer {
     // Tasks one process may run over one connection (a task-host or test process runs many).
     // A stream whose session ended (superseded, declared failed) is freed at once and does not
     // count.
-    size_t max_streams_per_connection = 8192;
+    size_t max_streams_per_connection = 16384;
     // Streams one task credential may hold on all connections together (the job token, which
     // the operator and tools hold, is bounded per connection only).
     int max_streams_per_task_credential = 4;

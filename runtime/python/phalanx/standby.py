@@ -34,6 +34,8 @@ except ImportError:
     pass
 try:
     import phalanx  # noqa: F401
+    import phalanx.torch_recovery  # noqa: F401  (imports nothing of the user's)
+    import phalanx.torch_store  # noqa: F401
 except ImportError:
     pass
 line = sys.stdin.readline()
