@@ -20,18 +20,21 @@ constexpr absl::Duration kPollTimeout = absl::Seconds(30);  // returns at once o
 constexpr absl::Duration kPollMargin = absl::Seconds(5);
 constexpr absl::Duration kNotifyTimeout = absl::Seconds(5);
 // After a failed poll the watch waits, doubling from the first delay to the last; a call on a
-// channel that cannot connect fails at once (no wait-for-ready). The channel's own reconnects
-// start at 1 s and grow (x1.6) to gRPC's default cap of 2 minutes, so hundreds of jobs whose
-// coordinators are unreachable cost the operator little, while a coordinator that starts
-// listening a few seconds after its pod runs is found within seconds. A recreated coordinator
-// pod gets a new watch and channel (Ensure), so the long cap never delays that case.
+// channel that cannot connect fails at once (no wait-for-ready) once the coordinator has
+// answered. Until its first answer a watch's poll waits for the channel to connect (the job's
+// task pods wait for that answer: observe.h coordinator_unproven), so a coordinator that starts
+// listening a moment after its pod runs is found at the channel's next reconnect, not after
+// our back-off's 1+2+4+8 s. The channel's reconnects start at 100 ms and grow (x1.6) to gRPC's
+// default cap of 2 minutes, so hundreds of jobs whose coordinators are unreachable cost the
+// operator little. A recreated coordinator pod gets a new watch and channel (Ensure), so the
+// long cap never delays that case.
 constexpr absl::Duration kFirstRetryDelay = absl::Seconds(1);
 constexpr absl::Duration kMaxRetryDelay = absl::Seconds(60);
 constexpr int kMaxReconnectBackoffMs = 120000;
 
 std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   // Its own connections: from the global pool, a channel to the same address would share the
   // old channel's connection and its reconnect back-off, so it would not be fresh.
@@ -189,6 +192,7 @@ void CoordinatorLink::StartPoll(Watch* watch) {
     poll = watch->poll.get();
     Authorize(poll->context, watch->token);
     poll->context.set_deadline(Within(kPollTimeout + kPollMargin));
+    if (!watch->rolled_back.has_value()) poll->context.set_wait_for_ready(true);
     poll->request.set_known_version(watch->known_version);
     poll->request.set_timeout_ms(absl::ToInt64Milliseconds(kPollTimeout));
     ++watch->holds;  // this thread's, while it starts the call
