@@ -37,8 +37,9 @@ CliqueRegistry::CliqueRegistry(CliqueRegistryOptions options)
         return std::move(options);
       }()) {}
 
-absl::Status CliqueRegistry::CheckTicket(const TaskKey& task, const std::string& key) const {
-  if (!options_.ticket_key) return absl::OkStatus();
+absl::StatusOr<std::string> CliqueRegistry::ClaimantJob(const std::string& job, int task,
+                                                        const std::string& key) const {
+  if (!options_.ticket_key) return job;
   absl::StatusOr<std::string> agent_key = options_.ticket_key();
   if (!agent_key.ok() || agent_key->empty()) {
     return absl::PermissionDeniedError(
@@ -47,12 +48,13 @@ absl::Status CliqueRegistry::CheckTicket(const TaskKey& task, const std::string&
   }
   absl::StatusOr<auth::CliqueTicketClaims> claims = auth::VerifyCliqueTicket(*agent_key, key);
   if (!claims.ok()) return claims.status();
-  if (claims->name != task.first || claims->task != task.second) {
+  std::string identity = absl::StrCat(claims->ns, "/", claims->name, "/", claims->uid);
+  if ((claims->name != job && identity != job) || claims->task != task) {
     return absl::PermissionDeniedError(absl::StrCat("the ticket is task ", claims->task, " of job ",
                                                     claims->ns, "/", claims->name, "'s, not task ",
-                                                    task.second, " of job ", task.first));
+                                                    task, " of job ", job));
   }
-  return absl::OkStatus();
+  return identity;
 }
 
 absl::Status CliqueRegistry::ClaimLocked(const TaskKey& task, const CliqueCaller& caller,
@@ -99,7 +101,9 @@ absl::Status CliqueRegistry::Report(LocalClique clique, const CliqueCaller& call
     return absl::InvalidArgumentError(absl::StrCat("unknown clique state '", clique.state, "'"));
   }
   // Outside the lock: it may read the key's file.
-  if (absl::Status s = CheckTicket({clique.job, clique.task}, caller.key); !s.ok()) return s;
+  absl::StatusOr<std::string> job = ClaimantJob(clique.job, clique.task, caller.key);
+  if (!job.ok()) return job.status();
+  clique.job = *std::move(job);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = ClaimLocked({clique.job, clique.task}, caller, clique.updated); !s.ok()) {
     return s;
@@ -117,11 +121,13 @@ absl::Status CliqueRegistry::Report(LocalClique clique, const CliqueCaller& call
 
 absl::Status CliqueRegistry::Forget(const std::string& job, int task, const CliqueCaller& caller,
                                     absl::Time now) {
-  if (absl::Status s = CheckTicket({job, task}, caller.key); !s.ok()) return s;
+  absl::StatusOr<std::string> claimant = ClaimantJob(job, task, caller.key);
+  if (!claimant.ok()) return claimant.status();
+  const TaskKey key{*claimant, task};
   absl::MutexLock lock(&mu_);
-  if (claims_.find({job, task}) == claims_.end()) return absl::OkStatus();
-  if (absl::Status s = ClaimLocked({job, task}, caller, now); !s.ok()) return s;
-  DropTaskLocked({job, task});
+  if (claims_.find(key) == claims_.end()) return absl::OkStatus();
+  if (absl::Status s = ClaimLocked(key, caller, now); !s.ok()) return s;
+  DropTaskLocked(key);
   return absl::OkStatus();
 }
 

@@ -12,9 +12,12 @@
 // depends on whether the agent can check tickets (`ticket_key`, the chart's default):
 //  - **Tickets** (common/auth/clique_ticket.h): the key is the task's clique ticket, which the
 //    operator issued into its pod only; the agent verifies it with its key and accepts it only
-//    for the (job, task) it names. Another pod — of another job, or of this job but another task
-//    — can neither claim nor keep a task, and cannot see its entries or take its abort requests.
-//    While the agent has no key yet (its Secret not written), every claim is refused.
+//    for the job name and task it names. The entries are then kept under the job's whole
+//    identity from the ticket, "<namespace>/<name>/<uid>" (ClaimantJob), not the bare name a
+//    report carries: jobs of one name in two namespaces, or a deleted job's zombie beside its
+//    successor, never share a claim. Another pod — of another job, or of this job but another
+//    task — can neither claim nor keep a task, and cannot see its entries or take its abort
+//    requests. While the agent has no key yet (its Secret not written), every claim is refused.
 //  - **Digests** (no `ticket_key`: a standalone agent, older clients): the key is a digest of the
 //    caller's coordination credential, which the agent cannot verify but can compare, so a
 //    process holding another credential can neither read nor overwrite a claimed task's entries;
@@ -82,8 +85,14 @@ class CliqueRegistry {
   absl::Status Forget(const std::string& job, int task, const CliqueCaller& caller, absl::Time now);
   // Asks every task using local GPU `device` to abort its cliques; returns how many tasks.
   int RequestAbortForDevice(int device, const std::string& reason);
-  // The abort reason pending for the task (cleared by this call), "" if none.
+  // The abort reason pending for the task (cleared by this call), "" if none. `job` as the
+  // registry keeps it (ClaimantJob).
   std::string TakeAbortRequest(const std::string& job, int task);
+  // The job whose task `key` may act for: with tickets, the ticket's "<ns>/<name>/<uid>" when it
+  // is valid for `job` (its bare name, or that whole identity) and `task`, else PermissionDenied
+  // saying why; without tickets `job` itself. Report and Forget key their entries by it.
+  absl::StatusOr<std::string> ClaimantJob(const std::string& job, int task,
+                                          const std::string& key) const;
   // Drops the cliques and claims not refreshed within the TTL before `now`; returns how many
   // cliques went.
   int Expire(absl::Time now);
@@ -102,8 +111,6 @@ class CliqueRegistry {
     int pid = 0;
     absl::Time refreshed;
   };
-  // With tickets: OK when `key` is a ticket for `task`; PermissionDenied saying why otherwise.
-  absl::Status CheckTicket(const TaskKey& task, const std::string& key) const;
   // OK when `caller` may act on `task` at `now`; PermissionDenied otherwise. Takes over a
   // released claim (dropping the old holder's cliques and abort request).
   absl::Status ClaimLocked(const TaskKey& task, const CliqueCaller& caller, absl::Time now)

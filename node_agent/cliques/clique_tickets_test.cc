@@ -58,7 +58,7 @@ class CliqueTicketsTest : public ::testing::Test {
 
 TEST_F(CliqueTicketsTest, OnlyTheTasksOwnTicketClaimsIt_EvenBeforeTheTaskReports) {
   // Before the real task reports, nobody else can take its place: a made-up key, another job's
-  // ticket (same name in another namespace, or another name), another task's ticket of this job.
+  // ticket, another task's ticket of this job.
   EXPECT_THAT(Report("train", 0, "made-up-key"), StartsWith("ERR permission denied"));
   EXPECT_THAT(Report("train", 0, Ticket("team-b", "other", 0)),
               HasSubstr("not task 0 of job train"));
@@ -82,7 +82,29 @@ TEST_F(CliqueTicketsTest, OnlyTheTasksOwnTicketClaimsIt_EvenBeforeTheTaskReports
   EXPECT_EQ(HandleCliqueRequest(registry_, "LIST key=made-up-key", clock_.Now(), 0), "END");
   EXPECT_THAT(
       HandleCliqueRequest(registry_, "LIST key=" + Ticket("team-a", "train", 0), clock_.Now(), 0),
-      HasSubstr("job=train task=0"));
+      HasSubstr("job=team-a/train/uid-1 task=0"));
+}
+
+// Jobs of one name in two namespaces (or a deleted job's zombie beside its successor, another
+// uid) report as "train" alike: the agent keeps each under its ticket's whole identity, so one
+// can neither take the other's claim nor keep it out, nor read or forget its entries.
+TEST_F(CliqueTicketsTest, JobsOfOneNameInTwoNamespacesNeverShareAClaim) {
+  const std::string a = Ticket("team-a", "train", 0);
+  const std::string b = Ticket("team-b", "train", 0, "uid-2");
+  const std::string zombie = Ticket("team-a", "train", 0, "uid-0");
+  EXPECT_EQ(Report("train", 0, b), "OK");  // first, and kept refreshing
+  EXPECT_EQ(Report("train", 0, a), "OK");
+  EXPECT_EQ(Report("train", 0, zombie), "OK");
+  EXPECT_EQ(Report("train", 0, b), "OK");
+  EXPECT_EQ(registry_.List().size(), 3u);
+  const std::string listed_a = HandleCliqueRequest(registry_, "LIST key=" + a, clock_.Now(), 0);
+  EXPECT_THAT(listed_a, HasSubstr("job=team-a/train/uid-1 task=0"));
+  EXPECT_THAT(listed_a, ::testing::Not(HasSubstr("team-b")));
+  EXPECT_EQ(HandleCliqueRequest(registry_, "FORGET job=train task=0 key=" + b, clock_.Now(), 0),
+            "OK");
+  EXPECT_EQ(registry_.List().size(), 2u);  // only team-b's went
+  EXPECT_THAT(HandleCliqueRequest(registry_, "LIST key=" + a, clock_.Now(), 0),
+              HasSubstr("job=team-a/train/uid-1 task=0"));
 }
 
 TEST_F(CliqueTicketsTest, AGpuFailuresAbortReachesOnlyTheRealTask) {

@@ -97,7 +97,44 @@ Next EnsureJobChildren(const PlanInputs& in, JobPass& pass) {
   return Next::kContinue;
 }
 
+namespace {
+
+// Task pods wait for the coordinator's first answer (observe.h coordinator_unproven); past this
+// the wait is told on the job, since only the operator's log would say it otherwise.
+constexpr absl::Duration kUnansweredGrace = absl::Seconds(30);
+
+// The coordinator runs but has not answered the operator's link while task pods wait for it: a
+// Warning Event once it has been kUnansweredGrace (a NetworkPolicy of the cluster's own between
+// the operator and the job, a coordinator that refuses the job's token), and a look again then.
+void TellAnUnansweredCoordinator(const PlanInputs& in, JobPass& pass) {
+  const std::optional<PodView>& coordinator = in.world.coordinator;
+  if (!pass.coordinator_unproven || !coordinator.has_value() ||
+      coordinator->phase != PodPhase::kRunning || coordinator->created == absl::InfiniteFuture()) {
+    return;
+  }
+  const bool waiting = std::any_of(pass.tasks.begin(), pass.tasks.end(), [](const TaskRecord& r) {
+    return r.event == TaskEvent::kNoPod;
+  });
+  if (!waiting) return;
+  const absl::Time due = coordinator->created + kUnansweredGrace;
+  if (in.now < due) {
+    RequeueWithin(pass, due - in.now);
+    return;
+  }
+  pass.out.events.push_back(
+      {true, "CoordinatorUnanswered",
+       absl::StrCat(
+           "task pods wait for coordinator pod ", coordinator->name,
+           " to answer the operator with the job's token; it has not for ",
+           absl::FormatDuration(absl::Trunc(in.now - coordinator->created, absl::Seconds(1))),
+           " (the operator's log says why: 'coordinator link')")});
+  RequeueWithin(pass, kUnansweredGrace);
+}
+
+}  // namespace
+
 Next EnsureTaskPods(const PlanInputs& in, JobPass& pass) {
+  TellAnUnansweredCoordinator(in, pass);
   if (!pass.MayCreateTaskPods()) return Next::kContinue;
   for (TaskRecord& record : pass.tasks) {
     if (record.event != TaskEvent::kNoPod) continue;

@@ -261,5 +261,38 @@ TEST(EnsureTaskPods, Table) {
   }
 }
 
+// Task pods wait for the coordinator's first answer with the job's token; a wait past 30 s
+// is told on the job (a Warning Event) and looked at again, instead of only in the operator's
+// log.
+TEST(EnsureTaskPods, AnUnansweredCoordinatorHoldsTaskPodsAndIsToldAfterItsGrace) {
+  for (const absl::Duration running_for : {absl::Seconds(10), absl::Seconds(45)}) {
+    SCOPED_TRACE(running_for);
+    TestPass t(TrainingJobBuilder("j").Tasks(2));
+    t.world.task_pods.clear();
+    t.world.coordinator->created = kNow - running_for;
+    t.world.coordinator_unproven = true;
+    JobPass pass = t.Before("task pods");
+    EnsureTaskPods(t.Inputs(), pass);
+    EXPECT_TRUE(pass.out.create.empty());
+    if (running_for < absl::Seconds(30)) {
+      EXPECT_TRUE(pass.out.events.empty());
+      EXPECT_EQ(pass.out.requeue_after, absl::Seconds(30) - running_for);
+    } else {
+      ASSERT_EQ(pass.out.events.size(), 1u);
+      EXPECT_EQ(pass.out.events[0].reason, "CoordinatorUnanswered");
+      EXPECT_THAT(pass.out.events[0].message, ::testing::HasSubstr("j-coordinator"));
+      EXPECT_EQ(pass.out.requeue_after, absl::Seconds(30));
+    }
+  }
+  // Answered: the pods, and nothing told.
+  TestPass t(TrainingJobBuilder("j").Tasks(2));
+  t.world.task_pods.clear();
+  t.world.coordinator->created = kNow - absl::Seconds(45);
+  JobPass pass = t.Before("task pods");
+  EnsureTaskPods(t.Inputs(), pass);
+  EXPECT_EQ(pass.out.create.size(), 2u);
+  EXPECT_TRUE(pass.out.events.empty());
+}
+
 }  // namespace
 }  // namespace phalanx::op

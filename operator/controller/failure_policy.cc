@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "operator/controller/accounting.h"
 
 namespace phalanx::op {
 namespace {
@@ -21,12 +22,13 @@ void StopAwaitingExits(JobPass& pass) {
 
 }  // namespace
 
-bool MadeProgress(const BackoffSpec& backoff, const TrainingJobStatus& previous, absl::Time now) {
+bool MadeProgress(const BackoffSpec& backoff, const TrainingJobStatus& previous,
+                  absl::Time failed_at) {
   double unbooked = 0;
   if (previous.phase == kPhaseRunning && previous.accounted_until.has_value()) {
     const absl::Time from = std::max(*previous.accounted_until,
                                      previous.last_restart_time.value_or(absl::InfinitePast()));
-    unbooked = std::max(0.0, absl::ToDoubleSeconds(now - from));
+    unbooked = std::max(0.0, absl::ToDoubleSeconds(failed_at - from));
   }
   return previous.productive_seconds - previous.productive_at_last_restart + unbooked >=
          absl::ToDoubleSeconds(backoff.base);
@@ -101,7 +103,9 @@ Next RestartFailedTasks(const PlanInputs& in, JobPass& pass) {
     return Next::kDone;
   }
   const absl::Time not_before =
-      !st.last_restart_time.has_value() || MadeProgress(policy.backoff, in.previous, in.now)
+      !st.last_restart_time.has_value() ||
+              MadeProgress(policy.backoff, in.previous,
+                           GoodputFactsOf(in, pass.tasks).failed_since.value_or(in.now))
           ? in.now
           : *st.last_restart_time + RestartBackoff(policy.backoff, st.restarts);
   if (in.now < not_before) {

@@ -26,8 +26,11 @@ absl::Duration RestartBackoff(const BackoffSpec& backoff, int restarts_so_far);
 // within that, before the job trained that long, is a crash loop: it waits. `previous` is the
 // status as the pass found it: its Running time since `previous.accounted_until` is not booked
 // yet (accounting.h books at most every kAccountingPeriod) and counts too, from the last
-// restart on, so a failure 10-30 s into a run is not taken for a crash loop.
-bool MadeProgress(const BackoffSpec& backoff, const TrainingJobStatus& previous, absl::Time now);
+// restart on until `failed_at` (when the failure happened, as far as known: the time between
+// it and its detection, a heartbeat timeout, is no progress), so a failure 10-30 s into a run is
+// not taken for a crash loop, and a task that hangs at once after each restart still is.
+bool MadeProgress(const BackoffSpec& backoff, const TrainingJobStatus& previous,
+                  absl::Time failed_at);
 
 enum class FailureClass { kRetryable, kFatal };
 FailureClass ClassifyFailure(const FailurePolicy& policy, const PodView& pod);

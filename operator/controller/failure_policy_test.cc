@@ -185,7 +185,28 @@ TEST(RestartFailedTasks, Table) {
        {"j-task-1-1"},
        {},
        6},
-      // ...but only from the last restart on, and only while Running.
+      // ...but only until the failure happened: a task that failed 3 s into the run and was
+      // detected 12 s later (a heartbeat timeout) made no progress; it is a crash loop.
+      {"unbookedTimeAfterTheFailureIsNoProgress",
+       [](TestPass& t) {
+         t.spec.failure_policy.backoff = {absl::Seconds(10), absl::Seconds(60)};
+         t.spec.failure_policy.max_restarts = 10;
+         t.previous.restarts = 5;
+         t.previous.phase = kPhaseRunning;
+         t.previous.last_restart_time = kNow - absl::Seconds(30);
+         t.previous.accounted_until = kNow - absl::Seconds(15);
+         t.previous.productive_at_last_restart = 100;
+         t.previous.productive_seconds = 100;
+         t.world.task_pods[1].finished_at = kNow - absl::Seconds(12);
+       },
+       Next::kDone,
+       kPhaseRestarting,
+       {},
+       {},
+       5,
+       absl::Seconds(30),
+       {TaskState::kRunning, TaskState::kBackingOff}},
+      // ...and only from the last restart on, and only while Running.
       {"unbookedTimeBeforeTheLastRestartIsNoProgress",
        [](TestPass& t) {
          t.spec.failure_policy.backoff = {absl::Seconds(10), absl::Seconds(60)};

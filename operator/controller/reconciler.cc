@@ -250,7 +250,13 @@ std::string Reconciler::LinkCoordinator(const std::string& key, const Json& job,
   if (!world.coordinator.has_value() || world.coordinator->phase != PodPhase::kRunning) return "";
   const std::string token = TokenOf(kube::MetaString(job, "namespace"),
                                     kube::MetaString(job, "name"), kube::MetaString(job, "uid"));
-  const std::string address = CoordinatorAddress(job, placement, world.coordinator->ip);
+  // The pod's own address, not its Service's: the link is the operator's, and a first answer is
+  // what task pods wait for, so it must not wait on cluster DNS or kube-proxy's rules for a new
+  // Service (under load a channel that found neither yet backed off for over a minute).
+  CoordinatorPlacement by_ip = placement;
+  by_ip.address_by_pod_ip = true;
+  if (world.coordinator->grpc_port > 0) by_ip.port = world.coordinator->grpc_port;
+  const std::string address = CoordinatorAddress(job, by_ip, world.coordinator->ip);
   if (token.empty() || address.empty()) return "";
   link_->Ensure(key, address, token, world.coordinator->uid);
   for (const auto& [task, failure] : link_->FailedTasks(key)) {

@@ -202,7 +202,8 @@ class Launcher:
             self.standby = None
             if proc is not None:
                 how = " (the warm standby)"
-                self.standby_due = time.monotonic() + self.args.standby_delay
+            # A new standby either way (one that died while waiting is replaced too).
+            self.standby_due = time.monotonic() + self.args.standby_delay
         if proc is None:
             try:
                 proc = subprocess.Popen(self.args.command, env=env, preexec_fn=_die_with_parent)
@@ -281,7 +282,7 @@ class Launcher:
         signal.signal(signal.SIGINT, self.on_signal)
         for local in range(self.args.nproc):
             self.start(local)
-        if self.use_standby:
+        if self.use_standby and self.stopping is None:
             self.standby_due = time.monotonic() + self.args.standby_delay
         while self.procs or self.pending:
             now = time.monotonic()
@@ -289,7 +290,9 @@ class Launcher:
                 if due <= now:
                     del self.pending[local]
                     self.start(local)
-            if self.standby_due is not None and self.standby_due <= now and self.stopping is None:
+            if self.stopping is not None:
+                self.standby_due = None  # a stopping pod needs none (and must not spin on it)
+            if self.standby_due is not None and self.standby_due <= now:
                 self.start_standby()
             dues = list(self.pending.values()) + (
                 [self.standby_due] if self.standby_due is not None else [])

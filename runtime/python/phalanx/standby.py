@@ -10,8 +10,11 @@ A standby runs ``python -c BOOT``: it imports torch (when the interpreter has it
 then waits for one line on its stdin naming the rank's environment. It then replaces its
 environment with that one (``os.environ``; what torch read at import was the pod's common
 environment, the same for every rank), points ``sys.argv`` at the command and runs it as
-``__main__`` (``runpy``: a script path, or ``-m module``), exactly as ``python script args``
-would: its exit status is the script's. A standby whose stdin closes before it was used exits 0.
+``__main__`` (``runpy``: a script path, or ``-m module``), as ``python script args`` would: its
+exit status is the script's. Where it differs from a cold start: stdin is ``/dev/null`` (the
+launcher's ranks get no input anyway), output is unbuffered (``PYTHONUNBUFFERED``), and
+``sys.path[0]`` is the script's absolute folder. A standby whose stdin closes before it was
+used exits 0.
 
 Only Python commands can wait warm (``is_python_command``); anything else starts cold. The
 user's own module is not imported ahead: importing it may have side effects (it is not known to
@@ -58,19 +61,28 @@ else:
 """
 
 
+def _after_interpreter_flags(command):
+    """``command`` past the interpreter and its leading ``-u`` flags (the standby's streams are
+    unbuffered already); a ``-u`` among the script's own arguments stays."""
+    rest = list(command[1:])
+    while rest and rest[0] == "-u":
+        rest.pop(0)
+    return rest
+
+
 def is_python_command(command):
     """Whether ``command`` is ``PYTHON [-u] script ...`` or ``PYTHON [-u] -m module ...``: the
     forms a standby can run (it is itself a Python interpreter)."""
     if len(command) < 2 or not os.path.basename(command[0]).startswith("python"):
         return False
-    rest = [a for a in command[1:] if a != "-u"]
+    rest = _after_interpreter_flags(command)
     return bool(rest) and (rest[0] == "-m" and len(rest) > 1 or not rest[0].startswith("-"))
 
 
 def script_argv(command):
-    """The ``sys.argv`` a standby gives the script of a Python command (``-u`` dropped: the
-    standby's streams are unbuffered already)."""
-    return [a for a in command[1:] if a != "-u"]
+    """What a standby runs for a Python command: ``[script, args...]`` or ``["-m", module,
+    args...]``."""
+    return _after_interpreter_flags(command)
 
 
 class Standby:

@@ -88,6 +88,10 @@ class RankSupervisor:
             ready, self.standby = self.standby, None
         if ready is not None:
             proc = ready.become(env)
+            if proc is None and not self._closed:  # it died while waiting: a new one
+                later = threading.Timer(2.0, self._start_standby)
+                later.daemon = True
+                later.start()
         if proc is None:
             log = open(os.path.join(self.log_dir, "rank-%d-%d.log" % (task, incarnation)), "wb")
             proc = subprocess.Popen([self.python] + self.argv, env=env, stdout=subprocess.PIPE,
