@@ -318,6 +318,7 @@ Json EncodeTask(const TaskStatus& t) {
   out["restarts"] = Json::number(t.restarts);
   if (t.rank_restarts > 0) out["rankRestarts"] = Json::number(t.rank_restarts);
   if (t.rank_restarts_in_pod > 0) out["rankRestartsInPod"] = Json::number(t.rank_restarts_in_pod);
+  PutTime(out, "recoveringSince", t.recovering_since);
   PutString(out, "lastFailureReason", t.last_failure_reason);
   if (t.last_exit_code.has_value()) out["lastExitCode"] = Json::number(*t.last_exit_code);
   PutTime(out, "preemptingSince", t.preempting_since);
@@ -344,6 +345,7 @@ TaskStatus DecodeTask(const Json& j) {
   t.restarts = IntOr(j, "restarts");
   t.rank_restarts = IntOr(j, "rankRestarts");
   t.rank_restarts_in_pod = IntOr(j, "rankRestartsInPod");
+  t.recovering_since = TimeOr(j, "recoveringSince");
   t.last_failure_reason = StringOr(j, "lastFailureReason");
   t.last_exit_code = OptInt(j, "lastExitCode");
   t.preempting_since = TimeOr(j, "preemptingSince");
@@ -467,6 +469,9 @@ Json EncodeStatus(const TrainingJobStatus& s) {
   out["readyTasks"] = Json::number(s.ready_tasks);
   out["restarts"] = Json::number(s.restarts);
   if (s.rank_restarts > 0) out["rankRestarts"] = Json::number(s.rank_restarts);
+  if (s.last_recovery_seconds.has_value()) {
+    out["lastRecoverySeconds"] = Json::number(*s.last_recovery_seconds);
+  }
   out["preemptions"] = Json::number(s.preemptions);
   out["observedGeneration"] = Json::number(s.observed_generation);
   PutTime(out, "startTime", s.start_time);
@@ -522,6 +527,9 @@ TrainingJobStatus DecodeStatus(const Json& job) {
   s.ready_tasks = IntOr(j, "readyTasks");
   s.restarts = IntOr(j, "restarts");
   s.rank_restarts = IntOr(j, "rankRestarts");
+  if (const Json& r = kube::FieldOrNull(j, "lastRecoverySeconds"); r.is_number()) {
+    s.last_recovery_seconds = r.as_double();
+  }
   s.preemptions = IntOr(j, "preemptions");
   s.observed_generation = Int64Or(j, "observedGeneration");
   s.start_time = TimeOr(j, "startTime");

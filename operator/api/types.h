@@ -195,6 +195,9 @@ struct TaskStatus {
   // its pods, and in its current pod (as the coordinator saw their incarnations register).
   int rank_restarts = 0;
   int rank_restarts_in_pod = 0;
+  // Set while the task's replacement has not registered with the coordinator: when its
+  // predecessor failed (or was moved), as far as known (controller/recovery_time.h).
+  std::optional<absl::Time> recovering_since;
   std::string last_failure_reason;
   std::optional<int> last_exit_code;
   // Set while the task's node or pod is being preempted: when the operator first saw it (the
@@ -266,6 +269,9 @@ struct TrainingJobStatus {
   int ready_tasks = 0;
   int restarts = 0;
   int rank_restarts = 0;  // the tasks' rank_restarts, summed (not in restarts or maxRestarts)
+  // The last recovery's length: a task's failure (or move) until its replacement registered
+  // with the coordinator (controller/recovery_time.h); nullopt before the first.
+  std::optional<double> last_recovery_seconds;
   int preemptions = 0;
   int64_t observed_generation = 0;
   std::optional<absl::Time> start_time;

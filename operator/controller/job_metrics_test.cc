@@ -161,5 +161,22 @@ TEST(OperatorMetricsJobs, APhaseChangeMovesTheSeriesAndADeletedJobLosesAll) {
   EXPECT_EQ(series, 11u);
 }
 
+// The last recovery's length is a series once the job has had one.
+TEST(OperatorMetricsJobs, TheLastRecoveryIsASeriesOnceThereWasOne) {
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  JobSample sample = Sample("a", "Running");
+  metrics.SetJobs({sample});
+  EXPECT_THAT(Exposition(registry), Not(HasSubstr("phalanx_operator_job_last_recovery_seconds{")));
+  sample.last_recovery_seconds = 2.5;
+  metrics.SetJobs({sample});
+  EXPECT_THAT(
+      Exposition(registry),
+      HasSubstr(
+          R"(phalanx_operator_job_last_recovery_seconds{namespace="ml",trainingjob="a"} 2.5)"));
+  metrics.SetJobs({});
+  EXPECT_THAT(Exposition(registry), Not(HasSubstr("trainingjob=\"a\"")));
+}
+
 }  // namespace
 }  // namespace phalanx::op

@@ -27,6 +27,7 @@ JobSample SampleJob(const kube::Json& job) {
                         g.rolled_back_seconds);
   s.restarts = status.restarts;
   s.rank_restarts = status.rank_restarts;
+  s.last_recovery_seconds = status.last_recovery_seconds;
   s.preemptions = status.preemptions;
   s.coordinator_restarts = status.coordinator.restarts;
   return s;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "common/kube/json.h"
@@ -28,6 +29,7 @@ struct JobSample {
   std::map<std::string, double> lost_seconds;  // by cause; every cause present
   int restarts = 0;
   int rank_restarts = 0;  // in-pod rank restarts (nprocPerNode > 1): status.rankRestarts
+  std::optional<double> last_recovery_seconds;  // status.lastRecoverySeconds
   int preemptions = 0;
   int coordinator_restarts = 0;
 

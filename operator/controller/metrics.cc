@@ -54,6 +54,14 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                                .Help("From a task failure observed to its replacement pod created")
                                .Register(registry)
                                .Add({}, LatencyBuckets())),
+      recovery_seconds_(
+          prometheus::BuildHistogram()
+              .Name("phalanx_operator_recovery_seconds")
+              .Help("From a task's failure (or move off a preempted node) to its "
+                    "replacement registered with the coordinator")
+              .Register(registry)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.25, 0.5, 1, 2, 5, 10, 20, 30, 60,
+                                                               120, 300, 600})),
       api_requests_(prometheus::BuildCounter()
                         .Name("phalanx_operator_api_requests_total")
                         .Help("Kubernetes API requests by verb and HTTP code (0: transport error)")
@@ -113,6 +121,12 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                              .Name("phalanx_operator_job_rank_restarts")
                              .Help("The TrainingJob's ranks restarted inside their pods by "
                                    "phalanx-launch (nprocPerNode > 1; status.rankRestarts)")
+                             .Register(registry)),
+      job_last_recovery_(prometheus::BuildGauge()
+                             .Name("phalanx_operator_job_last_recovery_seconds")
+                             .Help("The TrainingJob's last recovery: a task's failure or move "
+                                   "until its replacement registered with the coordinator "
+                                   "(status.lastRecoverySeconds)")
                              .Register(registry)) {
   // Every phase from the start, at 0: a panel or an alert on a phase no job is in reads 0, not
   // "no data" (a real Prometheus scraping the chart showed the dashboard's phase stats empty).
@@ -223,6 +237,10 @@ void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
     series.restarts->Set(job.restarts);
     add(job_rank_restarts_, series.rank_restarts);
     series.rank_restarts->Set(job.rank_restarts);
+    if (job.last_recovery_seconds.has_value()) {
+      add(job_last_recovery_, series.last_recovery);
+      series.last_recovery->Set(*job.last_recovery_seconds);
+    }
     add(job_preemptions_, series.preemptions);
     series.preemptions->Set(job.preemptions);
     add(job_coordinator_restarts_, series.coordinator_restarts);
@@ -237,6 +255,7 @@ void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
           std::pair{&job_productive_, series.productive},
           std::pair{&job_restarts_, series.restarts},
           std::pair{&job_rank_restarts_, series.rank_restarts},
+          std::pair{&job_last_recovery_, series.last_recovery},
           std::pair{&job_preemptions_, series.preemptions},
           std::pair{&job_coordinator_restarts_, series.coordinator_restarts}}) {
       if (gauge != nullptr) family->Remove(gauge);

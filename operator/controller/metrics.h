@@ -30,6 +30,9 @@ class OperatorMetrics {
   void Preempted(const std::string& reason);
   // Failure observed → replacement pod created.
   void ReplacementCreated(absl::Duration since_failure_seen);
+  // A recovery ended: a task's failure (or move) until its replacement registered with the
+  // coordinator (controller/recovery_time.h).
+  void Recovered(double seconds) { recovery_seconds_.Observe(seconds); }
   void ApiRequest(const std::string& verb, int code);
   // Goodput booked by a status write: the changes of status.productiveSeconds and lostSeconds.
   // Productive time found lost later (controller/accounting.h) makes the first negative: a
@@ -39,8 +42,8 @@ class OperatorMetrics {
   // phalanx_operator_jobs_unschedulable: jobs whose condition Unschedulable is True) and the
   // per-job series (labels namespace and trainingjob): its phase (one series, value 1, label
   // phase), Unschedulable (0/1), productive seconds, lost seconds by cause, restarts,
-  // in-pod rank restarts, preemptions and coordinator restarts, as status has them. Eleven
-  // series per job; a job not in
+  // in-pod rank restarts, preemptions, coordinator restarts and (once there was one) the last
+  // recovery's length, as status has them. Twelve series per job; a job not in
   // `jobs` (deleted) loses its series. Both from one sample, so they never disagree.
   void SetJobs(const std::vector<JobSample>& jobs);
 
@@ -57,6 +60,7 @@ class OperatorMetrics {
     std::map<std::string, prometheus::Gauge*> lost;  // by cause
     prometheus::Gauge* restarts = nullptr;
     prometheus::Gauge* rank_restarts = nullptr;
+    prometheus::Gauge* last_recovery = nullptr;
     prometheus::Gauge* preemptions = nullptr;
     prometheus::Gauge* coordinator_restarts = nullptr;
   };
@@ -72,6 +76,7 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Counter>& preemptions_;
   prometheus::Histogram& replacement_seconds_;
+  prometheus::Histogram& recovery_seconds_;
   prometheus::Family<prometheus::Counter>& api_requests_;
   prometheus::Counter& productive_seconds_;
   prometheus::Counter& lost_seconds_;
@@ -84,6 +89,7 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Gauge>& job_preemptions_;
   prometheus::Family<prometheus::Gauge>& job_coordinator_restarts_;
   prometheus::Family<prometheus::Gauge>& job_rank_restarts_;
+  prometheus::Family<prometheus::Gauge>& job_last_recovery_;
   absl::Mutex mu_;
   std::map<std::string, prometheus::Counter*> restart_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> preemption_counters_ ABSL_GUARDED_BY(mu_);

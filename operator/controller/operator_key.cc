@@ -26,6 +26,19 @@ absl::StatusOr<std::string> KeyOf(const Json& secret, const std::string& ns,
   return key;
 }
 
+// An Opaque Secret ns/name holding `encoded` (base64) as data.key, owned by `owners`.
+Json KeySecret(const std::string& ns, const std::string& name,
+               const std::vector<kube::OwnerReference>& owners, const std::string& encoded) {
+  Json secret = Json::object();
+  secret["apiVersion"] = Json::string("v1");
+  secret["kind"] = Json::string("Secret");
+  kube::ObjectMeta{.name = name, .namespace_ = ns, .owner_references = owners}.EncodeInto(secret);
+  secret["type"] = Json::string("Opaque");
+  secret["data"] = Json::object();
+  secret["data"][kOperatorKeyField] = Json::string(encoded);
+  return secret;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> LoadOrCreateOperatorKey(
@@ -34,15 +47,9 @@ absl::StatusOr<std::string> LoadOrCreateOperatorKey(
   absl::StatusOr<Json> existing = client.Get(kube::kSecrets, ns, name);
   if (existing.ok()) return KeyOf(*existing, ns, name);
   if (!absl::IsNotFound(existing.status())) return existing.status();
-  Json secret = Json::object();
-  secret["apiVersion"] = Json::string("v1");
-  secret["kind"] = Json::string("Secret");
-  kube::ObjectMeta{.name = name, .namespace_ = ns, .owner_references = owners}.EncodeInto(secret);
-  secret["type"] = Json::string("Opaque");
-  secret["data"] = Json::object();
   const std::string key = auth::RandomHex(32);
-  secret["data"][kOperatorKeyField] = Json::string(absl::Base64Escape(key));
-  absl::StatusOr<Json> created = client.Create(kube::kSecrets, ns, secret);
+  absl::StatusOr<Json> created =
+      client.Create(kube::kSecrets, ns, KeySecret(ns, name, owners, absl::Base64Escape(key)));
   if (created.ok()) return key;
   if (!absl::IsAlreadyExists(created.status())) return created.status();
   existing = client.Get(kube::kSecrets, ns, name);  // another replica won the race
@@ -66,14 +73,8 @@ absl::Status EnsureAgentCliqueKeySecret(kube::Client& client, const std::string&
     return client.Update(kube::kSecrets, ns, updated).status();  // a 409 is retried by the caller
   }
   if (!absl::IsNotFound(existing.status())) return existing.status();
-  Json secret = Json::object();
-  secret["apiVersion"] = Json::string("v1");
-  secret["kind"] = Json::string("Secret");
-  kube::ObjectMeta{.name = name, .namespace_ = ns, .owner_references = owners}.EncodeInto(secret);
-  secret["type"] = Json::string("Opaque");
-  secret["data"] = Json::object();
-  secret["data"][kOperatorKeyField] = Json::string(encoded);
-  absl::StatusOr<Json> created = client.Create(kube::kSecrets, ns, secret);
+  absl::StatusOr<Json> created =
+      client.Create(kube::kSecrets, ns, KeySecret(ns, name, owners, encoded));
   if (created.ok() || absl::IsAlreadyExists(created.status())) {
     // A replica that won the race wrote the same key (both derive it from one operator key).
     return absl::OkStatus();

@@ -9,6 +9,7 @@
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
 #include "operator/controller/failed_pods.h"
+#include "operator/controller/recovery_time.h"
 #include "operator/controller/terminal_tasks.h"
 
 namespace phalanx::op {
@@ -90,6 +91,7 @@ void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& 
       !KeepWhenReplaced(*record.pod, in.spec.failure_policy.keep_failed_pods)) {
     pass.out.delete_pods.push_back(record.pod->name);
   }
+  task.recovering_since = StoppedAt(in, record);
   task.incarnation = NextIncarnation(in, i, task.incarnation);
   ++task.restarts;
   task.last_failure_reason = reason;

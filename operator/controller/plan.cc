@@ -11,6 +11,7 @@
 #include "operator/controller/phase.h"
 #include "operator/controller/preemption_policy.h"
 #include "operator/controller/rank_restarts.h"
+#include "operator/controller/recovery_time.h"
 #include "operator/controller/schedulability.h"
 #include "operator/controller/success_policy.h"
 #include "operator/controller/suspend_policy.h"
@@ -27,6 +28,7 @@ constexpr Stage kStages[] = {
     {"children", EnsureJobChildren},
     {"task states", ClassifyTasks},
     {"rank restarts", CountRankRestarts},
+    {"recovery time", MeasureRecoveries},
     {"schedulability", MarkUnschedulable},
     {"gang", FormGang},
     {"task pods", EnsureTaskPods},

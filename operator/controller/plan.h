@@ -50,6 +50,7 @@ struct ReconcilePlan {
   std::vector<Json> create;               // in order: Secret, Services, coordinator, task pods
   std::vector<std::string> delete_pods;   // pod names (tasks or the coordinator)
   std::vector<Replacement> replacements;  // for metrics: restarts and preemptions by reason
+  std::vector<double> recoveries;         // for metrics: recoveries that ended, in seconds
   TrainingJobStatus status;
   std::vector<EventNote> events;
   std::vector<PreemptionNotice> notices;  // for the coordinator, every pass while they last

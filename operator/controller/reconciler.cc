@@ -295,6 +295,8 @@ void Reconciler::RecordReplacements(const ReconcilePlan& plan, bool executed,
     }
     if (executed) metrics_->ReplacementCreated(since_observed);
   }
+  // Booked by the status write that recorded it (this runs after it succeeded).
+  for (double seconds : plan.recoveries) metrics_->Recovered(seconds);
 }
 
 bool Reconciler::DeliverPreemptionNotices(const std::string& key, const std::string& coordinator,

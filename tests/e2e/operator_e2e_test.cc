@@ -33,6 +33,13 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
   EXPECT_EQ(final_job.at("status").at("restarts").as_integer(), 1) << final_job.serialize();
   EXPECT_EQ(final_job.at("status").at("tasks").at(1).at("incarnation").as_integer(), 1);
   EXPECT_EQ(final_job.at("status").at("tasks").at(0).at("incarnation").as_integer(), 0);
+  // The recovery was measured: the kill until incarnation 1 registered with the coordinator.
+  const kube::Json& recovery = kube::FieldOrNull(final_job.at("status"), "lastRecoverySeconds");
+  ASSERT_TRUE(recovery.is_number()) << final_job.serialize();
+  EXPECT_GT(recovery.as_double(), 0);
+  EXPECT_LT(recovery.as_double(), 120);
+  EXPECT_TRUE(
+      kube::FieldOrNull(final_job.at("status").at("tasks").at(1), "recoveringSince").is_null());
 
   absl::StatusOr<kube::ObjectList> events = client_->List(
       {"", "v1", "events", true}, ns_, {.field_selector = "involvedObject.name=train"});
