@@ -198,7 +198,9 @@ void RunScale(Results& r) {
   std::unique_ptr<Stack> stack = Stack::Start(
       "scale",
       {"--nodes", "0", "--simulated-nodes", absl::StrCat(absl::GetFlag(FLAGS_simulated_nodes))},
-      {"--coordinator_address", "pod-ip", "--coordinator_port_base", absl::StrCat(port_base)});
+      // The simulated coordinators never answer: task pods may not wait for them to.
+      {"--coordinator_address", "pod-ip", "--coordinator_port_base", absl::StrCat(port_base),
+       "--task_pods_wait_for_coordinator=false"});
   if (stack == nullptr) return;
   std::fprintf(stderr, "scale: creating %d jobs x %d tasks on simulated nodes\n", r.jobs, r.tasks);
   const absl::Time start = absl::Now();

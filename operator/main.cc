@@ -53,6 +53,11 @@ ABSL_FLAG(int, coordinator_port_base, 0,
 ABSL_FLAG(
     int, coordinator_port_span, 2000,
     "how many ports from coordinator_port_base to hand out (even ports; metrics on port + 1)");
+ABSL_FLAG(bool, task_pods_wait_for_coordinator, true,
+          "create a job's task pods only once its coordinator has answered the operator with "
+          "the job's token (so no task mounts the credentials of a Secret the operator did not "
+          "write: docs/security.md); false only where coordinators are simulated and never "
+          "answer (scale benchmarks on simulated nodes)");
 ABSL_FLAG(int, agent_clique_port, 0,
           "the node agent's clique channel port on every node (its --clique_listen): task pods "
           "get PHALANX_CLIQUE_ADDRESS=<node IP>:<port> unless their TrainingJob sets "
@@ -159,6 +164,7 @@ absl::StatusOr<op::ReconcilerOptions> ReconcilerOptionsFromFlags(
   options.placement.port = absl::GetFlag(FLAGS_coordinator_port);
   options.placement.address_by_pod_ip = absl::GetFlag(FLAGS_coordinator_address) == "pod-ip";
   options.agent_clique_port = absl::GetFlag(FLAGS_agent_clique_port);
+  options.task_pods_wait_for_coordinator = absl::GetFlag(FLAGS_task_pods_wait_for_coordinator);
   if (options.agent_clique_port < 0 || options.agent_clique_port > 65535) {
     return absl::InvalidArgumentError("--agent_clique_port must be 0..65535");
   }
@@ -336,11 +342,11 @@ int main(int argc, char** argv) {
     start();
   }
   // Gauges that are states, not events: sampled, so no reconcile pays for them.
+  op::JobSampleCache samples;  // the gauges' runner only
   base::PeriodicRunner gauges(clock, absl::Seconds(5), [&](absl::Time) {
     metrics.SetQueueDepth(controller.queue_depth());
-    std::vector<op::JobSample> samples;
-    for (const kube::Json& job : jobs->List()) samples.push_back(op::SampleJob(job));
-    metrics.SetJobs(samples);
+    jobs->ForEach([&](const kube::Json& job) { samples.Add(job); });
+    metrics.SetJobs(samples.Take());
   });
   std::cout << "ready metrics=127.0.0.1:" << (*status_server)->port() << std::endl;
 

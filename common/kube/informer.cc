@@ -119,6 +119,11 @@ std::vector<Json> Informer::List() const {
   return out;
 }
 
+void Informer::ForEach(absl::FunctionRef<void(const Json&)> visit) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, object] : objects_) visit(object);
+}
+
 std::vector<Json> Informer::ByIndex(const std::string& index_name, const std::string& value) const {
   absl::MutexLock lock(&mu_);
   std::vector<Json> out;

@@ -37,6 +37,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -108,6 +109,9 @@ class Informer {
   std::optional<Json> Get(const std::string& ns, const std::string& name) const;
   // Every cached object (unordered).
   std::vector<Json> List() const;
+  // Calls `visit` on every cached object (unordered) without copying it, under the cache's lock:
+  // `visit` must be quick and must not call back into this informer.
+  void ForEach(absl::FunctionRef<void(const Json&)> visit) const;
   // Objects filed under `value` in index `index_name`; empty for an unknown index.
   std::vector<Json> ByIndex(const std::string& index_name, const std::string& value) const;
 

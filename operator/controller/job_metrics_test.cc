@@ -178,5 +178,36 @@ TEST(OperatorMetricsJobs, TheLastRecoveryIsASeriesOnceThereWasOne) {
   EXPECT_THAT(Exposition(registry), Not(HasSubstr("trainingjob=\"a\"")));
 }
 
+// The sampler decodes a job again only when its resourceVersion changed, and drops the jobs it
+// was not given since the last Take (deleted).
+TEST(JobSampleCache, DecodesAJobAgainOnlyWhenItChanged) {
+  TrainingJobStatus status;
+  status.phase = kPhaseRunning;
+  status.restarts = 1;
+  kube::Json a = Job("ml", "a", status);
+  a["metadata"]["resourceVersion"] = kube::Json::string("7");
+  const kube::Json b = Job("ml", "b", status);
+  JobSampleCache cache;
+  cache.Add(a);
+  cache.Add(b);
+  std::vector<JobSample> got = cache.Take();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].restarts, 1);
+  // Same resourceVersion, other content (which a real object cannot have): the cached sample.
+  status.restarts = 2;
+  kube::Json same_version = Job("ml", "a", status);
+  same_version["metadata"]["resourceVersion"] = kube::Json::string("7");
+  cache.Add(same_version);
+  got = cache.Take();
+  ASSERT_EQ(got.size(), 1u) << "b was not added this round: deleted";
+  EXPECT_EQ(got[0].name, "a");
+  EXPECT_EQ(got[0].restarts, 1);
+  same_version["metadata"]["resourceVersion"] = kube::Json::string("8");
+  cache.Add(same_version);
+  got = cache.Take();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].restarts, 2);
+}
+
 }  // namespace
 }  // namespace phalanx::op

@@ -33,4 +33,29 @@ JobSample SampleJob(const kube::Json& job) {
   return s;
 }
 
+void JobSampleCache::Add(const kube::Json& job) {
+  const std::string key = kube::MetaString(job, "namespace") + "/" + kube::MetaString(job, "name");
+  const std::string version = kube::MetaString(job, "resourceVersion");
+  Entry& entry = entries_[key];
+  if (entry.sample.name.empty() || version.empty() || entry.resource_version != version) {
+    entry.sample = SampleJob(job);
+    entry.resource_version = version;
+  }
+  entry.seen = true;
+}
+
+std::vector<JobSample> JobSampleCache::Take() {
+  std::vector<JobSample> out;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (!it->second.seen) {
+      it = entries_.erase(it);  // deleted since
+      continue;
+    }
+    it->second.seen = false;
+    out.push_back(it->second.sample);
+    ++it;
+  }
+  return out;
+}
+
 }  // namespace phalanx::op

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/kube/json.h"
 
@@ -37,5 +38,23 @@ struct JobSample {
 };
 
 JobSample SampleJob(const kube::Json& job);
+
+// The samples of every job, decoding a job's status again only when its resourceVersion changed
+// (the sampler runs every few seconds over every job in the cache; decoding 1,000 statuses each
+// time was most of an idle operator's CPU). Not thread-safe: one sampler owns it.
+class JobSampleCache {
+ public:
+  // Call Add for every job, then Take: the samples of exactly the jobs added since the last Take.
+  void Add(const kube::Json& job);
+  std::vector<JobSample> Take();
+
+ private:
+  struct Entry {
+    std::string resource_version;
+    JobSample sample;
+    bool seen = false;
+  };
+  std::map<std::string, Entry> entries_;  // by namespace/name
+};
 
 }  // namespace phalanx::op

@@ -55,6 +55,9 @@ struct ReconcilerOptions {
   // The node agent's clique channel port on every node (its --clique_listen; docs/adr/0004),
   // wired into task pods as PHALANX_CLIQUE_ADDRESS; 0: no agent channel.
   int agent_clique_port = 0;
+  // Task pods only once the coordinator answered the link with the job's token (observe.h
+  // coordinator_unproven); off only where coordinators are simulated.
+  bool task_pods_wait_for_coordinator = true;
 };
 
 struct Informers {
