@@ -171,8 +171,8 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   const std::string linked =
       link_ != nullptr && active ? LinkCoordinator(key, job, *spec, placement, world) : "";
   // The link wakes the job when the coordinator first answers (coordinator_link.h).
-  world.coordinator_unproven = options_.task_pods_wait_for_coordinator && link_ != nullptr &&
-                               !world.rolled_back.has_value();
+  world.coordinator_unproven =
+      options_.task_pods_wait_for_coordinator && link_ != nullptr && !world.rolled_back.has_value();
   ReconcilePlan plan = PlanReconcile({job, *spec, previous, world, placement,
                                       TokenOf(ns, name, kube::MetaString(job, "uid")), clock_.Now(),
                                       options_.network_policy ? &*options_.network_policy : nullptr,
