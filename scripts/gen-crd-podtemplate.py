@@ -148,7 +148,8 @@ MAX_ENV_NAME = 1024
 # kReservedEnvNames, the same list): task identity, coordinator address, credentials.
 RESERVED_ENV = ["PHALANX_COORDINATOR", "PHALANX_JOB", "PHALANX_TASK_ID", "PHALANX_NUM_TASKS",
                 "PHALANX_INCARNATION", "PHALANX_TOKEN", "PHALANX_TOKEN_FILE",
-                "PHALANX_NPROC_PER_NODE", "PHALANX_CLIQUE_ADDRESS", "PHALANX_NODE_IP"]
+                "PHALANX_NPROC_PER_NODE", "PHALANX_CLIQUE_ADDRESS", "PHALANX_NODE_IP",
+                "PHALANX_CLIQUE_TICKET_FILE"]
 
 
 def reserved_env_overlay(containers):

@@ -41,7 +41,7 @@ std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec);
 inline constexpr const char* kReservedEnvNames[] = {
     "PHALANX_COORDINATOR",    "PHALANX_JOB",    "PHALANX_TASK_ID",    "PHALANX_NUM_TASKS",
     "PHALANX_INCARNATION",    "PHALANX_TOKEN",  "PHALANX_TOKEN_FILE", "PHALANX_NPROC_PER_NODE",
-    "PHALANX_CLIQUE_ADDRESS", "PHALANX_NODE_IP"};
+    "PHALANX_CLIQUE_ADDRESS", "PHALANX_NODE_IP", "PHALANX_CLIQUE_TICKET_FILE"};
 bool IsReservedEnvName(const std::string& name);
 
 }  // namespace phalanx::op
