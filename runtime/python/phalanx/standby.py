@@ -39,7 +39,8 @@ try:
     import phalanx  # noqa: F401
     import phalanx.torch_recovery  # noqa: F401  (imports nothing of the user's)
     import phalanx.torch_store  # noqa: F401
-except ImportError:
+    phalanx._native.load()  # the client library (gRPC and all): loaded on first use otherwise
+except Exception:  # noqa: BLE001  (a standby without these is still a warm interpreter)
     pass
 line = sys.stdin.readline()
 if not line:

@@ -474,13 +474,21 @@ class Manager:
             try:
                 with self._cond:
                     changes, restarts = self._changes, self._coordinator_restarts
+                marks = [time.monotonic()]
                 epoch = self._agree_on_members(deadline)
+                marks.append(time.monotonic())
                 source, step, from_disk = self._agree_on_source(epoch, remaining)
+                marks.append(time.monotonic())
                 self._form_group(epoch)
+                marks.append(time.monotonic())
                 self._restore(source, step, from_disk)
+                marks.append(time.monotonic())
+                # Where the time went (seconds): members agreed, source agreed, group formed,
+                # state restored (with DDP built).
+                phases = ",".join("%.3f" % (b - a) for a, b in zip(marks, marks[1:]))
                 self._event("recovered" if cause is not None else "formed", epoch=epoch,
                             step=self.step, source=source, took_s="%.3f" % (
-                                time.monotonic() - started))
+                                time.monotonic() - started), phases_s=phases)
                 return
             except Aborted:
                 self._exit(EXIT_SUPERSEDED, "superseded")
