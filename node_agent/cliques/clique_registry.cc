@@ -92,7 +92,8 @@ void CliqueRegistry::DropTaskLocked(const TaskKey& task) {
   abort_requests_.erase(task);
 }
 
-absl::Status CliqueRegistry::Report(LocalClique clique, const CliqueCaller& caller) {
+absl::Status CliqueRegistry::Report(LocalClique clique, const CliqueCaller& caller,
+                                    std::string* abort) {
   if (clique.job.empty() || clique.clique.empty()) {
     return absl::InvalidArgumentError("a clique report needs job and clique");
   }
@@ -113,6 +114,13 @@ absl::Status CliqueRegistry::Report(LocalClique clique, const CliqueCaller& call
     const bool older =
         c.job == clique.job && c.task == clique.task && c.incarnation < clique.incarnation;
     it = older ? cliques_.erase(it) : std::next(it);
+  }
+  if (abort != nullptr) {
+    auto pending = abort_requests_.find({clique.job, clique.task});
+    if (pending != abort_requests_.end()) {
+      *abort = std::move(pending->second);
+      abort_requests_.erase(pending);
+    }
   }
   Key key{clique.job, clique.task, clique.clique};
   cliques_[key] = std::move(clique);

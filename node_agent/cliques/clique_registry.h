@@ -78,8 +78,10 @@ class CliqueRegistry {
 
   // Records (or replaces) one clique of one task, at clique.updated. A report from a newer
   // incarnation of the task drops every clique of the older one. Errors: InvalidArgument (empty
-  // job/clique/key, bad state); PermissionDenied when (job, task) is held by another key.
-  absl::Status Report(LocalClique clique, const CliqueCaller& caller);
+  // job/clique/key, bad state); PermissionDenied when (job, task) is held by another key. With
+  // `abort`, also takes the abort request pending for the task into it (as TakeAbortRequest,
+  // "" if none): the socket answers a report with it, under the job the report was filed as.
+  absl::Status Report(LocalClique clique, const CliqueCaller& caller, std::string* abort = nullptr);
   // The task's process is gone: forget its cliques (and its claim). PermissionDenied when
   // (job, task) is held by another key; OK when nothing is held.
   absl::Status Forget(const std::string& job, int task, const CliqueCaller& caller, absl::Time now);
@@ -88,11 +90,6 @@ class CliqueRegistry {
   // The abort reason pending for the task (cleared by this call), "" if none. `job` as the
   // registry keeps it (ClaimantJob).
   std::string TakeAbortRequest(const std::string& job, int task);
-  // The job whose task `key` may act for: with tickets, the ticket's "<ns>/<name>/<uid>" when it
-  // is valid for `job` (its bare name, or that whole identity) and `task`, else PermissionDenied
-  // saying why; without tickets `job` itself. Report and Forget key their entries by it.
-  absl::StatusOr<std::string> ClaimantJob(const std::string& job, int task,
-                                          const std::string& key) const;
   // Drops the cliques and claims not refreshed within the TTL before `now`; returns how many
   // cliques went.
   int Expire(absl::Time now);
@@ -104,6 +101,11 @@ class CliqueRegistry {
   std::map<std::string, int> CountByState() const;
 
  private:
+  // The job whose task `key` may act for: with tickets, the ticket's "<ns>/<name>/<uid>" when it
+  // is valid for `job` (its bare name, or that whole identity) and `task`, else PermissionDenied
+  // saying why; without tickets `job` itself. Report and Forget key their entries by it.
+  absl::StatusOr<std::string> ClaimantJob(const std::string& job, int task,
+                                          const std::string& key) const;
   using Key = std::tuple<std::string, int, std::string>;  // job, task, clique
   using TaskKey = std::pair<std::string, int>;            // job, task
   struct Claim {

@@ -125,13 +125,8 @@ std::string HandleCliqueRequest(CliqueRegistry& registry, const std::string& lin
     c.devices.push_back(device);
   }
   c.updated = now;
-  // The job as the registry keeps it (with tickets, the ticket's whole identity), for the abort.
-  absl::StatusOr<std::string> job = registry.ClaimantJob(c.job, c.task, caller.key);
-  if (!job.ok()) return Err(job.status());
-  c.job = *job;
-  const int task = c.task;
-  if (absl::Status s = registry.Report(std::move(c), caller); !s.ok()) return Err(s);
-  const std::string abort = registry.TakeAbortRequest(*job, task);
+  std::string abort;
+  if (absl::Status s = registry.Report(std::move(c), caller, &abort); !s.ok()) return Err(s);
   return abort.empty() ? "OK" : absl::StrCat("OK abort=", absl::StrReplaceAll(abort, {{" ", "_"}}));
 }
 

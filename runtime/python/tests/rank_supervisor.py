@@ -88,7 +88,9 @@ class RankSupervisor:
             ready, self.standby = self.standby, None
         if ready is not None:
             proc = ready.become(env)
-            if proc is None and not self._closed:  # it died while waiting: a new one
+            if not self._closed:
+                # The next standby (used, or dead while waiting), once this replacement has had
+                # the CPU to itself for a while.
                 later = threading.Timer(2.0, self._start_standby)
                 later.daemon = True
                 later.start()
@@ -97,11 +99,6 @@ class RankSupervisor:
             proc = subprocess.Popen([self.python] + self.argv, env=env, stdout=subprocess.PIPE,
                                     stderr=log)
             log.close()
-        elif not self._closed:
-            # The next standby, once this replacement has had the CPU to itself for a while.
-            later = threading.Timer(2.0, self._start_standby)
-            later.daemon = True
-            later.start()
         with self.cond:
             self.procs[task] = (incarnation, proc)
         threading.Thread(target=self._watch, args=(task, incarnation, proc), daemon=True).start()
