@@ -5,13 +5,13 @@
 //   byte 0: the job's task count (1..8)
 //   then records: [method byte][length: 2 bytes big-endian][serialized request]
 // The method byte's low 4 bits pick the RPC (15 = a Session stream message); with its top bit
-// set, low bits 0, 1 and 2 pick the calls added since the table filled up (KeyValueAdd,
-// KeyValueCompareAndSet, ReportRolledBack) and other low bits the same RPC as without it; bits
-// 4-6 are how many seconds the clock moves before the service's Tick. Bytes that do not parse as
-// the request message are refused, as gRPC would. At the end the service stops; every stored
-// callback must have completed exactly once (CONVENTIONS.md). The synchronous calls' statuses
-// are ignored (IgnoreError): random requests are mostly refused, and any answer is a valid one
-// here; what the target checks is that nothing crashes and every callback completes once.
+// set, low bits 0 to 3 pick the calls added since the table filled up (KeyValueAdd,
+// KeyValueCompareAndSet, ReportRolledBack, ReportStepping) and other low bits the same RPC as
+// without it; bits 4-6 are how many seconds the clock moves before the service's Tick. Bytes that
+// do not parse as the request message are refused, as gRPC would. At the end the service stops;
+// every stored callback must have completed exactly once (CONVENTIONS.md). The synchronous calls'
+// statuses are ignored (IgnoreError): random requests are mostly refused, and any answer is a valid
+// one here; what the target checks is that nothing crashes and every callback completes once.
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -92,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at += 3 + len;
     clock.Advance(absl::Seconds((method >> 4) & 0x7));
     (*service)->Tick(clock.Now());
-    if ((method & 0x80) != 0 && (method & 0xf) < 3) {
+    if ((method & 0x80) != 0 && (method & 0xf) < 4) {
       switch (method & 0xf) {
         case 0: {
           pb::KeyValueAddRequest req;
@@ -109,12 +109,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           }
           break;
         }
-        default: {
+        case 2: {
           pb::ReportRolledBackRequest req;
           if (Parse(req, bytes)) {
             handler.ReportRolledBack(req, Keep<pb::ReportRolledBackResponse>(responses))
                 .IgnoreError();
           }
+          break;
+        }
+        default: {
+          pb::ReportSteppingRequest req;
+          if (Parse(req, bytes)) handler.ReportStepping(req).IgnoreError();
           break;
         }
       }

@@ -22,6 +22,8 @@
 
 ABSL_FLAG(int64_t, steps, 100, "steps to train");
 ABSL_FLAG(absl::Duration, step_time, absl::Milliseconds(20), "simulated compute per step");
+ABSL_FLAG(absl::Duration, load_time, absl::ZeroDuration(),
+          "simulated start-up once connected, before the first step (loading a model)");
 ABSL_FLAG(int64_t, checkpoint_every, 10, "checkpoint every this many steps");
 ABSL_FLAG(std::string, checkpoint_dir, "/tmp/phalanx-checkpoints", "where checkpoints go");
 ABSL_FLAG(absl::Duration, barrier_timeout, absl::Seconds(60), "per-step barrier timeout");
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
   phalanx::examples::TrainerOptions options;
   options.steps = absl::GetFlag(FLAGS_steps);
   options.step_time = absl::GetFlag(FLAGS_step_time);
+  options.load_time = absl::GetFlag(FLAGS_load_time);
   options.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.barrier_timeout = absl::GetFlag(FLAGS_barrier_timeout);

@@ -225,6 +225,7 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
   const client::TaskRef me = task_;
   if (absl::Status s = client().Connect(options_.connect_timeout); !s.ok()) return s;
   Event(me, "connected");
+  std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.load_time));  // "loading"
 
   absl::StatusOr<Epoch> epoch = Recover(0, std::nullopt);
   if (!epoch.ok()) return epoch.status();
@@ -240,6 +241,7 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
 
   bool barrier_failed = false;
   bool coordinator_lost = false;
+  bool stepping_reported = false;  // this process's first ReportStepping was delivered
   std::optional<Pending> pending;  // set by a step barrier that ended unanswered
   while (step < options_.steps) {
     // The sync point before a membership change: the task a round names checkpoints at the
@@ -337,6 +339,13 @@ absl::Status SampleTrainer::Run(client::CoordinationClient& coordination) {
     state_ = next_state;
     ++step;
     Reached(step);
+    // For the operator's goodput: the first step, or a regroup's end (once per registration;
+    // later calls are a flag check). Best effort: an undelivered report is sent after the next.
+    // The event marks when this process's first report had reached the coordinator.
+    if (client().ReportStepping().ok() && !stepping_reported) {
+      stepping_reported = true;
+      Event(me, "first_step_reported", absl::StrCat("step=", step));
+    }
     if (step % options_.checkpoint_every == 0 || step == options_.steps) {
       if (absl::Status s = Checkpoint(step, "periodic"); !s.ok()) return s;
     }

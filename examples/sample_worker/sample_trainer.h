@@ -46,6 +46,9 @@ namespace phalanx::examples {
 struct TrainerOptions {
   int64_t steps = 100;
   absl::Duration step_time = absl::Milliseconds(20);
+  // Simulated start-up once connected, before the first step (loading a model): the time the
+  // operator books as before the first step, or for a replacement as its group's regroup.
+  absl::Duration load_time = absl::ZeroDuration();
   int64_t checkpoint_every = 10;
   std::string checkpoint_dir;
   absl::Duration barrier_timeout = absl::Seconds(60);

@@ -489,6 +489,11 @@ Json EncodeStatus(const TrainingJobStatus& s) {
     goodput["detectionSeconds"] = Json::number(g.detection_seconds);
     goodput["coordinatorOutageSeconds"] = Json::number(g.coordinator_outage_seconds);
     goodput["rolledBackSeconds"] = Json::number(g.rolled_back_seconds);
+    goodput["regroupSeconds"] = Json::number(g.regroup_seconds);
+    goodput["beforeFirstStepSeconds"] = Json::number(g.before_first_step_seconds);
+    PutTime(goodput, "firstStepTime", g.first_step_time);
+    PutTime(goodput, "runningSince", g.running_since);
+    PutTime(goodput, "runningUntil", g.running_until);
     PutTime(goodput, "coordinatorDownSince", g.coordinator_down_since);
     PutTime(goodput, "detectionBookedUntil", g.detection_booked_until);
     PutString(goodput, "rollbackCoordinator", g.rollback_coordinator);
@@ -545,6 +550,11 @@ TrainingJobStatus DecodeStatus(const Json& job) {
     s.goodput.detection_seconds = DoubleOr(g, "detectionSeconds");
     s.goodput.coordinator_outage_seconds = DoubleOr(g, "coordinatorOutageSeconds");
     s.goodput.rolled_back_seconds = DoubleOr(g, "rolledBackSeconds");
+    s.goodput.regroup_seconds = DoubleOr(g, "regroupSeconds");
+    s.goodput.before_first_step_seconds = DoubleOr(g, "beforeFirstStepSeconds");
+    s.goodput.first_step_time = TimeOr(g, "firstStepTime");
+    s.goodput.running_since = TimeOr(g, "runningSince");
+    s.goodput.running_until = TimeOr(g, "runningUntil");
     s.goodput.coordinator_down_since = TimeOr(g, "coordinatorDownSince");
     s.goodput.detection_booked_until = TimeOr(g, "detectionBookedUntil");
     s.goodput.rollback_coordinator = StringOr(g, "rollbackCoordinator");

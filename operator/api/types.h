@@ -250,6 +250,15 @@ struct GoodputStatus {
   double detection_seconds = 0;           // from a task's failure to the operator's reaction
   double coordinator_outage_seconds = 0;  // Running while the coordinator pod was not ready
   double rolled_back_seconds = 0;         // work the workers discarded rolling back
+  double regroup_seconds = 0;             // Running after a failure until the workers stepped again
+  // Not in productiveSeconds or lostSeconds: the job's time before its first step (Pending, the
+  // first start, and Running until the workers reported their first step).
+  double before_first_step_seconds = 0;
+  std::optional<absl::Time> first_step_time;  // the workers' first step, as they reported it
+  // The current (running_until unset) or last stretch booked as Running, to the microsecond:
+  // where a late-known loss may reach back to.
+  std::optional<absl::Time> running_since;
+  std::optional<absl::Time> running_until;
   // Set while the coordinator pod is missing, not Running or not ready: since when.
   std::optional<absl::Time> coordinator_down_since;
   // Failure-to-detection spans are booked as lost up to here; a later one starts after it.

@@ -19,23 +19,52 @@ bool LostPhase(const TrainingJobStatus& previous) {
   return ran && (previous.phase == kPhaseStarting || previous.phase == kPhaseBlocked);
 }
 
-// The part of [failed, now] that was booked (or this pass books) as productive and was not
-// moved already: the job's current Running stretch, or up to where the last one ended; never
-// before detectionBookedUntil, never into a coordinator outage (booked lost as such).
-std::pair<absl::Time, absl::Time> DetectionSpan(const TrainingJobStatus& previous,
-                                                absl::Time failed, absl::Time now) {
+// Whether the time since the last booking is the job's start before it ever ran: Pending, or
+// its first Starting (its time before the first step, with the Running time before the
+// workers' first step).
+bool BeforeFirstRun(const TrainingJobStatus& previous) {
+  if (previous.phase != kPhasePending && previous.phase != kPhaseStarting) return false;
+  return !LostPhase(previous) && !previous.goodput.first_step_time.has_value();
+}
+
+// The part of [from, until] that was booked (or this pass books) as productive: the job's current
+// Running stretch, or up to where the last one ended; never into a coordinator outage (booked
+// lost as such). Empty (start == end) when nothing of it was.
+std::pair<absl::Time, absl::Time> ProductiveSpan(const TrainingJobStatus& previous, absl::Time from,
+                                                 absl::Time until, absl::Time now) {
   const GoodputStatus& g = previous.goodput;
-  absl::Time start = std::max(failed, g.detection_booked_until.value_or(absl::InfinitePast()));
+  absl::Time start = from;
   absl::Time end = start;
-  const std::optional<Condition> running = FindCondition(previous.conditions, "Running");
-  if (running.has_value() && running->status == "True" && previous.phase == kPhaseRunning) {
-    start = std::max(start, running->last_transition_time);
-    end = now;
-  } else if (running.has_value() && running->status == "False") {
-    end = running->last_transition_time;  // productive time ended there
+  const bool running = previous.phase == kPhaseRunning;
+  if (g.running_since.has_value()) {
+    // The stretch as booked, to the microsecond (a condition's time is whole seconds: it would
+    // reach back into the lost time before it).
+    start = std::max(start, *g.running_since);
+    end = running ? now : g.running_until.value_or(start);
+  } else if (const std::optional<Condition> c = FindCondition(previous.conditions, "Running")) {
+    // A status written before the stretch was kept.
+    if (c->status == "True" && running) {
+      start = std::max(start, c->last_transition_time);
+      end = now;
+    } else if (c->status == "False") {
+      end = c->last_transition_time;  // productive time ended there
+    }
   }
   if (g.coordinator_down_since.has_value()) end = std::min(end, *g.coordinator_down_since);
-  return {start, std::min(end, now)};
+  end = std::min({end, until, now});
+  return {start, std::max(start, end)};
+}
+
+// A late-known loss from `from` to `until`: its productive part not moved already (never before
+// detectionBookedUntil, which every such move advances).
+std::pair<absl::Time, absl::Time> LossSpan(const TrainingJobStatus& previous, absl::Time from,
+                                           absl::Time until, absl::Time now) {
+  const absl::Time booked = previous.goodput.detection_booked_until.value_or(absl::InfinitePast());
+  return ProductiveSpan(previous, std::max(from, booked), until, now);
+}
+
+double Seconds(const std::pair<absl::Time, absl::Time>& span) {
+  return absl::ToDoubleSeconds(span.second - span.first);
 }
 
 // Moves up to `seconds` from productive to lost (never more than was booked productive);
@@ -55,6 +84,7 @@ GoodputFacts GoodputFactsOf(const PlanInputs& in, const std::vector<TaskRecord>&
   facts.coordinator_up = coordinator.has_value() && coordinator->phase == PodPhase::kRunning &&
                          coordinator->ready && !coordinator->being_deleted;
   facts.rolled_back = in.world.rolled_back;
+  facts.stepping = in.world.stepping;
   auto earliest = [&facts, &in](absl::Time t) {
     if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) return;
     t = std::min(t, in.now);  // another machine's clock may run ahead
@@ -98,7 +128,23 @@ void AccountTime(const TrainingJobStatus& previous, TrainingJobStatus& st, absl:
   const absl::Duration elapsed = now - from;
 
   std::pair<absl::Time, absl::Time> detection{now, now};
-  if (facts.failed_since.has_value()) detection = DetectionSpan(previous, *facts.failed_since, now);
+  if (facts.failed_since.has_value()) {
+    detection = LossSpan(previous, *facts.failed_since, now, now);
+  }
+  // A regroup the workers report (the coordinator's clock: never past now). Its part that
+  // detection moves this pass is not moved again.
+  std::pair<absl::Time, absl::Time> regroup{now, now};
+  const SteppingReport& stepping = facts.stepping;
+  if (stepping.regroup_since.has_value()) {
+    const absl::Time until =
+        stepping.regrouping ? now : stepping.stepping_since.value_or(*stepping.regroup_since);
+    regroup = LossSpan(previous, std::min(*stepping.regroup_since, now), until, now);
+    if (Seconds(detection) > 0) {
+      regroup.first = std::max(regroup.first, detection.second);
+      regroup.second = std::max(regroup.first, regroup.second);
+    }
+  }
+  const bool first_step_news = stepping.first_step.has_value() && !g.first_step_time.has_value();
   double rolled_back = 0;
   std::string rollback_coordinator;
   if (facts.rolled_back.has_value()) {
@@ -106,9 +152,9 @@ void AccountTime(const TrainingJobStatus& previous, TrainingJobStatus& st, absl:
     const double booked = rollback_coordinator == g.rollback_coordinator ? g.rollback_booked : 0.0;
     rolled_back = facts.rolled_back->seconds - booked;
   }
-  const bool moves = detection.second > detection.first || rolled_back > 0;
+  const bool moves = Seconds(detection) > 0 || Seconds(regroup) > 0 || rolled_back > 0;
   if (st.phase == previous.phase && g.coordinator_down_since == down_since && !moves &&
-      elapsed < kAccountingPeriod) {
+      !first_step_news && elapsed < kAccountingPeriod) {
     return;
   }
 
@@ -125,13 +171,34 @@ void AccountTime(const TrainingJobStatus& previous, TrainingJobStatus& st, absl:
       g.coordinator_outage_seconds += outage;
     } else if (LostPhase(previous)) {
       st.lost_seconds += dt;
+    } else if (BeforeFirstRun(previous)) {
+      g.before_first_step_seconds += dt;  // scheduling, image pulls, the first start
     }
   }
   st.accounted_until = now;
+  if (st.phase == kPhaseRunning && previous.phase != kPhaseRunning) {
+    g.running_since = now;
+    g.running_until.reset();
+  } else if (st.phase != kPhaseRunning && previous.phase == kPhaseRunning) {
+    g.running_until = now;
+  }
 
-  if (detection.second > detection.first) {
-    g.detection_seconds += Move(st, absl::ToDoubleSeconds(detection.second - detection.first));
+  if (first_step_news) {
+    // The workers' first step: the Running time booked before it was start-up (rendezvous,
+    // name resolution, loading), not training. What was booked after it stays productive.
+    g.first_step_time = std::min(*stepping.first_step, now);
+    const double after = Seconds(ProductiveSpan(previous, *g.first_step_time, now, now));
+    const double before = std::clamp(st.productive_seconds - after, 0.0, st.productive_seconds);
+    st.productive_seconds -= before;
+    g.before_first_step_seconds += before;
+  }
+  if (Seconds(detection) > 0) {
+    g.detection_seconds += Move(st, Seconds(detection));
     g.detection_booked_until = detection.second;
+  }
+  if (Seconds(regroup) > 0) {
+    g.regroup_seconds += Move(st, Seconds(regroup));
+    g.detection_booked_until = regroup.second;
   }
   if (down_since.has_value() && !g.coordinator_down_since.has_value()) {
     // An outage that ended was booked lost whole: a failure found later does not reach into it.

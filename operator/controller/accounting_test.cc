@@ -286,6 +286,70 @@ TEST(GoodputTimeline, AnOperatorRestartedBeforeEveryPassBooksTheSame) {
   RunTimeline(t);
 }
 
+// With workers that report their steps (ReportStepping), over 100 s:
+//   0-10   Pending: before the first step;
+//   10     every pod Running; the workers resolve names, rendezvous, load (no step yet);
+//   25     their first step (the coordinator's word, seen by the pass at 26);
+//   40     task 1 crashes (the coordinator heard its session end); detection 40-41;
+//   41-53  awaiting its exit status, restarting, its replacement starting: lost by phase;
+//   53     every pod Running again, but the group re-forms: regroup, until
+//   60     the replacement's first step (the coordinator's word, seen by the pass at 61);
+//   100    done.
+// Productive: 25-40 and 60-100 = 55 s. Lost: 1 (detection) + 12 (phases) + 7 (regroup) = 20 s.
+// Before the first step: 10 (Pending) + 15 (Running, no step yet) = 25 s. 55 + 20 + 25 = 100.
+// Before stepping was reported, 53-60 counted productive and so did 10-25.
+void RunSteppingTimeline(GoodputTimeline& t) {
+  JobObservation& w = t.world();
+  auto at = [](double seconds) { return kNow + absl::Seconds(seconds); };
+  t.At(0);
+  for (PodView& pod : w.task_pods) pod = PodBuilder("j", pod.index).Build();
+  t.At(10);
+  ASSERT_EQ(t.status().phase, kPhaseRunning);
+  w.stepping = {at(25), at(25), std::nullopt, false};
+  t.At(26);
+  EXPECT_EQ(t.status().goodput.first_step_time, at(25));
+  t.At(35);
+  w.task_pods[1] = PodBuilder("j", 1).Failed(137).Build();
+  w.task_pods[1].finished_at = at(40);
+  w.coordinator_failed[1] = {0, "session broken", at(40)};
+  w.stepping = {at(25), at(25), at(40), true};
+  t.At(41);
+  ASSERT_NE(t.status().phase, kPhaseRunning);
+  t.At(44);
+  t.At(50);
+  ASSERT_EQ(t.status().tasks[1].incarnation, 1);
+  w.task_pods[1] = PodBuilder("j", 1, 1).Phase(PodPhase::kPending).NotReady().Build();
+  t.At(51);
+  w.task_pods[1] = PodBuilder("j", 1, 1).Build();
+  w.coordinator_failed.clear();  // incarnation 1 registered
+  t.At(53);
+  ASSERT_EQ(t.status().phase, kPhaseRunning);
+  t.At(55);
+  w.stepping = {at(25), at(60), at(40), false};
+  t.At(61);
+  t.At(80);
+  for (PodView& pod : w.task_pods) pod.phase = PodPhase::kSucceeded;
+  t.At(100);
+  ASSERT_EQ(t.status().phase, kPhaseSucceeded);
+
+  const TrainingJobStatus& s = t.status();
+  EXPECT_DOUBLE_EQ(s.productive_seconds, 55);
+  EXPECT_DOUBLE_EQ(s.lost_seconds, 20);
+  EXPECT_DOUBLE_EQ(s.goodput.detection_seconds, 1);
+  EXPECT_DOUBLE_EQ(s.goodput.regroup_seconds, 7);
+  EXPECT_DOUBLE_EQ(s.goodput.before_first_step_seconds, 25);
+}
+
+TEST(GoodputTimeline, TheTimeBeforeTheFirstStepAndARegroupAreNotProductive) {
+  GoodputTimeline t(/*fresh_operator=*/false);
+  RunSteppingTimeline(t);
+}
+
+TEST(GoodputTimeline, AnOperatorRestartedBeforeEveryPassBooksTheStepsTheSame) {
+  GoodputTimeline t(/*fresh_operator=*/true);
+  RunSteppingTimeline(t);
+}
+
 // The metrics follow the status: productive time moved to lost makes the productive change
 // negative, which a counter cannot follow; it counts as rebooked instead, so that productive -
 // rebooked is what status.productiveSeconds says.

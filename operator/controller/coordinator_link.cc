@@ -52,6 +52,17 @@ void Authorize(grpc::ClientContext& context, const std::string& token) {
   context.AddMetadata(coord::kAuthorizationHeader, coord::BearerCredential(token));
 }
 
+std::optional<absl::Time> InstantOrNone(int64_t unix_micros) {
+  if (unix_micros <= 0) return std::nullopt;
+  return absl::FromUnixMicros(unix_micros);
+}
+
+SteppingReport SteppingOf(const pb::JobState& state) {
+  return {InstantOrNone(state.first_step_unix_micros()),
+          InstantOrNone(state.stepping_since_unix_micros()),
+          InstantOrNone(state.regroup_since_unix_micros()), state.regrouping()};
+}
+
 }  // namespace
 
 // One long poll: its context, request and response live until the next poll replaces it or
@@ -90,6 +101,7 @@ struct CoordinatorLink::Watch {
   std::map<int, FailedTask> failed;
   std::map<int, base::Incarnation> registered;  // task → the newest incarnation it registered
   std::optional<RolledBack> rolled_back;
+  SteppingReport stepping;
 };
 
 CoordinatorLink::CoordinatorLink(base::Clock& clock, Wake wake)
@@ -253,9 +265,12 @@ void CoordinatorLink::OnPollDone(Watch* watch, const std::string& error) {
       }
     }
     const RolledBack rolled_back{state.coordinator_id(), state.rolled_back_seconds()};
-    changed = failed != watch->failed || rolled_back != watch->rolled_back;
+    const SteppingReport stepping = SteppingOf(state);
+    changed =
+        failed != watch->failed || rolled_back != watch->rolled_back || stepping != watch->stepping;
     watch->failed = failed;
     watch->rolled_back = rolled_back;
+    watch->stepping = stepping;
     key = watch->key;
   }
   if (changed && !failed.empty()) {
@@ -318,6 +333,12 @@ std::optional<CoordinatorLink::RolledBack> CoordinatorLink::RolledBackWork(const
   absl::MutexLock lock(&mu_);
   auto it = watches_.find(key);
   return it == watches_.end() ? std::nullopt : it->second->rolled_back;
+}
+
+SteppingReport CoordinatorLink::Stepping(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = watches_.find(key);
+  return it == watches_.end() ? SteppingReport{} : it->second->stepping;
 }
 
 absl::Status CoordinatorLink::NotifyPreemption(const std::string& key,

@@ -39,6 +39,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/base/incarnation.h"
+#include "operator/controller/observe.h"
 
 namespace phalanx::op {
 
@@ -78,6 +79,9 @@ class CoordinatorLink {
   // The coordinator's last answer on the work rolled back (nullopt: no answer yet). A change
   // wakes the job, as a change of the failed set does.
   std::optional<RolledBack> RolledBackWork(const std::string& key);
+  // The coordinator's last answer on whether the workers are training (all unset: no answer
+  // yet, or no report). A change wakes the job.
+  SteppingReport Stepping(const std::string& key);
   // Opens (or joins) a preemption round for `tasks` that must checkpoint before `deadline`.
   // Blocks up to 5 s. Unavailable when `key` is not watched or the coordinator did not answer.
   absl::Status NotifyPreemption(const std::string& key, const std::vector<int>& tasks,

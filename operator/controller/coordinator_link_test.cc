@@ -160,6 +160,19 @@ TEST_F(CoordinatorLinkTest, CarriesWhenAFailedTaskWasLastHeardAndTheRolledBackTo
   EXPECT_EQ(link_.FailedTasks("ns/a").at(2).last_heard, registered);
 }
 
+TEST_F(CoordinatorLinkTest, CarriesTheWorkersStepping) {
+  Coordinator coordinator(coordinator_clock_);
+  link_.Ensure("ns/a", coordinator.address(), kToken, "uid-1");
+  ASSERT_TRUE(Eventually([&] { return link_.RolledBackWork("ns/a").has_value(); }, kWait));
+  EXPECT_EQ(link_.Stepping("ns/a"), SteppingReport{});
+  ASSERT_THAT(coordinator.service().Register({0, 0}), IsOk());
+  const absl::Time stepped = coordinator_clock_.Now();
+  ASSERT_THAT(coordinator.service().ReportStepping({0, 0}), IsOk());
+  ASSERT_TRUE(Eventually([&] { return link_.Stepping("ns/a").first_step.has_value(); }, kWait));
+  EXPECT_EQ(link_.Stepping("ns/a"), (SteppingReport{stepped, stepped, std::nullopt, false}));
+  EXPECT_EQ(link_.Stepping("ns/other"), SteppingReport{});
+}
+
 TEST_F(CoordinatorLinkTest, NotifyPreemption_OpensARoundOnTheCoordinator) {
   Coordinator coordinator(coordinator_clock_);
   link_.Ensure("ns/a", coordinator.address(), kToken, "uid-1");

@@ -40,6 +40,8 @@ TEST(SampleJob, ReadsPhaseCountersAndLostTimeByCause) {
   status.goodput.detection_seconds = 4;
   status.goodput.coordinator_outage_seconds = 5;
   status.goodput.rolled_back_seconds = 6;
+  status.goodput.regroup_seconds = 2;
+  status.goodput.before_first_step_seconds = 9;
   status.conditions.push_back({.type = "Unschedulable", .status = "True"});
   const JobSample s = SampleJob(Job("ml", "llm", status));
   EXPECT_EQ(s.ns, "ml");
@@ -54,8 +56,10 @@ TEST(SampleJob, ReadsPhaseCountersAndLostTimeByCause) {
   EXPECT_DOUBLE_EQ(s.lost_seconds.at(kLostDetection), 4);
   EXPECT_DOUBLE_EQ(s.lost_seconds.at(kLostCoordinatorOutage), 5);
   EXPECT_DOUBLE_EQ(s.lost_seconds.at(kLostRolledBack), 6);
+  EXPECT_DOUBLE_EQ(s.lost_seconds.at(kLostRegroup), 2);
   // The rest of lostSeconds: the phases' own loss (Restarting, Starting after a run).
-  EXPECT_DOUBLE_EQ(s.lost_seconds.at(kLostRecovery), 15);
+  EXPECT_DOUBLE_EQ(s.lost_seconds.at(kLostRecovery), 13);
+  EXPECT_DOUBLE_EQ(s.before_first_step_seconds, 9);
 }
 
 TEST(SampleJob, AJobWithoutStatusIsPendingWithNothingBooked) {
@@ -65,7 +69,8 @@ TEST(SampleJob, AJobWithoutStatusIsPendingWithNothingBooked) {
   const JobSample s = SampleJob(job);
   EXPECT_EQ(s.phase, "Pending");
   EXPECT_FALSE(s.unschedulable);
-  EXPECT_EQ(s.lost_seconds.size(), 4u);
+  EXPECT_EQ(s.lost_seconds.size(), 5u);
+  EXPECT_EQ(s.before_first_step_seconds, 0);
   for (const auto& [cause, seconds] : s.lost_seconds) EXPECT_EQ(seconds, 0) << cause;
 }
 
@@ -151,14 +156,14 @@ TEST(OperatorMetricsJobs, APhaseChangeMovesTheSeriesAndADeletedJobLosesAll) {
   EXPECT_THAT(text, Not(HasSubstr(R"(trainingjob="b")")));
   EXPECT_THAT(text, HasSubstr(R"(phalanx_operator_jobs{phase="Running"} 0)"));
   EXPECT_THAT(text, HasSubstr(R"(phalanx_operator_jobs{phase="Failed"} 1)"));
-  // Eleven series for the one job left: phase, unschedulable, productive, four lost causes,
-  // restarts, rank restarts, preemptions, coordinator restarts.
+  // Thirteen series for the one job left: phase, unschedulable, productive, before the first
+  // step, five lost causes, restarts, rank restarts, preemptions, coordinator restarts.
   size_t series = 0;
   for (size_t at = text.find("trainingjob=\"a\""); at != std::string::npos;
        at = text.find("trainingjob=\"a\"", at + 1)) {
     ++series;
   }
-  EXPECT_EQ(series, 11u);
+  EXPECT_EQ(series, 13u);
 }
 
 // The last recovery's length is a series once the job has had one.

@@ -20,11 +20,13 @@ JobSample SampleJob(const kube::Json& job) {
   s.lost_seconds[kLostDetection] = g.detection_seconds;
   s.lost_seconds[kLostCoordinatorOutage] = g.coordinator_outage_seconds;
   s.lost_seconds[kLostRolledBack] = g.rolled_back_seconds;
+  s.lost_seconds[kLostRegroup] = g.regroup_seconds;
   // The parts add up to lostSeconds; what they do not name is the phases' own loss. Never
   // negative, should a hand-edited status disagree.
   s.lost_seconds[kLostRecovery] =
       std::max(0.0, status.lost_seconds - g.detection_seconds - g.coordinator_outage_seconds -
-                        g.rolled_back_seconds);
+                        g.rolled_back_seconds - g.regroup_seconds);
+  s.before_first_step_seconds = g.before_first_step_seconds;
   s.restarts = status.restarts;
   s.rank_restarts = status.rank_restarts;
   s.last_recovery_seconds = status.last_recovery_seconds;

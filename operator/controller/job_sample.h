@@ -13,12 +13,13 @@
 
 namespace phalanx::op {
 
-// The causes of lost time (label `cause` of phalanx_operator_job_lost_seconds): the three that
+// The causes of lost time (label `cause` of phalanx_operator_job_lost_seconds): the four that
 // status.goodput keeps apart (controller/accounting.h) and the rest, time the job spent
 // Restarting, or Starting or Blocked after it had run.
 inline constexpr char kLostDetection[] = "detection";
 inline constexpr char kLostCoordinatorOutage[] = "coordinator_outage";
 inline constexpr char kLostRolledBack[] = "rolled_back";
+inline constexpr char kLostRegroup[] = "regroup";
 inline constexpr char kLostRecovery[] = "recovery";
 
 struct JobSample {
@@ -27,6 +28,7 @@ struct JobSample {
   std::string phase;  // Pending when status has none yet
   bool unschedulable = false;
   double productive_seconds = 0;
+  double before_first_step_seconds = 0;        // neither productive nor lost
   std::map<std::string, double> lost_seconds;  // by cause; every cause present
   int restarts = 0;
   int rank_restarts = 0;  // in-pod rank restarts (nprocPerNode > 1): status.rankRestarts

@@ -80,7 +80,8 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
       rebooked_seconds_(prometheus::BuildCounter()
                             .Name("phalanx_operator_rebooked_seconds_total")
                             .Help("Job-seconds first counted productive, then found lost (a "
-                                  "failure found late, rolled-back work), all jobs")
+                                  "failure found late, a regroup, rolled-back work) or before "
+                                  "the first step, all jobs")
                             .Register(registry)
                             .Add({})),
       job_phase_(prometheus::BuildGauge()
@@ -100,8 +101,9 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
       job_lost_(prometheus::BuildGauge()
                     .Name("phalanx_operator_job_lost_seconds")
                     .Help("The TrainingJob's lost seconds by cause: detection (failure to "
-                          "reaction), coordinator_outage, rolled_back (discarded work), recovery "
-                          "(Restarting, or Starting after it had run)")
+                          "reaction), coordinator_outage, rolled_back (discarded work), regroup "
+                          "(Running until the workers stepped again), recovery (Restarting, or "
+                          "Starting after it had run)")
                     .Register(registry)),
       job_restarts_(prometheus::BuildGauge()
                         .Name("phalanx_operator_job_restarts")
@@ -127,7 +129,14 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                              .Help("The TrainingJob's last recovery: a task's failure or move "
                                    "until its replacement registered with the coordinator "
                                    "(status.lastRecoverySeconds)")
-                             .Register(registry)) {
+                             .Register(registry)),
+      job_before_first_step_(
+          prometheus::BuildGauge()
+              .Name("phalanx_operator_job_before_first_step_seconds")
+              .Help("The TrainingJob's time before its first step, neither productive nor lost: "
+                    "Pending, its first start, and Running until the workers reported their "
+                    "first step (status.goodput.beforeFirstStepSeconds)")
+              .Register(registry)) {
   // Every phase from the start, at 0: a panel or an alert on a phase no job is in reads 0, not
   // "no data" (a real Prometheus scraping the chart showed the dashboard's phase stats empty).
   absl::MutexLock lock(&mu_);
@@ -229,6 +238,8 @@ void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
     series.unschedulable->Set(job.unschedulable ? 1 : 0);
     add(job_productive_, series.productive);
     series.productive->Set(job.productive_seconds);
+    add(job_before_first_step_, series.before_first_step);
+    series.before_first_step->Set(job.before_first_step_seconds);
     for (const auto& [cause, seconds] : job.lost_seconds) {
       add(job_lost_, series.lost[cause], {{"cause", cause}});
       series.lost[cause]->Set(seconds);
@@ -253,6 +264,7 @@ void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
     for (auto [family, gauge] :
          {std::pair{&job_unschedulable_, series.unschedulable},
           std::pair{&job_productive_, series.productive},
+          std::pair{&job_before_first_step_, series.before_first_step},
           std::pair{&job_restarts_, series.restarts},
           std::pair{&job_rank_restarts_, series.rank_restarts},
           std::pair{&job_last_recovery_, series.last_recovery},

@@ -57,6 +57,7 @@ class OperatorMetrics {
     prometheus::Gauge* phase_gauge = nullptr;
     prometheus::Gauge* unschedulable = nullptr;
     prometheus::Gauge* productive = nullptr;
+    prometheus::Gauge* before_first_step = nullptr;
     std::map<std::string, prometheus::Gauge*> lost;  // by cause
     prometheus::Gauge* restarts = nullptr;
     prometheus::Gauge* rank_restarts = nullptr;
@@ -90,6 +91,7 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Gauge>& job_coordinator_restarts_;
   prometheus::Family<prometheus::Gauge>& job_rank_restarts_;
   prometheus::Family<prometheus::Gauge>& job_last_recovery_;
+  prometheus::Family<prometheus::Gauge>& job_before_first_step_;
   absl::Mutex mu_;
   std::map<std::string, prometheus::Counter*> restart_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> preemption_counters_ ABSL_GUARDED_BY(mu_);

@@ -82,6 +82,16 @@ struct RolledBackReport {
   double seconds = 0;
 };
 
+// Whether the job's workers are training, as they told the coordinator (ReportStepping, on the
+// coordinator's clock, since that coordinator started): runtime/coordination/stepping_tracker.h.
+struct SteppingReport {
+  std::optional<absl::Time> first_step;      // nullopt: no step reported yet
+  std::optional<absl::Time> stepping_since;  // the last time stepping (re)started
+  std::optional<absl::Time> regroup_since;   // the last regroup's start (a task's failure)
+  bool regrouping = false;                   // since regroup_since, until a worker's report
+  friend bool operator==(const SteppingReport&, const SteppingReport&) = default;
+};
+
 struct JobObservation {
   std::vector<PodView> task_pods;
   std::optional<PodView> coordinator;
@@ -105,6 +115,7 @@ struct JobObservation {
   };
   std::map<int, RankRestarts> rank_restarts;
   std::optional<RolledBackReport> rolled_back;  // nullopt: the coordinator has not answered
+  SteppingReport stepping;                      // all unset until the coordinator answers
   // The operator's link to the coordinator has not had an answer from the job's current
   // coordinator pod, made with the job token the operator derived. Until it has, the coordinator
   // may be running with someone else's token (a Secret squatting its name): no task pod is

@@ -281,6 +281,7 @@ std::string Reconciler::LinkCoordinator(const std::string& key, const Json& job,
   if (std::optional<CoordinatorLink::RolledBack> rolled_back = link_->RolledBackWork(key)) {
     world.rolled_back = RolledBackReport{rolled_back->coordinator_id, rolled_back->seconds};
   }
+  world.stepping = link_->Stepping(key);
   return world.coordinator->uid;
 }
 

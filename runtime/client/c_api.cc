@@ -415,6 +415,12 @@ int phalanx_report_rolled_back(phalanx_client* client, const char* recovery, dou
   return Report(client->impl->ReportRolledBack(recovery, absl::Seconds(seconds)));
 }
 
+int phalanx_report_stepping(phalanx_client* client) {
+  if (client == nullptr) return InvalidArgument("client is required");
+  if (int forked = RefuseInForkedChild(*client); forked != 0) return forked;
+  return Report(client->impl->ReportStepping());
+}
+
 int phalanx_alive_tasks(phalanx_client* client, const int* tasks, size_t num_tasks,
                         int64_t timeout_ms, int* task_ids, phalanx_incarnation_t* incarnations,
                         size_t capacity, size_t* count) {

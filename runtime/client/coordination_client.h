@@ -153,6 +153,12 @@ class CoordinationClient {
     (void)rolled_back;
     return absl::UnimplementedError("ReportRolledBack");
   }
+
+  // This task completed a training step: call it after every step (only the first call after a
+  // registration reaches the coordinator; the rest return at once). The coordinator learns the
+  // job's first step and when a regroup after a failure ended, and the operator books the time
+  // before them as not productive. The default is Unimplemented, for test doubles.
+  virtual absl::Status ReportStepping() { return absl::UnimplementedError("ReportStepping"); }
 };
 
 }  // namespace phalanx::client

@@ -340,6 +340,22 @@ absl::Status CoordinationClientImpl::ReportRolledBack(const std::string& recover
   return rpc_->Call(&Stub::async::ReportRolledBack, request, config_.short_call_timeout).status();
 }
 
+absl::Status CoordinationClientImpl::ReportStepping() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stepping_reported_) return absl::OkStatus();  // the per-step call is this check
+  }
+  pb::ReportSteppingRequest request;
+  *request.mutable_task() = ToProto(task());
+  absl::Status status =
+      rpc_->Call(&Stub::async::ReportStepping, request, config_.short_call_timeout).status();
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    stepping_reported_ = true;
+  }
+  return status;
+}
+
 absl::StatusOr<JobSnapshot> CoordinationClientImpl::WatchJobState(uint64_t known_version,
                                                                   absl::Duration timeout) {
   pb::WatchJobStateRequest request;
@@ -382,6 +398,7 @@ absl::StatusOr<PreemptionRound> CoordinationClientImpl::NotifyPreemption(
 void CoordinationClientImpl::OnCoordinatorRestarted() {
   absl::MutexLock lock(&mu_);
   sync_.Reset();
+  stepping_reported_ = false;
 }
 
 void CoordinationClientImpl::OnPreemptionRound(const PreemptionRound& round) {

@@ -69,6 +69,7 @@ class CoordinationClientImpl final : public CoordinationClient, private SessionC
                                                    const std::string& desired) override;
   absl::Status ReportError(const std::string& message) override;
   absl::Status ReportRolledBack(const std::string& recovery, absl::Duration rolled_back) override;
+  absl::Status ReportStepping() override;
   absl::StatusOr<JobSnapshot> WatchJobState(uint64_t known_version,
                                             absl::Duration timeout) override;
   absl::StatusOr<std::vector<TaskRef>> GetAliveTasks(const std::vector<int>& tasks,
@@ -110,6 +111,8 @@ class CoordinationClientImpl final : public CoordinationClient, private SessionC
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // no new early reports
   SyncPointTracker sync_ ABSL_GUARDED_BY(mu_);
+  // ReportStepping reached this coordinator (a restarted one has forgotten it).
+  bool stepping_reported_ ABSL_GUARDED_BY(mu_) = false;
 
   // Last: its thread calls into the members above, so it is stopped (destroyed) first.
   std::unique_ptr<SessionChannel> session_;

@@ -463,6 +463,21 @@ TEST(GrpcClient, ReportRolledBack_ReachesTheJobStateOnce) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(GrpcClient, ReportStepping_ReachesTheJobState) {
+  Coordinator coordinator(2);
+  auto a = Connected(coordinator.port(), 0, 2);
+  auto before = a->WatchJobState(0, absl::Seconds(1));
+  ASSERT_THAT(before, IsOk());
+  EXPECT_EQ(before->stepping.first_step, absl::InfinitePast());
+  ASSERT_THAT(a->ReportStepping(), IsOk());
+  ASSERT_THAT(a->ReportStepping(), IsOk());  // the per-step call: answered without the wire
+  auto after = a->WatchJobState(0, absl::Seconds(1));
+  ASSERT_THAT(after, IsOk());
+  EXPECT_NE(after->stepping.first_step, absl::InfinitePast());
+  EXPECT_EQ(after->stepping.stepping_since, after->stepping.first_step);
+  EXPECT_FALSE(after->stepping.regrouping);
+}
+
 TEST(GrpcClient, AliveTasks_AndWatchJobState) {
   Coordinator coordinator(2);
   auto a = Connected(coordinator.port(), 0, 2);

@@ -165,6 +165,10 @@ PHALANX_API int phalanx_report_error(phalanx_client* client, const char* message
  * the coordinator counts each recovery once and the operator books it as lost goodput. */
 PHALANX_API int phalanx_report_rolled_back(phalanx_client* client, const char* recovery,
                                            double seconds);
+/* This task completed a training step: call it after every step. Only the first call after a
+ * registration reaches the coordinator (the rest are a flag check); the operator books the time
+ * before the job's first step, and a regroup after a failure, as not productive. */
+PHALANX_API int phalanx_report_stepping(phalanx_client* client);
 /* Writes up to `capacity` alive tasks; *count is how many there are. */
 PHALANX_API int phalanx_alive_tasks(phalanx_client* client, const int* tasks, size_t num_tasks,
                                     int64_t timeout_ms, int* task_ids,

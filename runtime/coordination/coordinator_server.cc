@@ -128,6 +128,12 @@ class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
     return Unary(ctx, "ReportRolledBack", ForTask(req->task().task_id()),
                  [&](Finisher done) { done(handler_.ReportRolledBack(*req, resp)); });
   }
+  grpc::ServerUnaryReactor* ReportStepping(grpc::CallbackServerContext* ctx,
+                                           const pb::ReportSteppingRequest* req,
+                                           pb::ReportSteppingResponse* /*resp*/) override {
+    return Unary(ctx, "ReportStepping", ForTask(req->task().task_id()),
+                 [&](Finisher done) { done(handler_.ReportStepping(*req)); });
+  }
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx,
                                      const pb::ShutdownRequest* req,
                                      pb::ShutdownResponse*) override {

@@ -38,6 +38,11 @@ absl::Time FromUnixMicrosOrInfinite(int64_t micros) {
   return micros <= 0 ? absl::InfiniteFuture() : absl::FromUnixMicros(micros);
 }
 
+// For instants that may not have happened yet (0 on the wire).
+absl::Time MicrosOrInfinitePast(int64_t micros) {
+  return micros == 0 ? absl::InfinitePast() : absl::FromUnixMicros(micros);
+}
+
 int64_t ToUnixMicrosOrZero(absl::Time time) {
   if (time == absl::InfiniteFuture() || time == absl::InfinitePast()) return 0;
   return absl::ToUnixMicros(time);
@@ -66,15 +71,12 @@ pb::TaskInfo ToProto(const TaskInfo& info) {
 }
 
 TaskInfo FromProto(const pb::TaskInfo& info) {
-  return TaskInfo{
-      info.task_id(),
-      base::IncarnationFromWire(info.incarnation()),
-      FromProto(info.state()),
-      info.reason(),
-      info.changed_unix_micros() == 0 ? absl::InfinitePast()
-                                      : absl::FromUnixMicros(info.changed_unix_micros()),
-      info.last_heard_unix_micros() == 0 ? absl::InfinitePast()
-                                         : absl::FromUnixMicros(info.last_heard_unix_micros())};
+  return TaskInfo{info.task_id(),
+                  base::IncarnationFromWire(info.incarnation()),
+                  FromProto(info.state()),
+                  info.reason(),
+                  MicrosOrInfinitePast(info.changed_unix_micros()),
+                  MicrosOrInfinitePast(info.last_heard_unix_micros())};
 }
 
 pb::JobState ToProto(const JobSnapshot& snapshot) {
@@ -83,6 +85,10 @@ pb::JobState ToProto(const JobSnapshot& snapshot) {
   out.set_version(snapshot.version);
   out.set_coordinator_id(snapshot.coordinator_id);
   out.set_rolled_back_seconds(snapshot.rolled_back_seconds);
+  out.set_first_step_unix_micros(ToUnixMicrosOrZero(snapshot.stepping.first_step));
+  out.set_stepping_since_unix_micros(ToUnixMicrosOrZero(snapshot.stepping.stepping_since));
+  out.set_regroup_since_unix_micros(ToUnixMicrosOrZero(snapshot.stepping.regroup_since));
+  out.set_regrouping(snapshot.stepping.regrouping);
   for (const TaskInfo& task : snapshot.tasks) *out.add_tasks() = ToProto(task);
   return out;
 }
@@ -91,6 +97,9 @@ JobSnapshot FromProto(const pb::JobState& state) {
   JobSnapshot out{
       state.job(), state.version(), {}, state.coordinator_id(), state.rolled_back_seconds()};
   for (const pb::TaskInfo& task : state.tasks()) out.tasks.push_back(FromProto(task));
+  out.stepping = {MicrosOrInfinitePast(state.first_step_unix_micros()),
+                  MicrosOrInfinitePast(state.stepping_since_unix_micros()),
+                  MicrosOrInfinitePast(state.regroup_since_unix_micros()), state.regrouping()};
   return out;
 }
 

@@ -184,6 +184,11 @@ absl::Status RpcHandler::ReportRolledBack(const pb::ReportRolledBackRequest& req
   return absl::OkStatus();
 }
 
+absl::Status RpcHandler::ReportStepping(const pb::ReportSteppingRequest& req) {
+  if (!req.has_task()) return MissingTask();
+  return service_.ReportStepping(FromProto(req.task()));
+}
+
 void RpcHandler::ReportSyncStep(const pb::ReportSyncStepRequest& req,
                                 pb::ReportSyncStepResponse* resp, Done done) {
   if (!req.has_task()) return Fail(std::move(done), MissingTask());

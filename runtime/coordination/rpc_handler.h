@@ -48,6 +48,7 @@ class RpcHandler {
                                 pb::NotifyPreemptionResponse* resp);
   absl::Status ReportRolledBack(const pb::ReportRolledBackRequest& req,
                                 pb::ReportRolledBackResponse* resp);
+  absl::Status ReportStepping(const pb::ReportSteppingRequest& req);
   void ReportSyncStep(const pb::ReportSyncStepRequest& req, pb::ReportSyncStepResponse* resp,
                       Done done);
   void Shutdown(const pb::ShutdownRequest& req, Done done);

@@ -94,6 +94,7 @@ void CoordinationService::ConnectLocked(TaskRef ref, bool replacing, Completions
         out);
     // A connected incarnation replaced without a failure seen: it died unnoticed.
     if (info.state == TaskState::kConnected) {
+      stepping_.OnFailure(version_, task.last_seen);  // the group re-forms around its successor
       FailPeerWaitsLocked({ref.task_id, info.incarnation},
                           absl::StrCat("restarted as incarnation ", ref.incarnation), out);
     }
@@ -411,6 +412,17 @@ absl::StatusOr<double> CoordinationService::ReportRolledBack(TaskRef ref,
   return rollbacks_.total_seconds();
 }
 
+absl::Status CoordinationService::ReportStepping(TaskRef ref) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckCallerLocked(ref); !s.ok()) return s;
+  if (stepping_.OnStep(tasks_[ref.task_id].state_version, clock_.Now())) {
+    ++version_;
+    AnswerWatchersLocked(out);
+  }
+  return absl::OkStatus();
+}
+
 void CoordinationService::Shutdown(TaskRef ref, absl::Duration timeout, StatusCallback done) {
   Completions out;
   absl::MutexLock lock(&mu_);
@@ -585,6 +597,7 @@ void CoordinationService::FailTaskLocked(TaskTable::Task& task, FailureKind kind
                                       task.info.incarnation, " was declared failed: ", reason)),
       out);
   FailPeerWaitsLocked({task.info.task_id, task.info.incarnation}, reason, out);
+  stepping_.OnFailure(version_, task.last_seen);  // before the watchers hear of the failure
   SetStateLocked(task, TaskState::kFailed, std::move(reason), out);
 }
 
@@ -647,8 +660,12 @@ void CoordinationService::FlushPeerEventsLocked(Completions& out) {
 }
 
 JobSnapshot CoordinationService::SnapshotLocked() const {
-  return JobSnapshot{options_.job, version_, tasks_.Infos(), options_.coordinator_id,
-                     rollbacks_.total_seconds()};
+  return JobSnapshot{options_.job,
+                     version_,
+                     tasks_.Infos(),
+                     options_.coordinator_id,
+                     rollbacks_.total_seconds(),
+                     stepping_.state()};
 }
 
 void CoordinationService::UpdateGaugesLocked() {

@@ -55,6 +55,7 @@
 #include "runtime/coordination/preemption_sync.h"
 #include "runtime/coordination/rollback_ledger.h"
 #include "runtime/coordination/session_outbox.h"
+#include "runtime/coordination/stepping_tracker.h"
 #include "runtime/coordination/task_table.h"
 #include "runtime/coordination/types.h"
 
@@ -170,6 +171,9 @@ class CoordinationService {
   // Errors: InvalidArgument (see RollbackLedger::Report), as CheckCaller.
   absl::StatusOr<double> ReportRolledBack(TaskRef task, const std::string& recovery,
                                           absl::Duration rolled_back);
+  // `task` completed a training step since it registered (stepping_tracker.h: the first step,
+  // or the end of a regroup). A change bumps the job's version. Errors: as CheckCaller.
+  absl::Status ReportStepping(TaskRef task);
 
   // The shutdown barrier: when every task arrives they all become SHUTDOWN.
   // Errors: as Barrier.
@@ -251,6 +255,7 @@ class CoordinationService {
   AliveTasksAgreement alive_ ABSL_GUARDED_BY(mu_);
   PreemptionSync sync_ ABSL_GUARDED_BY(mu_);
   RollbackLedger rollbacks_ ABSL_GUARDED_BY(mu_);
+  SteppingTracker stepping_ ABSL_GUARDED_BY(mu_);
   JobStateWatchers watchers_ ABSL_GUARDED_BY(mu_);
   TaskTable tasks_ ABSL_GUARDED_BY(mu_);
   PeerEventCoalescer peer_events_ ABSL_GUARDED_BY(mu_);

@@ -38,12 +38,23 @@ struct TaskInfo {
   absl::Time last_heard = absl::InfinitePast();
 };
 
+// Whether the job's tasks are training (stepping_tracker.h).
+struct SteppingState {
+  absl::Time first_step = absl::InfinitePast();      // InfinitePast: no report yet
+  absl::Time stepping_since = absl::InfinitePast();  // the last time stepping (re)started
+  absl::Time regroup_since = absl::InfinitePast();   // the last regroup's start (a failure)
+  bool regrouping = false;                           // since regroup_since, until a report
+
+  bool operator==(const SteppingState&) const = default;
+};
+
 struct JobSnapshot {
   std::string job;
   uint64_t version = 0;
   std::vector<TaskInfo> tasks;
   std::string coordinator_id;
   double rolled_back_seconds = 0;  // rollback_ledger.h: the job's total since this start
+  SteppingState stepping = {};     // stepping_tracker.h: since this start
 };
 
 struct ErrorReport {

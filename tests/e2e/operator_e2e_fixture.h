@@ -190,7 +190,8 @@ class OperatorE2eTest : public ::testing::Test {
     int gpus = 0;               // nvidia.com/gpu each task asks for
     std::string coordinator{};  // spec.coordinator (JSON), if any
     std::string name = "train";
-    std::string gang{};  // spec.gang (JSON), if any
+    std::string gang{};            // spec.gang (JSON), if any
+    std::string load_time = "0s";  // each worker's simulated start-up (--load_time)
   };
 
   // A job of sample workers, named "train" unless told.
@@ -209,8 +210,8 @@ class OperatorE2eTest : public ::testing::Test {
         o.coordinator.empty() ? "" : absl::StrCat(R"(,"coordinator":)", o.coordinator),
         o.gang.empty() ? "" : absl::StrCat(R"(,"gang":)", o.gang), R"(,
               "template":{"spec":{"terminationGracePeriodSeconds":1,"containers":[{"name":"worker","image":"sample","command":[")",
-        worker, R"("],"args":["--steps=)", o.steps,
-        R"(","--step_time=40ms","--checkpoint_every=10","--checkpoint_dir=)",
+        worker, R"("],"args":["--steps=)", o.steps, R"(","--step_time=40ms","--load_time=)",
+        o.load_time, R"(","--checkpoint_every=10","--checkpoint_dir=)",
         (dir_ / "ckpt" / o.name).string(), R"("])", resources, R"(}]}}}})"));
     return client_->Create(op::kTrainingJobs, ns_, job).status();
   }

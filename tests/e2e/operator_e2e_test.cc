@@ -2,6 +2,7 @@
 // per-job phalanx-coordinator pods and phalanx-sample-worker tasks, all real processes.
 // A 2-task TrainingJob runs; one task's process is killed; the operator replaces only that
 // task with the next incarnation and the job still completes.
+#include <iostream>
 #include <set>
 #include <string>
 
@@ -11,13 +12,21 @@ namespace phalanx::e2e {
 namespace {
 
 TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
-  ASSERT_OK_JOB(CreateJob(150));
+  // Each worker "loads a model" for 1.5 s after it connects: the job's start-up before its first
+  // step, and the replacement's part of the regroup, while every pod is Running.
+  constexpr double kLoadSeconds = 1.5;
+  ASSERT_OK_JOB(CreateJob(JobOptions{.steps = 150, .load_time = "1500ms"}));
 
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Running"; },
                          absl::Seconds(90)))
       << Job().serialize();
-  // Task 1's process dies (as from an OOM kill or a crash).
+  // Once both tasks have stepped (the first step reached the coordinator)...
+  const std::string first_step = "first_step_reported";
+  ASSERT_TRUE(Eventually([&] { return WorkerEvents(first_step).size() == 2; }, absl::Seconds(60)));
+  // ...task 1's process dies (as from an OOM kill or a crash).
+  const absl::Time kill_sent = absl::Now();
   ASSERT_TRUE(KillPod("train-task-1-0"));
+  const absl::Time kill_done = absl::Now();
 
   ASSERT_TRUE(Eventually([&] { return client_->Get(op::kPods, ns_, "train-task-1-1").ok(); },
                          absl::Seconds(60)))
@@ -49,6 +58,46 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
     if (kube::StringAt(e, "reason") == "TaskRestarted") restarted_event = true;
   }
   EXPECT_TRUE(restarted_event);
+
+  // Goodput against what the workers say (their EVENT lines, on this machine's clock, which the
+  // coordinator shares). Each process logs first_step_reported once its first ReportStepping
+  // was answered: the coordinator received it before that line.
+  const auto reported = WorkerEvents(first_step);
+  auto reported_at = [&](const std::string& pod) {
+    auto it = reported.find(ns_ + "_" + pod);
+    return it == reported.end()
+               ? absl::InfiniteFuture()
+               : absl::FromUnixMillis(std::stoll(EventField(it->second[0], "t_ms")));
+  };
+  const kube::Json status = final_job.at("status");
+  const kube::Json goodput = kube::FieldOrNull(status, "goodput");
+  ASSERT_TRUE(goodput.is_object()) << status.serialize();
+  // The job's first step: booked before the first reply a worker logged (ms rounding aside).
+  const std::optional<absl::Time> first =
+      kube::ParseKubeTime(kube::StringAt(goodput, "firstStepTime"));
+  ASSERT_TRUE(first.has_value()) << goodput.serialize();
+  EXPECT_LE(*first, std::min(reported_at("train-task-0-0"), reported_at("train-task-1-0")) +
+                        absl::Milliseconds(1));
+  EXPECT_GE(goodput.at("beforeFirstStepSeconds").as_double(), kLoadSeconds) << goodput.serialize();
+  // The failure's cost: from the kill until the replacement's first step reached the
+  // coordinator, the job trained nothing. All of it is lost (before: pods Running again while
+  // the group re-formed were booked productive), and nothing before the kill is.
+  const absl::Time replacement_stepped = reported_at("train-task-1-1");
+  ASSERT_NE(replacement_stepped, absl::InfiniteFuture());
+  const double stall_lost =
+      status.at("lostSeconds").as_double() - goodput.at("rolledBackSeconds").as_double();
+  std::cout << "workers' stall (kill to the replacement's first step) "
+            << absl::ToDoubleSeconds(replacement_stepped - kill_sent) << " s; booked lost "
+            << stall_lost << " s; goodput " << goodput.serialize() << "\n";
+  // The stall holds the replacement's load: before, the operator booked the part of it after
+  // the pods were Running again as productive (1.58 s of a 1.76 s stall in one run).
+  EXPECT_GE(absl::ToDoubleSeconds(replacement_stepped - kill_done), kLoadSeconds);
+  EXPECT_LE(stall_lost, absl::ToDoubleSeconds(replacement_stepped - kill_sent) + 0.01)
+      << goodput.serialize();
+  // The coordinator heard the killed task's session end at once, and the worker logged its line
+  // right after the report's answer: a quarter second covers both on a loaded machine.
+  EXPECT_GE(stall_lost, absl::ToDoubleSeconds(replacement_stepped - kill_done) - 0.25)
+      << goodput.serialize();
 }
 
 TEST_F(OperatorE2eTest, OperatorServesHealthReadinessAndItsMetrics) {

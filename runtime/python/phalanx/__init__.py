@@ -39,7 +39,8 @@ __all__ = [
     "cancel_barrier", "kv_set", "kv_get", "kv_try_get", "kv_dir", "kv_delete", "kv_add",
     "kv_compare_set", "alive_tasks",
     "reached_sync_point", "notify_preemption", "on_peer_change", "on_preemption",
-    "on_reconnect", "wait_until_connected", "report_error", "report_rolled_back", "shutdown",
+    "on_reconnect", "wait_until_connected", "report_error", "report_rolled_back",
+    "report_stepping", "shutdown",
     "close", "find_library",
     "Client", "TaskRef", "PeerChange", "PreemptionRound", "TaskState", "DEFAULT_TIMEOUT",
     "MAX_INCARNATION",
@@ -233,6 +234,11 @@ def report_error(message):
 def report_rolled_back(recovery, seconds):
     """See :meth:`Client.report_rolled_back`."""
     client().report_rolled_back(recovery, seconds)
+
+
+def report_stepping():
+    """See :meth:`Client.report_stepping`."""
+    client().report_stepping()
 
 
 def shutdown(timeout=60.0):

@@ -112,6 +112,8 @@ def _declare(lib):
     fn("phalanx_report_error", c_int, client_p, c_char_p)
     if hasattr(lib, "phalanx_report_rolled_back"):
         fn("phalanx_report_rolled_back", c_int, client_p, c_char_p, ctypes.c_double)
+    if hasattr(lib, "phalanx_report_stepping"):
+        fn("phalanx_report_stepping", c_int, client_p)
     fn("phalanx_alive_tasks", c_int, client_p, P(c_int), c_size_t, c_int64, P(c_int),
        P(c_uint64), c_size_t, P(c_size_t))
     fn("phalanx_notify_preemption", c_int, client_p, c_char_p, c_int64, P(c_int), c_size_t,

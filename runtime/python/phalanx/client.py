@@ -449,6 +449,13 @@ class Client:
         self._check(self._lib.phalanx_report_rolled_back(
             self._h(), _bytes(recovery, "recovery"), float(seconds)))
 
+    def report_stepping(self):
+        """This task completed a training step: call it after every step. Only the first call
+        after a registration reaches the coordinator (the rest cost a flag check); the operator
+        then books the time before the job's first step, and the time a group spends re-forming
+        after a failure, as not productive."""
+        self._check(self._lib.phalanx_report_stepping(self._h()))
+
     def alive_tasks(self, tasks=None, timeout=DEFAULT_TIMEOUT):
         """The alive tasks among ``tasks`` (default: all) as a list of :class:`TaskRef`.
 

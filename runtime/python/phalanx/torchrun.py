@@ -128,6 +128,12 @@ class PhalanxRendezvousHandler(RendezvousHandler):
         rank, world = self._client.task_id, self._client.num_tasks
         log.info("phalanx rendezvous %s complete: round %d of epoch %s, group rank %d of %d",
                  self._run_id, n, epoch, rank, world)
+        # The agent cannot see the script's steps: a complete rendezvous stands for the first
+        # step (the time before it is booked as before-first-step, not productive).
+        try:
+            self._client.report_stepping()
+        except (Unavailable, DeadlineExceeded) as e:
+            log.info("phalanx rendezvous: stepping report not delivered (%s)", e)
         return self._store, rank, world
 
     def is_closed(self):

@@ -380,6 +380,14 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(phalanx.InvalidArgument):
             a.report_rolled_back("", 1)
 
+    def test_report_stepping_is_a_cheap_call_per_step(self):
+        a = self.client(0)
+        for _ in range(1000):  # one report reaches the coordinator; the rest are a flag check
+            a.report_stepping()
+        a.close()
+        with self.assertRaises(phalanx.Error):
+            a.report_stepping()
+
     def test_shutdown_barrier_then_close(self):
         a, b = self.client(0), self.client(1)
         join = in_thread(b.shutdown, 20)
