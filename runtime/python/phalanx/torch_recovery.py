@@ -57,9 +57,11 @@ re-raised, unless a peer failure was seen within ``failure_grace`` seconds.
 Needs ``torch`` (imported here, not by ``phalanx``).
 """
 
+import contextlib
 import datetime
 import gc
 import io
+import itertools
 import os
 import sys
 import threading
@@ -138,6 +140,24 @@ class CollectiveAborter:
         with self._cond:
             self._cond.wait_for(lambda: not self._running, timeout)
             return len(self._running)
+
+
+class DistributedSampler(torch.utils.data.DistributedSampler):
+    """torch's ``DistributedSampler`` that :meth:`Manager.loop` can start mid-epoch: its next
+    pass skips the first samples of this rank's share (``skip_next``) without their being
+    loaded. The same indices in the same order as torch's for the same seed and epoch."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._skip = 0
+
+    def skip_next(self, samples):
+        """The next pass (only) starts ``samples`` into this rank's share."""
+        self._skip = int(samples)
+
+    def __iter__(self):
+        skip, self._skip = self._skip, 0
+        return itertools.islice(super().__iter__(), skip, None)
 
 
 def ordered_allreduce_hook(state, bucket):
@@ -249,6 +269,7 @@ class Manager:
         self._have_state = False  # whether self.step's state is in memory (not before forming)
         self._cond = threading.Condition()
         self._changes = 0         # peer changes seen (failures, new incarnations)
+        self._formations = 0      # groups formed (the first, then one per recovery)
         self._coordinator_restarts = 0
         self._leaving_round = None
         self._aborter = None      # the current group's collectives (deterministic DDP only)
@@ -333,33 +354,127 @@ class Manager:
     def run(self, step_fn, steps):
         """Runs ``step_fn(step)`` for every step up to ``steps``, recovering in place after peer
         failures; returns the number of steps done (``steps``)."""
+        if not self._begin(steps):
+            return steps
+        while self.step < steps:
+            try:
+                self._before_step()
+                step_fn(self.step)
+            except Aborted:
+                self._exit(EXIT_SUPERSEDED, "superseded")
+            except Exception as e:  # noqa: BLE001 - classified by _recover_or_raise
+                self._recover_or_raise(e)
+                continue
+            self._after_step()
+        self._end()
+        return self.step
+
+    def loop(self, loader, epochs):
+        """Yields the batches of ``loader`` (a ``DataLoader``) for ``epochs`` epochs: your loop
+        kept as it is, its body in ``with manager.recoverable():``. Calls the sampler's
+        ``set_epoch`` at each epoch, counts one step per batch, and after a recovery resumes at
+        the batch of the step the group agreed on: the data position is the step (epoch =
+        step // len(loader)), so it needs no state of its own. With :meth:`sampler`'s sampler
+        the batches before that position are skipped without being loaded; with another, they
+        are loaded and dropped. A batch must depend only on the sampler's indices (and seeded
+        randomness), so that a batch loaded again after a recovery is the same batch."""
+        per_epoch = len(loader)
+        if per_epoch == 0:
+            raise ValueError("the loader yields no batch")
+        steps = int(epochs) * per_epoch
+        if not self._begin(steps):
+            return
+        while self.step < steps:
+            formation = self._formations
+            for batch in self._batches_from(loader, *divmod(self.step, per_epoch)):
+                try:
+                    self._before_step()
+                except Aborted:
+                    self._exit(EXIT_SUPERSEDED, "superseded")
+                except Exception as e:  # noqa: BLE001 - classified by _recover_or_raise
+                    self._recover_or_raise(e)
+                    break
+                yield batch
+                if self._formations != formation:
+                    break  # the body failed and recovered: resume at the agreed step's batch
+                self._after_step()
+                if self.step % per_epoch == 0 or self.step >= steps:
+                    break
+        self._end()
+
+    @contextlib.contextmanager
+    def recoverable(self):
+        """The body of a :meth:`loop` step: a peer's failure inside it (a collective raising)
+        is recovered from in place (the group re-forms, the state comes from a live peer) and
+        the loop resumes at the agreed step; any other exception is reported and re-raised, as
+        in :meth:`run`."""
+        try:
+            yield
+        except Aborted:
+            self._exit(EXIT_SUPERSEDED, "superseded")
+        except Exception as e:  # noqa: BLE001 - classified by _recover_or_raise
+            self._recover_or_raise(e)
+
+    def sampler(self, dataset, **kwargs):
+        """A :class:`DistributedSampler` for this task's rank in the job (``shuffle``, ``seed``,
+        ``drop_last`` as torch's), which :meth:`loop` can position without loading data."""
+        return DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank,
+                                  **kwargs)
+
+    # -- the loop's steps ---------------------------------------------------------------------
+
+    def _begin(self, steps):
+        """Forms the group (and restores the state); False when the job had finished already."""
         done = self._retrying(lambda: self._client.kv_try_get(self._done_key()))
         if done is not None and int(done) >= steps:
             # A replacement started after every task finished: nothing left to train.
             self._event("already_done", steps=int(done))
-            return steps
+            return False
         self._recover(None)
-        while self.step < steps:
-            try:
-                self._check_device()
-                if self._reached_sync_point():
-                    self._at_sync_point()
-                step_fn(self.step)
-            except Aborted:
-                self._exit(EXIT_SUPERSEDED, "superseded")
-            except Exception as e:  # noqa: BLE001 - classified below
-                self._check_device()
-                if not self._is_peer_failure(e):
-                    self._fatal(e)
-                    raise
-                self._recover(e)
-                continue
-            self.step += 1
-            if self._checkpoint_every and self.step % self._checkpoint_every == 0:
-                self._checkpoint("interval")
+        return True
+
+    def _before_step(self):
+        self._check_device()
+        if self._reached_sync_point():
+            self._at_sync_point()
+
+    def _after_step(self):
+        self.step += 1
+        self._report_stepping()
+        if self._checkpoint_every and self.step % self._checkpoint_every == 0:
+            self._checkpoint("interval")
+
+    def _end(self):
         self._retrying(lambda: self._client.kv_set(self._done_key(), str(self.step),
                                                    overwrite=True))
-        return self.step
+
+    def _recover_or_raise(self, error):
+        """After ``error`` out of a step: recovers when a peer failed, else reports the bug and
+        re-raises it."""
+        self._check_device()
+        if not self._is_peer_failure(error):
+            self._fatal(error)
+            raise error
+        self._recover(error)
+
+    def _batches_from(self, loader, epoch, index):
+        """An iterator over ``loader``'s batches of ``epoch`` from batch ``index`` on."""
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        if index and isinstance(sampler, DistributedSampler) and loader.batch_size:
+            sampler.skip_next(index * loader.batch_size)
+            return iter(loader)
+        return itertools.islice(iter(loader), index, None)
+
+    def _report_stepping(self):
+        """Tells the coordinator the group steps (once per registration: the job's first step,
+        or a regroup's end), for the operator's goodput. Best effort: a coordinator that is away
+        hears of it after the next step."""
+        try:
+            self._client.report_stepping()
+        except (Unavailable, DeadlineExceeded):
+            pass  # not delivered: the next step's call sends it again
 
     def _retrying(self, call, timeout=300.0):
         """``call()``, again after the coordinator is back when it answers Unavailable."""
@@ -486,6 +601,7 @@ class Manager:
                 # Where the time went (seconds): members agreed, source agreed, group formed,
                 # state restored (with DDP built).
                 phases = ",".join("%.3f" % (b - a) for a, b in zip(marks, marks[1:]))
+                self._formations += 1
                 self._event("recovered" if cause is not None else "formed", epoch=epoch,
                             step=self.step, source=source, took_s="%.3f" % (
                                 time.monotonic() - started), phases_s=phases)

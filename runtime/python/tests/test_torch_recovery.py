@@ -28,6 +28,8 @@ import rank_supervisor  # noqa: E402
 TIMEOUT = 120  # a bound for a loaded 2-core machine; nothing here asserts speed
 RANKS = 4
 TRAIN = os.path.join(harness.REPO, "runtime", "python", "examples", "torch_train.py")
+LOADER_TRAIN = os.path.join(harness.REPO, "runtime", "python", "examples",
+                            "torch_dataloader_train.py")
 ARGS = ["--steps=120", "--step_time=0.05", "--preempt_at=90", "--preempt_task=1"]
 
 
@@ -35,9 +37,9 @@ def count(events, kind, after_ms=0):
     return sum(1 for e in events if e.get("kind") == kind and int(e["t_ms"]) > after_ms)
 
 
-def reference_sha256(args=ARGS):
-    """What torch_train.py --reference computes in one process for the same run."""
-    out = subprocess.run([sys.executable, TRAIN, "--reference=%d" % RANKS] + args,
+def reference_sha256(args=ARGS, script=TRAIN, ranks=RANKS):
+    """What the script's --reference computes in one process for the same run."""
+    out = subprocess.run([sys.executable, script, "--reference=%d" % ranks] + args,
                          env=dict(os.environ, **harness.package_env()),
                          capture_output=True, timeout=TIMEOUT, check=True).stdout.decode()
     return rank_supervisor.parse_event(out.strip().splitlines()[-1])["params_sha256"]
@@ -135,6 +137,61 @@ class TorchRecoveryTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, out + proc.stderr.decode())
         self.assertIn("raised shape mismatch in my model at 3", out)
         self.assertIn("fatal", proc.stderr.decode())
+
+
+class TorchDataLoaderTest(unittest.TestCase):
+    """Issue 35 (3): the loop users keep (DataLoader + DistributedSampler, epochs) recovers in
+    place, mid-epoch, bitwise."""
+
+    RANKS = 2
+    ARGS = ["--epochs=2", "--batch_size=16", "--step_time=0.05"]  # 32 steps per epoch
+
+    def run_job(self, faults):
+        coordinator = harness.Coordinator(num_tasks=self.RANKS, job="loader",
+                                          heartbeat_timeout="2s")
+        self.addCleanup(coordinator.close)
+        ranks = rank_supervisor.RankSupervisor(coordinator, [LOADER_TRAIN] + self.ARGS,
+                                               self.RANKS)
+        self.addCleanup(ranks.close)
+        if faults:
+            faults(ranks)
+        finished = ranks.wait_for(lambda ev, ex: len(ranks.finals()) == self.RANKS, TIMEOUT)
+        self.assertTrue(finished, "the job did not finish; logs in %s" % coordinator.dir)
+        return ranks
+
+    def kill_at(self, ranks, step, task):
+        self.assertTrue(ranks.wait_for(lambda ev, ex: ranks.min_step() >= step, TIMEOUT),
+                        "the ranks did not reach step %d" % step)
+        t = int(time.time() * 1000)
+        ranks.signal(task, signal.SIGKILL)
+        self.assertTrue(ranks.wait_for(
+            lambda ev, ex: count(ev, "recovered", t) + count(ev, "formed", t) >= self.RANKS,
+            TIMEOUT), "the group did not re-form")
+
+    def test_a_kill_mid_epoch_resumes_at_the_agreed_batch_bitwise(self):
+        expected = reference_sha256(self.ARGS, LOADER_TRAIN, self.RANKS)
+
+        def faults(ranks):
+            self.kill_at(ranks, 10, 1)  # mid-epoch 0
+            self.kill_at(ranks, 40, 0)  # mid-epoch 1, the other rank
+
+        ranks = self.run_job(faults)
+        finals = ranks.finals()
+        self.assertEqual({f["params_sha256"] for f in finals.values()}, {expected},
+                         "final parameters differ from the undisturbed reference")
+        self.assertEqual({int(f["steps"]) for f in finals.values()}, {64})
+        codes = sorted((task, code) for task, _, code in ranks.exits if code != 0)
+        self.assertEqual(codes, [(0, -signal.SIGKILL), (1, -signal.SIGKILL)])
+        # Every step 1..64 ran, and a step run again after a recovery had the same loss (the
+        # same batch through the same model).
+        losses = {}
+        for e in ranks.events:
+            if e["kind"] == "step" and e["task"] != "reference":
+                losses.setdefault((e["task"], int(e["step"])), set()).add(e["loss"])
+        for task in ("0", "1"):
+            self.assertEqual({s for t, s in losses if t == task}, set(range(1, 65)))
+        self.assertEqual([k for k, v in losses.items() if len(v) > 1], [],
+                         "a step re-run after a recovery computed another loss")
 
 
 if __name__ == "__main__":
