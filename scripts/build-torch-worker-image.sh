@@ -34,7 +34,7 @@ rm -rf "$CONTEXT"
 mkdir -p "$CONTEXT/examples"
 cp "$SRC_DIR/deploy/docker/torch-worker/Containerfile" "$CONTEXT/Containerfile"
 cp "$wheel" "$CONTEXT/"
-cp "$SRC_DIR"/runtime/python/examples/{torch_train.py,torchrun_train.py} "$CONTEXT/examples/"
+cp "$SRC_DIR"/runtime/python/examples/{torch_train.py,torch_dataloader_train.py,torchrun_train.py} "$CONTEXT/examples/"
 ref="$REGISTRY/$IMAGE:$version"
 echo "build-torch-worker-image: staged $CONTEXT (docker build -t $ref $CONTEXT)"
 

@@ -175,10 +175,13 @@ else
   printf '  goodput: %.1f s productive, %.1f s lost (%.0f%%)\n' "${productive:-0}" "${lost:-0}" \
     "$(calc %.1f "100 * ${productive:-0} / (${productive:-0} + ${lost:-0} + 0.0001)")"
   # The lost seconds the phases do not show (accounting rule: docs/user-guide.md, Goodput).
-  printf '  lost, of which: %.1f s failure to detection, %.1f s coordinator down, %.1f s rolled back\n' \
+  printf '  lost, of which: %.1f s failure to detection, %.1f s regroup, %.1f s coordinator down, %.1f s rolled back\n' \
     "$(g=$(job_field .status.goodput.detectionSeconds); echo "${g:-0}")" \
+    "$(g=$(job_field .status.goodput.regroupSeconds); echo "${g:-0}")" \
     "$(g=$(job_field .status.goodput.coordinatorOutageSeconds); echo "${g:-0}")" \
     "$(g=$(job_field .status.goodput.rolledBackSeconds); echo "${g:-0}")"
+  printf '  before the first step (neither productive nor lost): %.1f s\n' \
+    "$(g=$(job_field .status.goodput.beforeFirstStepSeconds); echo "${g:-0}")"
   logs="$WORK/cluster/logs"
   sync_steps=$(grep -h "kind=sync_checkpoint" "$logs"/*.log 2>/dev/null |
     sed 's/.*step=\([0-9]*\).*/\1/' | sort -u | tr '\n' ' ')

@@ -4,23 +4,24 @@ torchrun restarts every worker when one dies. With :class:`Manager` the survivor
 process, model and optimizer in memory; only the failed task is restarted (``restartScope:
 Task``), and the group re-forms around it::
 
-    import torch, phalanx
+    import torch
     from phalanx.torch_recovery import Manager
 
     model = MyModel()                                   # the same seed on every task
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     manager = Manager(model, optimizer)                 # PHALANX_* from the environment
+    loader = DataLoader(data, batch_size=32, sampler=manager.sampler(data, shuffle=True))
 
-    def train_step(step):                               # the body of your old loop
-        x, y = batch_for(step, manager.rank)            # data from the step, not from a stream
-        optimizer.zero_grad()
-        loss_fn(manager.model(x), y).backward()         # manager.model: DDP on the live group
-        optimizer.step()
-
-    manager.run(train_step, steps=1000)
+    for x, y in manager.loop(loader, epochs):           # your loop; resumes at the right batch
+        with manager.recoverable():                     # a peer's failure: recover in place
+            optimizer.zero_grad()
+            loss_fn(manager.model(x), y).backward()     # manager.model: DDP on the live group
+            optimizer.step()
     manager.shutdown()
 
-What :meth:`Manager.run` does around ``train_step``:
+(or ``manager.run(train_step, steps)`` with the loop's body a function of the step.)
+
+What :meth:`Manager.loop` (and :meth:`Manager.run`) do around each step:
 
 1. **Forms the group** through the coordination service: every task waits until all tasks are
    registered (``alive_tasks``), publishes what it holds (the step its in-memory state is at, or
@@ -48,8 +49,8 @@ What :meth:`Manager.run` does around ``train_step``:
 Exit codes (the operator's conventions): 3 when this incarnation was superseded or declared failed
 (``Aborted``), 4 after the sync checkpoint when a preemption round names this task.
 
-What it needs from the training step: deterministic data and randomness derived from the step
-(and rank), so a step run again after a recovery computes the same thing; ``optimizer.zero_grad``
+What it needs from the training step: data from the sampler's indices (or the step and rank) and
+randomness seeded from them, so a step run again after a recovery computes the same thing; ``optimizer.zero_grad``
 at the start of the step (the manager clears gradients after a recovery, too). An exception that
 is not a communication failure (a bug) is reported to the coordinator (``report_error``) and
 re-raised, unless a peer failure was seen within ``failure_grace`` seconds.
