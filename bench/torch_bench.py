@@ -9,7 +9,9 @@ recover_s.phalanx_warm / lost_s.phalanx_warm (the same with a warm standby, phal
 replacement is a process that imported torch before the kill, as phalanx-launch keeps per pod),
 lost_s.phalanx / .torchrun (wall time lost against the same launcher's undisturbed run),
 steps_lost.phalanx / .torchrun (steps done before the kill that were done again),
-store_ops_per_s.phalanx / .tcpstore (set, get and add from 4 client processes at once).
+store_ops_per_s.phalanx / .tcpstore (set, get and add from 4 client processes at once),
+state_transfer_mb_per_s (a replacement receiving a 256 MiB state from a live peer, 2 ranks)
+against state_transfer_reference_mb_per_s (the same bytes through one loopback TCP socket).
 Run with the interpreter that imports torch (Debian's /usr/bin/python3)."""
 
 import argparse
@@ -102,6 +104,62 @@ def phalanx_run(args, kill, standby=False):
             ranks.close()
     finally:
         coordinator.close()
+
+
+def state_transfer_mb_per_s(args):
+    """A 2-rank job carrying ``--state_mb`` MiB of state; rank 1 SIGKILLed at step 5: the MiB/s
+    at which its replacement received the state from the survivor (its ``formed`` event)."""
+    import harness
+    import rank_supervisor
+    coordinator = harness.Coordinator(num_tasks=2, job="transfer", heartbeat_timeout="2s")
+    try:
+        ranks = rank_supervisor.RankSupervisor(
+            coordinator, [TRAIN, "--steps=30", "--step_time=0.05",
+                          "--state_mb=%d" % args.state_mb], 2)
+        try:
+            ranks.wait_for(lambda ev, ex: ranks.min_step() >= 5, 300)
+            ranks.signal(1, signal.SIGKILL)
+
+            def received(events):
+                return [e for e in events if e["kind"] == "formed" and e["task"] == "1"
+                        and e["inc"] == "1" and "state_mb_per_s" in e]
+            if not ranks.wait_for(lambda ev, ex: received(ev), 300):
+                raise RuntimeError("the replacement got no state; logs in " + coordinator.dir)
+            got = received(ranks.events)[0]
+            if int(got["state_bytes"]) < args.state_mb * 2**20:
+                raise RuntimeError("the state moved was %s bytes" % got["state_bytes"])
+            return float(got["state_mb_per_s"])
+        finally:
+            ranks.close()
+    finally:
+        coordinator.close()
+
+
+def socket_copy_mb_per_s(mb):
+    """``mb`` MiB through one loopback TCP connection (sendall → recv_into), MiB/s: what moving
+    the bytes costs on this machine without torch or Phalanx."""
+    import socket
+    import threading
+    payload = bytearray(mb * 2**20)
+    listener = socket.create_server(("127.0.0.1", 0))
+    sender = socket.create_connection(listener.getsockname())
+    receiver, _ = listener.accept()
+    listener.close()
+    into = memoryview(bytearray(len(payload)))
+    started = time.monotonic()
+    thread = threading.Thread(target=sender.sendall, args=(payload,))
+    thread.start()
+    got = 0
+    while got < len(payload):
+        n = receiver.recv_into(into[got:])
+        if n == 0:
+            raise RuntimeError("the loopback connection closed early")
+        got += n
+    seconds = time.monotonic() - started
+    thread.join()
+    sender.close()
+    receiver.close()
+    return mb / seconds
 
 
 # -- torchrun: torch elastic's launcher API (Debian's torchrun command fails on Python 3.11) -----
@@ -243,6 +301,8 @@ def main():
                    help="torchrun's snapshot interval (Phalanx needs none to recover)")
     p.add_argument("--store_ops", type=int, default=500, help="set+get+add rounds per client")
     p.add_argument("--store_clients", type=int, default=4)
+    p.add_argument("--state_mb", type=int, default=256,
+                   help="the state a replacement receives in the transfer measurement")
     p.add_argument("--repeats", type=int, default=3, help="runs of each kind (medians)")
     args = p.parse_args()
     if not bench_environment(args.build, "torch bench"):
@@ -273,6 +333,9 @@ def main():
     say("c10d Store API: PhalanxStore and TCPStore")
     ops_phalanx = median([store_ops_per_s(args, "phalanx") for _ in range(args.repeats)])
     ops_tcp = median([store_ops_per_s(args, "tcpstore") for _ in range(args.repeats)])
+    say("state transfer: %d MiB to a replacement, and through a loopback socket" % args.state_mb)
+    transfer = median([state_transfer_mb_per_s(args) for _ in range(args.repeats)])
+    socket_copy = median([socket_copy_mb_per_s(args.state_mb) for _ in range(args.repeats)])
     result = {
         "recover_s.phalanx": round(ph1["recover_s"], 3),
         "recover_s.torchrun": round(tr1["recover_s"], 3),
@@ -285,10 +348,12 @@ def main():
         "steps_lost": ph1["steps_lost"],
         "store_ops_per_s.phalanx": round(ops_phalanx),
         "store_ops_per_s.tcpstore": round(ops_tcp),
+        "state_transfer_mb_per_s": round(transfer, 1),
+        "state_transfer_reference_mb_per_s": round(socket_copy, 1),
         "config": {"ranks": args.ranks, "steps": args.steps, "step_time_s": args.step_time,
                    "kill_at": args.kill_at, "torchrun_checkpoint_every": args.checkpoint_every,
                    "store_clients": args.store_clients, "store_ops_per_client": 3 * args.store_ops,
-                   "repeats": args.repeats, "undisturbed_s.phalanx": round(ph0["wall_s"], 3),
+                   "repeats": args.repeats, "state_mb": args.state_mb, "undisturbed_s.phalanx": round(ph0["wall_s"], 3),
                    "undisturbed_s.torchrun": round(tr0["wall_s"], 3),
                    "cores": os.cpu_count()},
     }
@@ -302,6 +367,8 @@ def main():
         print("%-28s %12s" % (key + " (warm standby)", result[key + ".phalanx_warm"]))
     print("%-28s %12s %12s" % ("store_ops_per_s (TCPStore)", result["store_ops_per_s.phalanx"],
                                result["store_ops_per_s.tcpstore"]))
+    print("%-28s %12s %12s" % ("state MiB/s (socket copy)", result["state_transfer_mb_per_s"],
+                               result["state_transfer_reference_mb_per_s"]))
     print("wrote " + args.out)
     return 0
 

@@ -120,6 +120,12 @@ echo "  restarts: $(job_field .status.restarts), preemptions: $(job_field .statu
   "coordinator moves $(job_field .status.coordinator.moves), coordinator restarts $(job_field .status.coordinator.restarts)"
 printf '  goodput: %.1f s productive, %.1f s lost\n' "$(job_field .status.productiveSeconds)" \
   "$(job_field .status.lostSeconds)"
+# The lost seconds the phases do not show (docs/user-guide.md, Goodput accounting).
+goodput_part() { local v; v=$(job_field ".status.goodput.$1"); echo "${v:-0}"; }
+printf '  lost, of which: %.1f s failure to detection, %.1f s regroup, %.1f s coordinator down, %.1f s rolled back; %.1f s before the first step\n' \
+  "$(goodput_part detectionSeconds)" "$(goodput_part regroupSeconds)" \
+  "$(goodput_part coordinatorOutageSeconds)" "$(goodput_part rolledBackSeconds)" \
+  "$(goodput_part beforeFirstStepSeconds)"
 timeline_picture "$WORK/real/logs" "$WORK/real/timeline.png" "$node" "$coordinator_node"
 echo "  logs: $WORK/real (cluster.log, logs/<pod>.log; nodes' kubelet/containerd logs in cluster/nodes/)"
 [[ "$(job_field .status.phase)" == Succeeded && "$(job_field .status.restarts)" == "$restarts_before" &&

@@ -52,6 +52,10 @@ def parse_args(argv):
                         "however slow the machine; the loop keeps stepping (preemption rounds "
                         "still reach their sync point) and the math is unchanged")
     p.add_argument("--linger_steps", type=int, default=0)
+    p.add_argument("--state_mb", type=int, default=0,
+                   help="bench hook: carry this many MiB of extra state with the model (a "
+                        "buffer in Manager's stateful, not trained), so a replacement's state "
+                        "transfer has a size to measure")
     p.add_argument("--reference", type=int, default=0, metavar="RANKS",
                    help="no job: train the same model for RANKS ranks in this one process "
                         "(each rank's gradient in turn, averaged as the Manager's DDP hook does) "
@@ -71,6 +75,20 @@ def batch(torch, step, rank):
     target = torch.Generator().manual_seed(7)
     w = torch.randn(16, 4, generator=target)
     return x, x @ w + 0.01 * torch.randn(32, 4, generator=g)
+
+
+class Ballast:
+    """``mb`` MiB of state that travels with the model (``stateful``): what a large model's
+    weights and optimizer state weigh in a state transfer, without their compute."""
+
+    def __init__(self, torch, mb):
+        self.data = torch.arange(mb * 2**18, dtype=torch.float32)
+
+    def state_dict(self):
+        return {"data": self.data}
+
+    def load_state_dict(self, state):
+        self.data = state["data"]
 
 
 def params_sha256(model):
@@ -136,7 +154,9 @@ def main(argv=None):
 
     model = build_model(torch)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    stateful = {"ballast": Ballast(torch, args.state_mb)} if args.state_mb > 0 else None
     manager = Manager(model, optimizer, client=client, checkpoint_dir=args.checkpoint_dir or None,
+                      stateful=stateful,
                       checkpoint_every=args.checkpoint_every,
                       collective_timeout=args.collective_timeout, on_event=on_event)
     loss_fn = torch.nn.MSELoss()

@@ -32,9 +32,11 @@ What :meth:`Manager.loop` (and :meth:`Manager.run`) do around each step:
    nobody replaced), ``-<n>`` for their n-th formation: each formation has a fresh barrier and
    fresh rendezvous keys.
 2. **Restores state from the source**: model, optimizer, the step, and every object in
-   ``stateful`` (``state_dict``/``load_state_dict``), broadcast as one ``torch.save`` blob over the
-   new group, so a replacement starts bitwise identical to the survivors. Everyone resumes at the
-   source's step.
+   ``stateful`` (``state_dict``/``load_state_dict``) go point to point from the source to the
+   tasks that lack them (the replacement, a survivor one step behind), tensor by tensor after a
+   small pickle of their structure, so a replacement starts bitwise identical to the survivors;
+   tasks that hold the source's step already receive nothing. Everyone resumes at the source's
+   step.
 3. **Runs steps**. A peer that dies makes the collective in the step fail (gloo: the connection
    closes; a hung peer is declared failed by the coordinator's heartbeat timeout and killed by the
    operator, which closes its connections). The manager then destroys the group, keeps the
@@ -61,9 +63,9 @@ Needs ``torch`` (imported here, not by ``phalanx``).
 import contextlib
 import datetime
 import gc
-import io
 import itertools
 import os
+import pickle
 import sys
 import threading
 import time
@@ -161,6 +163,95 @@ class DistributedSampler(torch.utils.data.DistributedSampler):
         return itertools.islice(super().__iter__(), skip, None)
 
 
+class _TensorSlot:
+    """Where a tensor was in a state sent by :func:`_send_state`: its place in the stream."""
+
+    def __init__(self, index, dtype, shape):
+        self.index, self.dtype, self.shape = index, dtype, tuple(shape)
+
+
+def _strip_tensors(obj, tensors):
+    """``obj`` with each tensor replaced by a :class:`_TensorSlot`; the tensors appended."""
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj)
+        return _TensorSlot(len(tensors) - 1, obj.dtype, obj.shape)
+    if isinstance(obj, dict):
+        return type(obj)((k, _strip_tensors(v, tensors)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_strip_tensors(v, tensors) for v in obj)
+    return obj
+
+
+def _fill_tensors(obj, tensors):
+    if isinstance(obj, _TensorSlot):
+        return tensors[obj.index]
+    if isinstance(obj, dict):
+        return type(obj)((k, _fill_tensors(v, tensors)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_fill_tensors(v, tensors) for v in obj)
+    return obj
+
+
+def _as_bytes(tensor, device):
+    """A tensor's bytes as a flat uint8 tensor on ``device`` (any dtype travels as bytes)."""
+    return tensor.detach().reshape(-1).contiguous().view(torch.uint8).to(device)
+
+
+def _send_state(state, receivers, device):
+    """Sends ``state`` (a state_dict: nested dicts and lists of tensors and plain values) to
+    each of ``receivers``: its structure as one small pickle, then every tensor on its own."""
+    tensors = []
+    header = pickle.dumps(_strip_tensors(state, tensors))
+    header = torch.frombuffer(bytearray(header), dtype=torch.uint8).to(device)
+    payloads = [_as_bytes(t, device) for t in tensors]
+    for dst in receivers:
+        dist.send(torch.tensor([header.numel()], dtype=torch.int64, device=device), dst)
+        dist.send(header, dst)
+        works = [dist.isend(p, dst) for p in payloads if p.numel() > 0]
+        for work in works:
+            work.wait()
+
+
+def _receive_state(src, device):
+    """What :func:`_send_state` sent: (state, (tensor bytes, seconds their transfer took: from
+    the structure's arrival, when the sender is sending, to the last byte))."""
+    size = torch.zeros(1, dtype=torch.int64, device=device)
+    dist.recv(size, src)
+    header = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    dist.recv(header, src)
+    started = time.monotonic()
+    skeleton = pickle.loads(header.cpu().numpy().tobytes())
+    slots = []
+    _collect_slots(skeleton, slots)
+    slots.sort(key=lambda slot: slot.index)
+    buffers = [torch.empty(_slot_bytes(slot), dtype=torch.uint8, device=device)
+               for slot in slots]
+    works = [dist.irecv(b, src) for b in buffers if b.numel() > 0]
+    for work in works:
+        work.wait()
+    seconds = time.monotonic() - started
+    tensors = [b.view(slot.dtype).reshape(slot.shape) for b, slot in zip(buffers, slots)]
+    return _fill_tensors(skeleton, tensors), (sum(b.numel() for b in buffers), seconds)
+
+
+def _collect_slots(obj, slots):
+    if isinstance(obj, _TensorSlot):
+        slots.append(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _collect_slots(v, slots)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _collect_slots(v, slots)
+
+
+def _slot_bytes(slot):
+    count = 1
+    for n in slot.shape:
+        count *= n
+    return count * torch.empty((), dtype=slot.dtype).element_size()
+
+
 def ordered_allreduce_hook(state, bucket):
     """A DDP communication hook that averages gradients the same way bit for bit whatever the
     bucket layout: every rank's bucket is all-gathered and summed in rank order. DDP's own
@@ -219,8 +310,10 @@ class Manager:
     :func:`phalanx.init`). ``stateful``: ``{name: object}`` with ``state_dict``/
     ``load_state_dict`` (an LR scheduler, a data sampler) carried with the model.
     ``checkpoint_dir``: a path every task can read (a shared volume); checkpoints go to
-    ``<dir>/task-<id>/step-<N>.pt`` every ``checkpoint_every`` steps (0: only at preemption sync
-    points) and are used only when no task holds the state in memory. ``collective_timeout``:
+    ``<dir>/task-0/step-<N>.pt`` every ``checkpoint_every`` steps (0: only at preemption sync
+    points), written by task 0 alone (DDP's state is the same on every task; with ``ddp=False``
+    each task writes its own ``task-<id>``), and are used only when no task holds the state in
+    memory. ``collective_timeout``:
     the process group's timeout, seconds. ``deterministic`` (default): DDP averages gradients
     with :func:`ordered_allreduce_hook`, so a run through re-formations ends bitwise where an
     undisturbed one does; ``False``: DDP's own all-reduce (less traffic for large models; the
@@ -593,19 +686,24 @@ class Manager:
                 marks = [time.monotonic()]
                 epoch = self._agree_on_members(deadline)
                 marks.append(time.monotonic())
-                source, step, from_disk = self._agree_on_source(epoch, remaining)
+                source, step, from_disk, receivers = self._agree_on_source(epoch, remaining)
                 marks.append(time.monotonic())
                 self._form_group(epoch)
                 marks.append(time.monotonic())
-                self._restore(source, step, from_disk)
+                moved = self._restore(source, step, from_disk, receivers)
                 marks.append(time.monotonic())
                 # Where the time went (seconds): members agreed, source agreed, group formed,
                 # state restored (with DDP built).
                 phases = ",".join("%.3f" % (b - a) for a, b in zip(marks, marks[1:]))
                 self._formations += 1
+                transfer = {}
+                if moved is not None:  # this task received the state: its size and speed
+                    nbytes, seconds = moved
+                    transfer = {"state_bytes": nbytes,
+                                "state_mb_per_s": "%.1f" % (nbytes / 2**20 / max(seconds, 1e-9))}
                 self._event("recovered" if cause is not None else "formed", epoch=epoch,
                             step=self.step, source=source, took_s="%.3f" % (
-                                time.monotonic() - started), phases_s=phases)
+                                time.monotonic() - started), phases_s=phases, **transfer)
                 return
             except Aborted:
                 self._exit(EXIT_SUPERSEDED, "superseded")
@@ -648,7 +746,8 @@ class Manager:
             self._peer_change_since(seen, min(5.0, max(0.0, remaining)))
 
     def _agree_on_source(self, epoch, timeout):
-        """Every task publishes what it holds; all pick the same source: (task, step, from_disk)."""
+        """Every task publishes what it holds; all pick the same source and the tasks that need
+        its state: (task, step, from_disk, receivers)."""
         directory = "%s/%s/holds" % (self._prefix, epoch)
         live = self.step if self._have_state else -1
         on_disk = self._newest_checkpoint()
@@ -656,14 +755,22 @@ class Manager:
                             overwrite=True)
         self._client.barrier("%s/%s/agreed" % (self._prefix, epoch), timeout=max(1.0, timeout))
         best = (-1, 0, 0)  # (step, in memory, -task)
+        live_steps = {}
         for key, value in self._client.kv_dir(directory):
             task = int(key.rsplit("/", 1)[1])
             live_step, disk_step = (int(v) for v in value.split())
+            live_steps[task] = live_step
             best = max(best, (live_step, 1, -task), (disk_step, 0, -task))
         step, in_memory, neg_task = best
         if step < 0:
-            return 0, 0, False  # a fresh start: task 0's initial state for everyone
-        return -neg_task, step, not in_memory
+            # A fresh start: task 0's initial state for everyone.
+            return 0, 0, False, [t for t in range(self.world_size) if t != 0]
+        source = -neg_task
+        # Who lacks the source's state: a task whose memory holds another step (a replacement,
+        # one behind); with a checkpoint, every other task (nobody holds its step in memory).
+        receivers = [t for t in range(self.world_size)
+                     if t != source and (not in_memory or live_steps.get(t, -1) != step)]
+        return source, step, not in_memory, receivers
 
     def _form_group(self, epoch):
         store = PhalanxStore(self._client, prefix="%s/%s/pg" % (self._prefix, epoch),
@@ -685,27 +792,21 @@ class Manager:
         if watch.active and watch.job:
             self._agent_watch = watch.start()
 
-    def _restore(self, source, step, from_disk):
+    def _restore(self, source, step, from_disk, receivers):
+        """The source's state to the tasks that lack it, point to point, tensor by tensor (no
+        whole-state blob, nothing through the tasks that hold it already); then DDP anew.
+        Returns (bytes, seconds) on a task that received the state, else None."""
+        moved = None
         if self.rank == source:
             if from_disk:
                 self.load_state_dict(torch.load(self._checkpoint_path(step),
                                                 map_location=self._placement))
             elif not self._have_state:
                 self.step = 0  # fresh start: this process's initial state is the job's
-            buffer = io.BytesIO()
-            torch.save(self.state_dict(), buffer)
-            payload = torch.frombuffer(bytearray(buffer.getbuffer()),
-                                       dtype=torch.uint8).to(self._wire)
-            size = torch.tensor([payload.numel()], dtype=torch.int64, device=self._wire)
-        else:
-            size = torch.zeros(1, dtype=torch.int64, device=self._wire)
-        dist.broadcast(size, src=source)
-        if self.rank != source:
-            payload = torch.empty(int(size.item()), dtype=torch.uint8, device=self._wire)
-        dist.broadcast(payload, src=source)
-        if self.rank != source and not (self._have_state and self.step == step and not from_disk):
-            self.load_state_dict(torch.load(io.BytesIO(payload.cpu().numpy().tobytes()),
-                                            map_location=self._placement))
+            _send_state(self.state_dict(), receivers, self._wire)
+        elif self.rank in receivers:
+            state, moved = _receive_state(source, self._wire)
+            self.load_state_dict(state)
         self._have_state = True
         self.step = step
         self._module.zero_grad(set_to_none=True)
@@ -716,6 +817,7 @@ class Manager:
                 self.model.register_comm_hook(self._aborter, ordered_allreduce_hook)
         else:
             self.model = self._module
+        return moved
 
     @property
     def _wire(self):
@@ -771,6 +873,8 @@ class Manager:
     def _checkpoint(self, why):
         if not self._checkpoint_dir:
             return
+        if self._ddp and self.rank != 0:
+            return  # DDP's state is the same on every task: task 0's checkpoint is the job's
         path = self._checkpoint_path(self.step)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = path + ".tmp.%d" % os.getpid()
