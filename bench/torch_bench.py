@@ -10,7 +10,9 @@ replacement is a process that imported torch before the kill, as phalanx-launch 
 lost_s.phalanx / .torchrun (wall time lost against the same launcher's undisturbed run),
 steps_lost.phalanx / .torchrun (steps done before the kill that were done again),
 store_ops_per_s.phalanx / .tcpstore (set, get and add from 4 client processes at once),
-state_transfer_mb_per_s (a replacement receiving a 256 MiB state from a live peer, 2 ranks)
+hang_recover_s (rank 2 stuck in its step outside any collective, as a deadlocked data loader:
+its hang watchdog, --hang_timeout, declares it hung; from its hang to every rank stepping again,
+warm standby), state_transfer_mb_per_s (a replacement receiving a 256 MiB state from a live peer, 2 ranks)
 against state_transfer_reference_mb_per_s (the same bytes through one loopback TCP socket).
 Run with the interpreter that imports torch (Debian's /usr/bin/python3)."""
 
@@ -72,17 +74,29 @@ def bench_environment(build, name):
 
 # -- Phalanx: plain processes under a supervisor that restarts a dead rank ----------------------
 
-def phalanx_run(args, kill, standby=False):
+def phalanx_run(args, kill, standby=False, hang=False):
     import harness
     import rank_supervisor
     os.environ.setdefault("PHALANX_BUILD_DIR", args.build)
     coordinator = harness.Coordinator(num_tasks=args.ranks, job="bench", heartbeat_timeout="2s")
+    extra = (["--hang_at=%d" % args.kill_at, "--hang_task=2",
+              "--hang_timeout=%g" % args.hang_timeout] if hang else [])
     try:
         ranks = rank_supervisor.RankSupervisor(
-            coordinator, [TRAIN, "--steps=%d" % args.steps, "--step_time=%g" % args.step_time],
-            args.ranks, standby=standby)
+            coordinator, [TRAIN, "--steps=%d" % args.steps, "--step_time=%g" % args.step_time]
+            + extra, args.ranks, standby=standby)
         try:
             kill_ms = None
+            if hang:
+                if not ranks.wait_for(lambda ev, ex: len(ranks.finals()) == args.ranks, 600):
+                    raise RuntimeError("the Phalanx job did not finish; logs in "
+                                       + coordinator.dir)
+                events = list(ranks.events)
+                hung_ms = min(int(e["t_ms"]) for e in events if e["kind"] == "hanging")
+                back = first_full_step_after(events, args.ranks,
+                                             max(int(e["t_ms"]) for e in events
+                                                 if e["kind"] in ("recovered", "formed")))
+                return {"hang_recover_s": (back - hung_ms) / 1000.0}
             if kill:
                 ranks.wait_for(lambda ev, ex: ranks.min_step() >= args.kill_at, 300)
                 kill_ms = int(time.time() * 1000)
@@ -301,6 +315,8 @@ def main():
                    help="torchrun's snapshot interval (Phalanx needs none to recover)")
     p.add_argument("--store_ops", type=int, default=500, help="set+get+add rounds per client")
     p.add_argument("--store_clients", type=int, default=4)
+    p.add_argument("--hang_timeout", type=float, default=2.0,
+                   help="the hang watchdog's limit in the hang measurement")
     p.add_argument("--state_mb", type=int, default=256,
                    help="the state a replacement receives in the transfer measurement")
     p.add_argument("--repeats", type=int, default=3, help="runs of each kind (medians)")
@@ -314,12 +330,13 @@ def main():
     say("Phalanx in place and torchrun (elastic_launch, c10d, max_restarts=3), %d ranks, %d "
         "steps of %g s, undisturbed and with rank 2 SIGKILLed at step %d"
         % (args.ranks, args.steps, args.step_time, args.kill_at))
-    runs = {"ph0": [], "ph1": [], "pw1": [], "tr0": [], "tr1": []}
+    runs = {"ph0": [], "ph1": [], "pw1": [], "phh": [], "tr0": [], "tr1": []}
     for i in range(args.repeats):
         say("run %d of %d" % (i + 1, args.repeats))
         runs["ph0"].append(phalanx_run(args, kill=False))
         runs["ph1"].append(phalanx_run(args, kill=True))
         runs["pw1"].append(phalanx_run(args, kill=True, standby=True))
+        runs["phh"].append(phalanx_run(args, kill=False, standby=True, hang=True))
         runs["tr0"].append(torchrun_run(args, kill=False))
         runs["tr1"].append(torchrun_run(args, kill=True))
 
@@ -348,12 +365,14 @@ def main():
         "steps_lost": ph1["steps_lost"],
         "store_ops_per_s.phalanx": round(ops_phalanx),
         "store_ops_per_s.tcpstore": round(ops_tcp),
+        "hang_recover_s": round(med("phh", "hang_recover_s"), 3),
         "state_transfer_mb_per_s": round(transfer, 1),
         "state_transfer_reference_mb_per_s": round(socket_copy, 1),
         "config": {"ranks": args.ranks, "steps": args.steps, "step_time_s": args.step_time,
                    "kill_at": args.kill_at, "torchrun_checkpoint_every": args.checkpoint_every,
                    "store_clients": args.store_clients, "store_ops_per_client": 3 * args.store_ops,
-                   "repeats": args.repeats, "state_mb": args.state_mb, "undisturbed_s.phalanx": round(ph0["wall_s"], 3),
+                   "repeats": args.repeats, "state_mb": args.state_mb,
+                   "hang_timeout_s": args.hang_timeout, "undisturbed_s.phalanx": round(ph0["wall_s"], 3),
                    "undisturbed_s.torchrun": round(tr0["wall_s"], 3),
                    "cores": os.cpu_count()},
     }
@@ -367,6 +386,8 @@ def main():
         print("%-28s %12s" % (key + " (warm standby)", result[key + ".phalanx_warm"]))
     print("%-28s %12s %12s" % ("store_ops_per_s (TCPStore)", result["store_ops_per_s.phalanx"],
                                result["store_ops_per_s.tcpstore"]))
+    print("%-28s %12s (limit %g s)" % ("hang_recover_s (warm)", result["hang_recover_s"],
+                                       args.hang_timeout))
     print("%-28s %12s %12s" % ("state MiB/s (socket copy)", result["state_transfer_mb_per_s"],
                                result["state_transfer_reference_mb_per_s"]))
     print("wrote " + args.out)

@@ -46,6 +46,13 @@ def parse_args(argv):
                    help="test hook: task 0's first incarnation opens a preemption round naming "
                         "--preempt_task when it reaches this step (the node agent's job)")
     p.add_argument("--preempt_task", type=int, default=1)
+    p.add_argument("--hang_at", type=int, default=-1,
+                   help="test hook: task --hang_task's first incarnation hangs in this step, "
+                        "before its forward pass (outside any collective), as a deadlocked data "
+                        "loader would: only the hang watchdog can tell")
+    p.add_argument("--hang_task", type=int, default=1)
+    p.add_argument("--hang_timeout", type=float, default=None,
+                   help="Manager's hang_timeout (default: its own)")
     p.add_argument("--linger_file", default="",
                    help="test hook: until this file exists, each of the last --linger_steps "
                         "steps takes 1 s more, so a test's faults land before the job ends "
@@ -150,7 +157,7 @@ def main(argv=None):
     @client.on_peer_change
     def _(peer):  # what a supervisor watches for a hung rank (the operator uses its own watch)
         event(me, "peer_change", peer=peer.task_id, peer_inc=peer.incarnation,
-              state=peer.state_name)
+              state=peer.state_name, reason=peer.reason[:120] or "-")
 
     model = build_model(torch)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -158,7 +165,8 @@ def main(argv=None):
     manager = Manager(model, optimizer, client=client, checkpoint_dir=args.checkpoint_dir or None,
                       stateful=stateful,
                       checkpoint_every=args.checkpoint_every,
-                      collective_timeout=args.collective_timeout, on_event=on_event)
+                      collective_timeout=args.collective_timeout, on_event=on_event,
+                      hang_timeout=args.hang_timeout)
     loss_fn = torch.nn.MSELoss()
 
     def train_step(step):
@@ -166,6 +174,10 @@ def main(argv=None):
                 and client.incarnation == 0):
             client.notify_preemption(reason="test: node going away",
                                      tasks=[args.preempt_task])
+        if step == args.hang_at and me == args.hang_task and client.incarnation == 0:
+            event(me, "hanging", step=step)
+            while True:
+                time.sleep(3600)
         x, y = batch(torch, step, me)
         optimizer.zero_grad()
         loss = loss_fn(manager.model(x), y)

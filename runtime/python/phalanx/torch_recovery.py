@@ -78,13 +78,19 @@ from .cliques import AgentWatch, local_devices
 from .errors import Aborted, Cancelled, DeadlineExceeded, Error, Unavailable
 from .torch_store import PhalanxStore
 
-__all__ = ["Manager", "CollectiveAborter", "ordered_allreduce_hook", "EXIT_SUPERSEDED",
-           "EXIT_PREEMPTED", "EXIT_DEVICE_FAILED"]
+__all__ = ["Manager", "CollectiveAborter", "DistributedSampler", "ordered_allreduce_hook",
+           "EXIT_SUPERSEDED", "EXIT_PREEMPTED", "EXIT_DEVICE_FAILED", "EXIT_HUNG"]
 
 EXIT_SUPERSEDED = 3
 EXIT_PREEMPTED = 4
 # The node agent saw this rank's GPU fail: the task must leave it (a new pod, elsewhere).
 EXIT_DEVICE_FAILED = 5
+# This rank's hang watchdog found it stuck in a step outside any collective: restart it.
+EXIT_HUNG = 6
+# Without a hang_timeout: the watchdog fires after this many times the longest step seen, and
+# never sooner than the floor (a first epoch's slow steps, a checkpoint's pause).
+HANG_STEP_FACTOR = 10.0
+HANG_FLOOR_S = 30.0
 
 _ABORTED_BY_PHALANX = "collective aborted by Phalanx"
 # Messages of torch's transport errors: a peer is gone or unreachable, not a bug in the step.
@@ -136,6 +142,11 @@ class CollectiveAborter:
             pending, self._pending = self._pending, set()
         for future in pending:
             future.set_exception(RuntimeError(reason))
+
+    def busy(self):
+        """Whether a collective of this group is in flight on this rank."""
+        with self._cond:
+            return bool(self._running)
 
     def wait_idle(self, timeout):
         """Waits up to ``timeout`` seconds for every tracked collective to end; returns how many
@@ -289,6 +300,25 @@ def ordered_allreduce_hook(state, bucket):
     return result
 
 
+def tracked_allreduce_hook(state, bucket):
+    """DDP's own averaging (divide, then gloo/NCCL all-reduce) with the collective tracked by a
+    :class:`CollectiveAborter` (``state``), so a peer's failure fails it at once and the hang
+    watchdog knows this rank is waiting in it."""
+    tensor = bucket.buffer().div_(dist.get_world_size())
+    collective = dist.all_reduce(tensor, async_op=True).get_future()
+    result = torch.futures.Future()
+    state.track(result, collective)
+
+    def complete(done):
+        try:
+            done.value()
+            state.finish(result, collective, value=tensor)
+        except Exception as e:  # noqa: BLE001 - handed to DDP's backward
+            state.finish(result, collective, error=e)
+    collective.then(complete)
+    return result
+
+
 def _default_event(manager, kind, fields):
     text = " ".join("%s=%s" % (k, v) for k, v in fields.items())
     sys.stderr.write("phalanx.torch: task=%d inc=%d %s %s\n" % (
@@ -332,13 +362,20 @@ class Manager:
     :attr:`device_table` (after the group formed): the job's task → GPUs table
     (:mod:`phalanx.device_map`), the same in every task and stable across restarts; this task's
     GPUs are ``gpu_uuids`` (default :func:`phalanx.device_map.local_gpu_uuids`: empty on CPU).
+
+    ``hang_timeout``: seconds a step may run while this rank waits in no collective (computing,
+    loading data, deadlocked) before the hang watchdog declares it hung: it reports the task
+    failed (its peers, waiting in the step's collective, re-form at once, without the
+    coordinator's heartbeat timeout, which a rank stuck this way never trips) and exits
+    :data:`EXIT_HUNG` to be started again. Default: 10 times the longest step this process has
+    completed, at least 30 s. Armed once a step has completed.
     """
 
     def __init__(self, model, optimizer=None, *, client=None, backend="gloo", ddp=True,
                  ddp_kwargs=None, stateful=None, checkpoint_dir=None, checkpoint_every=0,
                  collective_timeout=60.0, recovery_timeout=600.0, failure_grace=30.0,
                  prefix="torch", deterministic=True, on_event=None, agent_devices=None,
-                 agent_period=0.25, gpu_uuids=None):
+                 agent_period=0.25, gpu_uuids=None, hang_timeout=None):
         if client is None:
             import phalanx
             client = phalanx.init()
@@ -376,6 +413,13 @@ class Manager:
         self._agent_watch = None  # the current group, reported to the node agent
         self._device_failure = None  # the agent's reason, once it asked this task to abort
         self._gpu_uuids = list(device_map.local_gpu_uuids() if gpu_uuids is None else gpu_uuids)
+        # The hang watchdog (_watch_hangs): when the step in progress began (None: no step),
+        # the longest step seen (its threshold grows with it when hang_timeout is None).
+        self._hang_timeout = None if hang_timeout is None else float(hang_timeout)
+        self._step_began = None
+        self._longest_step = None
+        threading.Thread(target=self._watch_hangs, name="phalanx-hang-watchdog",
+                         daemon=True).start()
         self.device_table = []
         client.on_peer_change(self._peer_changed)
         client.on_preemption(self._preemption)
@@ -453,6 +497,7 @@ class Manager:
         while self.step < steps:
             try:
                 self._before_step()
+                self._step_starts()
                 step_fn(self.step)
             except Aborted:
                 self._exit(EXIT_SUPERSEDED, "superseded")
@@ -488,7 +533,12 @@ class Manager:
                 except Exception as e:  # noqa: BLE001 - classified by _recover_or_raise
                     self._recover_or_raise(e)
                     break
-                yield batch
+                self._step_starts()
+                try:
+                    yield batch
+                except GeneratorExit:  # the caller left the loop: no step runs any more
+                    self._step_ends(completed=False)
+                    raise
                 if self._formations != formation:
                     break  # the body failed and recovered: resume at the agreed step's batch
                 self._after_step()
@@ -533,6 +583,7 @@ class Manager:
             self._at_sync_point()
 
     def _after_step(self):
+        self._step_ends(completed=True)
         self.step += 1
         self._report_stepping()
         if self._checkpoint_every and self.step % self._checkpoint_every == 0:
@@ -545,11 +596,66 @@ class Manager:
     def _recover_or_raise(self, error):
         """After ``error`` out of a step: recovers when a peer failed, else reports the bug and
         re-raises it."""
+        self._step_ends(completed=False)
         self._check_device()
         if not self._is_peer_failure(error):
             self._fatal(error)
             raise error
         self._recover(error)
+
+    # -- the hang watchdog --------------------------------------------------------------------
+
+    def _step_starts(self):
+        with self._cond:
+            self._step_began = time.monotonic()
+            self._cond.notify_all()
+
+    def _step_ends(self, completed):
+        with self._cond:
+            if completed and self._step_began is not None:
+                took = time.monotonic() - self._step_began
+                self._longest_step = max(self._longest_step or 0.0, took)
+            self._step_began = None
+            self._cond.notify_all()
+
+    def _hang_limit(self):
+        """Seconds a step may run outside any collective; None: not armed (no step has
+        completed yet: a first step compiles, allocates, warms up)."""
+        if self._longest_step is None:
+            return None
+        if self._hang_timeout is not None:
+            return self._hang_timeout
+        return max(HANG_FLOOR_S, HANG_STEP_FACTOR * self._longest_step)
+
+    def _watch_hangs(self):
+        """A rank stuck in a step outside any collective (compute, data loading, a deadlock)
+        keeps heartbeating, so the coordinator cannot tell; its peers wait in the step's
+        collective for it. This thread sees it: it reports the task failed, so the peers
+        re-form at once, and ends the process (EXIT_HUNG) so that it is started again. A rank
+        waiting in a collective is a victim of a late peer, not the culprit: it waits on."""
+        with self._cond:
+            while True:
+                began, limit = self._step_began, self._hang_limit()
+                if began is None or limit is None:
+                    self._cond.wait(60.0)  # a step's start wakes it
+                    continue
+                remaining = began + limit - time.monotonic()
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                    continue
+                if self._aborter is not None and self._aborter.busy():
+                    self._cond.wait(limit)  # in a collective: a peer is late, not this rank
+                    continue
+                stuck, step = time.monotonic() - began, self.step
+                break
+        reason = ("stuck %.1f s in step %d outside any collective (the hang watchdog's limit is "
+                  "%.1f s)" % (stuck, step, limit))
+        self._event("hung", step=step, stuck_s="%.1f" % stuck, limit_s="%.1f" % limit)
+        try:
+            self._client.report_error("task %d hung: %s" % (self.rank, reason))
+        except Error:
+            pass
+        self._exit(EXIT_HUNG, "hung")
 
     def _batches_from(self, loader, epoch, index):
         """An iterator over ``loader``'s batches of ``epoch`` from batch ``index`` on."""
@@ -813,8 +919,8 @@ class Manager:
         if self._ddp:
             self.model = torch.nn.parallel.DistributedDataParallel(self._module,
                                                                    **self._ddp_kwargs)
-            if self._deterministic:
-                self.model.register_comm_hook(self._aborter, ordered_allreduce_hook)
+            self.model.register_comm_hook(self._aborter, ordered_allreduce_hook
+                                          if self._deterministic else tracked_allreduce_hook)
         else:
             self.model = self._module
         return moved

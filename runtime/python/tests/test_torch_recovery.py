@@ -110,6 +110,33 @@ class TorchRecoveryTest(unittest.TestCase):
                                                   if r["epoch"] == epoch)]
             self.assertGreaterEqual(resumed.pop(), max(failed_at))
 
+    def test_a_rank_stuck_outside_any_collective_is_found_by_its_watchdog(self):
+        """Issue 35 (6): a rank hangs in its step before the forward pass (a deadlocked data
+        loader). Its session thread still heartbeats, so the coordinator cannot tell, and its
+        peers wait in the step's collective. Its own watchdog declares it hung after
+        hang_timeout; the peers re-form with its replacement at once; bitwise as ever."""
+        args = ["--steps=40", "--step_time=0.05", "--hang_at=15", "--hang_task=1",
+                "--hang_timeout=2"]
+        expected = reference_sha256(args, TRAIN, 2)
+        coordinator = harness.Coordinator(num_tasks=2, job="hang", heartbeat_timeout="30s")
+        self.addCleanup(coordinator.close)
+        ranks = rank_supervisor.RankSupervisor(coordinator, [TRAIN] + args, 2)
+        self.addCleanup(ranks.close)
+        self.assertTrue(ranks.wait_for(lambda ev, ex: len(ranks.finals()) == 2, TIMEOUT),
+                        "the job did not finish; logs in %s" % coordinator.dir)
+        self.assertEqual({f["params_sha256"] for f in ranks.finals().values()}, {expected})
+        hung = [e for e in ranks.events if e["kind"] == "hung"]
+        self.assertEqual([(e["task"], e["step"]) for e in hung], [("1", "15")], hung)
+        codes = sorted((task, code) for task, _, code in ranks.exits if code != 0)
+        from phalanx.torch_recovery import EXIT_HUNG
+        self.assertEqual(codes, [(1, EXIT_HUNG)])
+        # The survivor heard it from the watchdog (the heartbeat timeout, 30 s, never fired).
+        failed = [e for e in ranks.events if e["kind"] == "peer_change" and e["task"] == "0"
+                  and e["state"] == "FAILED"]
+        self.assertTrue(failed, "task 0 never heard of task 1's failure")
+        self.assertIn("hung:_stuck", failed[0]["reason"])
+        self.assertIn("outside_any_collective", failed[0]["reason"])
+
     def test_a_bug_in_the_step_is_reported_not_recovered_from(self):
         coordinator = harness.Coordinator(num_tasks=1, job="bug")
         self.addCleanup(coordinator.close)
