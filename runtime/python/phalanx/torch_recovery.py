@@ -368,7 +368,9 @@ class Manager:
     failed (its peers, waiting in the step's collective, re-form at once, without the
     coordinator's heartbeat timeout, which a rank stuck this way never trips) and exits
     :data:`EXIT_HUNG` to be started again. Default: 10 times the longest step this process has
-    completed, at least 30 s. Armed once a step has completed.
+    completed, at least 30 s; off with ``ddp=False`` unless set (the manager does not see your
+    own collectives, so it could not tell a victim from the culprit). Armed once a step has
+    completed.
     """
 
     def __init__(self, model, optimizer=None, *, client=None, backend="gloo", ddp=True,
@@ -623,6 +625,8 @@ class Manager:
         completed yet: a first step compiles, allocates, warms up)."""
         if self._longest_step is None:
             return None
+        if not self._ddp and self._hang_timeout is None:
+            return None  # the user's own collectives are not tracked: victim or culprit?
         if self._hang_timeout is not None:
             return self._hang_timeout
         return max(HANG_FLOOR_S, HANG_STEP_FACTOR * self._longest_step)
