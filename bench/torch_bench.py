@@ -12,7 +12,9 @@ steps_lost.phalanx / .torchrun (steps done before the kill that were done again)
 store_ops_per_s.phalanx / .tcpstore (set, get and add from 4 client processes at once),
 hang_recover_s (rank 2 stuck in its step outside any collective, as a deadlocked data loader:
 its hang watchdog, --hang_timeout, declares it hung; from its hang to every rank stepping again,
-warm standby), state_transfer_mb_per_s (a replacement receiving a 256 MiB state from a live peer, 2 ranks)
+warm standby), deterministic_overhead_pct.4 / .16 (the step time of Manager's deterministic averaging,
+ChainReducer, over DDP's own all-reduce, an MLP with 8 MiB of gradients at 4 and 16 ranks),
+state_transfer_mb_per_s (a replacement receiving a 256 MiB state from a live peer, 2 ranks)
 against state_transfer_reference_mb_per_s (the same bytes through one loopback TCP socket).
 Run with the interpreter that imports torch (Debian's /usr/bin/python3)."""
 
@@ -147,6 +149,34 @@ def state_transfer_mb_per_s(args):
             ranks.close()
     finally:
         coordinator.close()
+
+
+DDP_STEP_WORKER = os.path.join(HERE, "ddp_step_worker.py")
+
+
+def ddp_step_ms(ranks, mode, steps):
+    """The mean step time (ms) of bench/ddp_step_worker.py's MLP at ``ranks`` ranks."""
+    import harness
+    port = free_port()
+    env = dict(os.environ, **harness.package_env(), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, DDP_STEP_WORKER, "--rank=%d" % r,
+                               "--world=%d" % ranks, "--port=%d" % port, "--mode=" + mode,
+                               "--steps=%d" % steps], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL)
+             for r in range(ranks)]
+    out = procs[0].communicate(timeout=900)[0].decode()
+    for proc in procs[1:]:
+        proc.wait(timeout=120)
+    if any(proc.returncode != 0 for proc in procs):
+        raise RuntimeError("ddp_step_worker failed at %d ranks (%s)" % (ranks, mode))
+    return float(out.split("step_ms=")[1].split()[0])
+
+
+def deterministic_overhead_pct(args, ranks):
+    """(chain − plain) / plain × 100, from the medians of --repeats runs of each."""
+    plain = median([ddp_step_ms(ranks, "plain", args.ddp_steps) for _ in range(args.repeats)])
+    chain = median([ddp_step_ms(ranks, "chain", args.ddp_steps) for _ in range(args.repeats)])
+    return (chain - plain) / plain * 100.0, plain, chain
 
 
 def socket_copy_mb_per_s(mb):
@@ -315,6 +345,8 @@ def main():
                    help="torchrun's snapshot interval (Phalanx needs none to recover)")
     p.add_argument("--store_ops", type=int, default=500, help="set+get+add rounds per client")
     p.add_argument("--store_clients", type=int, default=4)
+    p.add_argument("--ddp_steps", type=int, default=20,
+                   help="steps timed per run in the determinism measurement")
     p.add_argument("--hang_timeout", type=float, default=2.0,
                    help="the hang watchdog's limit in the hang measurement")
     p.add_argument("--state_mb", type=int, default=256,
@@ -353,6 +385,8 @@ def main():
     say("state transfer: %d MiB to a replacement, and through a loopback socket" % args.state_mb)
     transfer = median([state_transfer_mb_per_s(args) for _ in range(args.repeats)])
     socket_copy = median([socket_copy_mb_per_s(args.state_mb) for _ in range(args.repeats)])
+    say("deterministic averaging (ChainReducer) against DDP's own all-reduce, 4 and 16 ranks")
+    overhead = {n: deterministic_overhead_pct(args, n) for n in (4, 16)}
     result = {
         "recover_s.phalanx": round(ph1["recover_s"], 3),
         "recover_s.torchrun": round(tr1["recover_s"], 3),
@@ -366,13 +400,19 @@ def main():
         "store_ops_per_s.phalanx": round(ops_phalanx),
         "store_ops_per_s.tcpstore": round(ops_tcp),
         "hang_recover_s": round(med("phh", "hang_recover_s"), 3),
+        "deterministic_overhead_pct.4": round(overhead[4][0], 1),
+        "deterministic_overhead_pct.16": round(overhead[16][0], 1),
         "state_transfer_mb_per_s": round(transfer, 1),
         "state_transfer_reference_mb_per_s": round(socket_copy, 1),
         "config": {"ranks": args.ranks, "steps": args.steps, "step_time_s": args.step_time,
                    "kill_at": args.kill_at, "torchrun_checkpoint_every": args.checkpoint_every,
                    "store_clients": args.store_clients, "store_ops_per_client": 3 * args.store_ops,
                    "repeats": args.repeats, "state_mb": args.state_mb,
-                   "hang_timeout_s": args.hang_timeout, "undisturbed_s.phalanx": round(ph0["wall_s"], 3),
+                   "hang_timeout_s": args.hang_timeout,
+                   "ddp_step_ms.plain.4": round(overhead[4][1], 2),
+                   "ddp_step_ms.chain.4": round(overhead[4][2], 2),
+                   "ddp_step_ms.plain.16": round(overhead[16][1], 2),
+                   "ddp_step_ms.chain.16": round(overhead[16][2], 2), "undisturbed_s.phalanx": round(ph0["wall_s"], 3),
                    "undisturbed_s.torchrun": round(tr0["wall_s"], 3),
                    "cores": os.cpu_count()},
     }
@@ -386,6 +426,9 @@ def main():
         print("%-28s %12s" % (key + " (warm standby)", result[key + ".phalanx_warm"]))
     print("%-28s %12s %12s" % ("store_ops_per_s (TCPStore)", result["store_ops_per_s.phalanx"],
                                result["store_ops_per_s.tcpstore"]))
+    for n in (4, 16):
+        print("%-28s %12s" % ("deterministic_overhead_pct.%d" % n,
+                               result["deterministic_overhead_pct.%d" % n]))
     print("%-28s %12s (limit %g s)" % ("hang_recover_s (warm)", result["hang_recover_s"],
                                        args.hang_timeout))
     print("%-28s %12s %12s" % ("state MiB/s (socket copy)", result["state_transfer_mb_per_s"],

@@ -43,7 +43,7 @@ def dataset(torch):
 
 def reference(torch, args):
     """The undisturbed run without a job: the ranks' loaders side by side, every rank's gradient
-    computed in turn and averaged exactly as ``ordered_allreduce_hook`` does."""
+    computed in turn and averaged exactly as ``chain_allreduce`` does."""
     from torch.utils.data import DataLoader, DistributedSampler
     data = dataset(torch)
     samplers = [DistributedSampler(data, num_replicas=args.reference, rank=r, shuffle=True,

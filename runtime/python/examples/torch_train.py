@@ -108,7 +108,7 @@ def params_sha256(model):
 
 def reference(torch, args):
     """The undisturbed run's result without a job: every rank's gradient computed in turn and
-    averaged exactly as ``ordered_allreduce_hook`` does (summed in rank order, then divided), so
+    averaged exactly as ``chain_allreduce`` does (summed in rank order, then divided), so
     the SHA-256 matches a real run's bit for bit."""
     model = build_model(torch)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

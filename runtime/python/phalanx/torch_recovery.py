@@ -66,6 +66,7 @@ import gc
 import itertools
 import os
 import pickle
+import queue
 import sys
 import threading
 import time
@@ -78,7 +79,7 @@ from .cliques import AgentWatch, local_devices
 from .errors import Aborted, Cancelled, DeadlineExceeded, Error, Unavailable
 from .torch_store import PhalanxStore
 
-__all__ = ["Manager", "CollectiveAborter", "DistributedSampler", "ordered_allreduce_hook",
+__all__ = ["Manager", "CollectiveAborter", "DistributedSampler", "chain_allreduce",
            "EXIT_SUPERSEDED", "EXIT_PREEMPTED", "EXIT_DEVICE_FAILED", "EXIT_HUNG"]
 
 EXIT_SUPERSEDED = 3
@@ -142,6 +143,11 @@ class CollectiveAborter:
             pending, self._pending = self._pending, set()
         for future in pending:
             future.set_exception(RuntimeError(reason))
+
+    def reason(self):
+        """Why the group's collectives were aborted (None: they were not)."""
+        with self._cond:
+            return self._aborted
 
     def busy(self):
         """Whether a collective of this group is in flight on this rank."""
@@ -263,41 +269,96 @@ def _slot_bytes(slot):
     return count * torch.empty((), dtype=slot.dtype).element_size()
 
 
-def ordered_allreduce_hook(state, bucket):
-    """A DDP communication hook that averages gradients the same way bit for bit whatever the
-    bucket layout: every rank's bucket is all-gathered and summed in rank order. DDP's own
-    all-reduce sums each element in an order that depends on where it sits in the bucket, and a
-    re-created DDP (after a re-formation) lays its first buckets out differently from one that
-    has run (it rebuilds them in gradient-ready order), so the last bits of a resumed run would
-    drift from an undisturbed one. Costs world-size/2 times the traffic of a ring all-reduce.
-    ``state``: None, or a :class:`CollectiveAborter` that can fail the collective early."""
-    tensor = bucket.buffer()
-    world = dist.get_world_size()
-    gathered = [torch.empty_like(tensor) for _ in range(world)]
-    work = dist.all_gather(gathered, tensor, async_op=True)
+# Elements per piece of a bucket on the chain: pieces pipeline along it (a rank adds and
+# forwards one piece while the next arrives). 256 Ki floats = 1 MiB.
+CHAIN_PIECE_ELEMENTS = 1 << 18
 
-    def reduce(done):
-        # torch runs the callback even when the all-gather failed (a peer died), and DDP then
-        # uses whatever the callback returned: value() raises the error so that backward does.
-        done.value()
-        total = gathered[0].clone()
-        for other in gathered[1:]:
-            total.add_(other)
-        return total.div_(world)
 
-    if state is None:
-        return work.get_future().then(reduce)
-    result = torch.futures.Future()
-    collective = work.get_future()
-    state.track(result, collective)
+def chain_allreduce(tensor, group):
+    """Averages ``tensor`` over ``group`` in place, bit for bit the same whatever the bucket
+    layout and however often the group re-formed: the sum is taken in rank order,
+    ``((g0 + g1) + g2) + ...``, then divided by the world size, as ``--reference`` computes it.
 
-    def complete(done):
-        try:
-            state.finish(result, collective, value=reduce(done))
-        except Exception as e:  # noqa: BLE001 - handed to DDP's backward
-            state.finish(result, collective, error=e)
-    collective.then(complete)
-    return result
+    Rank 0 sends its tensor to rank 1, which adds its own and sends the partial sum to rank 2,
+    and so on; the last rank divides and the result travels back down the chain, each rank
+    keeping a copy. Pieces of ``CHAIN_PIECE_ELEMENTS`` pipeline along the chain, so every rank
+    sends and receives about twice the tensor, as in a ring all-reduce (an all-gather would be
+    world-size/2 times that). Point to point only: no collective whose order could differ
+    between ranks."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if world == 1:
+        return tensor.div_(1)
+    pieces = list(tensor.view(-1).split(CHAIN_PIECE_ELEMENTS))
+    if rank == 0:
+        for work in [dist.isend(p, 1, group=group) for p in pieces]:
+            work.wait()  # before the result overwrites them
+        for work in [dist.irecv(p, 1, group=group) for p in pieces]:
+            work.wait()
+        return tensor
+    last = rank == world - 1
+    partials = [torch.empty_like(p) for p in pieces]
+    arriving = [dist.irecv(t, rank - 1, group=group) for t in partials]
+    sends = []
+    for piece, partial, work in zip(pieces, partials, arriving):
+        work.wait()
+        partial.add_(piece)  # (sum of ranks below) + this rank's: the reference's order
+        if last:
+            piece.copy_(partial.div_(world))
+            sends.append(dist.isend(piece, rank - 1, group=group))
+        else:
+            sends.append(dist.isend(partial, rank + 1, group=group))
+    if not last:
+        back = [dist.irecv(p, rank + 1, group=group) for p in pieces]
+        for piece, work in zip(pieces, back):
+            work.wait()
+            sends.append(dist.isend(piece, rank - 1, group=group))
+    for work in sends:
+        work.wait()
+    return tensor
+
+
+class ChainReducer:
+    """DDP's gradient averaging through :func:`chain_allreduce` (``deterministic=True``): a
+    thread per process group takes the buckets in the order DDP hands them over (the same on
+    every rank) so backward goes on meanwhile. Collectives are tracked by a
+    :class:`CollectiveAborter`: a peer's failure fails the bucket DDP waits on at once; the
+    bucket's chain ends when its sockets do (or, on a hung peer, keeps the group busy, and the
+    manager sets the group aside)."""
+
+    def __init__(self, aborter, group):
+        self._aborter = aborter
+        self._group = group
+        self._queue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="phalanx-chain-allreduce", daemon=True).start()
+
+    def close(self):
+        self._queue.put(None)
+
+    def hook(self, bucket):
+        result = torch.futures.Future()
+        token = object()
+        self._aborter.track(result, token)
+        self._queue.put((bucket.buffer(), result, token))
+        return result
+
+    def _run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            tensor, result, token = item
+            try:
+                reason = self._aborter.reason()
+                if reason is not None:
+                    raise RuntimeError(reason)
+                self._aborter.finish(result, token, value=chain_allreduce(tensor, self._group))
+            except Exception as e:  # noqa: BLE001 - handed to DDP's backward
+                self._aborter.finish(result, token, error=e)
+
+
+def chain_allreduce_hook(reducer, bucket):
+    """The DDP communication hook of :class:`ChainReducer` (``state``: the reducer)."""
+    return reducer.hook(bucket)
 
 
 def tracked_allreduce_hook(state, bucket):
@@ -345,9 +406,9 @@ class Manager:
     each task writes its own ``task-<id>``), and are used only when no task holds the state in
     memory. ``collective_timeout``:
     the process group's timeout, seconds. ``deterministic`` (default): DDP averages gradients
-    with :func:`ordered_allreduce_hook`, so a run through re-formations ends bitwise where an
-    undisturbed one does; ``False``: DDP's own all-reduce (less traffic for large models; the
-    last bits may then differ after a re-formation). ``on_event(manager, kind, fields)``: progress reports
+    with :func:`chain_allreduce` (summed in rank order, a ring all-reduce's traffic), so a run
+    through re-formations ends bitwise where an undisturbed one does; ``False``: DDP's own
+    all-reduce (the last bits may then differ after a re-formation). ``on_event(manager, kind, fields)``: progress reports
     (``formed``, ``failure``, ``recovered``, ``checkpoint``, ``leaving``, ``device_failed``);
     default: a line on stderr.
 
@@ -405,7 +466,8 @@ class Manager:
         self._formations = 0      # groups formed (the first, then one per recovery)
         self._coordinator_restarts = 0
         self._leaving_round = None
-        self._aborter = None      # the current group's collectives (deterministic DDP only)
+        self._aborter = None      # the current group's collectives
+        self._chain = None        # the current group's ChainReducer (deterministic DDP)
         self._members = {}        # task id -> incarnation in the current group
         self._agreements = {}     # incarnations joined -> member agreements that returned them
         self._abandoned = []      # groups with a collective stuck on a hung peer
@@ -923,8 +985,11 @@ class Manager:
         if self._ddp:
             self.model = torch.nn.parallel.DistributedDataParallel(self._module,
                                                                    **self._ddp_kwargs)
-            self.model.register_comm_hook(self._aborter, ordered_allreduce_hook
-                                          if self._deterministic else tracked_allreduce_hook)
+            if self._deterministic:
+                self._chain = ChainReducer(self._aborter, self.group)
+                self.model.register_comm_hook(self._chain, chain_allreduce_hook)
+            else:
+                self.model.register_comm_hook(self._aborter, tracked_allreduce_hook)
         else:
             self.model = self._module
         return moved
@@ -950,6 +1015,9 @@ class Manager:
         """Drops DDP and the process group; the module and optimizer stay."""
         self.model = None
         self.group = None
+        chain, self._chain = self._chain, None
+        if chain is not None:
+            chain.close()  # its thread ends once its bucket in flight, if any, has
         with self._cond:
             aborter, self._aborter, self._members = self._aborter, None, {}
         watch, self._agent_watch = self._agent_watch, None
