@@ -59,6 +59,12 @@ def parse_args(argv):
                         "however slow the machine; the loop keeps stepping (preemption rounds "
                         "still reach their sync point) and the math is unchanged")
     p.add_argument("--linger_steps", type=int, default=0)
+    p.add_argument("--recovery", choices=["wait", "continue"], default="wait",
+                   help="Manager's recovery mode: wait for a replacement, or train on with the "
+                        "live tasks meanwhile")
+    p.add_argument("--schedule", default="",
+                   help="with --reference: which tasks trained from which step, "
+                        "'STEP:T,T,...;STEP:...' (recovery=continue runs; default: all, always)")
     p.add_argument("--state_mb", type=int, default=0,
                    help="bench hook: carry this many MiB of extra state with the model (a "
                         "buffer in Manager's stateful, not trained), so a replacement's state "
@@ -114,9 +120,15 @@ def reference(torch, args):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = torch.nn.MSELoss()
     params = list(model.parameters())
+    schedule = sorted((int(at), [int(t) for t in tasks.split(",")]) for at, tasks in
+                      (entry.split(":") for entry in args.schedule.split(";") if entry))
     for step in range(args.steps):
+        members = list(range(args.reference))
+        for at, tasks in schedule:
+            if at <= step:
+                members = tasks
         grads = []
-        for rank in range(args.reference):
+        for rank in members:
             x, y = batch(torch, step, rank)
             optimizer.zero_grad()
             loss_fn(model(x), y).backward()
@@ -125,7 +137,7 @@ def reference(torch, args):
             total = grads[0][i].clone()
             for rank_grads in grads[1:]:
                 total.add_(rank_grads[i])
-            p.grad = total.div_(args.reference)
+            p.grad = total.div_(len(members))
         optimizer.step()
     event("reference", "final", steps=args.steps, params_sha256=params_sha256(model))
     return 0
@@ -166,7 +178,7 @@ def main(argv=None):
                       stateful=stateful,
                       checkpoint_every=args.checkpoint_every,
                       collective_timeout=args.collective_timeout, on_event=on_event,
-                      hang_timeout=args.hang_timeout)
+                      hang_timeout=args.hang_timeout, recovery=args.recovery)
     loss_fn = torch.nn.MSELoss()
 
     def train_step(step):

@@ -66,14 +66,14 @@ def local_gpu_uuids():
     return uuids
 
 
-def exchange(client, uuids, prefix, timeout=60.0):
+def exchange(client, uuids, prefix, timeout=60.0, tasks=None):
     """Publishes this task's ``uuids`` under ``prefix`` in the job's key-value store, waits for
     every task (a barrier), and returns the table every task computes alike. Use a ``prefix`` per
     membership (e.g. per incarnation epoch), so a replacement's report never mixes with the one
-    of the process it replaced."""
+    of the process it replaced. ``tasks``: the tasks that take part (default: every task)."""
     prefix = prefix.rstrip("/")
     client.kv_set("%s/%d" % (prefix, client.task_id), ",".join(uuids), overwrite=True)
-    client.barrier("%s/published" % prefix, timeout=timeout)
+    client.barrier("%s/published" % prefix, timeout=timeout, tasks=tasks)
     reports = []
     for key, value in client.kv_dir(prefix):
         last = key.rsplit("/", 1)[1]

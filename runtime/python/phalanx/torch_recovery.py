@@ -424,6 +424,12 @@ class Manager:
     (:mod:`phalanx.device_map`), the same in every task and stable across restarts; this task's
     GPUs are ``gpu_uuids`` (default :func:`phalanx.device_map.local_gpu_uuids`: empty on CPU).
 
+    ``recovery``: ``"wait"`` (default): after a failure the survivors wait for the replacement;
+    ``"continue"``: tasks that hold a state re-form at once with the live tasks and train on
+    (the gradient averaged over them), and the group re-forms at full size when the missing
+    task registers again (its step in flight may run again); the newcomer takes the state from
+    a peer.
+
     ``hang_timeout``: seconds a step may run while this rank waits in no collective (computing,
     loading data, deadlocked) before the hang watchdog declares it hung: it reports the task
     failed (its peers, waiting in the step's collective, re-form at once, without the
@@ -438,7 +444,7 @@ class Manager:
                  ddp_kwargs=None, stateful=None, checkpoint_dir=None, checkpoint_every=0,
                  collective_timeout=60.0, recovery_timeout=600.0, failure_grace=30.0,
                  prefix="torch", deterministic=True, on_event=None, agent_devices=None,
-                 agent_period=0.25, gpu_uuids=None, hang_timeout=None):
+                 agent_period=0.25, gpu_uuids=None, hang_timeout=None, recovery="wait"):
         if client is None:
             import phalanx
             client = phalanx.init()
@@ -480,6 +486,10 @@ class Manager:
         # The hang watchdog (_watch_hangs): when the step in progress began (None: no step),
         # the longest step seen (its threshold grows with it when hang_timeout is None).
         self._hang_timeout = None if hang_timeout is None else float(hang_timeout)
+        if recovery not in ("wait", "continue"):
+            raise ValueError("recovery must be 'wait' or 'continue', got %r" % (recovery,))
+        self._continue = recovery == "continue"
+        self._group_tasks = []    # the current group's tasks, in group-rank order
         self._step_began = None
         self._longest_step = None
         threading.Thread(target=self._watch_hangs, name="phalanx-hang-watchdog",
@@ -516,7 +526,14 @@ class Manager:
             aborter, members = self._aborter, self._members
         # A member of the current group failed or was replaced: fail its collectives now.
         member = members.get(peer.task_id)
-        if aborter is None or member is None:
+        if aborter is None:
+            return
+        if member is None:
+            if self._continue and peer.state_name == "CONNECTED":
+                # recovery="continue": a task the live group trained without is back; the
+                # group re-forms at full size (the step in flight, if it fails, runs again).
+                aborter.abort("%s: task %d (incarnation %d) joined: re-forming at full size" % (
+                    _ABORTED_BY_PHALANX, peer.task_id, peer.incarnation))
             return
         failed = peer.state_name == "FAILED" and peer.incarnation == member
         if failed or peer.incarnation > member:
@@ -902,8 +919,14 @@ class Manager:
             if remaining <= 0:
                 raise DeadlineExceeded("not every task came back")
             alive = self._client.alive_tasks(timeout=max(1.0, min(remaining, 120.0)))
-            if len(alive) == self.world_size:
-                members = ".".join(str(t.incarnation) for t in alive)
+            # recovery="continue": tasks that hold a state train on without the missing ones
+            # (a fresh process waits for all: it has nothing to train with alone).
+            partial = self._continue and self._have_state and len(alive) > 0
+            if len(alive) == self.world_size or partial:
+                incarnations = {t.task_id: t.incarnation for t in alive}
+                self._group_tasks = sorted(incarnations)
+                members = ".".join(str(incarnations[t]) if t in incarnations else "x"
+                                   for t in range(self.world_size))
                 # The same members can agree more than once (a transport error that replaced
                 # nobody, a retry). Barriers are single-use and an earlier formation's store keys
                 # must not be read, so each agreement needs its own name. Every member took part
@@ -925,7 +948,8 @@ class Manager:
         on_disk = self._newest_checkpoint()
         self._client.kv_set("%s/%d" % (directory, self.rank), "%d %d" % (live, on_disk),
                             overwrite=True)
-        self._client.barrier("%s/%s/agreed" % (self._prefix, epoch), timeout=max(1.0, timeout))
+        self._client.barrier("%s/%s/agreed" % (self._prefix, epoch), timeout=max(1.0, timeout),
+                             tasks=self._group_tasks)
         best = (-1, 0, 0)  # (step, in memory, -task)
         live_steps = {}
         for key, value in self._client.kv_dir(directory):
@@ -934,29 +958,32 @@ class Manager:
             live_steps[task] = live_step
             best = max(best, (live_step, 1, -task), (disk_step, 0, -task))
         step, in_memory, neg_task = best
+        first = self._group_tasks[0]
         if step < 0:
-            # A fresh start: task 0's initial state for everyone.
-            return 0, 0, False, [t for t in range(self.world_size) if t != 0]
+            # A fresh start: the first task's initial state for everyone.
+            return first, 0, False, [t for t in self._group_tasks if t != first]
         source = -neg_task
         # Who lacks the source's state: a task whose memory holds another step (a replacement,
         # one behind); with a checkpoint, every other task (nobody holds its step in memory).
-        receivers = [t for t in range(self.world_size)
+        receivers = [t for t in self._group_tasks
                      if t != source and (not in_memory or live_steps.get(t, -1) != step)]
         return source, step, not in_memory, receivers
 
     def _form_group(self, epoch):
         store = PhalanxStore(self._client, prefix="%s/%s/pg" % (self._prefix, epoch),
                              timeout=self._collective_timeout)
-        dist.init_process_group(self._backend, store=store, rank=self.rank,
-                                world_size=self.world_size,
+        dist.init_process_group(self._backend, store=store,
+                                rank=self._group_tasks.index(self.rank),
+                                world_size=len(self._group_tasks),
                                 timeout=datetime.timedelta(seconds=self._collective_timeout))
         self.group = dist.group.WORLD
         # Every task, so the barrier inside is met: one per formation, milliseconds.
         self.device_table = device_map.exchange(
             self._client, self._gpu_uuids, "%s/%s/devices" % (self._prefix, epoch),
-            timeout=self._collective_timeout)
+            timeout=self._collective_timeout, tasks=self._group_tasks)
         with self._cond:
-            self._members = {t: int(i) for t, i in enumerate(epoch.split("-")[0].split("."))}
+            self._members = {t: int(i) for t, i in enumerate(epoch.split("-")[0].split("."))
+                             if i != "x"}
             self._aborter = CollectiveAborter()
         watch = AgentWatch(os.environ.get("PHALANX_JOB", ""), self.rank, self.incarnation,
                            "torch-%s-%s" % (self._prefix.replace("/", "-"), epoch),
@@ -975,9 +1002,10 @@ class Manager:
                                                 map_location=self._placement))
             elif not self._have_state:
                 self.step = 0  # fresh start: this process's initial state is the job's
-            _send_state(self.state_dict(), receivers, self._wire)
+            _send_state(self.state_dict(), [self._group_tasks.index(t) for t in receivers],
+                        self._wire)
         elif self.rank in receivers:
-            state, moved = _receive_state(source, self._wire)
+            state, moved = _receive_state(self._group_tasks.index(source), self._wire)
             self.load_state_dict(state)
         self._have_state = True
         self.step = step

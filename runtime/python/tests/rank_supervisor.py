@@ -37,7 +37,7 @@ class RankSupervisor:
     replacement of it, as ``phalanx-launch`` does in a pod."""
 
     def __init__(self, coordinator, argv, num, env=None, log_dir=None, python=sys.executable,
-                 env_for=None, kill_hung=True, standby=False):
+                 env_for=None, kill_hung=True, standby=False, restart_delay=0.0):
         self.coordinator = coordinator
         self.argv = list(argv)
         self.num = num
@@ -53,6 +53,7 @@ class RankSupervisor:
         self.restart_enabled = True
         self._closed = False
         self.use_standby = standby
+        self.restart_delay = restart_delay  # seconds before a dead rank's replacement starts
         self.standby = None
         for task in range(num):
             self._start(task, 0)
@@ -122,6 +123,11 @@ class RankSupervisor:
             restart = (code != 0 and self.restart_enabled and not self._closed
                        and self.procs.get(task, (None,))[0] == incarnation)
         if restart:
+            if self.restart_delay > 0:
+                time.sleep(self.restart_delay)  # this rank's watcher thread: nothing else waits
+                with self.cond:
+                    if self._closed:
+                        return
             self._start(task, incarnation + 1)
 
     def _kill_if_hung(self, task, incarnation):

@@ -137,6 +137,38 @@ class TorchRecoveryTest(unittest.TestCase):
         self.assertIn("hung:_stuck", failed[0]["reason"])
         self.assertIn("outside_any_collective", failed[0]["reason"])
 
+    def test_with_recovery_continue_survivors_train_on_and_the_newcomer_rejoins(self):
+        """Issue 35 (5): recovery="continue". Task 2 is killed at step 10 and its replacement
+        starts 3 s later; meanwhile tasks 0 and 1 train on (the gradient averaged over the
+        two), then all three re-form and the newcomer takes the state from a peer. The oracle
+        is the one-process reference applying the same membership schedule, read from the
+        formations the tasks reported."""
+        args = ["--steps=120", "--step_time=0.05", "--recovery=continue"]
+        coordinator = harness.Coordinator(num_tasks=3, job="continue", heartbeat_timeout="5s")
+        self.addCleanup(coordinator.close)
+        ranks = rank_supervisor.RankSupervisor(coordinator, [TRAIN] + args, 3, restart_delay=3.0)
+        self.addCleanup(ranks.close)
+        self.assertTrue(ranks.wait_for(lambda ev, ex: ranks.min_step() >= 10, TIMEOUT))
+        ranks.signal(2, signal.SIGKILL)
+        self.assertTrue(ranks.wait_for(lambda ev, ex: len(ranks.finals()) == 3, TIMEOUT),
+                        "the job did not finish; logs in %s" % coordinator.dir)
+        # Each formation: the step it resumed at and its members (the epoch's positions that
+        # are not "x").
+        formations = sorted({(int(e["step"]), tuple(
+            t for t, inc in enumerate(e["epoch"].split("-")[0].split(".")) if inc != "x"))
+            for e in ranks.events if e["kind"] in ("formed", "recovered")})
+        memberships = [m for _, m in formations]
+        self.assertIn((0, 1), memberships, "the survivors never trained on alone")
+        self.assertEqual(memberships[-1], (0, 1, 2), "the newcomer never rejoined")
+        # The survivors stepped while task 2 was away.
+        alone = [int(e["step"]) for e in ranks.events if e["kind"] == "step"
+                 and e["task"] == "0" and int(e["step"]) > formations[memberships.index((0, 1))][0]]
+        self.assertTrue(alone, "no step with the live pair")
+        schedule = ";".join("%d:%s" % (step, ",".join(map(str, m))) for step, m in formations)
+        expected = reference_sha256(args + ["--schedule=" + schedule], TRAIN, 3)
+        self.assertEqual({f["params_sha256"] for f in ranks.finals().values()}, {expected},
+                         "final parameters differ from the reference with schedule " + schedule)
+
     def test_a_bug_in_the_step_is_reported_not_recovered_from(self):
         coordinator = harness.Coordinator(num_tasks=1, job="bug")
         self.addCleanup(coordinator.close)
