@@ -12,7 +12,8 @@ steps_lost.phalanx / .torchrun (steps done before the kill that were done again)
 store_ops_per_s.phalanx / .tcpstore (set, get and add from 4 client processes at once),
 hang_recover_s (rank 2 stuck in its step outside any collective, as a deadlocked data loader:
 its hang watchdog, --hang_timeout, declares it hung; from its hang to every rank stepping again,
-warm standby), deterministic_overhead_pct.4 / .16 (the step time of Manager's deterministic averaging,
+warm standby), group_formation_s.phalanx.4 / .64 and .tcpstore.4 / .64 (init_process_group plus a barrier
+once every rank is connected, the slowest rank's time), deterministic_overhead_pct.4 / .16 (the step time of Manager's deterministic averaging,
 ChainReducer, over DDP's own all-reduce, an MLP with 8 MiB of gradients at 4 and 16 ranks),
 state_transfer_mb_per_s (a replacement receiving a 256 MiB state from a live peer, 2 ranks)
 against state_transfer_reference_mb_per_s (the same bytes through one loopback TCP socket).
@@ -152,6 +153,31 @@ def state_transfer_mb_per_s(args):
 
 
 DDP_STEP_WORKER = os.path.join(HERE, "ddp_step_worker.py")
+FORMATION_WORKER = os.path.join(HERE, "group_formation_worker.py")
+
+
+def group_formation_s(ranks, kind):
+    """The slowest rank's init_process_group + first barrier (s) through ``kind``'s store."""
+    import harness
+    env = dict(os.environ, **harness.package_env(), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    coordinator = (harness.Coordinator(num_tasks=ranks, job="formation")
+                   if kind == "phalanx" else None)
+    port = free_port()
+    try:
+        procs = []
+        for r in range(ranks):
+            rank_env = dict(env, **coordinator.env(r)) if coordinator else env
+            procs.append(subprocess.Popen(
+                [sys.executable, FORMATION_WORKER, "--rank=%d" % r, "--world=%d" % ranks,
+                 "--kind=" + kind, "--port=%d" % port], env=rank_env, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL))
+        outs = [proc.communicate(timeout=900)[0].decode() for proc in procs]
+        if any(proc.returncode != 0 for proc in procs):
+            raise RuntimeError("group formation failed at %d ranks (%s)" % (ranks, kind))
+        return max(float(out.split("formation_s=")[1].split()[0]) for out in outs)
+    finally:
+        if coordinator:
+            coordinator.close()
 
 
 def ddp_step_ms(ranks, mode, steps):
@@ -385,6 +411,9 @@ def main():
     say("state transfer: %d MiB to a replacement, and through a loopback socket" % args.state_mb)
     transfer = median([state_transfer_mb_per_s(args) for _ in range(args.repeats)])
     socket_copy = median([socket_copy_mb_per_s(args.state_mb) for _ in range(args.repeats)])
+    say("group formation through PhalanxStore and TCPStore, 4 and 64 ranks")
+    formation = {(kind, n): median([group_formation_s(n, kind) for _ in range(args.repeats)])
+                 for kind in ("phalanx", "tcpstore") for n in (4, 64)}
     say("deterministic averaging (ChainReducer) against DDP's own all-reduce, 4 and 16 ranks")
     overhead = {n: deterministic_overhead_pct(args, n) for n in (4, 16)}
     result = {
@@ -400,6 +429,10 @@ def main():
         "store_ops_per_s.phalanx": round(ops_phalanx),
         "store_ops_per_s.tcpstore": round(ops_tcp),
         "hang_recover_s": round(med("phh", "hang_recover_s"), 3),
+        "group_formation_s.phalanx.4": round(formation[("phalanx", 4)], 3),
+        "group_formation_s.phalanx.64": round(formation[("phalanx", 64)], 3),
+        "group_formation_s.tcpstore.4": round(formation[("tcpstore", 4)], 3),
+        "group_formation_s.tcpstore.64": round(formation[("tcpstore", 64)], 3),
         "deterministic_overhead_pct.4": round(overhead[4][0], 1),
         "deterministic_overhead_pct.16": round(overhead[16][0], 1),
         "state_transfer_mb_per_s": round(transfer, 1),
@@ -426,6 +459,10 @@ def main():
         print("%-28s %12s" % (key + " (warm standby)", result[key + ".phalanx_warm"]))
     print("%-28s %12s %12s" % ("store_ops_per_s (TCPStore)", result["store_ops_per_s.phalanx"],
                                result["store_ops_per_s.tcpstore"]))
+    for n in (4, 64):
+        print("%-28s %12s %12s" % ("group_formation_s.%d (TCPStore)" % n,
+                                   result["group_formation_s.phalanx.%d" % n],
+                                   result["group_formation_s.tcpstore.%d" % n]))
     for n in (4, 16):
         print("%-28s %12s" % ("deterministic_overhead_pct.%d" % n,
                                result["deterministic_overhead_pct.%d" % n]))

@@ -148,6 +148,30 @@ void CoordinationClientImpl::CallOnSessionOrRpc(Req* (pb::SessionCall::*field)()
                              });
 }
 
+template <typename Req, typename Resp>
+absl::StatusOr<Resp> CoordinationClientImpl::CallForResponse(Req* (pb::SessionCall::*field)(),
+                                                             RpcCaller::Method<Req, Resp> method,
+                                                             Req request) {
+  pb::SessionCall call;
+  *(call.*field)() = std::move(request);
+  assert(coord::FindSessionCall(call.call_case()) != nullptr);
+  Await<absl::StatusOr<Resp>> result;
+  SessionChannel::CallDone done = [answer = result.Callback()](absl::Status status,
+                                                               std::string value) mutable {
+    if (!status.ok()) return std::move(answer)(std::move(status));
+    Resp response;
+    if (!response.ParseFromString(value)) {
+      return std::move(answer)(absl::InternalError("the coordinator's answer does not parse"));
+    }
+    std::move(answer)(std::move(response));
+  };
+  if (session_->TrySend(call, done)) {
+    return result.Wait(config_.short_call_timeout + config_.rpc_margin);
+  }
+  // No session (or too big for it): `call` is untouched.
+  return rpc_->Call(method, *(call.*field)(), config_.short_call_timeout);
+}
+
 // ---- Session -----------------------------------------------------------------------------------
 
 absl::Status CoordinationClientImpl::Connect(absl::Duration timeout) {
@@ -257,8 +281,8 @@ absl::StatusOr<std::string> CoordinationClientImpl::KvGet(const std::string& key
 absl::StatusOr<std::string> CoordinationClientImpl::KvTryGet(const std::string& key) {
   pb::KeyValueTryGetRequest request;
   request.set_key(key);
-  absl::StatusOr<pb::KeyValueGetResponse> response =
-      rpc_->Call(&Stub::async::KeyValueTryGet, request, config_.short_call_timeout);
+  absl::StatusOr<pb::KeyValueGetResponse> response = CallForResponse(
+      &pb::SessionCall::mutable_kv_try_get, &Stub::async::KeyValueTryGet, std::move(request));
   if (!response.ok()) return response.status();
   return std::move(*response->mutable_value());
 }
@@ -292,8 +316,8 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CoordinationCli
 absl::StatusOr<int> CoordinationClientImpl::KvDelete(const std::string& key) {
   pb::KeyValueDeleteRequest request;
   request.set_key(key);
-  absl::StatusOr<pb::KeyValueDeleteResponse> response =
-      rpc_->Call(&Stub::async::KeyValueDelete, request, config_.short_call_timeout);
+  absl::StatusOr<pb::KeyValueDeleteResponse> response = CallForResponse(
+      &pb::SessionCall::mutable_kv_delete, &Stub::async::KeyValueDelete, std::move(request));
   if (!response.ok()) return response.status();
   return response->deleted();
 }
@@ -302,8 +326,8 @@ absl::StatusOr<int64_t> CoordinationClientImpl::KvAdd(const std::string& key, in
   pb::KeyValueAddRequest request;
   request.set_key(key);
   request.set_delta(delta);
-  absl::StatusOr<pb::KeyValueAddResponse> response =
-      rpc_->Call(&Stub::async::KeyValueAdd, request, config_.short_call_timeout);
+  absl::StatusOr<pb::KeyValueAddResponse> response = CallForResponse(
+      &pb::SessionCall::mutable_kv_add, &Stub::async::KeyValueAdd, std::move(request));
   if (!response.ok()) return response.status();
   return response->value();
 }
@@ -316,7 +340,8 @@ absl::StatusOr<CompareSetResult> CoordinationClientImpl::KvCompareAndSet(
   if (expected.has_value()) request.set_expected(*expected);
   request.set_desired(desired);
   absl::StatusOr<pb::KeyValueCompareAndSetResponse> response =
-      rpc_->Call(&Stub::async::KeyValueCompareAndSet, request, config_.short_call_timeout);
+      CallForResponse(&pb::SessionCall::mutable_kv_compare_and_set,
+                      &Stub::async::KeyValueCompareAndSet, std::move(request));
   if (!response.ok()) return response.status();
   CompareSetResult result;
   result.swapped = response->swapped();

@@ -93,6 +93,11 @@ class CoordinationClientImpl final : public CoordinationClient, private SessionC
   void CallOnSessionOrRpc(Req* (coord::v1::SessionCall::*field)(),
                           RpcCaller::Method<Req, Resp> method, Req request, absl::Duration deadline,
                           SessionChannel::CallDone done);
+  // The same for a short call whose answer is its unary RPC's whole response (on the session
+  // it comes serialized in the CallResult's value); waits for it.
+  template <typename Req, typename Resp>
+  absl::StatusOr<Resp> CallForResponse(Req* (coord::v1::SessionCall::*field)(),
+                                       RpcCaller::Method<Req, Resp> method, Req request);
 
   // SessionChannel::Listener (session thread).
   void OnCoordinatorRestarted() override;

@@ -164,6 +164,26 @@ TEST(GrpcClient, KvAddAndCompareAndSet_CountAndElectAcrossTasks) {
   EXPECT_EQ(none->value, std::nullopt);
 }
 
+// The short key-value calls ride the session (a stream message, not a unary call each): the
+// coordinator counts them under their session names.
+TEST(GrpcClient, ShortKeyValueCalls_RideTheSession) {
+  Coordinator coordinator(1);
+  auto client = Connected(coordinator.port(), 0, 1);
+  ASSERT_THAT(client->KvAdd("n", 2), IsOkAndHolds(int64_t{2}));
+  EXPECT_THAT(client->KvTryGet("n"), IsOkAndHolds(std::string("2")));
+  EXPECT_THAT(client->KvTryGet("absent"), StatusIs(absl::StatusCode::kNotFound));
+  auto swapped = client->KvCompareAndSet("n", std::string("2"), "3");
+  ASSERT_THAT(swapped, IsOk());
+  EXPECT_TRUE(swapped->swapped);
+  EXPECT_THAT(client->KvDelete("n"), IsOkAndHolds(1));
+  for (const char* method : {"Session.KeyValueAdd", "Session.KeyValueTryGet",
+                             "Session.KeyValueCompareAndSet", "Session.KeyValueDelete"}) {
+    EXPECT_GE(coordinator.Metric("phalanx_coordinator_rpcs_total", "method", method), 1) << method;
+  }
+  EXPECT_EQ(coordinator.Metric("phalanx_coordinator_rpcs_total", "method", "KeyValueAdd"), -1)
+      << "an add went as a unary call";
+}
+
 // Quotas reach a client through the real server as RESOURCE_EXHAUSTED with their message.
 TEST(GrpcClient, KvQuota_IsResourceExhausted_NamingTheQuotaAndUse) {
   coord::CoordinationService::Options options;

@@ -256,6 +256,26 @@ void RpcHandler::SessionCall(const Session& session, const pb::SessionCall& call
                        std::move(done)(CallResult{id, value.status(), {}});
                      }
                    });
+    case pb::SessionCall::kKvAdd: {
+      pb::KeyValueAddResponse resp;
+      absl::Status status = KvAdd(call.kv_add(), &resp);
+      return std::move(done)(CallResult{id, std::move(status), resp.SerializeAsString()});
+    }
+    case pb::SessionCall::kKvTryGet: {
+      pb::KeyValueGetResponse resp;
+      absl::Status status = KvTryGet(call.kv_try_get(), &resp);
+      return std::move(done)(CallResult{id, std::move(status), resp.SerializeAsString()});
+    }
+    case pb::SessionCall::kKvCompareAndSet: {
+      pb::KeyValueCompareAndSetResponse resp;
+      absl::Status status = KvCompareAndSet(call.kv_compare_and_set(), &resp);
+      return std::move(done)(CallResult{id, std::move(status), resp.SerializeAsString()});
+    }
+    case pb::SessionCall::kKvDelete: {
+      pb::KeyValueDeleteResponse resp;
+      absl::Status status = KvDelete(call.kv_delete(), &resp);
+      return std::move(done)(CallResult{id, std::move(status), resp.SerializeAsString()});
+    }
     default:
       return std::move(done)(CallResult{id, absl::UnimplementedError("unknown session call"), {}});
   }

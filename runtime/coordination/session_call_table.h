@@ -23,6 +23,10 @@ inline constexpr SessionCallEntry kSessionCalls[] = {
     {pb::SessionCall::kBarrier, "Barrier", "Session.Barrier"},
     {pb::SessionCall::kKvInsert, "KeyValueInsert", "Session.KeyValueInsert"},
     {pb::SessionCall::kKvGet, "KeyValueGet", "Session.KeyValueGet"},
+    {pb::SessionCall::kKvAdd, "KeyValueAdd", "Session.KeyValueAdd"},
+    {pb::SessionCall::kKvTryGet, "KeyValueTryGet", "Session.KeyValueTryGet"},
+    {pb::SessionCall::kKvCompareAndSet, "KeyValueCompareAndSet", "Session.KeyValueCompareAndSet"},
+    {pb::SessionCall::kKvDelete, "KeyValueDelete", "Session.KeyValueDelete"},
 };
 
 // The table's entry for `call`, or nullptr (an unknown call: "Session.Unknown").
