@@ -188,7 +188,13 @@ void AccountTime(const TrainingJobStatus& previous, TrainingJobStatus& st, absl:
     // name resolution, loading), not training. What was booked after it stays productive.
     g.first_step_time = std::min(*stepping.first_step, now);
     const double after = Seconds(ProductiveSpan(previous, *g.first_step_time, now, now));
-    const double before = std::clamp(st.productive_seconds - after, 0.0, st.productive_seconds);
+    double before = std::clamp(st.productive_seconds - after, 0.0, st.productive_seconds);
+    // Never more than the job could have run before it (the productive time after the first
+    // step in an earlier Running stretch, heard of late, is not in `after`).
+    if (previous.start_time.has_value()) {
+      before = std::min(
+          before, std::max(0.0, absl::ToDoubleSeconds(*g.first_step_time - *previous.start_time)));
+    }
     st.productive_seconds -= before;
     g.before_first_step_seconds += before;
   }

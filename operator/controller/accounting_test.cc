@@ -340,6 +340,21 @@ void RunSteppingTimeline(GoodputTimeline& t) {
   EXPECT_DOUBLE_EQ(s.goodput.before_first_step_seconds, 25);
 }
 
+// The first step heard of late (an operator that was away): the productive time of an earlier
+// Running stretch after the first step stays productive.
+TEST(AccountTime, AFirstStepHeardOfLateMovesOnlyWhatRanBeforeIt) {
+  TrainingJobStatus previous = RunningJob();  // Running since kNow-10 s, booked to kNow-5 s
+  previous.start_time = kNow - absl::Seconds(100);
+  previous.productive_seconds = 80;  // earlier stretches, most of it after the first step
+  previous.conditions[0].last_transition_time = kNow - absl::Seconds(10);
+  TrainingJobStatus status = previous;
+  GoodputFacts facts;
+  facts.stepping.first_step = kNow - absl::Seconds(90);  // 10 s after the job started
+  AccountTime(previous, status, kNow, facts);
+  EXPECT_DOUBLE_EQ(status.goodput.before_first_step_seconds, 10);
+  EXPECT_DOUBLE_EQ(status.productive_seconds, 75);  // 80 + 5 booked now - 10 moved
+}
+
 TEST(GoodputTimeline, TheTimeBeforeTheFirstStepAndARegroupAreNotProductive) {
   GoodputTimeline t(/*fresh_operator=*/false);
   RunSteppingTimeline(t);

@@ -165,10 +165,14 @@ absl::StatusOr<Resp> CoordinationClientImpl::CallForResponse(Req* (pb::SessionCa
     }
     std::move(answer)(std::move(response));
   };
-  if (session_->TrySend(call, done)) {
-    return result.Wait(config_.short_call_timeout + config_.rpc_margin);
+  const bool on_session = !session_lacks_kv_calls_.load(std::memory_order_relaxed);
+  if (on_session && session_->TrySend(call, done)) {
+    absl::StatusOr<Resp> answer = result.Wait(config_.short_call_timeout + config_.rpc_margin);
+    if (!absl::IsUnimplemented(answer.status())) return answer;
+    // A coordinator older than this client: these calls are unary RPCs there (from now on).
+    session_lacks_kv_calls_.store(true, std::memory_order_relaxed);
   }
-  // No session (or too big for it): `call` is untouched.
+  // No session (or too big for it, or an older coordinator): `call` is untouched.
   return rpc_->Call(method, *(call.*field)(), config_.short_call_timeout);
 }
 
@@ -374,7 +378,7 @@ absl::Status CoordinationClientImpl::ReportStepping() {
   *request.mutable_task() = ToProto(task());
   absl::Status status =
       rpc_->Call(&Stub::async::ReportStepping, request, config_.short_call_timeout).status();
-  if (status.ok()) {
+  if (status.ok() || absl::IsUnimplemented(status)) {  // an older coordinator: do not ask again
     absl::MutexLock lock(&mu_);
     stepping_reported_ = true;
   }

@@ -14,6 +14,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 
@@ -118,6 +119,9 @@ class CoordinationClientImpl final : public CoordinationClient, private SessionC
   SyncPointTracker sync_ ABSL_GUARDED_BY(mu_);
   // ReportStepping reached this coordinator (a restarted one has forgotten it).
   bool stepping_reported_ ABSL_GUARDED_BY(mu_) = false;
+  // The coordinator answered a session key-value call (add, try-get, compare-and-set, delete)
+  // Unimplemented: it predates them, so they go as unary RPCs.
+  std::atomic<bool> session_lacks_kv_calls_{false};
 
   // Last: its thread calls into the members above, so it is stopped (destroyed) first.
   std::unique_ptr<SessionChannel> session_;

@@ -61,6 +61,7 @@ Needs ``torch`` (imported here, not by ``phalanx``).
 """
 
 import contextlib
+import copy
 import datetime
 import gc
 import itertools
@@ -187,26 +188,34 @@ class _TensorSlot:
         self.index, self.dtype, self.shape = index, dtype, tuple(shape)
 
 
+def _map_leaves(obj, fn):
+    """``obj`` (nested dicts, lists, tuples) with ``fn`` applied to its other values. A dict is
+    copied with its type and attributes (a module's state_dict carries ``_metadata``, which
+    load_state_dict reads), a namedtuple rebuilt field by field."""
+    if isinstance(obj, dict):
+        out = copy.copy(obj)
+        for key in out:
+            out[key] = _map_leaves(out[key], fn)
+        return out
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_map_leaves(v, fn) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_leaves(v, fn) for v in obj)
+    return fn(obj)
+
+
 def _strip_tensors(obj, tensors):
     """``obj`` with each tensor replaced by a :class:`_TensorSlot`; the tensors appended."""
-    if isinstance(obj, torch.Tensor):
-        tensors.append(obj)
-        return _TensorSlot(len(tensors) - 1, obj.dtype, obj.shape)
-    if isinstance(obj, dict):
-        return type(obj)((k, _strip_tensors(v, tensors)) for k, v in obj.items())
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_strip_tensors(v, tensors) for v in obj)
-    return obj
+    def strip(value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        tensors.append(value)
+        return _TensorSlot(len(tensors) - 1, value.dtype, value.shape)
+    return _map_leaves(obj, strip)
 
 
 def _fill_tensors(obj, tensors):
-    if isinstance(obj, _TensorSlot):
-        return tensors[obj.index]
-    if isinstance(obj, dict):
-        return type(obj)((k, _fill_tensors(v, tensors)) for k, v in obj.items())
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_fill_tensors(v, tensors) for v in obj)
-    return obj
+    return _map_leaves(obj, lambda v: tensors[v.index] if isinstance(v, _TensorSlot) else v)
 
 
 def _as_bytes(tensor, device):
@@ -252,14 +261,7 @@ def _receive_state(src, device):
 
 
 def _collect_slots(obj, slots):
-    if isinstance(obj, _TensorSlot):
-        slots.append(obj)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            _collect_slots(v, slots)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _collect_slots(v, slots)
+    _map_leaves(obj, lambda v: slots.append(v) if isinstance(v, _TensorSlot) else None)
 
 
 def _slot_bytes(slot):
@@ -329,10 +331,18 @@ class ChainReducer:
         self._aborter = aborter
         self._group = group
         self._queue = queue.SimpleQueue()
-        threading.Thread(target=self._run, name="phalanx-chain-allreduce", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="phalanx-chain-allreduce",
+                                        daemon=True)
+        self._thread.start()
 
-    def close(self):
+    def close(self, timeout):
+        """Ends the thread once the bucket in flight, if any, is done; waits up to ``timeout``
+        seconds. True when it ended: then nothing here holds the process group any more (a
+        group still referenced when the interpreter exits is destroyed during its shutdown,
+        where torch 1.13's gloo may abort the process: seen as "terminate called")."""
         self._queue.put(None)
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def hook(self, bucket):
         result = torch.futures.Future()
@@ -345,15 +355,27 @@ class ChainReducer:
         while True:
             item = self._queue.get()
             if item is None:
+                self._group = None
                 return
             tensor, result, token = item
             try:
                 reason = self._aborter.reason()
                 if reason is not None:
                     raise RuntimeError(reason)
-                self._aborter.finish(result, token, value=chain_allreduce(tensor, self._group))
+                self._aborter.finish(result, token, value=self._reduce(tensor))
             except Exception as e:  # noqa: BLE001 - handed to DDP's backward
+                # The group is broken: the buckets queued behind must not start a chain on it
+                # (ranks would wait on each other's different buckets until the timeout).
+                self._aborter.abort("%s: %s" % (_ABORTED_BY_PHALANX, e))
                 self._aborter.finish(result, token, error=e)
+
+    def _reduce(self, tensor):
+        if tensor.is_cuda and dist.get_backend(self._group) == "gloo":
+            # gloo moves host memory only: the chain runs on a CPU copy.
+            host = tensor.cpu()
+            tensor.copy_(chain_allreduce(host, self._group))
+            return tensor
+        return chain_allreduce(tensor, self._group)
 
 
 def chain_allreduce_hook(reducer, bucket):
@@ -402,7 +424,8 @@ class Manager:
     ``load_state_dict`` (an LR scheduler, a data sampler) carried with the model.
     ``checkpoint_dir``: a path every task can read (a shared volume); checkpoints go to
     ``<dir>/task-0/step-<N>.pt`` every ``checkpoint_every`` steps (0: only at preemption sync
-    points), written by task 0 alone (DDP's state is the same on every task; with ``ddp=False``
+    points), written by the group's first task alone, task 0 unless it is missing (DDP's state
+    is the same on every task; with ``ddp=False``
     each task writes its own ``task-<id>``), and are used only when no task holds the state in
     memory. ``collective_timeout``:
     the process group's timeout, seconds. ``deterministic`` (default): DDP averages gradients
@@ -489,6 +512,9 @@ class Manager:
         if recovery not in ("wait", "continue"):
             raise ValueError("recovery must be 'wait' or 'continue', got %r" % (recovery,))
         self._continue = recovery == "continue"
+        self._rejoined = False    # continue: a task registered since the last agreement
+        self._syncing = False     # in DDP's pre-forward collectives (hang watchdog)
+        self._sync_hooks = []
         self._group_tasks = []    # the current group's tasks, in group-rank order
         self._step_began = None
         self._longest_step = None
@@ -522,6 +548,9 @@ class Manager:
     def _peer_changed(self, peer):
         with self._cond:
             self._changes += 1
+            if self._continue and peer.state_name == "CONNECTED":
+                # Seen between groups too (no aborter then): _before_step re-forms for it.
+                self._rejoined = True
             self._cond.notify_all()
             aborter, members = self._aborter, self._members
         # A member of the current group failed or was replaced: fail its collectives now.
@@ -606,7 +635,8 @@ class Manager:
             return
         while self.step < steps:
             formation = self._formations
-            for batch in self._batches_from(loader, *divmod(self.step, per_epoch)):
+            batches = self._batches_from(loader, *divmod(self.step, per_epoch))
+            while True:
                 try:
                     self._before_step()
                 except Aborted:
@@ -614,7 +644,12 @@ class Manager:
                 except Exception as e:  # noqa: BLE001 - classified by _recover_or_raise
                     self._recover_or_raise(e)
                     break
-                self._step_starts()
+                self._step_starts()  # the watchdog covers loading the batch too
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    self._step_ends(completed=False)
+                    break
                 try:
                     yield batch
                 except GeneratorExit:  # the caller left the loop: no step runs any more
@@ -660,6 +695,9 @@ class Manager:
 
     def _before_step(self):
         self._check_device()
+        if self._missing_task_is_back():
+            raise RuntimeError("%s: a missing task registered again: re-forming at full size"
+                               % _ABORTED_BY_PHALANX)
         if self._reached_sync_point():
             self._at_sync_point()
 
@@ -670,7 +708,17 @@ class Manager:
         if self._checkpoint_every and self.step % self._checkpoint_every == 0:
             self._checkpoint("interval")
 
+    def _missing_task_is_back(self):
+        """recovery="continue": the group is partial and a task registered since it formed."""
+        with self._cond:
+            return (self._continue and len(self._group_tasks) < self.world_size
+                    and self._rejoined)
+
     def _end(self):
+        if self._missing_task_is_back():
+            # Bring the newcomer in before finishing: it takes the final state from a peer and
+            # reaches the shutdown barrier with everyone (else it would wait to form a group).
+            self._recover(None)
         self._retrying(lambda: self._client.kv_set(self._done_key(), str(self.step),
                                                    overwrite=True))
 
@@ -691,8 +739,13 @@ class Manager:
             self._step_began = time.monotonic()
             self._cond.notify_all()
 
+    def _mark_syncing(self, active):
+        with self._cond:
+            self._syncing = active
+
     def _step_ends(self, completed):
         with self._cond:
+            self._syncing = False
             if completed and self._step_began is not None:
                 took = time.monotonic() - self._step_began
                 self._longest_step = max(self._longest_step or 0.0, took)
@@ -726,7 +779,7 @@ class Manager:
                 if remaining > 0:
                     self._cond.wait(remaining)
                     continue
-                if self._aborter is not None and self._aborter.busy():
+                if self._syncing or (self._aborter is not None and self._aborter.busy()):
                     self._cond.wait(limit)  # in a collective: a peer is late, not this rank
                     continue
                 stuck, step = time.monotonic() - began, self.step
@@ -756,8 +809,10 @@ class Manager:
         hears of it after the next step."""
         try:
             self._client.report_stepping()
-        except (Unavailable, DeadlineExceeded):
-            pass  # not delivered: the next step's call sends it again
+        except Aborted:
+            self._exit(EXIT_SUPERSEDED, "superseded")
+        except Error:
+            pass  # not delivered (the coordinator away, or older): the next step's call retries
 
     def _retrying(self, call, timeout=300.0):
         """``call()``, again after the coordinator is back when it answers Unavailable."""
@@ -912,6 +967,8 @@ class Manager:
 
     def _agree_on_members(self, deadline):
         """Waits until every task is registered; returns the epoch (incarnations joined)."""
+        with self._cond:
+            self._rejoined = False  # this agreement counts who is registered now
         while True:
             with self._cond:
                 seen = self._changes
@@ -1018,6 +1075,11 @@ class Manager:
                 self.model.register_comm_hook(self._chain, chain_allreduce_hook)
             else:
                 self.model.register_comm_hook(self._aborter, tracked_allreduce_hook)
+            # DDP's forward starts with collectives of its own (buffers broadcast, buckets
+            # rebuilt) before it calls the module: a rank waiting there is a victim, not hung.
+            self._sync_hooks = [
+                self.model.register_forward_pre_hook(lambda *_: self._mark_syncing(True)),
+                self._module.register_forward_pre_hook(lambda *_: self._mark_syncing(False))]
         else:
             self.model = self._module
         return moved
@@ -1041,11 +1103,16 @@ class Manager:
 
     def _teardown(self):
         """Drops DDP and the process group; the module and optimizer stay."""
+        hooks, self._sync_hooks = self._sync_hooks, []
+        for hook in hooks:
+            hook.remove()
         self.model = None
         self.group = None
         chain, self._chain = self._chain, None
         if chain is not None:
-            chain.close()  # its thread ends once its bucket in flight, if any, has
+            # Its thread ends once its bucket in flight, if any, has; a bucket stuck on a hung
+            # peer keeps the group busy and it is set aside below.
+            chain.close(timeout=1.0)
         with self._cond:
             aborter, self._aborter, self._members = self._aborter, None, {}
         watch, self._agent_watch = self._agent_watch, None
@@ -1079,8 +1146,8 @@ class Manager:
     def _checkpoint(self, why):
         if not self._checkpoint_dir:
             return
-        if self._ddp and self.rank != 0:
-            return  # DDP's state is the same on every task: task 0's checkpoint is the job's
+        if self._ddp and self._group_tasks and self._group_tasks[0] != self.rank:
+            return  # DDP's state is the same on every task: the group's first task writes it
         path = self._checkpoint_path(self.step)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = path + ".tmp.%d" % os.getpid()
