@@ -15,7 +15,7 @@ import argparse
 import sys
 import time
 
-from torch_train import EXIT_BAD_CONFIG, build_model, event, params_sha256
+from torch_train import EXIT_BAD_CONFIG, build_model, event, join_job, params_sha256
 
 SAMPLES = 1024
 
@@ -84,21 +84,13 @@ def main(argv=None):
     torch.set_num_threads(1)
     if args.reference > 0:
         return reference(torch, args)
-    import phalanx
     from phalanx.torch_recovery import Manager
     from torch.utils.data import DataLoader
 
-    try:
-        client = phalanx.init(timeout=120)
-    except phalanx.InvalidArgument as e:
-        sys.stderr.write("torch_dataloader_train: %s\n" % e)
+    client = join_job("torch_dataloader_train")
+    if client is None:
         return EXIT_BAD_CONFIG
     me = client.task_id
-
-    @client.on_peer_change
-    def _(peer):  # what a supervisor watches for a hung rank
-        event(me, "peer_change", peer=peer.task_id, peer_inc=peer.incarnation,
-              state=peer.state_name)
 
     # The user's script from here on; docs/pytorch.md shows it beside the plain DDP one.
     model = build_model(torch)

@@ -33,6 +33,25 @@ def event(task, kind, **fields):
     os.write(1, line.encode())
 
 
+def join_job(name):
+    """The job's client (PHALANX_* from the environment), its peers' changes reported as EVENT
+    lines (what a supervisor watches for a hung rank; the operator uses its own watch); None,
+    said on stderr, when the environment is not a job's."""
+    import phalanx
+    try:
+        client = phalanx.init(timeout=120)
+    except phalanx.InvalidArgument as e:
+        sys.stderr.write("%s: %s\n" % (name, e))
+        return None
+    me = client.task_id
+
+    @client.on_peer_change
+    def _(peer):
+        event(me, "peer_change", peer=peer.task_id, peer_inc=peer.incarnation,
+              state=peer.state_name, reason=peer.reason[:120] or "-")
+    return client
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=60)
@@ -153,23 +172,15 @@ def main(argv=None):
     torch.set_num_threads(1)  # many ranks on few cores; also keeps the math single-threaded
     if args.reference > 0:
         return reference(torch, args)
-    import phalanx
     from phalanx.torch_recovery import Manager
 
-    try:
-        client = phalanx.init(timeout=120)
-    except phalanx.InvalidArgument as e:
-        sys.stderr.write("torch_train: %s\n" % e)
+    client = join_job("torch_train")
+    if client is None:
         return EXIT_BAD_CONFIG
     me = client.task_id
 
     def on_event(manager, kind, fields):
         event(me, kind, **fields)
-
-    @client.on_peer_change
-    def _(peer):  # what a supervisor watches for a hung rank (the operator uses its own watch)
-        event(me, "peer_change", peer=peer.task_id, peer_inc=peer.incarnation,
-              state=peer.state_name, reason=peer.reason[:120] or "-")
 
     model = build_model(torch)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
