@@ -149,10 +149,19 @@ class TorchRecoveryTest(unittest.TestCase):
         args = ["--steps=120", "--step_time=0.05", "--recovery=continue"]
         coordinator = harness.Coordinator(num_tasks=3, job="continue", heartbeat_timeout="5s")
         self.addCleanup(coordinator.close)
-        ranks = rank_supervisor.RankSupervisor(coordinator, [TRAIN] + args, 3, restart_delay=3.0)
+        # On a loaded machine the pair could finish before the newcomer has imported torch:
+        # the last 100 steps take 1 s more each until it has rejoined (the math is unchanged).
+        rejoined = os.path.join(coordinator.dir, "rejoined")
+        ranks = rank_supervisor.RankSupervisor(
+            coordinator, [TRAIN] + args + ["--linger_file=" + rejoined, "--linger_steps=100"], 3,
+            restart_delay=3.0)
         self.addCleanup(ranks.close)
         self.assertTrue(ranks.wait_for(lambda ev, ex: ranks.min_step() >= 10, TIMEOUT))
         ranks.signal(2, signal.SIGKILL)
+        self.assertTrue(ranks.wait_for(lambda ev, ex: any(
+            e["kind"] == "formed" and e["task"] == "2" and e["inc"] == "1" for e in ev), TIMEOUT),
+            "the newcomer never formed a group; logs in %s" % coordinator.dir)
+        open(rejoined, "w").close()
         self.assertTrue(ranks.wait_for(lambda ev, ex: len(ranks.finals()) == 3, TIMEOUT),
                         "the job did not finish; logs in %s" % coordinator.dir)
         # Each formation: the step it resumed at and its members (the epoch's positions that
