@@ -239,6 +239,11 @@ void RpcHandler::CloseSessions(const std::vector<Session>& sessions, const absl:
 
 void RpcHandler::SessionCall(const Session& session, const pb::SessionCall& call, CallDone done) {
   const uint64_t id = call.call_id();
+  // A short call answered with its unary RPC's whole response, serialized into the value.
+  auto answer = [this, id, &done](auto method, const auto& request, auto response) {
+    absl::Status status = (this->*method)(request, &response);
+    std::move(done)(CallResult{id, std::move(status), response.SerializeAsString()});
+  };
   switch (call.call_case()) {
     case pb::SessionCall::kBarrier:
       return Barrier(session.task, call.barrier(),
@@ -256,26 +261,15 @@ void RpcHandler::SessionCall(const Session& session, const pb::SessionCall& call
                        std::move(done)(CallResult{id, value.status(), {}});
                      }
                    });
-    case pb::SessionCall::kKvAdd: {
-      pb::KeyValueAddResponse resp;
-      absl::Status status = KvAdd(call.kv_add(), &resp);
-      return std::move(done)(CallResult{id, std::move(status), resp.SerializeAsString()});
-    }
-    case pb::SessionCall::kKvTryGet: {
-      pb::KeyValueGetResponse resp;
-      absl::Status status = KvTryGet(call.kv_try_get(), &resp);
-      return std::move(done)(CallResult{id, std::move(status), resp.SerializeAsString()});
-    }
-    case pb::SessionCall::kKvCompareAndSet: {
-      pb::KeyValueCompareAndSetResponse resp;
-      absl::Status status = KvCompareAndSet(call.kv_compare_and_set(), &resp);
-      return std::move(done)(CallResult{id, std::move(status), resp.SerializeAsString()});
-    }
-    case pb::SessionCall::kKvDelete: {
-      pb::KeyValueDeleteResponse resp;
-      absl::Status status = KvDelete(call.kv_delete(), &resp);
-      return std::move(done)(CallResult{id, std::move(status), resp.SerializeAsString()});
-    }
+    case pb::SessionCall::kKvAdd:
+      return answer(&RpcHandler::KvAdd, call.kv_add(), pb::KeyValueAddResponse());
+    case pb::SessionCall::kKvTryGet:
+      return answer(&RpcHandler::KvTryGet, call.kv_try_get(), pb::KeyValueGetResponse());
+    case pb::SessionCall::kKvCompareAndSet:
+      return answer(&RpcHandler::KvCompareAndSet, call.kv_compare_and_set(),
+                    pb::KeyValueCompareAndSetResponse());
+    case pb::SessionCall::kKvDelete:
+      return answer(&RpcHandler::KvDelete, call.kv_delete(), pb::KeyValueDeleteResponse());
     default:
       return std::move(done)(CallResult{id, absl::UnimplementedError("unknown session call"), {}});
   }
