@@ -15,6 +15,21 @@ namespace phalanx::auth {
 namespace {
 
 constexpr absl::string_view kTaskPrefix = "task.";
+constexpr absl::string_view kSparePrefix = "spare.";
+
+// "<prefix><n>.<hex>" → n when the whole of it is `derive(n)`; -1 otherwise. Constant time in
+// the credential's bytes.
+template <typename Derive>
+int NumberedCredential(absl::string_view presented, absl::string_view prefix, Derive derive) {
+  absl::string_view rest = presented;
+  if (!absl::ConsumePrefix(&rest, prefix)) return -1;
+  const size_t dot = rest.find('.');
+  int n = -1;
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &n) || n < 0) {
+    return -1;
+  }
+  return ConstantTimeEquals(derive(n), presented) ? n : -1;
+}
 
 std::string Hex(const unsigned char* bytes, size_t n) {
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(bytes), n));
@@ -54,6 +69,11 @@ std::string TaskCredential(absl::string_view job_token, int task_id) {
                       HmacSha256Hex(job_token, absl::StrCat("phalanx/task/v1/", task_id)));
 }
 
+std::string SpareCredential(absl::string_view job_token, int slot) {
+  return absl::StrCat(kSparePrefix, slot, ".",
+                      HmacSha256Hex(job_token, absl::StrCat("phalanx/spare/v1/", slot)));
+}
+
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -66,15 +86,15 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 absl::StatusOr<Principal> Authenticate(absl::string_view job_token, absl::string_view presented) {
   if (job_token.empty()) return absl::UnauthenticatedError("no job token configured");
   if (ConstantTimeEquals(job_token, presented)) return Principal{};
-  if (absl::ConsumePrefix(&presented, kTaskPrefix)) {
-    const size_t dot = presented.find('.');
-    int task_id = -1;
-    if (dot != absl::string_view::npos && absl::SimpleAtoi(presented.substr(0, dot), &task_id) &&
-        task_id >= 0 &&
-        ConstantTimeEquals(TaskCredential(job_token, task_id),
-                           absl::StrCat(kTaskPrefix, presented))) {
-      return Principal{task_id};
-    }
+  if (int task = NumberedCredential(presented, kTaskPrefix,
+                                    [&](int n) { return TaskCredential(job_token, n); });
+      task >= 0) {
+    return Principal{task};
+  }
+  if (int slot = NumberedCredential(presented, kSparePrefix,
+                                    [&](int n) { return SpareCredential(job_token, n); });
+      slot >= 0) {
+    return Principal{Principal::kNoTask, slot};
   }
   return absl::UnauthenticatedError("wrong job token or task credential");
 }

@@ -8,6 +8,9 @@
 //   task cred     "task.<id>." + HMAC-SHA256(job token, "phalanx/task/v1/<id>"): handed to task
 //                 <id>'s pods only; the coordinator, which holds the job token, recomputes it,
 //                 so it needs no list of credentials
+//   spare cred    "spare.<slot>." + HMAC-SHA256(job token, "phalanx/spare/v1/<slot>"): handed to
+//                 a spare pod (spec.spares, ADR 0007); it may only wait to be assigned a task,
+//                 and the coordinator answers the assignment with that task's credential
 // The job token is the admin credential (operator, coordinator); a task credential may only
 // act as its own task. Used by the operator (derive) and the coordinator (check).
 // Thread-safety: pure functions.
@@ -30,15 +33,20 @@ std::string RandomHex(int bytes);
 std::string JobToken(absl::string_view operator_key, absl::string_view ns, absl::string_view name,
                      absl::string_view uid);
 std::string TaskCredential(absl::string_view job_token, int task_id);
+std::string SpareCredential(absl::string_view job_token, int slot);
 
 // Who a presented bearer credential speaks for.
 struct Principal {
   static constexpr int kAdmin = -1;
+  static constexpr int kNoTask = -2;  // a spare's: it acts as no task until assigned one
   int task_id = kAdmin;  // kAdmin: the job token (operator, tools); else the one task it may act as
+  int spare = -1;        // >= 0: a spare credential of this slot (task_id is kNoTask)
   bool admin() const { return task_id == kAdmin; }
+  bool is_spare() const { return spare >= 0; }
 };
 
-// Unauthenticated for anything that is neither the job token nor a valid task credential.
+// Unauthenticated for anything that is neither the job token nor a valid task or spare
+// credential.
 // Compares in constant time so a credential cannot be guessed byte by byte from timings.
 absl::StatusOr<Principal> Authenticate(absl::string_view job_token, absl::string_view presented);
 

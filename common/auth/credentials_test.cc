@@ -46,5 +46,24 @@ TEST(Credentials, Authenticate_RefusesForgedAndForeignCredentials) {
   }
 }
 
+TEST(Credentials, Authenticate_SpareCredentialIsNoTaskAndCannotPassAsOne) {
+  const std::string job = JobToken("key", "ns", "job", "uid");
+  absl::StatusOr<Principal> spare = Authenticate(job, SpareCredential(job, 1));
+  ASSERT_TRUE(spare.ok());
+  EXPECT_TRUE(spare->is_spare());
+  EXPECT_EQ(spare->spare, 1);
+  EXPECT_FALSE(spare->admin());
+  EXPECT_EQ(spare->task_id, Principal::kNoTask);
+  // A spare's MAC is not a task's: "task.1.<spare MAC>" and the other way round are refused.
+  const std::string spare_mac = SpareCredential(job, 1).substr(std::string("spare.1.").size());
+  const std::string task_mac = TaskCredential(job, 1).substr(std::string("task.1.").size());
+  const std::string other_job = JobToken("key", "ns", "job", "uid-other");
+  for (const std::string& bad : {"task.1." + spare_mac, "spare.1." + task_mac,
+                                 "spare.2." + spare_mac, SpareCredential(other_job, 1)}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Authenticate(job, bad).status(), StatusIs(absl::StatusCode::kUnauthenticated));
+  }
+}
+
 }  // namespace
 }  // namespace phalanx::auth

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "runtime/client/coordination_client_impl.h"
 #include "runtime/client/phalanx_c.h"
+#include "runtime/client/spare_assignment.h"
 #include "runtime/client/unconfirmed_sets.h"
 #include "runtime/coordination/error_details.h"
 
@@ -161,6 +162,26 @@ int phalanx_client_create_from_env(phalanx_client** out) {
     return Report(config.status());
   }
   return Create(*std::move(config), out);
+}
+
+int phalanx_await_assignment(int64_t unreachable_timeout_ms, int* task_id,
+                             phalanx_incarnation_t* incarnation, char* credential,
+                             size_t capacity) {
+  if (task_id == nullptr || incarnation == nullptr || credential == nullptr) {
+    return InvalidArgument("task_id, incarnation and credential must not be NULL");
+  }
+  absl::StatusOr<phalanx::client::SpareConfig> config = phalanx::client::SpareConfig::FromEnv();
+  if (!config.ok()) return Report(config.status());
+  absl::StatusOr<phalanx::client::SpareIdentity> identity = phalanx::client::AwaitSpareAssignment(
+      *config, absl::Milliseconds(std::max<int64_t>(unreachable_timeout_ms, 0)));
+  if (!identity.ok()) return Report(identity.status());
+  if (identity->credential.size() + 1 > capacity) {
+    return InvalidArgument("the credential does not fit in `capacity` bytes");
+  }
+  std::memcpy(credential, identity->credential.c_str(), identity->credential.size() + 1);
+  *task_id = identity->task_id;
+  *incarnation = identity->incarnation;
+  return Report(absl::OkStatus());
 }
 
 int phalanx_client_create(const char* coordinator, const char* job, int task_id, int num_tasks,

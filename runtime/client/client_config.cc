@@ -25,18 +25,83 @@ absl::StatusOr<Int> ParseInt(const std::string& name, const std::string& text) {
   return value;
 }
 
+absl::StatusOr<std::string> Coordinator(const base::GetenvFn& getenv) {
+  absl::StatusOr<std::string> value = Required(getenv, "PHALANX_COORDINATOR");
+  if (!value.ok()) return value.status();
+  if (value->find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PHALANX_COORDINATOR='", *value, "' must be host:port"));
+  }
+  return value;
+}
+
+// PHALANX_TOKEN, else the file PHALANX_TOKEN_FILE names.
+absl::StatusOr<std::string> Token(const base::GetenvFn& getenv) {
+  std::string token;
+  if (std::optional<std::string> value = getenv("PHALANX_TOKEN"); value && !value->empty()) {
+    // Stripped like the coordinator strips its token file, so a trailing newline is harmless.
+    token = std::string(absl::StripAsciiWhitespace(*value));
+  } else if (std::optional<std::string> file = getenv("PHALANX_TOKEN_FILE");
+             file && !file->empty()) {
+    absl::StatusOr<std::string> text = base::ReadFileToString(*file);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PHALANX_TOKEN_FILE: ", text.status().message()));
+    }
+    token = std::string(absl::StripAsciiWhitespace(*text));
+  }
+  if (token.empty()) {
+    return absl::InvalidArgumentError("neither PHALANX_TOKEN nor PHALANX_TOKEN_FILE gives a token");
+  }
+  return token;
+}
+
+// The PEM in PHALANX_TLS_CA_FILE; "" when it is not set.
+absl::StatusOr<std::string> TlsCa(const base::GetenvFn& getenv) {
+  std::optional<std::string> ca = getenv("PHALANX_TLS_CA_FILE");
+  if (!ca.has_value() || ca->empty()) return std::string();
+  absl::StatusOr<std::string> pem = base::ReadFileToString(*ca);
+  if (!pem.ok() || pem->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PHALANX_TLS_CA_FILE: ", pem.ok() ? "the file is empty" : pem.status().message()));
+  }
+  return pem;
+}
+
 }  // namespace
+
+absl::StatusOr<SpareConfig> SpareConfig::FromEnv(const base::GetenvFn& getenv_in) {
+  const base::GetenvFn getenv = getenv_in ? getenv_in : base::ProcessGetenv;
+  SpareConfig config;
+  absl::StatusOr<std::string> value = Coordinator(getenv);
+  if (!value.ok()) return value.status();
+  config.coordinator = *value;
+  value = Required(getenv, "PHALANX_SPARE");
+  if (!value.ok()) return value.status();
+  absl::StatusOr<int> slot = ParseInt<int>("PHALANX_SPARE", *value);
+  if (!slot.ok()) return slot.status();
+  if (*slot < 0) return absl::InvalidArgumentError("PHALANX_SPARE must not be negative");
+  config.slot = *slot;
+  value = Required(getenv, "PHALANX_POD_NAME");
+  if (!value.ok()) value = Required(getenv, "HOSTNAME");
+  if (!value.ok())
+    return absl::InvalidArgumentError("neither PHALANX_POD_NAME nor HOSTNAME is set");
+  config.pod = *value;
+  value = Token(getenv);
+  if (!value.ok()) return value.status();
+  config.credential = *value;
+  value = TlsCa(getenv);
+  if (!value.ok()) return value.status();
+  config.tls_ca_pem = *value;
+  return config;
+}
 
 absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const base::GetenvFn& getenv_in) {
   const base::GetenvFn getenv = getenv_in ? getenv_in : base::ProcessGetenv;
   ClientConfig config;
-  absl::StatusOr<std::string> value = Required(getenv, "PHALANX_COORDINATOR");
+  absl::StatusOr<std::string> value = Coordinator(getenv);
   if (!value.ok()) return value.status();
   config.coordinator = *value;
-  if (config.coordinator.find(':') == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("PHALANX_COORDINATOR='", config.coordinator, "' must be host:port"));
-  }
   value = Required(getenv, "PHALANX_JOB");
   if (!value.ok()) return value.status();
   config.job = *value;
@@ -49,6 +114,11 @@ absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const base::GetenvFn& getenv_
   config.num_tasks = *num_tasks;
 
   value = Required(getenv, "PHALANX_TASK_ID");
+  if (!value.ok() && getenv("PHALANX_SPARE").has_value()) {
+    return absl::InvalidArgumentError(
+        "PHALANX_TASK_ID is not set: this process is a spare (PHALANX_SPARE) that has not been "
+        "given a task yet; wait for one first (phalanx.init() does; C: phalanx_await_assignment)");
+  }
   if (!value.ok()) return value.status();
   absl::StatusOr<int> task_id = ParseInt<int>("PHALANX_TASK_ID", *value);
   if (!task_id.ok()) return task_id.status();
@@ -67,29 +137,12 @@ absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const base::GetenvFn& getenv_
     config.incarnation = *parsed;
   }
 
-  if (std::optional<std::string> token = getenv("PHALANX_TOKEN"); token && !token->empty()) {
-    // Stripped like the coordinator strips its token file, so a trailing newline is harmless.
-    config.token = std::string(absl::StripAsciiWhitespace(*token));
-  } else if (std::optional<std::string> file = getenv("PHALANX_TOKEN_FILE");
-             file && !file->empty()) {
-    absl::StatusOr<std::string> text = base::ReadFileToString(*file);
-    if (!text.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("PHALANX_TOKEN_FILE: ", text.status().message()));
-    }
-    config.token = std::string(absl::StripAsciiWhitespace(*text));
-  }
-  if (config.token.empty()) {
-    return absl::InvalidArgumentError("neither PHALANX_TOKEN nor PHALANX_TOKEN_FILE gives a token");
-  }
-  if (std::optional<std::string> ca = getenv("PHALANX_TLS_CA_FILE"); ca && !ca->empty()) {
-    absl::StatusOr<std::string> pem = base::ReadFileToString(*ca);
-    if (!pem.ok() || pem->empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "PHALANX_TLS_CA_FILE: ", pem.ok() ? "the file is empty" : pem.status().message()));
-    }
-    config.tls_ca_pem = *pem;
-  }
+  value = Token(getenv);
+  if (!value.ok()) return value.status();
+  config.token = *value;
+  value = TlsCa(getenv);
+  if (!value.ok()) return value.status();
+  config.tls_ca_pem = *value;
   if (std::optional<std::string> transport = getenv("PHALANX_SESSION_TRANSPORT");
       transport && !transport->empty()) {
     if (*transport == "auto") {

@@ -10,6 +10,9 @@
 //   PHALANX_TLS_CA_FILE  PEM CA certificates: when set, the coordinator is reached over TLS
 //                        and its certificate must chain to one of them (default: cleartext)
 //   PHALANX_SESSION_TRANSPORT  auto (default), wire or grpc: how the session travels (below)
+// A spare pod (spec.spares) has PHALANX_SPARE=<slot> and PHALANX_POD_NAME instead of
+// PHALANX_TASK_ID/PHALANX_INCARNATION, and a spare credential: SpareConfig, then
+// AwaitSpareAssignment (spare_assignment.h) gives it its task.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +49,21 @@ struct ClientConfig {
   absl::Duration short_call_timeout = absl::Seconds(10);
 
   // Reads the variables above through `getenv` (default: the process environment).
-  // InvalidArgument naming the variable that is missing or malformed.
+  // InvalidArgument naming the variable that is missing or malformed (for a spare that has not
+  // been given its task yet, it says so).
   static absl::StatusOr<ClientConfig> FromEnv(const base::GetenvFn& getenv = nullptr);
+};
+
+// What a spare needs to wait for its task: the coordinator, its spare credential, its pod's name.
+struct SpareConfig {
+  std::string coordinator;
+  int slot = 0;
+  std::string pod;
+  std::string credential;
+  std::string tls_ca_pem;
+  // PHALANX_COORDINATOR, PHALANX_SPARE, PHALANX_POD_NAME (default: HOSTNAME), PHALANX_TOKEN or
+  // PHALANX_TOKEN_FILE, PHALANX_TLS_CA_FILE. InvalidArgument naming what is missing.
+  static absl::StatusOr<SpareConfig> FromEnv(const base::GetenvFn& getenv = nullptr);
 };
 
 }  // namespace phalanx::client

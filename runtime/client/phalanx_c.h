@@ -87,6 +87,15 @@ PHALANX_API void phalanx_free(void* p);
 
 /* From the PHALANX_* environment variables the operator injects. */
 PHALANX_API int phalanx_client_create_from_env(phalanx_client** out);
+/* A spare (spec.spares; PHALANX_SPARE set, no PHALANX_TASK_ID): blocks until the coordinator
+   gives this process a failed task, then returns the task, its incarnation and the task's
+   credential (NUL-terminated, in `credential` of `capacity` bytes; 256 is enough). The caller
+   then creates its client with them (or sets PHALANX_TASK_ID, PHALANX_INCARNATION and
+   PHALANX_TOKEN and calls phalanx_client_create_from_env). `unreachable_timeout_ms` bounds how
+   long the coordinator may be unreachable in a row; the wait for a task itself has no bound. */
+PHALANX_API int phalanx_await_assignment(int64_t unreachable_timeout_ms, int* task_id,
+                                         phalanx_incarnation_t* incarnation, char* credential,
+                                         size_t capacity);
 PHALANX_API int phalanx_client_create(const char* coordinator, const char* job, int task_id,
                                       int num_tasks, phalanx_incarnation_t incarnation,
                                       const char* token, phalanx_client** out);

@@ -134,6 +134,24 @@ class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
     return Unary(ctx, "ReportStepping", ForTask(req->task().task_id()),
                  [&](Finisher done) { done(handler_.ReportStepping(*req)); });
   }
+  grpc::ServerUnaryReactor* AwaitAssignment(grpc::CallbackServerContext* ctx,
+                                            const pb::AwaitAssignmentRequest* req,
+                                            pb::AwaitAssignmentResponse* resp) override {
+    auth::Principal spare;
+    return Unary(
+        ctx, "AwaitAssignment", SpareOnly(),
+        [&](Finisher done) {
+          handler_.AwaitAssignment(
+              spare.spare, *req, resp, [this, resp, done](absl::Status status) mutable {
+                // The task's credential: what the spare acts with now.
+                if (status.ok() && resp->assigned()) {
+                  resp->set_credential(auth::TaskCredential(token_, resp->task_id()));
+                }
+                done(std::move(status));
+              });
+        },
+        &spare);
+  }
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx,
                                      const pb::ShutdownRequest* req,
                                      pb::ShutdownResponse*) override {
@@ -159,9 +177,10 @@ class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
     Impl* impl_;
   };
 
+  // `who`, when given, learns the caller's principal before `body` runs.
   template <typename Body>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const char* method,
-                                  CallScope scope, Body&& body) {
+                                  CallScope scope, Body&& body, auth::Principal* who = nullptr) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     Finisher done(reactor, method, clock_.Now(), this);
     absl::StatusOr<auth::Principal> principal = Authenticate(*ctx);
@@ -171,6 +190,7 @@ class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
       done(auth);
       return reactor;
     }
+    if (who != nullptr) *who = *principal;
     body(std::move(done));
     return reactor;
   }

@@ -106,6 +106,16 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
                              .Help("Preemption sync rounds opened")
                              .Register(r)
                              .Add({})),
+      spare_takeovers_(BuildCounter()
+                           .Name("phalanx_coordinator_spare_takeovers_total")
+                           .Help("Failed tasks a waiting spare took over (spec.spares)")
+                           .Register(r)
+                           .Add({})),
+      spares_waiting_(BuildGauge()
+                          .Name("phalanx_coordinator_spares_waiting")
+                          .Help("Spares waiting to be given a task (spec.spares)")
+                          .Register(r)
+                          .Add({})),
       auth_failures_(BuildCounter()
                          .Name("phalanx_coordinator_auth_failures_total")
                          .Help("Calls refused for a missing or wrong job token")

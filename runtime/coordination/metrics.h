@@ -49,6 +49,8 @@ class CoordinatorMetrics {
   void BarrierTimedOut() { barrier_timeouts_.Increment(); }
   void SetKv(size_t entries, size_t bytes);
   void PreemptionRoundOpened() { preemption_rounds_.Increment(); }
+  void SpareTookOver() { spare_takeovers_.Increment(); }
+  void SetSparesWaiting(size_t waiting) { spares_waiting_.Set(static_cast<double>(waiting)); }
   void AuthFailure() { auth_failures_.Increment(); }
   void ConnectionClosed(ConnectionCloseReason reason);
   void WireRefused(WireBudget budget);
@@ -70,6 +72,8 @@ class CoordinatorMetrics {
   prometheus::Gauge& kv_entries_;
   prometheus::Gauge& kv_bytes_;
   prometheus::Counter& preemption_rounds_;
+  prometheus::Counter& spare_takeovers_;
+  prometheus::Gauge& spares_waiting_;
   prometheus::Counter& auth_failures_;
   prometheus::Family<prometheus::Counter>& connections_closed_;
   prometheus::Gauge& connections_open_;

@@ -90,6 +90,14 @@ pb::JobState ToProto(const JobSnapshot& snapshot) {
   out.set_regroup_since_unix_micros(ToUnixMicrosOrZero(snapshot.stepping.regroup_since));
   out.set_regrouping(snapshot.stepping.regrouping);
   for (const TaskInfo& task : snapshot.tasks) *out.add_tasks() = ToProto(task);
+  for (const SpareInfo& spare : snapshot.spares) {
+    pb::SpareInfo& s = *out.add_spares();
+    s.set_pod(spare.pod);
+    s.set_slot(spare.slot);
+    s.set_task_id(spare.task_id);
+    s.set_incarnation(spare.incarnation);
+    s.set_since_unix_micros(ToUnixMicrosOrZero(spare.since));
+  }
   return out;
 }
 
@@ -97,6 +105,11 @@ JobSnapshot FromProto(const pb::JobState& state) {
   JobSnapshot out{
       state.job(), state.version(), {}, state.coordinator_id(), state.rolled_back_seconds()};
   for (const pb::TaskInfo& task : state.tasks()) out.tasks.push_back(FromProto(task));
+  for (const pb::SpareInfo& s : state.spares()) {
+    out.spares.push_back({s.pod(), s.slot(), s.task_id(),
+                          base::IncarnationFromWire(s.incarnation()),
+                          MicrosOrInfinitePast(s.since_unix_micros())});
+  }
   out.stepping = {MicrosOrInfinitePast(state.first_step_unix_micros()),
                   MicrosOrInfinitePast(state.stepping_since_unix_micros()),
                   MicrosOrInfinitePast(state.regroup_since_unix_micros()), state.regrouping()};

@@ -189,6 +189,26 @@ absl::Status RpcHandler::ReportStepping(const pb::ReportSteppingRequest& req) {
   return service_.ReportStepping(FromProto(req.task()));
 }
 
+void RpcHandler::AwaitAssignment(int slot, const pb::AwaitAssignmentRequest& req,
+                                 pb::AwaitAssignmentResponse* resp, Done done) {
+  constexpr size_t kMaxPodName = 253;  // a Kubernetes object name
+  if (req.pod().empty() || req.pod().size() > kMaxPodName) {
+    return Fail(std::move(done), absl::InvalidArgumentError(absl::StrCat(
+                                     "a spare must name its pod (1 to ", kMaxPodName, " bytes)")));
+  }
+  service_.AwaitAssignment(slot, req.pod(), absl::Milliseconds(req.timeout_ms()),
+                           [this, resp, done = std::move(done)](
+                               absl::StatusOr<std::optional<SpareAssignment>> answer) mutable {
+                             if (answer.ok() && answer->has_value()) {
+                               resp->set_assigned(true);
+                               resp->set_task_id((*answer)->task_id);
+                               resp->set_incarnation((*answer)->incarnation);
+                               resp->set_num_tasks(service_.options().num_tasks);
+                             }
+                             std::move(done)(answer.status());
+                           });
+}
+
 void RpcHandler::ReportSyncStep(const pb::ReportSyncStepRequest& req,
                                 pb::ReportSyncStepResponse* resp, Done done) {
   if (!req.has_task()) return Fail(std::move(done), MissingTask());

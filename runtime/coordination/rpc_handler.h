@@ -49,6 +49,10 @@ class RpcHandler {
   absl::Status ReportRolledBack(const pb::ReportRolledBackRequest& req,
                                 pb::ReportRolledBackResponse* resp);
   absl::Status ReportStepping(const pb::ReportSteppingRequest& req);
+  // For spare `slot` (its credential's): fills resp's assignment, not its credential (the
+  // server, which holds the job token, adds that). InvalidArgument for a missing or long pod name.
+  void AwaitAssignment(int slot, const pb::AwaitAssignmentRequest& req,
+                       pb::AwaitAssignmentResponse* resp, Done done);
   void ReportSyncStep(const pb::ReportSyncStepRequest& req, pb::ReportSyncStepResponse* resp,
                       Done done);
   void Shutdown(const pb::ShutdownRequest& req, Done done);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/log.h"
 #include "runtime/coordination/error_details.h"
 #include "runtime/coordination/proto_convert.h"
 #include "runtime/coordination/service_options.h"
@@ -60,6 +61,7 @@ CoordinationService::CoordinationService(Options options, base::Clock& clock,
       barriers_(metrics, options_.barrier_limits),
       kv_(options_.kv_limits),
       sync_(options_.num_tasks),
+      spares_(options_.spare_limits),
       tasks_(options_.num_tasks, clock_.Now()) {
   absl::MutexLock lock(&mu_);
   UpdateGaugesLocked();
@@ -104,6 +106,7 @@ void CoordinationService::ConnectLocked(TaskRef ref, bool replacing, Completions
                 : std::string("registered");
   info.incarnation = ref.incarnation;
   task.last_seen = clock_.Now();
+  spares_.Registered(ref.task_id, ref.incarnation);
   SetStateLocked(task, TaskState::kConnected, reason, out);
 }
 
@@ -176,10 +179,14 @@ void CoordinationService::CloseSessions(const std::vector<uint64_t>& session_ids
     if (task.info.state == TaskState::kConnected && !stopped_) {
       task.last_seen = clock_.Now();  // hearing it go: for a crash, when it stopped
       metrics_.SessionBroken();
+      // The task's own close (Cancelled) may be its script's normal end: only the operator,
+      // from the pod's exit, can tell, so no spare takes it over. A connection that ended
+      // without a close is a death.
+      const bool closed_by_task = why.ok() || absl::IsCancelled(why);
       FailTaskLocked(task, FailureKind::kSessionBroken,
                      absl::StrCat("session broken: ",
                                   why.ok() ? "closed by the task" : std::string(why.message())),
-                     out);
+                     out, /*spare_may_take_over=*/!closed_by_task);
     }
   }
   EndBatchLocked(out);
@@ -496,6 +503,7 @@ void CoordinationService::Tick(absl::Time now) {
   kv_.Expire(now, out);
   alive_.Expire(now, out);
   sync_.Expire(now, AliveFnLocked(), out);
+  ExpireSparesLocked(now, out);
   watchers_.Expire(
       now, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SnapshotLocked(); }, out);
   FlushPeerEventsLocked(out);
@@ -516,6 +524,7 @@ void CoordinationService::Stop() {
   kv_.FailAll(stopping, out);
   alive_.FailAll(stopping, out);
   sync_.FailAll(stopping, out);
+  spares_.FailAll(stopping, out);
   AnswerWatchersLocked(out);
   for (TaskTable::Task& task : tasks_) {
     std::shared_ptr<SessionOutbox> outbox = tasks_.Detach(task);
@@ -588,7 +597,8 @@ void CoordinationService::AnswerWatchersLocked(Completions& out) {
 }
 
 void CoordinationService::FailTaskLocked(TaskTable::Task& task, FailureKind kind,
-                                         std::string reason, Completions& out) {
+                                         std::string reason, Completions& out,
+                                         bool spare_may_take_over) {
   if (task.info.state != TaskState::kConnected) return;
   metrics_.TaskFailed(kind);
   RetireIncarnationLocked(
@@ -598,7 +608,58 @@ void CoordinationService::FailTaskLocked(TaskTable::Task& task, FailureKind kind
       out);
   FailPeerWaitsLocked({task.info.task_id, task.info.incarnation}, reason, out);
   stepping_.OnFailure(version_, task.last_seen);  // before the watchers hear of the failure
+  // Before the state changes: the snapshot that tells the watchers (the operator) of the
+  // failure already names the spare that took the task over.
+  if (spare_may_take_over) TakeOverLocked(task.info.task_id, task.info.incarnation + 1, out);
   SetStateLocked(task, TaskState::kFailed, std::move(reason), out);
+}
+
+bool CoordinationService::TakeOverLocked(int task, base::Incarnation incarnation,
+                                         Completions& out) {
+  std::optional<std::string> pod = spares_.TakeOver(task, incarnation, clock_.Now(), out);
+  if (!pod.has_value()) return false;
+  metrics_.SpareTookOver();
+  PHX_LOG(INFO) << "spare " << *pod << " takes over task " << task << " as incarnation "
+                << incarnation;
+  return true;
+}
+
+void CoordinationService::ExpireSparesLocked(absl::Time now, Completions& out) {
+  bool changed = spares_.Expire(now, out);
+  // A spare that died while it waited was given a task it never registered as: the task's next
+  // incarnation goes to the next spare (a new pod, if none waits: the operator's replacement).
+  for (const SpareInfo& lost : spares_.Unclaimed(now - options_.heartbeat_timeout)) {
+    TaskTable::Task& task = tasks_[lost.task_id];
+    if (task.info.incarnation >= lost.incarnation) continue;  // registered since, some other way
+    PHX_LOG(WARNING) << "spare " << lost.pod << " did not register as task " << lost.task_id
+                     << " within " << options_.heartbeat_timeout << "; handing the task on";
+    changed |= TakeOverLocked(lost.task_id, lost.incarnation + 1, out);
+  }
+  if (changed) {
+    ++version_;
+    AnswerWatchersLocked(out);
+    UpdateGaugesLocked();
+  }
+}
+
+void CoordinationService::AwaitAssignment(int slot, std::string pod, absl::Duration timeout,
+                                          SpareAnswer done) {
+  Completions out;
+  absl::MutexLock lock(&mu_);
+  if (stopped_)
+    return out.Answer(std::move(done),
+                      absl::StatusOr<std::optional<SpareAssignment>>(CoordinatorStoppingError()));
+  absl::StatusOr<absl::Duration> resolved = ResolveTimeout(timeout, kDefaultSpareWait);
+  if (!resolved.ok()) {
+    return out.Answer(std::move(done),
+                      absl::StatusOr<std::optional<SpareAssignment>>(resolved.status()));
+  }
+  const absl::Time now = clock_.Now();
+  if (spares_.Await(pod, slot, now, now + *resolved, std::move(done), out)) {
+    ++version_;
+    AnswerWatchersLocked(out);
+  }
+  UpdateGaugesLocked();
 }
 
 absl::Status CoordinationService::PeerFailedError(TaskRef failed, const std::string& reason) {
@@ -665,11 +726,13 @@ JobSnapshot CoordinationService::SnapshotLocked() const {
                      tasks_.Infos(),
                      options_.coordinator_id,
                      rollbacks_.total_seconds(),
-                     stepping_.state()};
+                     stepping_.state(),
+                     spares_.Infos()};
 }
 
 void CoordinationService::UpdateGaugesLocked() {
   metrics_.SetTaskCounts(tasks_.registered(), tasks_.CountIn(TaskState::kConnected));
+  metrics_.SetSparesWaiting(spares_.waiting_count());
 }
 
 }  // namespace phalanx::coord

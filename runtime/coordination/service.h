@@ -55,6 +55,7 @@
 #include "runtime/coordination/preemption_sync.h"
 #include "runtime/coordination/rollback_ledger.h"
 #include "runtime/coordination/session_outbox.h"
+#include "runtime/coordination/spare_pool.h"
 #include "runtime/coordination/stepping_tracker.h"
 #include "runtime/coordination/task_table.h"
 #include "runtime/coordination/types.h"
@@ -77,6 +78,7 @@ class CoordinationService {
     // Memory bounds: any holder of the job token can write, so every stored thing is capped.
     KvStore::Limits kv_limits;
     BarrierTable::Limits barrier_limits;
+    SparePool::Limits spare_limits;
     // A reported error message is broadcast to every session: longer ones are truncated.
     size_t max_error_message_bytes = 4096;
     // After key-value deletes have freed this many bytes, `release_memory` runs (outside the
@@ -175,6 +177,14 @@ class CoordinationService {
   // or the end of a regroup). A change bumps the job's version. Errors: as CheckCaller.
   absl::Status ReportStepping(TaskRef task);
 
+  // A spare (spec.spares, ADR 0007) of `slot`, in pod `pod`, waits up to `timeout` (0: 10 s) to
+  // be given a failed task (spare_pool.h). A task's failure is taken over by the spare that
+  // waited longest unless the task closed its own session (its script may simply have ended:
+  // only the operator can tell, from the pod's exit). InvalidArgument (bad timeout),
+  // ResourceExhausted (too many spares wait), Unavailable (stopping).
+  void AwaitAssignment(int slot, std::string pod, absl::Duration timeout, SpareAnswer done);
+  static constexpr absl::Duration kDefaultSpareWait = absl::Seconds(10);
+
   // The shutdown barrier: when every task arrives they all become SHUTDOWN.
   // Errors: as Barrier.
   void Shutdown(TaskRef task, absl::Duration timeout, StatusCallback done);
@@ -217,8 +227,14 @@ class CoordinationService {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers every WatchJobState waiting on the version that just changed.
   void AnswerWatchersLocked(Completions& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailTaskLocked(TaskTable::Task& task, FailureKind kind, std::string reason, Completions& out)
+  // `spare_may_take_over`: a waiting spare is given the task's next incarnation at once.
+  void FailTaskLocked(TaskTable::Task& task, FailureKind kind, std::string reason, Completions& out,
+                      bool spare_may_take_over = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives `task` at `incarnation` to the longest-waiting spare; false when none waits.
+  bool TakeOverLocked(int task, base::Incarnation incarnation, Completions& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends expired spare waits and hands on take-overs nobody registered for.
+  void ExpireSparesLocked(absl::Time now, Completions& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends everything the incarnation `gone` had open: its session and pending calls.
   // Fail fast: `failed` (a task's current incarnation) is dead, so every barrier it takes part
   // in and every get another task waits in fails now with PeerFailedError, not at its timeout.
@@ -256,6 +272,7 @@ class CoordinationService {
   PreemptionSync sync_ ABSL_GUARDED_BY(mu_);
   RollbackLedger rollbacks_ ABSL_GUARDED_BY(mu_);
   SteppingTracker stepping_ ABSL_GUARDED_BY(mu_);
+  SparePool spares_ ABSL_GUARDED_BY(mu_);
   JobStateWatchers watchers_ ABSL_GUARDED_BY(mu_);
   TaskTable tasks_ ABSL_GUARDED_BY(mu_);
   PeerEventCoalescer peer_events_ ABSL_GUARDED_BY(mu_);

@@ -21,9 +21,11 @@ SessionReactor::SessionReactor(RpcHandler& handler, CoordinatorMetrics& metrics,
 
 void SessionReactor::OnReadDone(bool ok) {
   if (!ok) {
-    // The task closed its side or the connection broke: either way the session is over.
+    // The task closed its side or the connection broke: either way the session is over. gRPC
+    // does not tell the two apart here, so it counts as the task's own close (Cancelled): no
+    // spare takes it over (service.h), the operator replaces it from its pod's exit.
     if (session_.has_value()) {
-      handler_.CloseSession(*session_, absl::UnavailableError("stream closed by the task"));
+      handler_.CloseSession(*session_, absl::CancelledError("stream closed by the task"));
     }
     absl::MutexLock lock(&mu_);
     if (writing_) {

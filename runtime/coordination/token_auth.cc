@@ -20,6 +20,14 @@ absl::StatusOr<auth::Principal> CheckToken(const grpc::CallbackServerContext& ct
 }
 
 absl::Status Authorize(const auth::Principal& principal, CallScope scope) {
+  if (principal.is_spare() || scope.task_id == CallScope::kSpare) {
+    if (principal.is_spare() && scope.task_id == CallScope::kSpare) return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        principal.is_spare()
+            ? absl::StrCat("the credential of spare ", principal.spare,
+                           " may only wait to be assigned a task (AwaitAssignment)")
+            : std::string("only a spare's credential may wait to be assigned a task"));
+  }
   if (principal.admin() || scope.task_id == CallScope::kJobWide ||
       scope.task_id == principal.task_id) {
     return absl::OkStatus();

@@ -20,16 +20,20 @@ namespace phalanx::coord {
 absl::StatusOr<auth::Principal> CheckToken(const grpc::CallbackServerContext& ctx,
                                            const std::string& job_token);
 
-// What a call needs of its caller: any member of the job, or to speak for one task.
+// What a call needs of its caller: any member of the job, to speak for one task, or to be a
+// spare waiting for a task (the only call a spare credential may make).
 struct CallScope {
   static constexpr int kJobWide = -1;
+  static constexpr int kSpare = -3;
   int task_id = kJobWide;
 };
 inline CallScope JobWide() { return CallScope{}; }
 inline CallScope ForTask(int task_id) { return CallScope{task_id < 0 ? -2 : task_id}; }
+inline CallScope SpareOnly() { return CallScope{CallScope::kSpare}; }
 
 // PermissionDenied when a task credential is used to act as another task (hijacking its
-// session, reporting errors as it, arriving at barriers for it).
+// session, reporting errors as it, arriving at barriers for it), when a spare credential is
+// used for anything but waiting for its assignment, or a task credential to wait as a spare.
 absl::Status Authorize(const auth::Principal& principal, CallScope scope);
 
 }  // namespace phalanx::coord

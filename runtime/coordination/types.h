@@ -48,13 +48,24 @@ struct SteppingState {
   bool operator==(const SteppingState&) const = default;
 };
 
+// A spare as the job's state shows it: waiting (task_id -1) or the task it took over.
+struct SpareInfo {
+  std::string pod;
+  int slot = 0;
+  int task_id = -1;
+  base::Incarnation incarnation = 0;
+  absl::Time since = absl::InfinitePast();  // waiting since / assigned at
+  friend bool operator==(const SpareInfo&, const SpareInfo&) = default;
+};
+
 struct JobSnapshot {
   std::string job;
   uint64_t version = 0;
   std::vector<TaskInfo> tasks;
   std::string coordinator_id;
-  double rolled_back_seconds = 0;  // rollback_ledger.h: the job's total since this start
-  SteppingState stepping = {};     // stepping_tracker.h: since this start
+  double rolled_back_seconds = 0;      // rollback_ledger.h: the job's total since this start
+  SteppingState stepping = {};         // stepping_tracker.h: since this start
+  std::vector<SpareInfo> spares = {};  // spare_pool.h: waiting spares, then take-overs
 };
 
 struct ErrorReport {

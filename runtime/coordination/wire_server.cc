@@ -460,7 +460,9 @@ void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32
   }
   Stream& stream = *it->second;
   if (payload.empty()) {
-    return EndStream(*c, it, absl::UnavailableError("stream closed by the task"));
+    // Cancelled, not Unavailable: the process closed its own client (its script ended, or it
+    // chose to), which a spare must not take over; a connection that just ends is a death.
+    return EndStream(*c, it, absl::CancelledError("stream closed by the task"));
   }
   // A refusal after the hello ends the stream here; the task's session with it.
   auto end_with = [&](const absl::Status& status) {

@@ -35,7 +35,7 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
 __version__ = "0.1.0"
 
 __all__ = [
-    "init", "client", "initialized", "task_id", "num_tasks", "incarnation", "barrier",
+    "init", "is_spare", "await_assignment", "client", "initialized", "task_id", "num_tasks", "incarnation", "barrier",
     "cancel_barrier", "kv_set", "kv_get", "kv_try_get", "kv_dir", "kv_delete", "kv_add",
     "kv_compare_set", "alive_tasks",
     "reached_sync_point", "notify_preemption", "on_peer_change", "on_preemption",
@@ -74,12 +74,57 @@ def find_library():
     return _native.library_path()
 
 
+def is_spare():
+    """True in a spare pod's process (``spec.spares``) that has not been given a task yet."""
+    return bool(os.environ.get("PHALANX_SPARE")) and not os.environ.get("PHALANX_TASK_ID")
+
+
+def await_assignment(timeout=60.0):
+    """A spare's wait (``spec.spares``, ``PHALANX_SPARE`` set): blocks until the coordinator
+    hands this process a failed task, then makes the process's environment that task's
+    (``PHALANX_TASK_ID``, ``PHALANX_INCARNATION``, ``PHALANX_TOKEN``, ``RANK``,
+    ``JAX_PROCESS_ID``) and returns ``(task_id, incarnation)``. :func:`init` calls it; call it
+    yourself only to do something between the wait and connecting. ``timeout`` bounds how long
+    the coordinator may be unreachable in a row; the wait for a task has no bound (a spare waits
+    as long as its job wants it). Raises ``FailedPrecondition`` when this is not a spare."""
+    if not is_spare():
+        raise FailedPrecondition("not a spare: PHALANX_SPARE is not set or the task is known")
+    lib = _native.load()
+    if not hasattr(lib, "phalanx_await_assignment"):
+        raise Unimplemented("this libphalanx_c has no phalanx_await_assignment (an older build)")
+    import ctypes
+    task = ctypes.c_int(0)
+    incarnation = ctypes.c_uint64(0)
+    credential = ctypes.create_string_buffer(256)
+    code = lib.phalanx_await_assignment(int(timeout * 1000), ctypes.byref(task),
+                                        ctypes.byref(incarnation), credential, len(credential))
+    if code != 0:
+        message = lib.phalanx_last_error()
+        details = lib.phalanx_last_error_details()
+        raise error_from_code(code, message.decode("utf-8", "replace") if message else "",
+                              details.decode("utf-8", "replace") if details else "")
+    # The environment a task pod of this task has: everything downstream (from_env, frameworks
+    # that read RANK) sees the task this process now is.
+    os.environ.update(PHALANX_TASK_ID=str(task.value), PHALANX_INCARNATION=str(incarnation.value),
+                      PHALANX_TOKEN=credential.value.decode("ascii"), RANK=str(task.value),
+                      JAX_PROCESS_ID=str(task.value))
+    os.environ.pop("PHALANX_TOKEN_FILE", None)
+    import sys
+    sys.stderr.write("phalanx: spare %s takes over task %d as incarnation %d\n"
+                     % (os.environ.get("PHALANX_POD_NAME", "?"), task.value, incarnation.value))
+    return task.value, incarnation.value
+
+
 def init(timeout=60.0, connect=True):
     """Creates the default client from the environment the operator injects
     (``PHALANX_COORDINATOR``, ``PHALANX_JOB``, ``PHALANX_TASK_ID``, ``PHALANX_NUM_TASKS``,
     ``PHALANX_INCARNATION``, ``PHALANX_TOKEN``) and, unless ``connect`` is false, connects it
     within ``timeout`` seconds. Callbacks registered with :func:`on_peer_change` /
     :func:`on_preemption` before this call are attached before connecting.
+
+    In a spare pod (``spec.spares``) it first waits, as long as it takes, until the coordinator
+    gives this process a failed task (:func:`await_assignment`): everything the script did
+    before this call (imports, building the model) is what makes the spare warm.
 
     Returns the :class:`Client`. Calling it again returns the same client.
     Raises ``InvalidArgument`` (bad or missing variable: fix the environment),
@@ -89,6 +134,8 @@ def init(timeout=60.0, connect=True):
     global _default
     with _lock:
         if _default is None:
+            if is_spare():
+                await_assignment(timeout)
             c = Client.from_env()
             for cb in _pending_peer:
                 c.on_peer_change(cb)

@@ -122,6 +122,9 @@ def _declare(lib):
     fn("phalanx_shutdown", c_int, client_p, c_int64)
     if hasattr(lib, "phalanx_leave"):
         fn("phalanx_leave", c_int, client_p, c_char_p, c_int64)
+    if hasattr(lib, "phalanx_await_assignment"):
+        fn("phalanx_await_assignment", c_int, c_int64, P(c_int), P(c_uint64), c_void_p,
+           c_size_t)
     return lib
 
 
