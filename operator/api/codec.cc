@@ -332,6 +332,7 @@ Json EncodeTask(const TaskStatus& t) {
   PutTime(out, "moveHeldUntil", t.move_held_until);
   PutString(out, "lastFailureMessage", t.last_failure_message);
   PutTime(out, "failureReportedAt", t.failure_reported_at);
+  PutString(out, "spareOf", t.spare_of);
   return out;
 }
 
@@ -358,6 +359,7 @@ TaskStatus DecodeTask(const Json& j) {
   t.move_held_until = TimeOr(j, "moveHeldUntil");
   t.last_failure_message = StringOr(j, "lastFailureMessage");
   t.failure_reported_at = TimeOr(j, "failureReportedAt");
+  t.spare_of = StringOr(j, "spareOf");
   return t;
 }
 
@@ -406,6 +408,7 @@ absl::StatusOr<TrainingJobSpec> DecodeSpec(const Json& job) {
   if (SpecReader::Get(*spec, "replicas") == nullptr) r.Error("spec.replicas", "required");
   r.Int(*spec, "replicas", "spec.replicas", out.replicas);
   r.Int(*spec, "nprocPerNode", "spec.nprocPerNode", out.nproc_per_node);
+  r.Int(*spec, "spares", "spec.spares", out.spares);
   if (const Json* tmpl = r.Object(*spec, "template", "spec.template")) out.pod_template = *tmpl;
   if (const Json* fp = r.Object(*spec, "failurePolicy", "spec.failurePolicy")) {
     ReadFailurePolicy(r, *fp, out.failure_policy);
@@ -500,6 +503,14 @@ Json EncodeStatus(const TrainingJobStatus& s) {
     if (g.rollback_booked > 0) goodput["rollbackBookedSeconds"] = Json::number(g.rollback_booked);
     out["goodput"] = std::move(goodput);
   }
+  if (s.spares != TrainingJobStatus::Spares{}) {
+    Json spares = Json::object();
+    spares["total"] = Json::number(s.spares.total);
+    spares["ready"] = Json::number(s.spares.ready);
+    spares["created"] = Json::number(s.spares.created);
+    spares["takeovers"] = Json::number(s.spares.takeovers);
+    out["spares"] = std::move(spares);
+  }
   if (s.coordinator != CoordinatorStatus{}) {
     const CoordinatorStatus& c = s.coordinator;
     Json coordinator = Json::object();
@@ -543,6 +554,10 @@ TrainingJobStatus DecodeStatus(const Json& job) {
   s.productive_seconds = DoubleOr(j, "productiveSeconds");
   s.productive_at_last_restart = DoubleOr(j, "productiveAtLastRestart");
   s.gang_releases = IntOr(j, "gangReleases");
+  if (const Json& spares = kube::FieldOrNull(j, "spares"); spares.is_object()) {
+    s.spares = {IntOr(spares, "total"), IntOr(spares, "ready"), IntOr(spares, "created"),
+                IntOr(spares, "takeovers")};
+  }
   s.gang_released_at = TimeOr(j, "gangReleasedAt");
   s.lost_seconds = DoubleOr(j, "lostSeconds");
   s.accounted_until = TimeOr(j, "accountedUntil");

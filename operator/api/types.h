@@ -105,6 +105,10 @@ struct TrainingJobSpec {
   // Processes (tasks) per pod, started by the in-pod launcher (phalanx/launch.py): pod i runs
   // tasks i*n .. i*n+n-1. The operator manages pods; the coordinator sees replicas*n tasks.
   int nproc_per_node = 1;
+  // Spare pods (ADR 0007): started from the same template, they wait warm in phalanx.init()
+  // and take over a failed task at once (the coordinator hands it over). 0..replicas, and only
+  // with nprocPerNode 1.
+  int spares = 0;
   Json pod_template;  // a PodTemplateSpec (metadata + spec), kept whole: unknown fields survive
   FailurePolicy failure_policy;
   PreemptionPolicy preemption;
@@ -218,6 +222,8 @@ struct TaskStatus {
   // had not ended: the pod's exit status is awaited until a bound after it (kept in status so an
   // operator restart does not start the wait again).
   std::optional<absl::Time> failure_reported_at;
+  // The spare pod that took the task over last, while it is the task's pod (controller/spares.h).
+  std::string spare_of;
 
   bool operator==(const TaskStatus&) const = default;
 };
@@ -300,6 +306,17 @@ struct TrainingJobStatus {
   std::optional<absl::Time> accounted_until;  // the seconds above cover time up to here
   GoodputStatus goodput;
   CoordinatorStatus coordinator;
+  // spec.spares (controller/spares.h): spare pods that exist and have not ended, those of them
+  // waiting with the coordinator for a task, and the spare pods made so far (a new one's name is
+  // <job>-spare-<created>).
+  struct Spares {
+    int total = 0;
+    int ready = 0;
+    int created = 0;
+    int takeovers = 0;
+    bool operator==(const Spares&) const = default;
+  };
+  Spares spares;
 
   bool operator==(const TrainingJobStatus&) const = default;
 };

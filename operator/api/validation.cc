@@ -169,6 +169,18 @@ std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec) {
                                   ", got ", spec.nproc_per_node));
   }
   ValidateTemplate(errors, spec.pod_template);
+  if (spec.spares < 0 || spec.spares > spec.replicas) {
+    errors.push_back(absl::StrCat("spec.spares: must be between 0 and spec.replicas (",
+                                  spec.replicas, "), got ", spec.spares));
+  } else if (spec.spares > 0 && spec.failure_policy.restart_scope == RestartScope::kJob) {
+    // A spare takes one task over; a job-scope restart replaces every task.
+    errors.push_back("spec.spares: needs spec.failurePolicy.restartScope Task");
+  } else if (spec.spares > 0 && spec.nproc_per_node > 1) {
+    // A spare is one process taking over one task; with several ranks per pod a pod's failure
+    // is several tasks', and phalanx-launch's warm standby covers a rank's.
+    errors.push_back("spec.spares: needs spec.nprocPerNode 1 (phalanx-launch's warm standby "
+                     "replaces a rank within a pod)");
+  }
 
   const FailurePolicy& fp = spec.failure_policy;
   if (fp.max_restarts < 0) {

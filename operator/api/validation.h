@@ -44,7 +44,8 @@ inline constexpr const char* kReservedEnvNames[] = {
     "PHALANX_INCARNATION",       "PHALANX_TOKEN",
     "PHALANX_TOKEN_FILE",        "PHALANX_NPROC_PER_NODE",
     "PHALANX_CLIQUE_ADDRESS",    "PHALANX_NODE_IP",
-    "PHALANX_CLIQUE_TICKET_FILE"};
+    "PHALANX_CLIQUE_TICKET_FILE", "PHALANX_SPARE",
+    "PHALANX_POD_NAME"};
 bool IsReservedEnvName(const std::string& name);
 
 }  // namespace phalanx::op

@@ -102,6 +102,7 @@ struct CoordinatorLink::Watch {
   std::map<int, base::Incarnation> registered;  // task → the newest incarnation it registered
   std::optional<RolledBack> rolled_back;
   SteppingReport stepping;
+  Spares spares;
 };
 
 CoordinatorLink::CoordinatorLink(base::Clock& clock, Wake wake)
@@ -266,11 +267,21 @@ void CoordinatorLink::OnPollDone(Watch* watch, const std::string& error) {
     }
     const RolledBack rolled_back{state.coordinator_id(), state.rolled_back_seconds()};
     const SteppingReport stepping = SteppingOf(state);
-    changed =
-        failed != watch->failed || rolled_back != watch->rolled_back || stepping != watch->stepping;
+    Spares spares;
+    for (const pb::SpareInfo& spare : state.spares()) {
+      if (spare.task_id() < 0) {
+        spares.waiting.insert(spare.pod());
+      } else {
+        spares.takeovers[spare.pod()] = {spare.task_id(),
+                                         base::IncarnationFromWire(spare.incarnation())};
+      }
+    }
+    changed = failed != watch->failed || rolled_back != watch->rolled_back ||
+              stepping != watch->stepping || spares != watch->spares;
     watch->failed = failed;
     watch->rolled_back = rolled_back;
     watch->stepping = stepping;
+    watch->spares = std::move(spares);
     key = watch->key;
   }
   if (changed && !failed.empty()) {
@@ -333,6 +344,12 @@ std::optional<CoordinatorLink::RolledBack> CoordinatorLink::RolledBackWork(const
   absl::MutexLock lock(&mu_);
   auto it = watches_.find(key);
   return it == watches_.end() ? std::nullopt : it->second->rolled_back;
+}
+
+CoordinatorLink::Spares CoordinatorLink::SparesOf(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = watches_.find(key);
+  return it == watches_.end() ? Spares{} : it->second->spares;
 }
 
 SteppingReport CoordinatorLink::Stepping(const std::string& key) {

@@ -82,6 +82,14 @@ class CoordinatorLink {
   // The coordinator's last answer on whether the workers are training (all unset: no answer
   // yet, or no report). A change wakes the job.
   SteppingReport Stepping(const std::string& key);
+  // The coordinator's last word on the job's spares (spec.spares): the pods waiting for a task,
+  // and pod → the task it took over. A change wakes the job.
+  struct Spares {
+    std::set<std::string> waiting;
+    std::map<std::string, SpareTakeOver> takeovers;
+    friend bool operator==(const Spares&, const Spares&) = default;
+  };
+  Spares SparesOf(const std::string& key);
   // Opens (or joins) a preemption round for `tasks` that must checkpoint before `deadline`.
   // Blocks up to 5 s. Unavailable when `key` is not watched or the coordinator did not answer.
   absl::Status NotifyPreemption(const std::string& key, const std::vector<int>& tasks,

@@ -196,6 +196,9 @@ Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::stri
   secret["type"] = Str("Opaque");
   secret["stringData"] = Json::object();
   secret["stringData"][kTokenKey] = Str(token);
+  // One credential for every spare pod of the job, so spec.spares may change on a running job
+  // (the Secret is written once: ADR 0003). It may only wait for a task (credentials.h).
+  secret["stringData"][kSpareCredentialKey] = Str(auth::SpareCredential(token, 0));
   for (int i = 0; i < spec.NumTasks(); ++i) {
     secret["stringData"][TaskCredentialKey(i)] = Str(auth::TaskCredential(token, i));
     if (!agent_clique_key.empty()) {
@@ -422,9 +425,43 @@ PodTask PodOfTask(const TrainingJobSpec& spec, int task, Incarnation incarnation
   return {task / spec.nproc_per_node, incarnation / kLocalIncarnationStride};
 }
 
+namespace {
+
+// Who a worker pod is: task `index` at `incarnation`, or spare pod number `serial` (no task yet).
+struct WorkerIdentity {
+  bool spare = false;
+  int index = 0;
+  Incarnation incarnation = 0;
+  int serial = 0;
+};
+
+Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentity& id,
+               const std::string& coordinator_address, int agent_clique_port);
+
+}  // namespace
+
 Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
                     Incarnation incarnation, const std::string& coordinator_address,
                     int agent_clique_port) {
+  return WorkerPod(job, spec, {false, index, incarnation, 0}, coordinator_address,
+                   agent_clique_port);
+}
+
+Json DesiredSparePod(const Json& job, const TrainingJobSpec& spec, int serial,
+                     const std::string& coordinator_address) {
+  return WorkerPod(job, spec, {true, 0, 0, serial}, coordinator_address, 0);
+}
+
+std::string SparePodName(const std::string& job, int serial) {
+  return absl::StrCat(job, "-spare-", serial);
+}
+
+namespace {
+
+Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentity& id,
+               const std::string& coordinator_address, int agent_clique_port) {
+  const int index = id.index;
+  const Incarnation incarnation = id.incarnation;
   const std::string name = MetaString(job, "name");
   const std::string ns = MetaString(job, "namespace");
   const Json& tmpl = spec.pod_template;
@@ -444,16 +481,26 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
   }
   // Ours last: a template label cannot hide a pod from the operator.
   labels[kJobLabel] = Str(name);
-  labels[kRoleLabel] = Str("task");
-  labels[kTaskLabel] = Str(absl::StrCat(index));
-  labels[kIncarnationLabel] = Str(absl::StrCat(incarnation));
-  pod["metadata"] = ChildMeta(job, TaskPodName(name, index, incarnation), labels);
+  if (id.spare) {
+    labels[kRoleLabel] = Str("spare");
+    labels[kSpareLabel] = Str(absl::StrCat(id.serial));
+    if (labels.has_field(kTaskLabel)) labels.erase(kTaskLabel);
+    if (labels.has_field(kIncarnationLabel)) labels.erase(kIncarnationLabel);
+  } else {
+    labels[kRoleLabel] = Str("task");
+    labels[kTaskLabel] = Str(absl::StrCat(index));
+    labels[kIncarnationLabel] = Str(absl::StrCat(incarnation));
+  }
+  pod["metadata"] = ChildMeta(
+      job, id.spare ? SparePodName(name, id.serial) : TaskPodName(name, index, incarnation),
+      labels);
   if (annotations.size() > 0) pod["metadata"]["annotations"] = annotations;
 
   Json pod_spec = kube::FieldOrNull(tmpl, "spec");
   if (!pod_spec.is_object()) pod_spec = Json::object();
   pod_spec["restartPolicy"] = Str("Never");
-  pod_spec["hostname"] = Str(TaskHostname(name, index));
+  // A spare has no task's host name: the name is the task's, and it serves none yet.
+  if (!id.spare) pod_spec["hostname"] = Str(TaskHostname(name, index));
   pod_spec["subdomain"] = Str(TasksServiceName(name));
   if (!spec.scheduler_name.empty()) pod_spec["schedulerName"] = Str(spec.scheduler_name);
   if (!spec.priority_class_name.empty()) {
@@ -475,17 +522,24 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
   std::vector<Json> env = {
       EnvVar("PHALANX_COORDINATOR", coordinator_address),
       EnvVar("PHALANX_JOB", name),
-      EnvVar("PHALANX_TASK_ID", absl::StrCat(first)),
       EnvVar("PHALANX_NUM_TASKS", absl::StrCat(num_tasks)),
-      EnvVar("PHALANX_INCARNATION", absl::StrCat(incarnation)),
       EnvVar("PHALANX_TOKEN_FILE", n > 1 ? LocalTokenFile(first) : std::string(kTokenFile)),
       EnvVar("MASTER_ADDR", master),
       EnvVar("MASTER_PORT", absl::StrCat(kMasterPort)),
       EnvVar("WORLD_SIZE", absl::StrCat(num_tasks)),
-      EnvVar("RANK", absl::StrCat(first)),
       EnvVar("JAX_COORDINATOR_ADDRESS", absl::StrCat(master, ":", kMasterPort)),
-      EnvVar("JAX_NUM_PROCESSES", absl::StrCat(num_tasks)),
-      EnvVar("JAX_PROCESS_ID", absl::StrCat(first))};
+      EnvVar("JAX_NUM_PROCESSES", absl::StrCat(num_tasks))};
+  if (id.spare) {
+    // The task's identity (PHALANX_TASK_ID, PHALANX_INCARNATION, RANK, JAX_PROCESS_ID) comes
+    // from the coordinator when it takes one over (phalanx.init() sets them then).
+    env.push_back(EnvVar("PHALANX_SPARE", absl::StrCat(id.serial)));
+    env.push_back(EnvFieldRef("PHALANX_POD_NAME", "metadata.name"));
+  } else {
+    env.push_back(EnvVar("PHALANX_TASK_ID", absl::StrCat(first)));
+    env.push_back(EnvVar("PHALANX_INCARNATION", absl::StrCat(incarnation)));
+    env.push_back(EnvVar("RANK", absl::StrCat(first)));
+    env.push_back(EnvVar("JAX_PROCESS_ID", absl::StrCat(first)));
+  }
   if (agent_clique_port > 0 && spec.node_agent) {
     // The node agent on this pod's node, over TCP: no host path, so the pod stays within Pod
     // Security "restricted" (docs/adr/0004). Kubernetes expands $(PHALANX_NODE_IP) because the
@@ -494,9 +548,12 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
     env.push_back(
         EnvVar("PHALANX_CLIQUE_ADDRESS", absl::StrCat("$(PHALANX_NODE_IP):", agent_clique_port)));
   }
-  const bool clique_channel = agent_clique_port > 0 && spec.node_agent;
+  // A spare has no task's clique ticket: the agent's clique channel is for the tasks a pod
+  // was created for (a spare that took a task over reports through the coordinator only).
+  const bool clique_channel = agent_clique_port > 0 && spec.node_agent && !id.spare;
   std::vector<std::pair<std::string, std::string>> credentials, tickets;
-  for (int task = first; task < first + n; ++task) {
+  if (id.spare) credentials.emplace_back(kSpareCredentialKey, "token");
+  for (int task = first; task < first + n && !id.spare; ++task) {
     credentials.emplace_back(TaskCredentialKey(task), n > 1 ? LocalTokenFileName(task) : "token");
     tickets.emplace_back(CliqueTicketKey(task), LocalCliqueTicketFileName(task));
   }
@@ -536,5 +593,7 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
   pod["spec"] = pod_spec;
   return pod;
 }
+
+}  // namespace
 
 }  // namespace phalanx::op

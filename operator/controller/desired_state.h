@@ -9,6 +9,8 @@
 //   <job>-tasks          headless Service giving task pods stable DNS names
 //   <job>-task-<i>-<n>   one Pod per task i at incarnation n (the incarnation is in the name so a
 //                        replacement never waits for its predecessor's graceful deletion)
+//   <job>-spare-<k>      spec.spares: spare pods (role=spare) waiting to take a task over; one
+//                        that did is relabelled as the task's pod and keeps its name
 // Every child carries a controller ownerReference to the job (deleting the job deletes them) and
 // the labels below. Deterministic: the same inputs give byte-identical objects.
 #pragma once
@@ -26,7 +28,11 @@ namespace phalanx::op {
 inline constexpr char kJobLabel[] = "phalanx.dev/job";
 inline constexpr char kTaskLabel[] = "phalanx.dev/task";
 inline constexpr char kIncarnationLabel[] = "phalanx.dev/incarnation";
-inline constexpr char kRoleLabel[] = "phalanx.dev/role";  // "task" or "coordinator"
+inline constexpr char kRoleLabel[] = "phalanx.dev/role";  // "task", "spare" or "coordinator"
+// A spare pod's number (its name's suffix); kept when it takes a task over (then role=task).
+inline constexpr char kSpareLabel[] = "phalanx.dev/spare";
+// The job's Secret's key for the spare credential every spare pod mounts (auth::SpareCredential).
+inline constexpr char kSpareCredentialKey[] = "spare";
 inline constexpr char kTokenKey[] = "token";
 // Where the coordinator and task pods find their credential (a Secret volume, never env).
 inline constexpr char kTokenMountPath[] = "/var/run/phalanx/token";
@@ -128,5 +134,13 @@ std::string CoordinatorAddress(const Json& job, const CoordinatorPlacement& plac
 Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
                     Incarnation incarnation, const std::string& coordinator_address,
                     int agent_clique_port = 0);
+
+// Spare pod number `serial` (ADR 0007): the task pod's template and environment, but labelled
+// role=spare and phalanx.dev/spare=<serial>, with PHALANX_SPARE and PHALANX_POD_NAME instead of
+// a task's identity, the job's spare credential instead of a task's, no host name and no clique
+// ticket. Its process waits in phalanx.init() until the coordinator gives it a failed task.
+Json DesiredSparePod(const Json& job, const TrainingJobSpec& spec, int serial,
+                     const std::string& coordinator_address);
+std::string SparePodName(const std::string& job, int serial);
 
 }  // namespace phalanx::op

@@ -32,6 +32,8 @@ JobSample SampleJob(const kube::Json& job) {
   s.last_recovery_seconds = status.last_recovery_seconds;
   s.preemptions = status.preemptions;
   s.coordinator_restarts = status.coordinator.restarts;
+  s.spares_total = status.spares.total;
+  s.spares_ready = status.spares.ready;
   return s;
 }
 

@@ -35,6 +35,8 @@ struct JobSample {
   std::optional<double> last_recovery_seconds;  // status.lastRecoverySeconds
   int preemptions = 0;
   int coordinator_restarts = 0;
+  int spares_total = 0;  // status.spares
+  int spares_ready = 0;
 
   bool operator==(const JobSample&) const = default;
 };

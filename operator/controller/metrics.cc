@@ -136,7 +136,13 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
               .Help("The TrainingJob's time before its first step, neither productive nor lost: "
                     "Pending, its first start, and Running until the workers reported their "
                     "first step (status.goodput.beforeFirstStepSeconds)")
-              .Register(registry)) {
+              .Register(registry)),
+      job_spares_(prometheus::BuildGauge()
+                      .Name("phalanx_operator_job_spares")
+                      .Help("The TrainingJob's spare pods (spec.spares) by state: ready (waiting "
+                            "with the coordinator for a task to take over) or starting "
+                            "(status.spares)")
+                      .Register(registry)) {
   // Every phase from the start, at 0: a panel or an alert on a phase no job is in reads 0, not
   // "no data" (a real Prometheus scraping the chart showed the dashboard's phase stats empty).
   absl::MutexLock lock(&mu_);
@@ -256,6 +262,12 @@ void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
     series.preemptions->Set(job.preemptions);
     add(job_coordinator_restarts_, series.coordinator_restarts);
     series.coordinator_restarts->Set(job.coordinator_restarts);
+    if (job.spares_total > 0 || series.spares_ready != nullptr) {
+      add(job_spares_, series.spares_ready, {{"state", "ready"}});
+      add(job_spares_, series.spares_starting, {{"state", "starting"}});
+      series.spares_ready->Set(job.spares_ready);
+      series.spares_starting->Set(std::max(0, job.spares_total - job.spares_ready));
+    }
     kept[key] = std::move(series);
   }
   // What is left belongs to jobs that are gone.
@@ -269,7 +281,9 @@ void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
           std::pair{&job_rank_restarts_, series.rank_restarts},
           std::pair{&job_last_recovery_, series.last_recovery},
           std::pair{&job_preemptions_, series.preemptions},
-          std::pair{&job_coordinator_restarts_, series.coordinator_restarts}}) {
+          std::pair{&job_coordinator_restarts_, series.coordinator_restarts},
+          std::pair{&job_spares_, series.spares_ready},
+          std::pair{&job_spares_, series.spares_starting}}) {
       if (gauge != nullptr) family->Remove(gauge);
     }
     for (auto& [cause, gauge] : series.lost) job_lost_.Remove(gauge);

@@ -64,6 +64,8 @@ class OperatorMetrics {
     prometheus::Gauge* last_recovery = nullptr;
     prometheus::Gauge* preemptions = nullptr;
     prometheus::Gauge* coordinator_restarts = nullptr;
+    prometheus::Gauge* spares_ready = nullptr;     // only for a job that has had spares
+    prometheus::Gauge* spares_starting = nullptr;
   };
   prometheus::Registry& registry_;
   prometheus::Family<prometheus::Counter>& reconciles_;
@@ -92,6 +94,7 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Gauge>& job_rank_restarts_;
   prometheus::Family<prometheus::Gauge>& job_last_recovery_;
   prometheus::Family<prometheus::Gauge>& job_before_first_step_;
+  prometheus::Family<prometheus::Gauge>& job_spares_;
   absl::Mutex mu_;
   std::map<std::string, prometheus::Counter*> restart_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> preemption_counters_ ABSL_GUARDED_BY(mu_);

@@ -44,6 +44,7 @@ PodView ViewOfPod(const Json& pod) {
   const std::map<std::string, std::string> labels = kube::LabelsOf(pod);
   v.index = LabelNumber(labels, kTaskLabel, -1);
   v.incarnation = LabelNumber(labels, kIncarnationLabel, base::kNoIncarnation);
+  v.from_spare = labels.contains(kSpareLabel);
   v.phase = ParsePodPhase(kube::StringAt(pod, "status.phase"));
   v.node = kube::StringAt(pod, "spec.nodeName");
   v.ip = kube::StringAt(pod, "status.podIP");

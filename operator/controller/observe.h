@@ -9,6 +9,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct PodView {
   int grpc_port = 0;  // the first container's port named "grpc" (the coordinator's), if any
   bool being_deleted = false;
   bool ready = false;
+  bool from_spare = false;  // labelled phalanx.dev/spare: a spare pod, or one that took a task over
   bool disruption_target = false;  // condition DisruptionTarget=True (eviction/preemption)
   // Its reason and message ("PreemptionByScheduler: ..."), for the Events that name the cause.
   std::string disruption;
@@ -92,8 +94,22 @@ struct SteppingReport {
   friend bool operator==(const SteppingReport&, const SteppingReport&) = default;
 };
 
+// A spare pod the coordinator gave a failed task to (runtime/coordination/spare_pool.h).
+struct SpareTakeOver {
+  int task = 0;
+  Incarnation incarnation = 0;
+  friend bool operator==(const SpareTakeOver&, const SpareTakeOver&) = default;
+};
+
 struct JobObservation {
   std::vector<PodView> task_pods;
+  // Pods labelled role=spare (controller/spares.h): waiting to take a task over, or just did
+  // (until relabelled as the task's pod).
+  std::vector<PodView> spare_pods;
+  // What the coordinator said of spares: pod name → the task it took over (ObserveTasks counts
+  // such a pod as that task's, before its labels say so), and the pods waiting for a task.
+  std::map<std::string, SpareTakeOver> spare_takeovers;
+  std::set<std::string> spares_waiting;
   std::optional<PodView> coordinator;
   // The Secret and the NetworkPolicy are created with the coordinator pod, and the operator
   // never reads them back (it has no right to read Secrets: ADR 0003), so they count as present

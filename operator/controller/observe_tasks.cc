@@ -21,7 +21,22 @@ JobPass ObserveTasks(const PlanInputs& in) {
     record.status = std::move(previous[static_cast<size_t>(i)]);
     record.status.index = i;
   }
-  for (const PodView& pod : in.world.task_pods) {
+  // A spare pod the coordinator gave a task to is that task's pod at once, before the spares
+  // stage relabels it (controller/spares.h): no replacement is made for the task meanwhile.
+  std::vector<PodView> adopted;
+  for (const PodView& spare : in.world.spare_pods) {
+    auto it = in.world.spare_takeovers.find(spare.name);
+    if (it == in.world.spare_takeovers.end() || it->second.task < 0 || it->second.task >= n) {
+      continue;
+    }
+    PodView pod = spare;
+    pod.index = it->second.task;
+    pod.incarnation = it->second.incarnation;
+    adopted.push_back(std::move(pod));
+  }
+  std::vector<PodView> pods = in.world.task_pods;
+  pods.insert(pods.end(), adopted.begin(), adopted.end());
+  for (const PodView& pod : pods) {
     if (pod.index < 0) continue;
     if (pod.index >= n) {
       if (!pod.being_deleted) pass.out.delete_pods.push_back(pod.name);
@@ -30,7 +45,7 @@ JobPass ObserveTasks(const PlanInputs& in) {
     Incarnation& incarnation = pass.tasks[static_cast<size_t>(pod.index)].status.incarnation;
     incarnation = std::max(incarnation, pod.incarnation);
   }
-  for (const PodView& pod : in.world.task_pods) {
+  for (const PodView& pod : pods) {
     if (pod.index < 0 || pod.index >= n) continue;
     TaskRecord& record = pass.tasks[static_cast<size_t>(pod.index)];
     if (pod.incarnation == record.status.incarnation) {

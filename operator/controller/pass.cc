@@ -57,6 +57,9 @@ void DeleteActivePods(const PlanInputs& in, JobPass& pass) {
   for (const PodView& pod : in.world.task_pods) {
     if (pod.live()) pass.out.delete_pods.push_back(pod.name);
   }
+  for (const PodView& pod : in.world.spare_pods) {
+    if (pod.live()) pass.out.delete_pods.push_back(pod.name);
+  }
   if (in.world.coordinator.has_value() && !in.world.coordinator->being_deleted) {
     pass.out.delete_pods.push_back(in.world.coordinator->name);
   }

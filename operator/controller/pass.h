@@ -12,6 +12,7 @@
 //   task states    task_state.h       each task's state and what happened to it, from its pod
 //   schedulability schedulability.h   Unschedulable condition while a task pod finds no node
 //   task pods      children.h         create the task pods that do not exist yet
+//   spares         spares.h           relabel spares that took a task over; keep spec.spares
 //   fatal          failure_policy.h   a fatal failure fails the job
 //   preemption     preemption_policy.h checkpoint, then move preempted tasks
 //   failures       failure_policy.h   restart failed tasks within maxRestarts, after back-off
@@ -106,7 +107,7 @@ std::string Describe(const PodView& pod);
 std::string DescribeDisruption(int task, const PodView& pod);
 // Look again within `d` (keeps an earlier requeue).
 void RequeueWithin(JobPass& pass, absl::Duration d);
-// Deletes every task pod that has not ended and the coordinator pod.
+// Deletes every task and spare pod that has not ended and the coordinator pod.
 void DeleteActivePods(const PlanInputs& in, JobPass& pass);
 // Phase Failed, conditions Failed=True/Running=False, a Warning Event, every pod that did not end
 // deleted, terminal task states (terminal_tasks.h), nothing created.

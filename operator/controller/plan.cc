@@ -13,6 +13,7 @@
 #include "operator/controller/rank_restarts.h"
 #include "operator/controller/recovery_time.h"
 #include "operator/controller/schedulability.h"
+#include "operator/controller/spares.h"
 #include "operator/controller/success_policy.h"
 #include "operator/controller/suspend_policy.h"
 #include "operator/controller/task_state.h"
@@ -32,6 +33,7 @@ constexpr Stage kStages[] = {
     {"schedulability", MarkUnschedulable},
     {"gang", FormGang},
     {"task pods", EnsureTaskPods},
+    {"spares", ManageSpares},
     {"fatal", FailOnFatal},
     {"preemption", ApplyPreemptions},
     {"failures", RestartFailedTasks},

@@ -46,9 +46,18 @@ struct PreemptionNotice {
   friend bool operator==(const PreemptionNotice&, const PreemptionNotice&) = default;
 };
 
+// A spare pod that took `task` over becomes its pod: labels role=task, task, incarnation.
+struct PodRelabel {
+  std::string pod;
+  int task = 0;
+  Incarnation incarnation = 0;
+  friend bool operator==(const PodRelabel&, const PodRelabel&) = default;
+};
+
 struct ReconcilePlan {
   std::vector<Json> create;               // in order: Secret, Services, coordinator, task pods
-  std::vector<std::string> delete_pods;   // pod names (tasks or the coordinator)
+  std::vector<std::string> delete_pods;   // pod names (tasks, spares or the coordinator)
+  std::vector<PodRelabel> relabel;        // spare pods that took a task over (spares.h)
   std::vector<Replacement> replacements;  // for metrics: restarts and preemptions by reason
   std::vector<double> recoveries;         // for metrics: recoveries that ended, in seconds
   TrainingJobStatus status;

@@ -98,6 +98,8 @@ JobObservation Reconciler::ObserveChildren(const Json& job) const {
       world.coordinator = view;
     } else if (role == "task") {
       world.task_pods.push_back(view);
+    } else if (role == "spare") {
+      world.spare_pods.push_back(view);
     } else {
       continue;
     }
@@ -191,7 +193,8 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   // second status write only when that changed anything (a retry that fails the same way
   // writes nothing, so it does not wake itself up through the watch).
   const std::vector<ChildFailure> failures = Execute(job, plan);
-  const bool acted = !plan.create.empty() || !plan.delete_pods.empty();
+  const bool acted =
+      !plan.create.empty() || !plan.delete_pods.empty() || !plan.relabel.empty();
   StageResult outcome = RecordChildOutcome(plan.status, failures, acted, clock_.Now());
   absl::Status executed =
       failures.empty() ? absl::OkStatus() : failures.front().status;  // requeue with back-off
@@ -282,6 +285,9 @@ std::string Reconciler::LinkCoordinator(const std::string& key, const Json& job,
     world.rolled_back = RolledBackReport{rolled_back->coordinator_id, rolled_back->seconds};
   }
   world.stepping = link_->Stepping(key);
+  CoordinatorLink::Spares spares = link_->SparesOf(key);
+  world.spare_takeovers = std::move(spares.takeovers);
+  world.spares_waiting = std::move(spares.waiting);
   return world.coordinator->uid;
 }
 
@@ -336,6 +342,20 @@ std::vector<ChildFailure> Reconciler::Execute(const Json& job, const ReconcilePl
     failures.push_back({deleting, kind, name, s});
     return !IsPermanentFailure(s);
   };
+  // A spare that took a task over is labelled as the task's pod: what observation reads from
+  // then on (an operator restart, a coordinator restart that forgot the take-over).
+  for (const PodRelabel& r : plan.relabel) {
+    Json patch = Json::object();
+    patch["metadata"]["labels"][kRoleLabel] = Json::string("task");
+    patch["metadata"]["labels"][kTaskLabel] = Json::string(absl::StrCat(r.task));
+    patch["metadata"]["labels"][kIncarnationLabel] = Json::string(absl::StrCat(r.incarnation));
+    absl::StatusOr<Json> patched =
+        client_.Patch(kPods, ns, r.pod, kube::PatchType::kMerge, patch, kube::PatchOptions{});
+    if (!patched.ok() && !absl::IsNotFound(patched.status()) &&
+        failed(false, "Pod", r.pod, patched.status())) {
+      return failures;
+    }
+  }
   for (const std::string& pod : plan.delete_pods) {
     kube::DeleteOptions options;
     options.propagation = kube::PropagationPolicy::kBackground;

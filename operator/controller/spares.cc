@@ -1,0 +1,94 @@
+#include "operator/controller/spares.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace phalanx::op {
+namespace {
+
+// The first pass that sees a spare's take-over of `record`'s task counts it.
+void CountTakeOver(const PlanInputs& in, JobPass& pass, TaskRecord& record) {
+  TaskStatus& task = record.status;
+  const size_t i = static_cast<size_t>(task.index);
+  const Incarnation before =
+      i < in.previous.tasks.size() ? in.previous.tasks[i].incarnation : base::kNoIncarnation;
+  task.spare_of = record.pod->name;
+  if (before != base::kNoIncarnation && before >= task.incarnation) return;  // counted already
+  TrainingJobStatus& st = pass.out.status;
+  ++task.restarts;
+  ++st.restarts;
+  ++st.spares.takeovers;
+  st.last_restart_time = in.now;
+  st.productive_at_last_restart = st.productive_seconds;
+  std::string why = "its process died";
+  if (auto failed = in.world.coordinator_failed.find(task.index);
+      failed != in.world.coordinator_failed.end() && failed->second.incarnation == before) {
+    why = absl::StrCat("the coordinator declared incarnation ", before,
+                       " failed: ", failed->second.reason);
+    task.last_failure_message = failed->second.reason;
+  }
+  task.last_failure_reason = "SpareTookOver";
+  task.last_exit_code.reset();
+  task.failure_reported_at.reset();
+  pass.out.replacements.push_back({task.index, false, "SpareTookOver"});
+  pass.out.events.push_back(
+      {true, "SpareTookOver",
+       absl::StrCat("task ", task.index, ": ", why, "; spare pod ", record.pod->name,
+                    " took it over as incarnation ", task.incarnation)});
+}
+
+}  // namespace
+
+Next ManageSpares(const PlanInputs& in, JobPass& pass) {
+  const JobObservation& world = in.world;
+  TrainingJobStatus& st = pass.out.status;
+  // Take-overs: the pod becomes the task's in its labels too.
+  for (const PodView& spare : world.spare_pods) {
+    auto it = world.spare_takeovers.find(spare.name);
+    if (it == world.spare_takeovers.end() || spare.being_deleted) continue;
+    if (it->second.task < 0 || it->second.task >= in.spec.replicas) continue;
+    pass.out.relabel.push_back({spare.name, it->second.task, it->second.incarnation});
+  }
+  for (TaskRecord& record : pass.tasks) {
+    if (record.pod.has_value() && record.pod->from_spare) {
+      CountTakeOver(in, pass, record);
+    } else {
+      record.status.spare_of.clear();
+    }
+  }
+  // The spares that still wait (or will): live, not given a task.
+  std::vector<const PodView*> live;
+  for (const PodView& spare : world.spare_pods) {
+    if (world.spare_takeovers.contains(spare.name)) continue;
+    if (spare.ended() && !spare.being_deleted) pass.out.delete_pods.push_back(spare.name);
+    if (spare.live()) live.push_back(&spare);
+  }
+  const bool every_task_has_a_pod =
+      std::none_of(pass.tasks.begin(), pass.tasks.end(),
+                   [](const TaskRecord& r) { return r.event == TaskEvent::kNoPod; });
+  int count = static_cast<int>(live.size());
+  if (count > in.spec.spares) {
+    // spec.spares lowered: the newest go (the oldest are likelier to be warm).
+    std::sort(live.begin(), live.end(),
+              [](const PodView* a, const PodView* b) { return a->created > b->created; });
+    for (int k = 0; k < count - in.spec.spares; ++k) {
+      pass.out.delete_pods.push_back(live[static_cast<size_t>(k)]->name);
+    }
+    live.erase(live.begin(), live.begin() + (count - in.spec.spares));
+    count = in.spec.spares;
+  }
+  while (count < in.spec.spares && every_task_has_a_pod && pass.MayCreateTaskPods()) {
+    pass.out.create.push_back(
+        DesiredSparePod(in.job, in.spec, st.spares.created, pass.coordinator_address));
+    ++st.spares.created;
+    ++count;
+  }
+  st.spares.total = count;
+  st.spares.ready = static_cast<int>(std::count_if(live.begin(), live.end(), [&](const PodView* p) {
+    return world.spares_waiting.contains(p->name);
+  }));
+  return Next::kContinue;
+}
+
+}  // namespace phalanx::op
