@@ -1,0 +1,188 @@
+// The spares stage (spares.h) and what it takes from the rest of the pipeline: spec.spares pods
+// are kept once every task has its pod; a spare the coordinator gave a failed task is that
+// task's pod at once (no replacement pod), relabelled, counted once as a restart with an Event,
+// and a new spare is started behind it; an ended spare is replaced; the spare pod's own shape.
+#include "operator/controller/spares.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/kube/object_meta.h"
+#include "operator/api/validation.h"
+#include "operator/controller/plan.h"
+#include "operator/controller/plan_testing.h"
+
+namespace phalanx::op {
+namespace {
+
+using namespace builders;  // NOLINT
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+PodView SparePod(const std::string& name) {
+  PodView pod = PodBuilder("j", -1).Build();
+  pod.name = name;
+  pod.index = -1;
+  pod.incarnation = base::kNoIncarnation;
+  pod.from_spare = true;
+  return pod;
+}
+
+// Two tasks running (status written once), spec.spares = 1.
+TestPass JobWithOneSpare() {
+  TestPass t(TrainingJobBuilder("j").Tasks(2));
+  t.spec.spares = 1;
+  t.previous.phase = kPhaseRunning;
+  t.previous.tasks.resize(2);
+  for (int i = 0; i < 2; ++i) {
+    t.previous.tasks[static_cast<size_t>(i)].index = i;
+    t.previous.tasks[static_cast<size_t>(i)].pod = TaskPodName("j", i, 0);
+  }
+  return t;
+}
+
+TEST(Spares, AreStartedOnceEveryTaskHasItsPodAndCountedReadyWhenTheyWait) {
+  TestPass t = JobWithOneSpare();
+  ReconcilePlan plan = PlanReconcile(t.Inputs());
+  EXPECT_THAT(Names(plan.create), ElementsAre("j-spare-0"));
+  EXPECT_EQ(plan.status.spares.created, 1);
+  EXPECT_EQ(plan.status.spares.total, 1);
+  EXPECT_EQ(plan.status.spares.ready, 0);
+
+  t.previous.spares = plan.status.spares;
+  t.world.spare_pods.push_back(SparePod("j-spare-0"));
+  t.world.spares_waiting.insert("j-spare-0");
+  plan = PlanReconcile(t.Inputs());
+  EXPECT_THAT(plan.create, IsEmpty());
+  EXPECT_EQ(plan.status.spares.total, 1);
+  EXPECT_EQ(plan.status.spares.ready, 1);
+
+  // A job whose task pods are not all there yet starts no spare.
+  TestPass starting = JobWithOneSpare();
+  starting.world.task_pods.pop_back();
+  EXPECT_THAT(Names(PlanReconcile(starting.Inputs()).create), ElementsAre("j-task-1-0"));
+}
+
+TEST(Spares, ASpareGivenAFailedTaskIsItsPodRelabelledAndCountedOnceAndAnotherStarts) {
+  TestPass t = JobWithOneSpare();
+  t.previous.spares = {1, 1, 1, 0};
+  t.world.task_pods[1] = PodBuilder("j", 1, 0).Failed(137, "Error").Build();
+  t.world.coordinator_failed[1] = {0, "session broken: connection lost", kNow};
+  t.world.spare_pods.push_back(SparePod("j-spare-0"));
+  t.world.spare_takeovers["j-spare-0"] = {1, 1};
+  t.world.coordinator_incarnations[1] = 1;
+  ReconcilePlan plan = PlanReconcile(t.Inputs());
+  // No replacement task pod: the spare is the task's pod; a new spare starts behind it.
+  EXPECT_THAT(Names(plan.create), ElementsAre("j-spare-1"));
+  EXPECT_THAT(plan.relabel, ElementsAre(PodRelabel{"j-spare-0", 1, 1}));
+  const TaskStatus& task = plan.status.tasks[1];
+  EXPECT_EQ(task.incarnation, 1u);
+  EXPECT_EQ(task.pod, "j-spare-0");
+  EXPECT_EQ(task.spare_of, "j-spare-0");
+  EXPECT_EQ(task.restarts, 1);
+  EXPECT_EQ(task.last_failure_reason, "SpareTookOver");
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_EQ(plan.status.spares.takeovers, 1);
+  EXPECT_EQ(plan.status.spares.created, 2);
+  EXPECT_THAT(Reasons(plan.events), Contains("SpareTookOver"));
+  EXPECT_THAT(plan.replacements, Contains(Replacement{1, false, "SpareTookOver"}));
+
+  // The next pass sees it relabelled (a task pod of incarnation 1): nothing is counted again.
+  t.previous = plan.status;
+  PodView relabelled = SparePod("j-spare-0");
+  relabelled.index = 1;
+  relabelled.incarnation = 1;
+  t.world.spare_pods.clear();
+  t.world.spare_takeovers.clear();
+  t.world.task_pods.push_back(relabelled);
+  t.world.spare_pods.push_back(SparePod("j-spare-1"));
+  plan = PlanReconcile(t.Inputs());
+  EXPECT_THAT(plan.create, IsEmpty());
+  EXPECT_THAT(plan.relabel, IsEmpty());
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_EQ(plan.status.tasks[1].spare_of, "j-spare-0");
+  EXPECT_THAT(Reasons(plan.events), Not(Contains("SpareTookOver")));
+}
+
+TEST(Spares, AnEndedSpareIsReplacedAndLoweringSparesDeletesTheNewest) {
+  TestPass t = JobWithOneSpare();
+  t.previous.spares = {1, 0, 1, 0};
+  PodView ended = SparePod("j-spare-0");
+  ended.phase = PodPhase::kFailed;
+  t.world.spare_pods.push_back(ended);
+  ReconcilePlan plan = PlanReconcile(t.Inputs());
+  EXPECT_THAT(plan.delete_pods, Contains("j-spare-0"));
+  EXPECT_THAT(Names(plan.create), ElementsAre("j-spare-1"));
+
+  // Two live spares for spec.spares 1 (it was lowered).
+  TestPass lowered = JobWithOneSpare();
+  PodView old_spare = SparePod("j-spare-0"), new_spare = SparePod("j-spare-1");
+  old_spare.created = kNow - absl::Minutes(5);
+  new_spare.created = kNow - absl::Minutes(1);
+  lowered.world.spare_pods = {old_spare, new_spare};
+  plan = PlanReconcile(lowered.Inputs());
+  EXPECT_THAT(plan.delete_pods, ElementsAre("j-spare-1"));
+  EXPECT_EQ(plan.status.spares.total, 1);
+}
+
+TEST(Spares, GoWithTheJobWhenItFails) {
+  TestPass t = JobWithOneSpare();
+  t.spec.failure_policy.max_restarts = 0;
+  t.world.task_pods[1] = PodBuilder("j", 1, 0).Failed(1, "Error").Build();
+  t.world.spare_pods.push_back(SparePod("j-spare-0"));
+  ReconcilePlan plan = PlanReconcile(t.Inputs());
+  EXPECT_EQ(plan.status.phase, kPhaseFailed);
+  EXPECT_THAT(plan.delete_pods, Contains("j-spare-0"));
+}
+
+TEST(SparePod, IsTheTemplateWithASpareIdentityAndTheSpareCredentialOnly) {
+  TrainingJobBuilder b("j");
+  TrainingJobSpec spec = b.Spec();
+  spec.spares = 1;
+  const Json pod = DesiredSparePod(b.Build(), spec, 4, "j-coordinator.ns.svc:8470");
+  EXPECT_EQ(kube::MetaString(pod, "name"), "j-spare-4");
+  const std::map<std::string, std::string> labels = kube::LabelsOf(pod);
+  EXPECT_EQ(labels.at(kRoleLabel), "spare");
+  EXPECT_EQ(labels.at(kSpareLabel), "4");
+  EXPECT_FALSE(labels.contains(kTaskLabel));
+  EXPECT_FALSE(pod.at("spec").has_field("hostname"));
+  std::map<std::string, std::string> env;
+  for (const Json& e : pod.at("spec").at("containers").at(0).at("env").as_array()) {
+    env[e.at("name").as_string()] =
+        e.has_field("value") ? e.at("value").as_string()
+                             : e.at("valueFrom").at("fieldRef").at("fieldPath").as_string();
+  }
+  EXPECT_EQ(env["PHALANX_SPARE"], "4");
+  EXPECT_EQ(env["PHALANX_POD_NAME"], "metadata.name");
+  EXPECT_FALSE(env.contains("PHALANX_TASK_ID"));  // the template's "wrong" value is dropped too
+  EXPECT_FALSE(env.contains("RANK"));
+  EXPECT_EQ(env["KEEP"], "1");
+  std::string items;
+  for (const Json& v : pod.at("spec").at("volumes").as_array()) {
+    if (v.at("name").as_string() != "phalanx-token") continue;
+    for (const Json& item : v.at("secret").at("items").as_array()) {
+      items += item.at("key").as_string() + "->" + item.at("path").as_string() + ";";
+    }
+  }
+  EXPECT_EQ(items, "spare->token;");
+}
+
+TEST(SpareSpec, IsBoundedByReplicasAndNeedsOneRankPerPodAndTaskScope) {
+  TrainingJobSpec spec = TrainingJobBuilder("j").Tasks(2).Spec();
+  spec.spares = 3;
+  EXPECT_THAT(ValidateSpec(spec), Contains(HasSubstr("spec.spares: must be between 0 and")));
+  spec.spares = 1;
+  spec.nproc_per_node = 2;
+  EXPECT_THAT(ValidateSpec(spec), Contains(HasSubstr("nprocPerNode 1")));
+  spec.nproc_per_node = 1;
+  spec.failure_policy.restart_scope = RestartScope::kJob;
+  EXPECT_THAT(ValidateSpec(spec), Contains(HasSubstr("restartScope Task")));
+  spec.failure_policy.restart_scope = RestartScope::kTask;
+  EXPECT_THAT(ValidateSpec(spec), Not(Contains(HasSubstr("spec.spares"))));
+}
+
+}  // namespace
+}  // namespace phalanx::op
