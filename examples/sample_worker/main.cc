@@ -12,11 +12,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/log.h"
 #include "common/base/process_main.h"
 #include "examples/sample_worker/sample_trainer.h"
 #include "runtime/client/coordination_client_impl.h"
+#include "runtime/client/spare_assignment.h"
 #include "runtime/clique/agent_watch.h"
 #include "runtime/clique/job_cliques.h"
 
@@ -65,6 +67,21 @@ int main(int argc, char** argv) {
   process.ExitOnStopSignal();
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_checkpoint_every) < 1) {
     return process.Fail("--steps and --checkpoint_every must be at least 1");
+  }
+  // A spare pod (spec.spares): wait, warm, until the coordinator hands this process a failed
+  // task, then be that task (its environment, as a task pod's would be).
+  if (std::getenv("PHALANX_SPARE") != nullptr && std::getenv("PHALANX_TASK_ID") == nullptr) {
+    absl::StatusOr<phalanx::client::SpareConfig> spare = phalanx::client::SpareConfig::FromEnv();
+    if (!spare.ok()) return process.Fail(std::string(spare.status().message()));
+    absl::StatusOr<phalanx::client::SpareIdentity> task =
+        phalanx::client::AwaitSpareAssignment(*spare, absl::Minutes(2));
+    if (!task.ok()) return process.Fail(std::string(task.status().message()));
+    // Nothing else runs yet: setenv is safe here.
+    setenv("PHALANX_TASK_ID", absl::StrCat(task->task_id).c_str(), 1);
+    setenv("PHALANX_INCARNATION", absl::StrCat(task->incarnation).c_str(), 1);
+    setenv("PHALANX_TOKEN", task->credential.c_str(), 1);
+    phalanx::examples::SampleTrainer::Event({task->task_id, task->incarnation}, "spare_took_over",
+                                            "pod=" + spare->pod);
   }
   absl::StatusOr<phalanx::client::ClientConfig> config = phalanx::client::ClientConfig::FromEnv();
   if (!config.ok()) return process.Fail(std::string(config.status().message()));

@@ -192,6 +192,7 @@ class OperatorE2eTest : public ::testing::Test {
     std::string name = "train";
     std::string gang{};            // spec.gang (JSON), if any
     std::string load_time = "0s";  // each worker's simulated start-up (--load_time)
+    int spares = 0;                // spec.spares
   };
 
   // A job of sample workers, named "train" unless told.
@@ -202,7 +203,7 @@ class OperatorE2eTest : public ::testing::Test {
                    : "";
     kube::Json job = kube::Json::parse(absl::StrCat(
         R"({"apiVersion":"phalanx.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":")", o.name,
-        R"("},"spec":{"replicas":)", o.replicas,
+        R"("},"spec":{"replicas":)", o.replicas, R"(,"spares":)", o.spares,
         R"(,"failurePolicy":{"maxRestarts":3,"restartScope":")", o.restart_scope, R"(","backoff":)",
         o.backoff, R"(},
               "coordination":)",

@@ -100,6 +100,64 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
       << goodput.serialize();
 }
 
+TEST_F(OperatorE2eTest, AWaitingSpareTakesOverAKilledTaskWithoutANewPod) {
+  // spec.spares 1 (ADR 0007): a spare pod waits in its worker's init; when task 1's process is
+  // killed, the coordinator hands the spare task 1's next incarnation, the operator relabels the
+  // spare as task 1's pod and starts another spare, and no task-1-1 pod is ever made.
+  ASSERT_OK_JOB(CreateJob(JobOptions{.steps = 200, .spares = 1}));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const kube::Json job = Job();
+        return kube::StringAt(job, "status.phase") == "Running" &&
+               kube::FieldOrNull(kube::FieldOrNull(job, "status"), "spares").is_object() &&
+               job.at("status").at("spares").at("ready").as_integer() == 1;
+      },
+      absl::Seconds(90)))
+      << Job().serialize();
+  ASSERT_TRUE(Eventually([&] { return WorkerEvents("first_step_reported").size() == 2; },
+                         absl::Seconds(60)));
+  const absl::Time kill_sent = absl::Now();
+  ASSERT_TRUE(KillPod("train-task-1-0"));
+
+  ASSERT_TRUE(Eventually(
+      [&] {
+        absl::StatusOr<kube::Json> spare = client_->Get(op::kPods, ns_, "train-spare-0");
+        return spare.ok() && kube::LabelsOf(*spare)[op::kTaskLabel] == "1" &&
+               kube::LabelsOf(*spare)[op::kRoleLabel] == "task";
+      },
+      absl::Seconds(60)))
+      << Job().serialize();
+  // Another spare starts behind it.
+  ASSERT_TRUE(Eventually([&] { return PodExists("train-spare-1"); }, absl::Seconds(60)));
+  ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
+                         absl::Seconds(120)))
+      << Job().serialize();
+  EXPECT_FALSE(PodExists("train-task-1-1"));
+  const kube::Json status = Job().at("status");
+  EXPECT_EQ(status.at("restarts").as_integer(), 1) << status.serialize();
+  EXPECT_EQ(status.at("spares").at("takeovers").as_integer(), 1) << status.serialize();
+  EXPECT_EQ(status.at("tasks").at(1).at("incarnation").as_integer(), 1);
+  EXPECT_EQ(kube::StringAt(status.at("tasks").at(1), "spareOf"), "train-spare-0");
+  // The spare became task 1 (incarnation 1) and stepped: its own EVENT lines say so.
+  const auto took_over = WorkerEvents("spare_took_over");
+  ASSERT_EQ(took_over.count(ns_ + "_train-spare-0"), 1u) << took_over.size();
+  const auto stepped = WorkerEvents("first_step_reported");
+  auto it = stepped.find(ns_ + "_train-spare-0");
+  ASSERT_NE(it, stepped.end());
+  const absl::Time spare_stepped =
+      absl::FromUnixMillis(std::stoll(EventField(it->second[0], "t_ms")));
+  std::cout << "kill to the spare's first step as task 1: "
+            << absl::ToDoubleSeconds(spare_stepped - kill_sent) << " s\n";
+  absl::StatusOr<kube::ObjectList> events = client_->List(
+      {"", "v1", "events", true}, ns_, {.field_selector = "involvedObject.name=train"});
+  ASSERT_TRUE(events.ok());
+  bool took_over_event = false;
+  for (const kube::Json& e : events->items) {
+    if (kube::StringAt(e, "reason") == "SpareTookOver") took_over_event = true;
+  }
+  EXPECT_TRUE(took_over_event);
+}
+
 TEST_F(OperatorE2eTest, OperatorServesHealthReadinessAndItsMetrics) {
   ASSERT_OK_JOB(CreateJob(20));
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
