@@ -178,8 +178,9 @@ std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec) {
   } else if (spec.spares > 0 && spec.nproc_per_node > 1) {
     // A spare is one process taking over one task; with several ranks per pod a pod's failure
     // is several tasks', and phalanx-launch's warm standby covers a rank's.
-    errors.push_back("spec.spares: needs spec.nprocPerNode 1 (phalanx-launch's warm standby "
-                     "replaces a rank within a pod)");
+    errors.push_back(
+        "spec.spares: needs spec.nprocPerNode 1 (phalanx-launch's warm standby "
+        "replaces a rank within a pod)");
   }
 
   const FailurePolicy& fp = spec.failure_policy;

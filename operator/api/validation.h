@@ -38,14 +38,19 @@ std::vector<std::string> ValidateSpec(const TrainingJobSpec& spec);
 // coordinator address, credentials); the CRD's CEL rule (scripts/gen-crd-podtemplate.py
 // RESERVED_ENV, the same list) refuses them at `kubectl apply`. Every other name the operator
 // sets (MASTER_ADDR, RANK, JAX_*, ...) is a default that the container's own entry overrides.
-inline constexpr const char* kReservedEnvNames[] = {
-    "PHALANX_COORDINATOR",       "PHALANX_JOB",
-    "PHALANX_TASK_ID",           "PHALANX_NUM_TASKS",
-    "PHALANX_INCARNATION",       "PHALANX_TOKEN",
-    "PHALANX_TOKEN_FILE",        "PHALANX_NPROC_PER_NODE",
-    "PHALANX_CLIQUE_ADDRESS",    "PHALANX_NODE_IP",
-    "PHALANX_CLIQUE_TICKET_FILE", "PHALANX_SPARE",
-    "PHALANX_POD_NAME"};
+inline constexpr const char* kReservedEnvNames[] = {"PHALANX_COORDINATOR",
+                                                    "PHALANX_JOB",
+                                                    "PHALANX_TASK_ID",
+                                                    "PHALANX_NUM_TASKS",
+                                                    "PHALANX_INCARNATION",
+                                                    "PHALANX_TOKEN",
+                                                    "PHALANX_TOKEN_FILE",
+                                                    "PHALANX_NPROC_PER_NODE",
+                                                    "PHALANX_CLIQUE_ADDRESS",
+                                                    "PHALANX_NODE_IP",
+                                                    "PHALANX_CLIQUE_TICKET_FILE",
+                                                    "PHALANX_SPARE",
+                                                    "PHALANX_POD_NAME"};
 bool IsReservedEnvName(const std::string& name);
 
 }  // namespace phalanx::op

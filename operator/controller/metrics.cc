@@ -273,17 +273,16 @@ void OperatorMetrics::SetJobs(const std::vector<JobSample>& jobs) {
   // What is left belongs to jobs that are gone.
   for (auto& [key, series] : job_series_) {
     if (series.phase_gauge != nullptr) job_phase_.Remove(series.phase_gauge);
-    for (auto [family, gauge] :
-         {std::pair{&job_unschedulable_, series.unschedulable},
-          std::pair{&job_productive_, series.productive},
-          std::pair{&job_before_first_step_, series.before_first_step},
-          std::pair{&job_restarts_, series.restarts},
-          std::pair{&job_rank_restarts_, series.rank_restarts},
-          std::pair{&job_last_recovery_, series.last_recovery},
-          std::pair{&job_preemptions_, series.preemptions},
-          std::pair{&job_coordinator_restarts_, series.coordinator_restarts},
-          std::pair{&job_spares_, series.spares_ready},
-          std::pair{&job_spares_, series.spares_starting}}) {
+    for (auto [family, gauge] : {std::pair{&job_unschedulable_, series.unschedulable},
+                                 std::pair{&job_productive_, series.productive},
+                                 std::pair{&job_before_first_step_, series.before_first_step},
+                                 std::pair{&job_restarts_, series.restarts},
+                                 std::pair{&job_rank_restarts_, series.rank_restarts},
+                                 std::pair{&job_last_recovery_, series.last_recovery},
+                                 std::pair{&job_preemptions_, series.preemptions},
+                                 std::pair{&job_coordinator_restarts_, series.coordinator_restarts},
+                                 std::pair{&job_spares_, series.spares_ready},
+                                 std::pair{&job_spares_, series.spares_starting}}) {
       if (gauge != nullptr) family->Remove(gauge);
     }
     for (auto& [cause, gauge] : series.lost) job_lost_.Remove(gauge);

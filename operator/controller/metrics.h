@@ -64,7 +64,7 @@ class OperatorMetrics {
     prometheus::Gauge* last_recovery = nullptr;
     prometheus::Gauge* preemptions = nullptr;
     prometheus::Gauge* coordinator_restarts = nullptr;
-    prometheus::Gauge* spares_ready = nullptr;     // only for a job that has had spares
+    prometheus::Gauge* spares_ready = nullptr;  // only for a job that has had spares
     prometheus::Gauge* spares_starting = nullptr;
   };
   prometheus::Registry& registry_;

@@ -193,8 +193,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   // second status write only when that changed anything (a retry that fails the same way
   // writes nothing, so it does not wake itself up through the watch).
   const std::vector<ChildFailure> failures = Execute(job, plan);
-  const bool acted =
-      !plan.create.empty() || !plan.delete_pods.empty() || !plan.relabel.empty();
+  const bool acted = !plan.create.empty() || !plan.delete_pods.empty() || !plan.relabel.empty();
   StageResult outcome = RecordChildOutcome(plan.status, failures, acted, clock_.Now());
   absl::Status executed =
       failures.empty() ? absl::OkStatus() : failures.front().status;  // requeue with back-off
