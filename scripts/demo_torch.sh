@@ -20,11 +20,15 @@ STEPS=300
 
 source "$SRC/scripts/demo_lib.sh"
 phase() { $KUBECTL get tj $JOB -o 'jsonpath={.status.phase}' 2>/dev/null; }
-# The newest pod of task $1 that has a log: <job>-task-<i>-<incarnation>.
+# Task $1's newest pod: <job>-task-<i>-<incarnation>, or a spare pod (<job>-spare-<k>) that took
+# the task over and was relabelled as its pod (spec.spares).
 pod_of() {
-  ls "$LOGS"/default_$JOB-task-"$1"-*.log 2>/dev/null | sed 's/.*-\([0-9]*\)\.log$/\1/' |
-    sort -n | tail -1 | sed "s/^/$JOB-task-$1-/"
+  $KUBECTL get pods -l "phalanx.dev/job=$JOB,phalanx.dev/task=$1" \
+    -o jsonpath='{range .items[*]}{.metadata.labels.phalanx\.dev/incarnation}{" "}{.metadata.name}{"\n"}{end}' 2>/dev/null |
+    sort -n | tail -1 | cut -d' ' -f2
 }
+# "a warm spare pod" when pod $1 is a spare that took a task over, else "a new pod".
+kind_of() { [[ $1 == *-spare-* ]] && echo "warm spare pod $1" || echo "new pod $1"; }
 log_of() { cat "$LOGS/default_$1.log" 2>/dev/null || true; }
 # The lowest step the current pods of all tasks reached.
 min_step() {
@@ -43,7 +47,7 @@ formed_line() { log_of "$1" | grep " kind=formed " | tail -1; }
 # was new: all restarted from the checkpoint).
 recovered_lines() {
   local epoch; epoch=$(formed_line "$1" | field epoch)
-  cat "$LOGS"/default_$JOB-task-*.log | grep " kind=recovered .*epoch=$epoch " || true
+  cat "$LOGS"/default_$JOB-*.log | grep " kind=recovered .*epoch=$epoch " || true
 }
 report_recovery() {
   local formed line
@@ -52,7 +56,7 @@ report_recovery() {
   for i in $(seq 50); do [[ -n "$(recovered_lines "$1")" ]] && break; sleep 0.2; done
   line=$(recovered_lines "$1" | head -1)
   if [[ -n "$line" ]]; then
-    say "  group re-formed with $1 (incarnation $(field inc <<<"$formed")): $(recovered_lines "$1" | wc -l) survivor(s) kept their process and model; resumed at step $(field step <<<"$line") with task $(field source <<<"$line")'s state, $(field took_s <<<"$line") s after they saw the failure"
+    say "  group re-formed with $(kind_of "$1") (incarnation $(field inc <<<"$formed")): $(recovered_lines "$1" | wc -l) survivor(s) kept their process and model; resumed at step $(field step <<<"$line") with task $(field source <<<"$line")'s state, $(field took_s <<<"$line") s after they saw the failure"
   else
     say "  group re-formed with $1: every task was new; resumed at step $(field step <<<"$formed") from the checkpoint"
   fi
@@ -62,7 +66,7 @@ if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
   say "PyTorch part skipped: $PYTHON cannot import torch (make deps installs python3-torch)"
   exit 0
 fi
-say "PyTorch job: 4 tasks, an MLP under DistributedDataParallel (gloo), in-place recovery"
+say "PyTorch job: 4 tasks and 1 spare pod, an MLP under DistributedDataParallel (gloo), in-place recovery"
 # The local cluster runs pods as processes on this machine: the example from the checkout, the
 # package and library of this build, gloo on loopback.
 sed "s#\"python3\"#\"$PYTHON\"#; s#/opt/phalanx/examples#$SRC/runtime/python/examples#g; s#/ckpt/torch#$WORK/torch-checkpoints#" \
@@ -73,16 +77,24 @@ say "$($KUBECTL apply -f "$WORK/trainingjob-torch.yaml")"
 wait_for 120 step_at_least 10
 say "training (step $(min_step) of $STEPS on every task)"
 
-say "killing task 2 (pod $JOB-task-2-0) with SIGKILL"
-"$CLUSTER" admin kill-pod "default/$JOB-task-2-0" >/dev/null
-wait_for 120 formed $JOB-task-2-1
-report_recovery $JOB-task-2-1
+# A task's pod other than $2 that has formed the group: its replacement.
+replaced() { local p; p=$(pod_of "$1"); [[ -n $p && $p != "$2" ]] && formed "$p"; }
+spare_ready() { [[ "$($KUBECTL get tj $JOB -o jsonpath='{.status.spares.ready}' 2>/dev/null)" == 1 ]]; }
+wait_for 120 spare_ready
+say "a spare pod waits warm (torch imported, in phalanx.init()): status.spares.ready=1"
+victim=$(pod_of 2)
+say "killing task 2 (pod $victim) with SIGKILL"
+"$CLUSTER" admin kill-pod "default/$victim" >/dev/null
+wait_for 120 replaced 2 "$victim"
+report_recovery "$(pod_of 2)"
 
 wait_for 120 step_at_least 70
-say "hanging task 3 (SIGSTOP to pod $JOB-task-3-0): only the heartbeat timeout (3 s) can tell"
-"$CLUSTER" admin stop-pod "default/$JOB-task-3-0" >/dev/null
-wait_for 120 formed $JOB-task-3-1
-report_recovery $JOB-task-3-1
+wait_for 120 spare_ready
+victim=$(pod_of 3)
+say "hanging task 3 (SIGSTOP to pod $victim): only the heartbeat timeout (3 s) can tell"
+"$CLUSTER" admin stop-pod "default/$victim" >/dev/null
+wait_for 120 replaced 3 "$victim"
+report_recovery "$(pod_of 3)"
 
 wait_for 120 step_at_least 130
 before=$(min_step)
@@ -109,14 +121,16 @@ reference=$(PYTHONPATH="$SRC/runtime/python" "$PYTHON" "$SRC/runtime/python/exam
   --steps=$STEPS --step_time=0.05 --reference=4 | tail -1 | field params_sha256)
 same=yes
 for t in 0 1 2 3; do
-  # The newest pod of the task that trained to the end.
-  got=$(cat $(ls "$LOGS"/default_$JOB-task-$t-*.log | sort -rV) | grep " kind=final " | head -1 | field params_sha256)
+  # The newest incarnation of the task that trained to the end (a task pod or a spare's).
+  got=$(cat "$LOGS"/default_$JOB-*.log | grep " task=$t .* kind=final " |
+    awk '{for (i = 1; i <= NF; i++) if ($i ~ /^inc=/) print substr($i, 5), $0}' | sort -n | tail -1 |
+    field params_sha256)
   [[ "$got" == "$reference" ]] || same="NO (task $t: ${got:-no final line})"
 done
 echo
 echo "=== PyTorch job ==="
-echo "  restarts: $($KUBECTL get tj $JOB -o jsonpath='{.status.restarts}'), preemptions: $($KUBECTL get tj $JOB -o jsonpath='{.status.preemptions}'), coordinator restarts: $($KUBECTL get tj $JOB -o jsonpath='{.status.coordinator.restarts}')"
-echo "  recoveries (in place, per re-formed group): $(cat "$LOGS"/default_$JOB-task-*.log | grep ' kind=recovered ' | field epoch | sort -u | wc -l)"
+echo "  restarts: $($KUBECTL get tj $JOB -o jsonpath='{.status.restarts}') (taken over by spares: $($KUBECTL get tj $JOB -o jsonpath='{.status.spares.takeovers}')), preemptions: $($KUBECTL get tj $JOB -o jsonpath='{.status.preemptions}'), coordinator restarts: $($KUBECTL get tj $JOB -o jsonpath='{.status.coordinator.restarts}')"
+echo "  recoveries (in place, per re-formed group): $(cat "$LOGS"/default_$JOB-*.log | grep ' kind=recovered ' | field epoch | sort -u | wc -l)"
 echo "  final parameters (SHA-256) of the undisturbed run: ${reference:0:16}…"
 echo "  final parameters identical to the undisturbed run: $same"
 [[ "$(phase)" == Succeeded && "$same" == yes ]]
