@@ -7,6 +7,8 @@ same way against PhalanxStore and torch's TCPStore.
 Keys: recover_s.phalanx / .torchrun (the kill → every rank stepping again at full size),
 recover_s.phalanx_warm / lost_s.phalanx_warm (the same with a warm standby, phalanx.standby: the
 replacement is a process that imported torch before the kill, as phalanx-launch keeps per pod),
+recover_s.phalanx_spare / lost_s.phalanx_spare (the same with a spare, as a spare pod's process
+of spec.spares: it ran the script up to phalanx.init() and the coordinator hands it the dead rank),
 lost_s.phalanx / .torchrun (wall time lost against the same launcher's undisturbed run),
 steps_lost.phalanx / .torchrun (steps done before the kill that were done again),
 store_ops_per_s.phalanx / .tcpstore (set, get and add from 4 client processes at once),
@@ -77,17 +79,18 @@ def bench_environment(build, name):
 
 # -- Phalanx: plain processes under a supervisor that restarts a dead rank ----------------------
 
-def phalanx_run(args, kill, standby=False, hang=False):
+def phalanx_run(args, kill, standby=False, hang=False, spare=False):
     import harness
     import rank_supervisor
     os.environ.setdefault("PHALANX_BUILD_DIR", args.build)
-    coordinator = harness.Coordinator(num_tasks=args.ranks, job="bench", heartbeat_timeout="2s")
+    coordinator = harness.Coordinator(num_tasks=args.ranks, job="bench", heartbeat_timeout="2s",
+                                      extra_args=["--metrics_listen=127.0.0.1:0"])
     extra = (["--hang_at=%d" % args.kill_at, "--hang_task=2",
               "--hang_timeout=%g" % args.hang_timeout] if hang else [])
     try:
         ranks = rank_supervisor.RankSupervisor(
             coordinator, [TRAIN, "--steps=%d" % args.steps, "--step_time=%g" % args.step_time]
-            + extra, args.ranks, standby=standby)
+            + extra, args.ranks, standby=standby, spare=spare)
         try:
             kill_ms = None
             if hang:
@@ -100,6 +103,9 @@ def phalanx_run(args, kill, standby=False, hang=False):
                                              max(int(e["t_ms"]) for e in events
                                                  if e["kind"] in ("recovered", "formed")))
                 return {"hang_recover_s": (back - hung_ms) / 1000.0}
+            if spare and not harness.eventually(
+                    lambda: coordinator.metric("phalanx_coordinator_spares_waiting") == 1, 300):
+                raise RuntimeError("the spare never waited; logs in " + coordinator.dir)
             if kill:
                 ranks.wait_for(lambda ev, ex: ranks.min_step() >= args.kill_at, 300)
                 kill_ms = int(time.time() * 1000)
@@ -388,12 +394,13 @@ def main():
     say("Phalanx in place and torchrun (elastic_launch, c10d, max_restarts=3), %d ranks, %d "
         "steps of %g s, undisturbed and with rank 2 SIGKILLed at step %d"
         % (args.ranks, args.steps, args.step_time, args.kill_at))
-    runs = {"ph0": [], "ph1": [], "pw1": [], "phh": [], "tr0": [], "tr1": []}
+    runs = {"ph0": [], "ph1": [], "pw1": [], "ps1": [], "phh": [], "tr0": [], "tr1": []}
     for i in range(args.repeats):
         say("run %d of %d" % (i + 1, args.repeats))
         runs["ph0"].append(phalanx_run(args, kill=False))
         runs["ph1"].append(phalanx_run(args, kill=True))
         runs["pw1"].append(phalanx_run(args, kill=True, standby=True))
+        runs["ps1"].append(phalanx_run(args, kill=True, spare=True))
         runs["phh"].append(phalanx_run(args, kill=False, standby=True, hang=True))
         runs["tr0"].append(torchrun_run(args, kill=False))
         runs["tr1"].append(torchrun_run(args, kill=True))
@@ -404,6 +411,7 @@ def main():
     tr0 = {"wall_s": med("tr0", "wall_s")}
     ph1 = {k: med("ph1", k) for k in ("wall_s", "recover_s", "steps_lost")}
     pw1 = {k: med("pw1", k) for k in ("wall_s", "recover_s", "steps_lost")}
+    ps1 = {k: med("ps1", k) for k in ("wall_s", "recover_s", "steps_lost")}
     tr1 = {k: med("tr1", k) for k in ("wall_s", "recover_s", "steps_lost")}
     say("c10d Store API: PhalanxStore and TCPStore")
     ops_phalanx = median([store_ops_per_s(args, "phalanx") for _ in range(args.repeats)])
@@ -421,6 +429,8 @@ def main():
         "recover_s.torchrun": round(tr1["recover_s"], 3),
         "recover_s.phalanx_warm": round(pw1["recover_s"], 3),
         "lost_s.phalanx_warm": round(pw1["wall_s"] - ph0["wall_s"], 3),
+        "recover_s.phalanx_spare": round(ps1["recover_s"], 3),
+        "lost_s.phalanx_spare": round(ps1["wall_s"] - ph0["wall_s"], 3),
         "lost_s.phalanx": round(ph1["wall_s"] - ph0["wall_s"], 3),
         "lost_s.torchrun": round(tr1["wall_s"] - tr0["wall_s"], 3),
         "steps_lost.phalanx": ph1["steps_lost"],
@@ -457,6 +467,7 @@ def main():
         print("%-28s %12s %12s" % (key, result[key + ".phalanx"], result[key + ".torchrun"]))
     for key in ("recover_s", "lost_s"):
         print("%-28s %12s" % (key + " (warm standby)", result[key + ".phalanx_warm"]))
+        print("%-28s %12s" % (key + " (spare)", result[key + ".phalanx_spare"]))
     print("%-28s %12s %12s" % ("store_ops_per_s (TCPStore)", result["store_ops_per_s.phalanx"],
                                result["store_ops_per_s.tcpstore"]))
     for n in (4, 64):

@@ -174,6 +174,11 @@ def main(argv=None):
         return reference(torch, args)
     from phalanx.torch_recovery import Manager
 
+    # Everything that does not depend on the rank comes before join_job: in a spare pod
+    # (spec.spares) that is done while the spare waits, not after it is given a rank.
+    model = build_model(torch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    stateful = {"ballast": Ballast(torch, args.state_mb)} if args.state_mb > 0 else None
     client = join_job("torch_train")
     if client is None:
         return EXIT_BAD_CONFIG
@@ -182,9 +187,6 @@ def main(argv=None):
     def on_event(manager, kind, fields):
         event(me, kind, **fields)
 
-    model = build_model(torch)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    stateful = {"ballast": Ballast(torch, args.state_mb)} if args.state_mb > 0 else None
     manager = Manager(model, optimizer, client=client, checkpoint_dir=args.checkpoint_dir or None,
                       stateful=stateful,
                       checkpoint_every=args.checkpoint_every,

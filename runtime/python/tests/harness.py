@@ -147,10 +147,27 @@ class Coordinator:
                 "PHALANX_INCARNATION": str(incarnation),
                 "PHALANX_TOKEN": self.token if token is None else token}
 
+    def spare_env(self, pod="spare-0"):
+        """The environment the operator injects into a spare pod (spec.spares): no task identity,
+        the job's spare credential."""
+        env = self.env(0)
+        del env["PHALANX_TASK_ID"], env["PHALANX_INCARNATION"]
+        env.update(PHALANX_SPARE="0", PHALANX_POD_NAME=pod,
+                   PHALANX_TOKEN=spare_credential(self.token))
+        return env
+
     def close(self):
         stop(self.proc)
         self.stderr.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def spare_credential(token, slot=0):
+    """The job's spare credential, as the operator derives it (common/auth/credentials.h)."""
+    import hashlib
+    import hmac
+    mac = hmac.new(token.encode(), ("phalanx/spare/v1/%d" % slot).encode(), hashlib.sha256)
+    return "spare.%d.%s" % (slot, mac.hexdigest())
 
 
 class Agent:

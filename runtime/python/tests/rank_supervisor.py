@@ -34,10 +34,12 @@ class RankSupervisor:
     ``env_for(task, incarnation)`` (a dict) to one process's. ``kill_hung=False``: never kill a
     rank the coordinator declared failed (one that reported its own failure exits by itself).
     ``standby=True``: keep one warm standby (``phalanx.standby``: torch imported) and make a
-    replacement of it, as ``phalanx-launch`` does in a pod."""
+    replacement of it, as ``phalanx-launch`` does in a pod. ``spare=True``: start one spare
+    process as a spare pod's (spec.spares): it waits in ``phalanx.init()`` and the coordinator
+    hands it the first rank that dies; that rank is not restarted here."""
 
     def __init__(self, coordinator, argv, num, env=None, log_dir=None, python=sys.executable,
-                 env_for=None, kill_hung=True, standby=False, restart_delay=0.0):
+                 env_for=None, kill_hung=True, standby=False, restart_delay=0.0, spare=False):
         self.coordinator = coordinator
         self.argv = list(argv)
         self.num = num
@@ -55,10 +57,23 @@ class RankSupervisor:
         self.use_standby = standby
         self.restart_delay = restart_delay  # seconds before a dead rank's replacement starts
         self.standby = None
+        self.spare_waiting = False  # a spare process started and not yet given a task
         for task in range(num):
             self._start(task, 0)
         if standby:
             self._start_standby()
+        if spare:
+            self._start_spare()
+
+    def _start_spare(self):
+        env = self._common_env()
+        env.update(self.coordinator.spare_env())
+        log = open(os.path.join(self.log_dir, "spare.log"), "wb")
+        proc = subprocess.Popen([self.python] + self.argv, env=env, stdout=subprocess.PIPE,
+                                stderr=log)
+        log.close()
+        self.spare_waiting = True
+        threading.Thread(target=self._watch, args=(None, None, proc), daemon=True).start()
 
     def _common_env(self):
         env = dict(os.environ)
@@ -110,6 +125,11 @@ class RankSupervisor:
             if fields is None:
                 continue
             with self.cond:
+                if task is None and "task" in fields:
+                    # The spare was given a task: it is that task's process from now on.
+                    task, incarnation = int(fields["task"]), int(fields["inc"])
+                    self.procs[task] = (incarnation, proc)
+                    self.spare_waiting = False
                 self.events.append(fields)
                 self.cond.notify_all()
             if (self.kill_hung and fields.get("kind") == "peer_change"
@@ -120,8 +140,10 @@ class RankSupervisor:
         with self.cond:
             self.exits.append((task, incarnation, code))
             self.cond.notify_all()
+            # A waiting spare takes a dead rank over (the coordinator hands it the task).
             restart = (code != 0 and self.restart_enabled and not self._closed
-                       and self.procs.get(task, (None,))[0] == incarnation)
+                       and self.procs.get(task, (None,))[0] == incarnation
+                       and not self.spare_waiting)
         if restart:
             if self.restart_delay > 0:
                 time.sleep(self.restart_delay)  # this rank's watcher thread: nothing else waits
