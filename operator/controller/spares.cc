@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "operator/controller/move_budget.h"
 
 namespace phalanx::op {
 namespace {
@@ -16,22 +17,33 @@ void CountTakeOver(const PlanInputs& in, JobPass& pass, TaskRecord& record) {
   task.spare_of = record.pod->name;
   if (before != base::kNoIncarnation && before >= task.incarnation) return;  // counted already
   TrainingJobStatus& st = pass.out.status;
+  // A task under a preemption that checkpointed and left is a preemption taken over, not a
+  // failure: it counts as the preemption stage counts a move.
+  const bool preempted = i < in.previous.tasks.size() &&
+                         in.previous.tasks[i].preempting_since.has_value();
   ++task.restarts;
-  ++st.restarts;
+  if (preempted) {
+    ++st.preemptions;
+    if (in.spec.failure_policy.preemptions_count_toward_max_restarts) ++st.restarts;
+    RecordMove(task, in.now);
+    task.preempting_since.reset();
+  } else {
+    ++st.restarts;
+  }
   ++st.spares.takeovers;
   st.last_restart_time = in.now;
   st.productive_at_last_restart = st.productive_seconds;
-  std::string why = "its process died";
+  std::string why = preempted ? "it was preempted and left" : "its process died";
   if (auto failed = in.world.coordinator_failed.find(task.index);
       failed != in.world.coordinator_failed.end() && failed->second.incarnation == before) {
     why = absl::StrCat("the coordinator declared incarnation ", before,
                        " failed: ", failed->second.reason);
     task.last_failure_message = failed->second.reason;
   }
-  task.last_failure_reason = "SpareTookOver";
+  task.last_failure_reason = preempted ? "Preempted" : "SpareTookOver";
   task.last_exit_code.reset();
   task.failure_reported_at.reset();
-  pass.out.replacements.push_back({task.index, false, "SpareTookOver"});
+  pass.out.replacements.push_back({task.index, preempted, "SpareTookOver"});
   pass.out.events.push_back(
       {true, "SpareTookOver",
        absl::StrCat("task ", task.index, ": ", why, "; spare pod ", record.pod->name,

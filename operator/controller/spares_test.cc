@@ -107,6 +107,21 @@ TEST(Spares, ASpareGivenAFailedTaskIsItsPodRelabelledAndCountedOnceAndAnotherSta
   EXPECT_THAT(Reasons(plan.events), Not(Contains("SpareTookOver")));
 }
 
+TEST(Spares, APreemptedTaskTakenOverCountsAsAPreemptionNotARestart) {
+  TestPass t = JobWithOneSpare();
+  t.previous.tasks[1].preempting_since = kNow - absl::Seconds(3);
+  t.world.task_pods[1] = PodBuilder("j", 1, 0).Failed(4, "Error").Build();  // left: exit 4
+  t.world.spare_pods.push_back(SparePod("j-spare-0"));
+  t.world.spare_takeovers["j-spare-0"] = {1, 1};
+  ReconcilePlan plan = PlanReconcile(t.Inputs());
+  EXPECT_EQ(plan.status.preemptions, 1);
+  EXPECT_EQ(plan.status.restarts, 0);
+  EXPECT_EQ(plan.status.spares.takeovers, 1);
+  EXPECT_EQ(plan.status.tasks[1].last_failure_reason, "Preempted");
+  EXPECT_FALSE(plan.status.tasks[1].preempting_since.has_value());
+  EXPECT_THAT(plan.replacements, Contains(Replacement{1, true, "SpareTookOver"}));
+}
+
 TEST(Spares, AnEndedSpareIsReplacedAndLoweringSparesDeletesTheNewest) {
   TestPass t = JobWithOneSpare();
   t.previous.spares = {1, 0, 1, 0};

@@ -339,8 +339,9 @@ class Client:
 
         With ``wait=False`` it returns once the set is sent on the task's session, without
         waiting for the coordinator's answer, as torch's ``TCPStore.set`` does. This client's
-        later ``kv_get``, ``kv_set`` and ``barrier`` calls are handled after it (so a ``kv_get``
-        of the key sees it); other calls may overtake it. Its failure, if any, is raised by the
+        later calls on its session are handled after it (so a ``kv_get`` of the key sees it):
+        ``kv_get``, ``kv_try_get``, ``kv_set``, ``kv_add``, ``kv_compare_set``, ``kv_delete`` and
+        ``barrier``; ``kv_dir`` may overtake it. Its failure, if any, is raised by the
         next ``kv_set(wait=False)`` or by :meth:`kv_wait_sets`. Without a session it waits.
         """
         data = _bytes(value, "value")

@@ -23,7 +23,13 @@ Semantics follow torch 1.13's ``TCPStore``: ``get`` and ``wait`` block up to the
 (``DeadlineExceeded`` naming the key, which torch reports as a ``RuntimeError``); ``add`` keeps a
 decimal counter; ``compare_set`` with an empty ``expected`` means "only if absent" and answers
 the value stored afterwards (``expected`` itself when the key is absent and nothing was stored);
-``num_keys`` counts the keys under this store's prefix. A coordinator restart loses the keys,
+``num_keys`` counts the keys under this store's prefix. ``set`` does not wait for the
+coordinator's answer, as ``TCPStore.set`` (which sends the key and value and reads no reply):
+it returns once the set is on the task's session, and everything this store does next (``get``,
+``wait``, ``check``, ``add``, ``compare_set``, ``delete_key``, ``set``) is handled after it; another
+process's blocking ``get``/``wait`` sees it, its ``check`` may run first. A failed set is raised
+by the next ``set`` (or ``num_keys``). ``PhalanxStore(..., wait_sets=True)`` waits for each answer
+instead: the moment ``set`` returns, every process's calls see the value. A coordinator restart loses the keys,
 like a ``TCPStore`` whose host died: re-form the group under a new prefix. Errors propagate as
 the client raises them (``Unavailable`` while the coordinator restarts); the store never
 retries, since an ``add`` that met ``Unavailable`` may or may not have happened.
@@ -69,8 +75,10 @@ class PhalanxStore(dist.Store):
     the GIL). ``timeout`` (seconds or a ``timedelta``) bounds ``get`` and ``wait``.
     """
 
-    def __init__(self, client, prefix="torch", timeout=datetime.timedelta(minutes=5)):
+    def __init__(self, client, prefix="torch", timeout=datetime.timedelta(minutes=5),
+                 wait_sets=False):
         super().__init__()
+        self._wait_sets = wait_sets
         prefix = prefix.strip("/")
         if not prefix:
             raise ValueError("prefix must name a key-value directory, e.g. 'pg/0'")
@@ -88,9 +96,10 @@ class PhalanxStore(dist.Store):
     # The c10d Store interface (called by torch from C++ through its Python trampoline).
 
     def set(self, key, value):
-        # Waits for the coordinator's answer (TCPStore.set's contract): add, compare_set and
-        # check, from this task or any other, see the value once set returns.
-        self._client.kv_set(self._key(key), _as_bytes(value), overwrite=True)
+        # TCPStore.set's contract: sent, not answered (the module's docstring says what that
+        # orders); wait_sets=True waits for the answer.
+        self._client.kv_set(self._key(key), _as_bytes(value), overwrite=True,
+                            wait=self._wait_sets)
 
     def get(self, key):
         return self._client.kv_get(self._key(key), timeout=self._timeout)
@@ -123,10 +132,13 @@ class PhalanxStore(dist.Store):
         return self._client.kv_delete(self._key(key)) > 0
 
     def num_keys(self):
+        # A directory listing is not a session call: it could overtake this store's sets.
+        self._client.kv_wait_sets()
         return len(self._client.kv_dir(self._prefix))
 
     def set_timeout(self, timeout):
         self._timeout = _seconds(timeout)
 
     def __repr__(self):
-        return "PhalanxStore(prefix=%r, timeout=%ss)" % (self._prefix, self._timeout)
+        return "PhalanxStore(prefix=%r, timeout=%ss, wait_sets=%s)" % (
+            self._prefix, self._timeout, self._wait_sets)

@@ -90,23 +90,50 @@ class TorchStoreTest(unittest.TestCase):
         with self.assertRaises(phalanx.DeadlineExceeded):
             s.get("never")
 
-    def test_a_set_is_stored_before_it_returns(self):
-        """set waits for the coordinator's answer: the moment it returns, another task's store
-        sees the value through check, add and compare_set (none of which rides this client's
-        session, so none could be ordered after an unanswered set)."""
+    def test_a_set_is_seen_by_this_store_at_once_and_by_a_waiting_other(self):
+        """set does not wait for the answer (TCPStore.set's contract): this store's next calls
+        are handled after it, and another task's blocking wait sees it."""
         env = self.coordinator.env(0)
         other_client = phalanx.Client(env["PHALANX_COORDINATOR"], env["PHALANX_JOB"], 0,
                                       WORLD + 1, 0, env["PHALANX_TOKEN"])
         other_client.connect(timeout=TIMEOUT)
         try:
-            other = PhalanxStore(other_client, prefix="unit", timeout=5)
+            other = PhalanxStore(other_client, prefix="unit", timeout=TIMEOUT)
             for i in range(20):
+                self.store.set("ordered-%d" % i, b"7")
+                self.assertTrue(self.store.check(["ordered-%d" % i]), i)
+                self.assertEqual(self.store.add("ordered-%d" % i, 1), 8)
                 self.store.set("seen-%d" % i, b"7")
-                self.assertTrue(other.check(["seen-%d" % i]), i)
+                other.wait(["seen-%d" % i])
                 self.assertEqual(other.add("seen-%d" % i, 1), 8)
-                self.assertEqual(other.compare_set("seen-%d" % i, "8", "9"), b"9")
+            self.assertGreaterEqual(self.store.num_keys(), 40)
         finally:
             other_client.close()
+
+    def test_wait_sets_makes_a_set_visible_to_everyone_when_it_returns(self):
+        """With wait_sets=True the moment set returns, another task's store sees the value
+        through check, add and compare_set."""
+        env = self.coordinator.env(0)
+        other_client = phalanx.Client(env["PHALANX_COORDINATOR"], env["PHALANX_JOB"], 0,
+                                      WORLD + 1, 0, env["PHALANX_TOKEN"])
+        other_client.connect(timeout=TIMEOUT)
+        try:
+            waiting = PhalanxStore(self.client, prefix="unit", timeout=5, wait_sets=True)
+            other = PhalanxStore(other_client, prefix="unit", timeout=5)
+            for i in range(20):
+                waiting.set("stored-%d" % i, b"7")
+                self.assertTrue(other.check(["stored-%d" % i]), i)
+                self.assertEqual(other.add("stored-%d" % i, 1), 8)
+                self.assertEqual(other.compare_set("stored-%d" % i, "8", "9"), b"9")
+        finally:
+            other_client.close()
+
+    def test_a_failed_set_is_raised_by_the_next_one(self):
+        # A value over the coordinator's limit is refused; the caller hears of it.
+        with self.assertRaises(phalanx.Error):
+            self.store.set("too-big", b"x" * (9 << 20))
+            self.store.set("after", b"1")
+            self.store.num_keys()
 
     def test_keys_are_escaped_into_one_segment(self):
         self.assertEqual(escape_key("rank_0"), "rank_0")
