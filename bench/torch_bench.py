@@ -375,7 +375,7 @@ def main():
     p.add_argument("--kill_at", type=int, default=65)
     p.add_argument("--checkpoint_every", type=int, default=10,
                    help="torchrun's snapshot interval (Phalanx needs none to recover)")
-    p.add_argument("--store_ops", type=int, default=500, help="set+get+add rounds per client")
+    p.add_argument("--store_ops", type=int, default=2000, help="set+get+add rounds per client")
     p.add_argument("--store_clients", type=int, default=4)
     p.add_argument("--ddp_steps", type=int, default=20,
                    help="steps timed per run in the determinism measurement")

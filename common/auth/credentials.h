@@ -38,7 +38,7 @@ std::string SpareCredential(absl::string_view job_token, int slot);
 // Who a presented bearer credential speaks for.
 struct Principal {
   static constexpr int kAdmin = -1;
-  static constexpr int kNoTask = -2;  // a spare's: it acts as no task until assigned one
+  static constexpr int kNoTask = -4;  // a spare's: it acts as no task until assigned one
   int task_id = kAdmin;  // kAdmin: the job token (operator, tools); else the one task it may act as
   int spare = -1;        // >= 0: a spare credential of this slot (task_id is kNoTask)
   bool admin() const { return task_id == kAdmin; }

@@ -150,9 +150,10 @@ TEST(DesiredSecret, HoldsTheJobTokenAndOneCredentialPerTask) {
   spec.replicas = 3;
   const Json secret = DesiredSecret(Job("j"), spec, "jt");
   const Json& data = secret.at("stringData");
-  EXPECT_EQ(data.size(), 4u);
+  EXPECT_EQ(data.size(), 5u);  // the token, three task credentials, the spare credential
   EXPECT_EQ(data.at("token").as_string(), "jt");
   EXPECT_EQ(data.at("task-2").as_string(), auth::TaskCredential("jt", 2));
+  EXPECT_EQ(data.at("spare").as_string(), auth::SpareCredential("jt", 0));
 }
 
 // With the agents' key, each task's clique ticket (common/auth/clique_ticket.h) for this job's
@@ -165,7 +166,7 @@ TEST(DesiredSecret, HoldsEachTasksCliqueTicketWhenTheAgentsHaveAKey) {
   job["metadata"]["uid"] = Json::string("uid-7");
   const Json secret = DesiredSecret(job, spec, "jt", "agent-key");
   const Json& data = secret.at("stringData");
-  EXPECT_EQ(data.size(), 5u);
+  EXPECT_EQ(data.size(), 6u);
   absl::StatusOr<auth::CliqueTicketClaims> claims =
       auth::VerifyCliqueTicket("agent-key", data.at("task-1-clique").as_string());
   ASSERT_TRUE(claims.ok()) << claims.status();

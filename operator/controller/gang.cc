@@ -75,6 +75,7 @@ Next FormGang(const PlanInputs& in, JobPass& pass) {
       kube::FormatKubeTime(retry_at), " (release ", st.gang_releases, ")");
   Mark(pass, kCondition, true, "GangReleased", message, in.now);
   pass.out.events.push_back({true, "GangReleased", message});
+  DeleteLiveSpares(in, pass);  // they give their GPUs back too, and start after the gang
   for (TaskRecord& record : pass.tasks) {
     if (record.pod.has_value() && record.pod->live()) {
       pass.out.delete_pods.push_back(record.pod->name);

@@ -48,9 +48,11 @@ JobPass ObserveTasks(const PlanInputs& in) {
   for (const PodView& pod : pods) {
     if (pod.index < 0 || pod.index >= n) continue;
     TaskRecord& record = pass.tasks[static_cast<size_t>(pod.index)];
-    if (pod.incarnation == record.status.incarnation) {
+    if (pod.incarnation == record.status.incarnation && !record.pod.has_value()) {
       record.pod = pod;
     } else {
+      // Older, or a second pod claiming the same incarnation (an operator replacement that
+      // raced a spare's take-over): the first one seen stands, the other is deleted.
       record.stale.push_back(pod);
     }
   }

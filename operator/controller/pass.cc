@@ -53,6 +53,14 @@ void RequeueWithin(JobPass& pass, absl::Duration d) {
   requeue = requeue == absl::ZeroDuration() ? d : std::min(requeue, d);
 }
 
+void DeleteLiveSpares(const PlanInputs& in, JobPass& pass) {
+  for (const PodView& pod : in.world.spare_pods) {
+    if (pod.live() && !in.world.spare_takeovers.contains(pod.name)) {
+      pass.out.delete_pods.push_back(pod.name);
+    }
+  }
+}
+
 void DeleteActivePods(const PlanInputs& in, JobPass& pass) {
   for (const PodView& pod : in.world.task_pods) {
     if (pod.live()) pass.out.delete_pods.push_back(pod.name);
@@ -80,9 +88,13 @@ void FailJob(const PlanInputs& in, JobPass& pass, const std::string& reason,
 
 Incarnation NextIncarnation(const PlanInputs& in, int i, Incarnation current) {
   auto it = in.world.coordinator_incarnations.find(i);
-  const Incarnation registered =
+  Incarnation newest =
       it == in.world.coordinator_incarnations.end() ? base::kNoIncarnation : it->second;
-  return std::max(current, registered) + 1;
+  // Incarnations the coordinator handed to spares, registered or not (spares.h).
+  for (const auto& [pod, takeover] : in.world.spare_takeovers) {
+    if (takeover.task == i) newest = std::max(newest, takeover.incarnation);
+  }
+  return std::max(current, newest) + 1;
 }
 
 void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& reason,

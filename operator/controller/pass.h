@@ -107,6 +107,8 @@ std::string Describe(const PodView& pod);
 std::string DescribeDisruption(int task, const PodView& pod);
 // Look again within `d` (keeps an earlier requeue).
 void RequeueWithin(JobPass& pass, absl::Duration d);
+// Deletes the spare pods that have not ended and took no task over (spares.h).
+void DeleteLiveSpares(const PlanInputs& in, JobPass& pass);
 // Deletes every task and spare pod that has not ended and the coordinator pod.
 void DeleteActivePods(const PlanInputs& in, JobPass& pass);
 // Phase Failed, conditions Failed=True/Running=False, a Warning Event, every pod that did not end
@@ -114,7 +116,8 @@ void DeleteActivePods(const PlanInputs& in, JobPass& pass);
 void FailJob(const PlanInputs& in, JobPass& pass, const std::string& reason,
              const std::string& message);
 // The incarnation that replaces task `i`'s `current` one: one above both it and the newest
-// the coordinator registered for the task (world.coordinator_incarnations). A registration the
+// the coordinator registered for the task (world.coordinator_incarnations) or handed to a spare
+// (world.spare_takeovers). A registration the
 // operator did not make (a zombie, a forged jump of up to the coordinator's kMaxIncarnationStep)
 // would otherwise make every replacement stale (Aborted at Register) for good; this way the
 // replacement supersedes it.

@@ -3,24 +3,49 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "operator/controller/failure_policy.h"
 #include "operator/controller/move_budget.h"
 
 namespace phalanx::op {
 namespace {
 
-// The first pass that sees a spare's take-over of `record`'s task counts it.
-void CountTakeOver(const PlanInputs& in, JobPass& pass, TaskRecord& record) {
+// The pod a spare took over from, once its exit is known: a fatal exit fails the job as it
+// would have without the spare (the coordinator acts before the exit code is known).
+const PodView* FatallyEnded(const PlanInputs& in, const TaskRecord& record) {
+  for (const PodView& pod : record.stale) {
+    if (pod.incarnation + 1 == record.status.incarnation && pod.ended() &&
+        ClassifyFailure(in.spec.failure_policy, pod) == FailureClass::kFatal &&
+        pod.phase == PodPhase::kFailed) {
+      return &pod;
+    }
+  }
+  return nullptr;
+}
+
+// The first pass that sees a spare's take-over of `record`'s task counts it; false when that
+// spent the last of maxRestarts (the job failed).
+bool CountTakeOver(const PlanInputs& in, JobPass& pass, TaskRecord& record) {
   TaskStatus& task = record.status;
   const size_t i = static_cast<size_t>(task.index);
   const Incarnation before =
       i < in.previous.tasks.size() ? in.previous.tasks[i].incarnation : base::kNoIncarnation;
   task.spare_of = record.pod->name;
-  if (before != base::kNoIncarnation && before >= task.incarnation) return;  // counted already
+  if (before != base::kNoIncarnation && before >= task.incarnation) return true;  // counted
   TrainingJobStatus& st = pass.out.status;
   // A task under a preemption that checkpointed and left is a preemption taken over, not a
   // failure: it counts as the preemption stage counts a move.
-  const bool preempted = i < in.previous.tasks.size() &&
-                         in.previous.tasks[i].preempting_since.has_value();
+  const bool preempted =
+      i < in.previous.tasks.size() && in.previous.tasks[i].preempting_since.has_value();
+  const FailurePolicy& policy = in.spec.failure_policy;
+  const bool spends_restart = !preempted || policy.preemptions_count_toward_max_restarts;
+  if (spends_restart && st.restarts >= policy.max_restarts) {
+    FailJob(in, pass, "MaxRestartsExceeded",
+            absl::StrCat("task ", task.index, " failed and spare pod ", record.pod->name,
+                         " took it over; the job was already restarted ", st.restarts,
+                         st.restarts == 1 ? " time" : " times", " (maxRestarts ",
+                         policy.max_restarts, ")"));
+    return false;
+  }
   ++task.restarts;
   if (preempted) {
     ++st.preemptions;
@@ -48,6 +73,7 @@ void CountTakeOver(const PlanInputs& in, JobPass& pass, TaskRecord& record) {
       {true, "SpareTookOver",
        absl::StrCat("task ", task.index, ": ", why, "; spare pod ", record.pod->name,
                     " took it over as incarnation ", task.incarnation)});
+  return true;
 }
 
 }  // namespace
@@ -63,10 +89,17 @@ Next ManageSpares(const PlanInputs& in, JobPass& pass) {
     pass.out.relabel.push_back({spare.name, it->second.task, it->second.incarnation});
   }
   for (TaskRecord& record : pass.tasks) {
-    if (record.pod.has_value() && record.pod->from_spare) {
-      CountTakeOver(in, pass, record);
-    } else {
+    if (!record.pod.has_value() || !record.pod->from_spare) {
       record.status.spare_of.clear();
+      continue;
+    }
+    if (!CountTakeOver(in, pass, record)) return Next::kDone;
+    if (const PodView* fatal = FatallyEnded(in, record)) {
+      FailJob(in, pass, "FatalFailure",
+              absl::StrCat("task ", record.status.index, " ", Describe(*fatal),
+                           ", a fatal failure (failurePolicy); spare pod ", record.pod->name,
+                           " had taken it over"));
+      return Next::kDone;
     }
   }
   // The spares that still wait (or will): live, not given a task.
@@ -76,7 +109,10 @@ Next ManageSpares(const PlanInputs& in, JobPass& pass) {
     if (spare.ended() && !spare.being_deleted) pass.out.delete_pods.push_back(spare.name);
     if (spare.live()) live.push_back(&spare);
   }
+  // Spares start once the job has run (every task at once): before, they would compete with
+  // the job's own pods for nodes.
   const bool every_task_has_a_pod =
+      st.start_time.has_value() &&
       std::none_of(pass.tasks.begin(), pass.tasks.end(),
                    [](const TaskRecord& r) { return r.event == TaskEvent::kNoPod; });
   int count = static_cast<int>(live.size());

@@ -8,10 +8,12 @@
 //     --> relabelled role=task, phalanx.dev/task=i, phalanx.dev/incarnation=n (what observation
 //         reads from then on, also after an operator or coordinator restart); the first pass
 //         that sees it counts a restart of the task (restarts, maxRestarts, spares.takeovers),
-//         sets status.tasks[i].spareOf and records Event SpareTookOver
+//         sets status.tasks[i].spareOf and records Event SpareTookOver; with maxRestarts
+//         spent the job fails instead, and a fatal exit of the pod it took over (once known)
+//         fails it too
 //   a spare pod that ended (never given a task)     --> deleted, and replaced below
 //   fewer live spare pods than spec.spares          --> <job>-spare-<spares.created> created,
-//                                                       once every task has its pod
+//                                                       once the job has run (startTime)
 //   more (spec.spares lowered)                       --> the newest deleted
 //   status.spares: total (live spare pods), ready (those waiting with the coordinator)
 //

@@ -36,6 +36,7 @@ TestPass JobWithOneSpare() {
   TestPass t(TrainingJobBuilder("j").Tasks(2));
   t.spec.spares = 1;
   t.previous.phase = kPhaseRunning;
+  t.previous.start_time = kNow - absl::Minutes(1);  // the job has run: spares may start
   t.previous.tasks.resize(2);
   for (int i = 0; i < 2; ++i) {
     t.previous.tasks[static_cast<size_t>(i)].index = i;
@@ -60,10 +61,13 @@ TEST(Spares, AreStartedOnceEveryTaskHasItsPodAndCountedReadyWhenTheyWait) {
   EXPECT_EQ(plan.status.spares.total, 1);
   EXPECT_EQ(plan.status.spares.ready, 1);
 
-  // A job whose task pods are not all there yet starts no spare.
+  // A job that has not run yet (every task at once) starts no spare: it would compete with the
+  // job's own pods for nodes.
   TestPass starting = JobWithOneSpare();
-  starting.world.task_pods.pop_back();
-  EXPECT_THAT(Names(PlanReconcile(starting.Inputs()).create), ElementsAre("j-task-1-0"));
+  starting.previous.start_time.reset();
+  starting.previous.phase = kPhaseStarting;
+  starting.world.task_pods.back().phase = PodPhase::kPending;
+  EXPECT_THAT(PlanReconcile(starting.Inputs()).create, IsEmpty());
 }
 
 TEST(Spares, ASpareGivenAFailedTaskIsItsPodRelabelledAndCountedOnceAndAnotherStarts) {
@@ -141,6 +145,52 @@ TEST(Spares, AnEndedSpareIsReplacedAndLoweringSparesDeletesTheNewest) {
   plan = PlanReconcile(lowered.Inputs());
   EXPECT_THAT(plan.delete_pods, ElementsAre("j-spare-1"));
   EXPECT_EQ(plan.status.spares.total, 1);
+}
+
+TEST(Spares, ATakeOverWithMaxRestartsSpentFailsTheJob) {
+  TestPass t = JobWithOneSpare();
+  t.spec.failure_policy.max_restarts = 1;
+  t.previous.restarts = 1;
+  t.world.spare_pods.push_back(SparePod("j-spare-0"));
+  t.world.spare_takeovers["j-spare-0"] = {1, 1};
+  ReconcilePlan plan = PlanReconcile(t.Inputs());
+  EXPECT_EQ(plan.status.phase, kPhaseFailed);
+  EXPECT_EQ(ConditionOf(plan.status, "Failed"), "True/MaxRestartsExceeded");
+}
+
+TEST(Spares, AFatalExitOfThePodTakenOverFailsTheJobOnceKnown) {
+  TestPass t = JobWithOneSpare();
+  t.spec.failure_policy.fatal_exit_codes = {2};
+  t.previous.tasks[1].incarnation = 1;  // the take-over was counted in an earlier pass
+  t.previous.tasks[1].pod = "j-spare-0";
+  t.previous.restarts = 1;
+  t.world.task_pods[1] = PodBuilder("j", 1, 0).Failed(2, "Error").Build();
+  PodView taken = SparePod("j-spare-0");
+  taken.index = 1;
+  taken.incarnation = 1;
+  t.world.task_pods.push_back(taken);
+  ReconcilePlan plan = PlanReconcile(t.Inputs());
+  EXPECT_EQ(ConditionOf(plan.status, "Failed"), "True/FatalFailure");
+}
+
+TEST(Spares, AreDeletedWhenTheJobSuspendsOrItsGangIsReleased) {
+  TestPass t = JobWithOneSpare();
+  t.spec.suspend = true;
+  t.world.spare_pods.push_back(SparePod("j-spare-0"));
+  EXPECT_THAT(PlanReconcile(t.Inputs()).delete_pods, Contains("j-spare-0"));
+}
+
+TEST(Spares, ASpareServedTaskWhosePodVanishedIsAFailureNotANewStart) {
+  TestPass t = JobWithOneSpare();
+  t.previous.tasks[1].incarnation = 1;
+  t.previous.tasks[1].pod = "j-spare-0";
+  t.previous.tasks[1].spare_of = "j-spare-0";
+  t.previous.tasks[1].state = TaskState::kRunning;
+  t.previous.spares = {0, 0, 1, 1};
+  t.world.task_pods.pop_back();  // j-spare-0, task 1's pod, is gone
+  ReconcilePlan plan = PlanReconcile(t.Inputs());
+  EXPECT_EQ(plan.status.tasks[1].last_failure_reason, "PodDeleted");
+  EXPECT_EQ(plan.status.tasks[1].incarnation, 2u);
 }
 
 TEST(Spares, GoWithTheJobWhenItFails) {

@@ -86,6 +86,8 @@ Next ApplySuspend(const PlanInputs& in, JobPass& pass) {
     Mark(pass, "Suspended", false, "NotSuspended", "", in.now);
   }
   if (suspend && !IsTerminal(st.phase)) {
+    // Spares go first: a task that checkpoints and exits must not be taken over by one.
+    DeleteLiveSpares(in, pass);
     if (st.phase != kPhaseSuspended && CheckpointBeforeSuspend(in, pass)) {
       Mark(pass, "Suspended", true, "Checkpointing",
            "the job is suspending: its tasks checkpoint first, then its pods are deleted", in.now);

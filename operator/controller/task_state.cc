@@ -31,7 +31,9 @@ void Fail(const PlanInputs& in, TaskRecord& record, PodView failure) {
 }
 
 bool RanBefore(const PlanInputs& in, const TaskStatus& task) {
-  return task.pod == TaskPodName(JobName(in), task.index, task.incarnation) &&
+  // Its pod as the operator named it, or a spare pod that took it over (spares.h).
+  return (task.pod == TaskPodName(JobName(in), task.index, task.incarnation) ||
+          (!task.spare_of.empty() && task.pod == task.spare_of)) &&
          (task.state == TaskState::kRunning || task.state == TaskState::kTerminating ||
           task.state == TaskState::kPreempting);
 }

@@ -630,7 +630,11 @@ void CoordinationService::ExpireSparesLocked(absl::Time now, Completions& out) {
   // incarnation goes to the next spare (a new pod, if none waits: the operator's replacement).
   for (const SpareInfo& lost : spares_.Unclaimed(now - options_.heartbeat_timeout)) {
     TaskTable::Task& task = tasks_[lost.task_id];
-    if (task.info.incarnation >= lost.incarnation) continue;  // registered since, some other way
+    // Only while the task is still down at the incarnation before the lost one: anything else
+    // (a replacement the operator made registered, healthy or not) is not the spare's to fix.
+    if (task.info.state == TaskState::kConnected || task.info.incarnation + 1 != lost.incarnation) {
+      continue;
+    }
     PHX_LOG(WARNING) << "spare " << lost.pod << " did not register as task " << lost.task_id
                      << " within " << options_.heartbeat_timeout << "; handing the task on";
     changed |= TakeOverLocked(lost.task_id, lost.incarnation + 1, out);

@@ -19,8 +19,9 @@ bool SparePool::Await(const std::string& pod, int slot, absl::Time now, absl::Ti
   auto same =
       std::find_if(waiting_.begin(), waiting_.end(), [&](const Waiter& w) { return w.pod == pod; });
   if (same != waiting_.end()) {
-    // The newer wait stands (the older call's client gave up on it); it keeps its place.
-    out.Answer(std::move(same->done), std::optional<SpareAssignment>());
+    // The newer wait stands (an older call still open was given up by its client); the spare
+    // keeps its place.
+    if (same->done != nullptr) out.Answer(std::move(same->done), std::optional<SpareAssignment>());
     same->slot = slot;
     same->deadline = deadline;
     same->done = std::move(done);
@@ -43,8 +44,11 @@ std::optional<std::string> SparePool::TakeOver(int task, base::Incarnation incar
   waiting_.pop_front();
   assigned_.push_back({{spare.pod, spare.slot, task, incarnation, now}});
   if (assigned_.size() > limits_.max_assignments) assigned_.pop_front();
-  out.Answer(std::move(spare.done),
-             std::optional<SpareAssignment>(SpareAssignment{task, incarnation}));
+  // Between two polls: its next Await is answered with this at once.
+  if (spare.done != nullptr) {
+    out.Answer(std::move(spare.done),
+               std::optional<SpareAssignment>(SpareAssignment{task, incarnation}));
+  }
   return spare.pod;
 }
 
@@ -65,18 +69,24 @@ std::vector<SpareInfo> SparePool::Unclaimed(absl::Time assigned_by) {
 }
 
 bool SparePool::Expire(absl::Time now, Completions& out) {
-  bool any = false;
+  bool forgotten = false;
   std::erase_if(waiting_, [&](Waiter& w) {
     if (w.deadline > now) return false;
-    out.Answer(std::move(w.done), std::optional<SpareAssignment>());
-    any = true;
+    if (w.done != nullptr) {  // the poll ends; the spare has kRewaitGrace to poll again
+      out.Answer(std::move(w.done), std::optional<SpareAssignment>());
+      w.done = nullptr;
+      w.deadline = now + kRewaitGrace;
+      return false;
+    }
+    forgotten = true;
     return true;
   });
-  return any;
+  return forgotten;
 }
 
 void SparePool::FailAll(const absl::Status& why, Completions& out) {
   for (Waiter& w : waiting_) {
+    if (w.done == nullptr) continue;
     out.Answer(std::move(w.done), absl::StatusOr<std::optional<SpareAssignment>>(why));
   }
   waiting_.clear();

@@ -6,11 +6,14 @@
 //
 //                Await(pod)                       TakeOver(task, incarnation)
 //   (none) ────────────────────▶ waiting ─────────────────────────────────────▶ assigned
-//                                  │  ▲                                       (answered with it)
-//          deadline passed, or the │  │ Await again (a long poll)
-//          same pod waits again    ▼  │
-//                         answered "not yet"
+//     ▲                            │  ▲                        (answered with it, or at its
+//     │                   deadline │  │ Await again                     next Await at once)
+//     │                   passed:  ▼  │ (keeps its place)
+//     └── no Await within ── answered "not yet", still waiting
+//         kRewaitGrace
 //
+// A spare between two polls still counts as waiting (and may be given a task then): a poll's
+// end is no news, so it changes nothing the operator sees.
 // A pod that was assigned and asks again (its answer was lost) gets the same assignment at once.
 // A take-over whose spare does not register in time (it died while it waited: a long poll does
 // not notice that before its deadline) is handed on: Unclaimed names it, and the service gives
@@ -58,6 +61,7 @@ class SparePool {
     size_t max_assignments = 1024;
   };
   explicit SparePool(Limits limits) : limits_(limits) {}
+  static constexpr absl::Duration kRewaitGrace = absl::Seconds(5);
 
   // `pod` (in `slot`) waits until `deadline` for a task. Already assigned: answered at once with
   // it. Another wait of the same pod is answered "not yet" (it is superseded). Returns whether
@@ -73,8 +77,9 @@ class SparePool {
   void Registered(int task, base::Incarnation incarnation);
   // The take-overs made at or before `assigned_by` that nobody claimed; each is named once.
   std::vector<SpareInfo> Unclaimed(absl::Time assigned_by);
-  // Answers "not yet" to every wait whose deadline is at or before `now`. Returns whether any
-  // ended.
+  // Answers "not yet" to every wait whose deadline is at or before `now` (the spare stays,
+  // for kRewaitGrace); forgets the spares that did not wait again within it. Returns whether
+  // any was forgotten.
   bool Expire(absl::Time now, Completions& out);
   // Answers every wait with `why` (the service stops).
   void FailAll(const absl::Status& why, Completions& out);
@@ -88,8 +93,8 @@ class SparePool {
     std::string pod;
     int slot = 0;
     absl::Time since;
-    absl::Time deadline;
-    SpareAnswer done;
+    absl::Time deadline;  // of the poll in progress; without one, until it is forgotten
+    SpareAnswer done;     // null between two polls
   };
   struct Assigned {
     SpareInfo info;

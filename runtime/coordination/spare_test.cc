@@ -54,21 +54,34 @@ TEST(SparePool, TheLongestWaitingSpareTakesOverAndAnAskAgainGetsTheSameAnswer) {
   EXPECT_EQ(infos[1].incarnation, 8u);
 }
 
-TEST(SparePool, WaitsEndAtTheirDeadlineAndANewerWaitOfThePodSupersedesTheOlder) {
+TEST(SparePool, APollEndsAtItsDeadlineButTheSpareKeepsItsPlaceUntilItStopsPolling) {
   SparePool pool({});
   Completions out;
-  Slot<Answer> older, newer;
+  Slot<Answer> older, newer, again;
   pool.Await("spare-a", 0, kSpareT0, kSpareT0 + absl::Seconds(10), older.Callback(), out);
   EXPECT_FALSE(
       pool.Await("spare-a", 0, kSpareT0, kSpareT0 + absl::Seconds(20), newer.Callback(), out));
   out.Run();
   ASSERT_TRUE(older.done());
-  EXPECT_FALSE(older.value()->has_value());  // "not yet"
-  EXPECT_FALSE(pool.Expire(kSpareT0 + absl::Seconds(10), out));
-  EXPECT_TRUE(pool.Expire(kSpareT0 + absl::Seconds(20), out));
+  EXPECT_FALSE(older.value()->has_value());                      // "not yet": the newer poll stands
+  EXPECT_FALSE(pool.Expire(kSpareT0 + absl::Seconds(20), out));  // a poll's end is no news
   out.Run();
   ASSERT_TRUE(newer.done());
   EXPECT_FALSE(newer.value()->has_value());
+  EXPECT_EQ(pool.waiting_count(), 1u);  // between two polls it still waits...
+  // ...and may be given a task then: its next poll is answered with it at once.
+  EXPECT_EQ(pool.TakeOver(2, 3, kSpareT0 + absl::Seconds(21), out), "spare-a");
+  pool.Await("spare-a", 0, kSpareT0 + absl::Seconds(22), kSpareT0 + absl::Seconds(32),
+             again.Callback(), out);
+  out.Run();
+  ASSERT_TRUE(again.done());
+  EXPECT_EQ(**again.value(), (SpareAssignment{2, 3}));
+  // A spare that stops polling is forgotten after the grace.
+  Slot<Answer> gone;
+  pool.Await("spare-b", 0, kSpareT0, kSpareT0 + absl::Seconds(10), gone.Callback(), out);
+  EXPECT_FALSE(pool.Expire(kSpareT0 + absl::Seconds(10), out));
+  EXPECT_TRUE(pool.Expire(kSpareT0 + absl::Seconds(10) + SparePool::kRewaitGrace, out));
+  EXPECT_EQ(pool.waiting_count(), 0u);
   EXPECT_EQ(pool.TakeOver(0, 1, kSpareT0, out), std::nullopt);  // nobody waits
 }
 
@@ -181,6 +194,24 @@ TEST_F(SpareServiceTest, ATakeOverNobodyRegistersForIsHandedToTheNextSpare) {
   EXPECT_EQ(**alive.value(), (SpareAssignment{1, 2}));
   Join(1, 2);
   EXPECT_EQ(service_->Snapshot().tasks[1].incarnation, 2u);
+}
+
+TEST_F(SpareServiceTest, ATakeOverIsNotHandedOnOnceAReplacementRegistered) {
+  Slot<Answer> dead, next;
+  service_->AwaitAssignment(0, "job-spare-dead", absl::Seconds(30), dead.Callback());
+  service_->CloseSession(session_ids_[1], absl::UnavailableError("connection lost"));
+  ASSERT_TRUE(dead.done());  // given incarnation 1, never registers
+  Join(1, 2);                // the operator's replacement registers, healthy
+  service_->AwaitAssignment(1, "job-spare-next", absl::Seconds(30), next.Callback());
+  for (int second = 1; second <= 3; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    service_->Heartbeat(session_ids_[0], 0);
+    service_->Heartbeat(session_ids_[1], 0);
+    service_->Tick(clock_.Now());
+  }
+  EXPECT_FALSE(next.done());
+  EXPECT_EQ(service_->Snapshot().tasks[1].incarnation, 2u);
+  EXPECT_EQ(service_->Snapshot().tasks[1].state, TaskState::kConnected);
 }
 
 TEST_F(SpareServiceTest, StoppingAnswersWaitingSparesUnavailable) {

@@ -28,7 +28,7 @@ coordinator's answer, as ``TCPStore.set`` (which sends the key and value and rea
 it returns once the set is on the task's session, and everything this store does next (``get``,
 ``wait``, ``check``, ``add``, ``compare_set``, ``delete_key``, ``set``) is handled after it; another
 process's blocking ``get``/``wait`` sees it, its ``check`` may run first. A failed set is raised
-by the next ``set`` (or ``num_keys``). ``PhalanxStore(..., wait_sets=True)`` waits for each answer
+by the next ``set`` or ``num_keys``, or by a ``get``/``wait`` that timed out. ``PhalanxStore(..., wait_sets=True)`` waits for each answer
 instead: the moment ``set`` returns, every process's calls see the value. A coordinator restart loses the keys,
 like a ``TCPStore`` whose host died: re-form the group under a new prefix. Errors propagate as
 the client raises them (``Unavailable`` while the coordinator restarts); the store never
@@ -42,6 +42,8 @@ import datetime
 import string
 
 import torch.distributed as dist
+
+from .errors import DeadlineExceeded
 
 __all__ = ["PhalanxStore", "escape_key"]
 
@@ -102,7 +104,11 @@ class PhalanxStore(dist.Store):
                             wait=self._wait_sets)
 
     def get(self, key):
-        return self._client.kv_get(self._key(key), timeout=self._timeout)
+        try:
+            return self._client.kv_get(self._key(key), timeout=self._timeout)
+        except DeadlineExceeded:
+            self._raise_failed_set()
+            raise
 
     def add(self, key, value):
         return self._client.kv_add(self._key(key), int(value))
@@ -122,8 +128,18 @@ class PhalanxStore(dist.Store):
 
     def wait(self, keys, timeout=None):
         budget = self._timeout if timeout is None else _seconds(timeout)
-        for key in keys:
-            self._client.kv_get(self._key(key), timeout=budget)
+        try:
+            for key in keys:
+                self._client.kv_get(self._key(key), timeout=budget)
+        except DeadlineExceeded:
+            self._raise_failed_set()
+            raise
+
+    def _raise_failed_set(self):
+        # A key that never came may be one of this store's own sets that failed unanswered:
+        # that failure says more than the timeout.
+        if not self._wait_sets:
+            self._client.kv_wait_sets(timeout=1.0)
 
     def check(self, keys):
         return all(self._client.kv_try_get(self._key(key)) is not None for key in keys)

@@ -128,12 +128,14 @@ class TorchStoreTest(unittest.TestCase):
         finally:
             other_client.close()
 
-    def test_a_failed_set_is_raised_by_the_next_one(self):
-        # A value over the coordinator's limit is refused; the caller hears of it.
-        with self.assertRaises(phalanx.Error):
-            self.store.set("too-big", b"x" * (9 << 20))
+    def test_a_failed_set_reaches_the_caller(self):
+        # A value over the coordinator's 1 MiB limit is refused by the coordinator: the set
+        # itself, or the next one, raises it (never silence).
+        with self.assertRaises((phalanx.InvalidArgument, phalanx.ResourceExhausted)) as raised:
+            self.store.set("too-big", b"x" * (2 << 20))
             self.store.set("after", b"1")
             self.store.num_keys()
+        self.assertIn("too-big", str(raised.exception))
 
     def test_keys_are_escaped_into_one_segment(self):
         self.assertEqual(escape_key("rank_0"), "rank_0")
