@@ -507,8 +507,12 @@ Json EncodeStatus(const TrainingJobStatus& s) {
     Json spares = Json::object();
     spares["total"] = Json::number(s.spares.total);
     spares["ready"] = Json::number(s.spares.ready);
-    spares["created"] = Json::number(s.spares.created);
     spares["takeovers"] = Json::number(s.spares.takeovers);
+    Json generations = Json::array();
+    for (size_t i = 0; i < s.spares.generations.size(); ++i) {
+      generations[i] = Json::number(s.spares.generations[i]);
+    }
+    spares["generations"] = std::move(generations);
     out["spares"] = std::move(spares);
   }
   if (s.coordinator != CoordinatorStatus{}) {
@@ -555,8 +559,10 @@ TrainingJobStatus DecodeStatus(const Json& job) {
   s.productive_at_last_restart = DoubleOr(j, "productiveAtLastRestart");
   s.gang_releases = IntOr(j, "gangReleases");
   if (const Json& spares = kube::FieldOrNull(j, "spares"); spares.is_object()) {
-    s.spares = {IntOr(spares, "total"), IntOr(spares, "ready"), IntOr(spares, "created"),
-                IntOr(spares, "takeovers")};
+    s.spares = {IntOr(spares, "total"), IntOr(spares, "ready"), IntOr(spares, "takeovers"), {}};
+    for (const Json& g : kube::ArrayOrEmpty(spares, "generations").as_array()) {
+      s.spares.generations.push_back(g.is_integer() ? g.as_integer() : 0);
+    }
   }
   s.gang_released_at = TimeOr(j, "gangReleasedAt");
   s.lost_seconds = DoubleOr(j, "lostSeconds");

@@ -307,13 +307,15 @@ struct TrainingJobStatus {
   GoodputStatus goodput;
   CoordinatorStatus coordinator;
   // spec.spares (controller/spares.h): spare pods that exist and have not ended, those of them
-  // waiting with the coordinator for a task, and the spare pods made so far (a new one's name is
-  // <job>-spare-<created>).
+  // waiting with the coordinator for a task, the take-overs so far, and each spare slot's
+  // current generation (slot k's pod is <job>-spare-<k>-<generations[k]>; a take-over or an
+  // ended spare moves its slot to the next generation, so names never repeat and a pass that
+  // does not see its own create yet makes the same name again, not a second pod).
   struct Spares {
     int total = 0;
     int ready = 0;
-    int created = 0;
     int takeovers = 0;
+    std::vector<int> generations;
     bool operator==(const Spares&) const = default;
   };
   Spares spares;

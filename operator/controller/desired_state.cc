@@ -427,12 +427,13 @@ PodTask PodOfTask(const TrainingJobSpec& spec, int task, Incarnation incarnation
 
 namespace {
 
-// Who a worker pod is: task `index` at `incarnation`, or spare pod number `serial` (no task yet).
+// Who a worker pod is: task `index` at `incarnation`, or spare slot `index`'s pod of
+// generation `generation` (no task yet).
 struct WorkerIdentity {
   bool spare = false;
   int index = 0;
   Incarnation incarnation = 0;
-  int serial = 0;
+  int generation = 0;
 };
 
 Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentity& id,
@@ -447,20 +448,20 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
                    agent_clique_port);
 }
 
-Json DesiredSparePod(const Json& job, const TrainingJobSpec& spec, int serial,
+Json DesiredSparePod(const Json& job, const TrainingJobSpec& spec, int slot, int generation,
                      const std::string& coordinator_address) {
-  return WorkerPod(job, spec, {true, 0, 0, serial}, coordinator_address, 0);
+  return WorkerPod(job, spec, {true, slot, 0, generation}, coordinator_address, 0);
 }
 
-std::string SparePodName(const std::string& job, int serial) {
-  return absl::StrCat(job, "-spare-", serial);
+std::string SparePodName(const std::string& job, int slot, int generation) {
+  return absl::StrCat(job, "-spare-", slot, "-", generation);
 }
 
 namespace {
 
 Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentity& id,
                const std::string& coordinator_address, int agent_clique_port) {
-  const int index = id.index;
+  const int index = id.spare ? 0 : id.index;
   const Incarnation incarnation = id.incarnation;
   const std::string name = MetaString(job, "name");
   const std::string ns = MetaString(job, "namespace");
@@ -483,7 +484,8 @@ Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentit
   labels[kJobLabel] = Str(name);
   if (id.spare) {
     labels[kRoleLabel] = Str("spare");
-    labels[kSpareLabel] = Str(absl::StrCat(id.serial));
+    labels[kSpareLabel] = Str(absl::StrCat(id.index));
+    labels[kSpareGenerationLabel] = Str(absl::StrCat(id.generation));
     if (labels.has_field(kTaskLabel)) labels.erase(kTaskLabel);
     if (labels.has_field(kIncarnationLabel)) labels.erase(kIncarnationLabel);
   } else {
@@ -491,9 +493,10 @@ Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentit
     labels[kTaskLabel] = Str(absl::StrCat(index));
     labels[kIncarnationLabel] = Str(absl::StrCat(incarnation));
   }
-  pod["metadata"] = ChildMeta(
-      job, id.spare ? SparePodName(name, id.serial) : TaskPodName(name, index, incarnation),
-      labels);
+  pod["metadata"] = ChildMeta(job,
+                              id.spare ? SparePodName(name, id.index, id.generation)
+                                       : TaskPodName(name, index, incarnation),
+                              labels);
   if (annotations.size() > 0) pod["metadata"]["annotations"] = annotations;
 
   Json pod_spec = kube::FieldOrNull(tmpl, "spec");
@@ -532,7 +535,7 @@ Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentit
   if (id.spare) {
     // The task's identity (PHALANX_TASK_ID, PHALANX_INCARNATION, RANK, JAX_PROCESS_ID) comes
     // from the coordinator when it takes one over (phalanx.init() sets them then).
-    env.push_back(EnvVar("PHALANX_SPARE", absl::StrCat(id.serial)));
+    env.push_back(EnvVar("PHALANX_SPARE", absl::StrCat(id.index)));
     env.push_back(EnvFieldRef("PHALANX_POD_NAME", "metadata.name"));
   } else {
     env.push_back(EnvVar("PHALANX_TASK_ID", absl::StrCat(first)));

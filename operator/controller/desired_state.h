@@ -9,8 +9,9 @@
 //   <job>-tasks          headless Service giving task pods stable DNS names
 //   <job>-task-<i>-<n>   one Pod per task i at incarnation n (the incarnation is in the name so a
 //                        replacement never waits for its predecessor's graceful deletion)
-//   <job>-spare-<k>      spec.spares: spare pods (role=spare) waiting to take a task over; one
-//                        that did is relabelled as the task's pod and keeps its name
+//   <job>-spare-<k>-<g>  spec.spares: slot k's spare pod of generation g (role=spare), waiting
+//                        to take a task over; one that did is relabelled as the task's pod and
+//                        keeps its name
 // Every child carries a controller ownerReference to the job (deleting the job deletes them) and
 // the labels below. Deterministic: the same inputs give byte-identical objects.
 #pragma once
@@ -29,8 +30,10 @@ inline constexpr char kJobLabel[] = "phalanx.dev/job";
 inline constexpr char kTaskLabel[] = "phalanx.dev/task";
 inline constexpr char kIncarnationLabel[] = "phalanx.dev/incarnation";
 inline constexpr char kRoleLabel[] = "phalanx.dev/role";  // "task", "spare" or "coordinator"
-// A spare pod's number (its name's suffix); kept when it takes a task over (then role=task).
+// A spare pod's slot (0..spec.spares-1) and its generation in the slot; kept when it takes a
+// task over (then role=task).
 inline constexpr char kSpareLabel[] = "phalanx.dev/spare";
+inline constexpr char kSpareGenerationLabel[] = "phalanx.dev/spare-generation";
 // The job's Secret's key for the spare credential every spare pod mounts (auth::SpareCredential).
 inline constexpr char kSpareCredentialKey[] = "spare";
 inline constexpr char kTokenKey[] = "token";
@@ -135,12 +138,13 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
                     Incarnation incarnation, const std::string& coordinator_address,
                     int agent_clique_port = 0);
 
-// Spare pod number `serial` (ADR 0007): the task pod's template and environment, but labelled
-// role=spare and phalanx.dev/spare=<serial>, with PHALANX_SPARE and PHALANX_POD_NAME instead of
+// Spare slot `slot`'s pod of generation `generation` (ADR 0007): the task pod's template and
+// environment, but labelled role=spare, phalanx.dev/spare=<slot> and
+// phalanx.dev/spare-generation=<generation>, with PHALANX_SPARE and PHALANX_POD_NAME instead of
 // a task's identity, the job's spare credential instead of a task's, no host name and no clique
 // ticket. Its process waits in phalanx.init() until the coordinator gives it a failed task.
-Json DesiredSparePod(const Json& job, const TrainingJobSpec& spec, int serial,
+Json DesiredSparePod(const Json& job, const TrainingJobSpec& spec, int slot, int generation,
                      const std::string& coordinator_address);
-std::string SparePodName(const std::string& job, int serial);
+std::string SparePodName(const std::string& job, int slot, int generation);
 
 }  // namespace phalanx::op

@@ -45,6 +45,8 @@ PodView ViewOfPod(const Json& pod) {
   v.index = LabelNumber(labels, kTaskLabel, -1);
   v.incarnation = LabelNumber(labels, kIncarnationLabel, base::kNoIncarnation);
   v.from_spare = labels.contains(kSpareLabel);
+  v.spare_slot = LabelNumber(labels, kSpareLabel, -1);
+  v.spare_generation = LabelNumber(labels, kSpareGenerationLabel, -1);
   v.phase = ParsePodPhase(kube::StringAt(pod, "status.phase"));
   v.node = kube::StringAt(pod, "spec.nodeName");
   v.ip = kube::StringAt(pod, "status.podIP");

@@ -38,6 +38,8 @@ struct PodView {
   bool being_deleted = false;
   bool ready = false;
   bool from_spare = false;  // labelled phalanx.dev/spare: a spare pod, or one that took a task over
+  int spare_slot = -1;      // its phalanx.dev/spare label (a slot of spec.spares)
+  int spare_generation = -1;       // its phalanx.dev/spare-generation label
   bool disruption_target = false;  // condition DisruptionTarget=True (eviction/preemption)
   // Its reason and message ("PreemptionByScheduler: ..."), for the Events that name the cause.
   std::string disruption;

@@ -76,6 +76,29 @@ bool CountTakeOver(const PlanInputs& in, JobPass& pass, TaskRecord& record) {
   return true;
 }
 
+// How long a failed pod's replacement waits for the coordinator's word while a spare waits: the
+// coordinator sees a process die before the kubelet reports it, and hands the task to the spare
+// in the same step, so its word is normally there already; under load the pod's status can
+// overtake it, and a replacement made then would claim the incarnation the spare was given.
+constexpr absl::Duration kSpareGrace = absl::Seconds(3);
+
+// A failed task that a waiting spare may be about to take over (the coordinator has not said
+// yet whether it did): its replacement waits, up to kSpareGrace after the pod ended.
+void HoldForTheCoordinator(const PlanInputs& in, JobPass& pass, TaskRecord& record) {
+  if (record.event != TaskEvent::kFailed || in.world.spares_waiting.empty()) return;
+  auto said = in.world.coordinator_failed.find(record.status.index);
+  if (said != in.world.coordinator_failed.end() &&
+      said->second.incarnation >= record.status.incarnation) {
+    return;  // it has spoken: a take-over would be in the same snapshot
+  }
+  if (!record.failure.finished_at.has_value()) return;
+  const absl::Time until = *record.failure.finished_at + kSpareGrace;
+  if (in.now >= until) return;
+  record.event = TaskEvent::kNone;
+  record.status.state = TaskState::kRestarting;
+  RequeueWithin(pass, until - in.now);
+}
+
 }  // namespace
 
 Next ManageSpares(const PlanInputs& in, JobPass& pass) {
@@ -89,6 +112,7 @@ Next ManageSpares(const PlanInputs& in, JobPass& pass) {
     pass.out.relabel.push_back({spare.name, it->second.task, it->second.incarnation});
   }
   for (TaskRecord& record : pass.tasks) {
+    HoldForTheCoordinator(in, pass, record);
     if (!record.pod.has_value() || !record.pod->from_spare) {
       record.status.spare_of.clear();
       continue;
@@ -102,40 +126,60 @@ Next ManageSpares(const PlanInputs& in, JobPass& pass) {
       return Next::kDone;
     }
   }
-  // The spares that still wait (or will): live, not given a task.
-  std::vector<const PodView*> live;
+  // Each slot's current generation; a slot whose pod took a task over or ended moves on, so
+  // its next pod has a new name (and a pass that does not see its own create yet names the
+  // same pod again: AlreadyExists, not a second spare).
+  std::vector<int>& generations = st.spares.generations;
+  const int slots = std::max(in.spec.spares, static_cast<int>(generations.size()));
+  generations.resize(static_cast<size_t>(slots), 0);
+  auto move_on = [&](const PodView& pod) {
+    if (pod.spare_slot >= 0 && pod.spare_slot < slots &&
+        pod.spare_generation == generations[static_cast<size_t>(pod.spare_slot)]) {
+      ++generations[static_cast<size_t>(pod.spare_slot)];
+    }
+  };
+  for (const TaskRecord& record : pass.tasks) {
+    if (record.pod.has_value() && record.pod->from_spare) move_on(*record.pod);
+  }
+  // The spares that still wait (or will): live, not given a task, in a slot of spec.spares.
+  std::vector<bool> filled(static_cast<size_t>(slots), false);
+  int count = 0;
+  int ready = 0;
   for (const PodView& spare : world.spare_pods) {
     if (world.spare_takeovers.contains(spare.name)) continue;
-    if (spare.ended() && !spare.being_deleted) pass.out.delete_pods.push_back(spare.name);
-    if (spare.live()) live.push_back(&spare);
+    if (spare.ended()) {
+      if (!spare.being_deleted) pass.out.delete_pods.push_back(spare.name);
+      move_on(spare);
+      continue;
+    }
+    if (!spare.live()) continue;
+    const bool current =
+        spare.spare_slot >= 0 && spare.spare_slot < in.spec.spares &&
+        spare.spare_generation == generations[static_cast<size_t>(spare.spare_slot)] &&
+        !filled[static_cast<size_t>(spare.spare_slot)];
+    if (!current) {  // spec.spares lowered, or a pod of a slot's older generation
+      pass.out.delete_pods.push_back(spare.name);
+      continue;
+    }
+    filled[static_cast<size_t>(spare.spare_slot)] = true;
+    ++count;
+    if (world.spares_waiting.contains(spare.name)) ++ready;
   }
   // Spares start once the job has run (every task at once): before, they would compete with
   // the job's own pods for nodes.
-  const bool every_task_has_a_pod =
-      st.start_time.has_value() &&
-      std::none_of(pass.tasks.begin(), pass.tasks.end(),
-                   [](const TaskRecord& r) { return r.event == TaskEvent::kNoPod; });
-  int count = static_cast<int>(live.size());
-  if (count > in.spec.spares) {
-    // spec.spares lowered: the newest go (the oldest are likelier to be warm).
-    std::sort(live.begin(), live.end(),
-              [](const PodView* a, const PodView* b) { return a->created > b->created; });
-    for (int k = 0; k < count - in.spec.spares; ++k) {
-      pass.out.delete_pods.push_back(live[static_cast<size_t>(k)]->name);
-    }
-    live.erase(live.begin(), live.begin() + (count - in.spec.spares));
-    count = in.spec.spares;
-  }
-  while (count < in.spec.spares && every_task_has_a_pod && pass.MayCreateTaskPods()) {
-    pass.out.create.push_back(
-        DesiredSparePod(in.job, in.spec, st.spares.created, pass.coordinator_address));
-    ++st.spares.created;
+  const bool job_ran = st.start_time.has_value() &&
+                       std::none_of(pass.tasks.begin(), pass.tasks.end(), [](const TaskRecord& r) {
+                         return r.event == TaskEvent::kNoPod;
+                       });
+  for (int k = 0; k < in.spec.spares && job_ran && pass.MayCreateTaskPods(); ++k) {
+    if (filled[static_cast<size_t>(k)]) continue;
+    pass.out.create.push_back(DesiredSparePod(
+        in.job, in.spec, k, generations[static_cast<size_t>(k)], pass.coordinator_address));
     ++count;
   }
+  generations.resize(static_cast<size_t>(in.spec.spares));
   st.spares.total = count;
-  st.spares.ready = static_cast<int>(std::count_if(live.begin(), live.end(), [&](const PodView* p) {
-    return world.spares_waiting.contains(p->name);
-  }));
+  st.spares.ready = ready;
   return Next::kContinue;
 }
 

@@ -11,11 +11,17 @@
 //         sets status.tasks[i].spareOf and records Event SpareTookOver; with maxRestarts
 //         spent the job fails instead, and a fatal exit of the pod it took over (once known)
 //         fails it too
-//   a spare pod that ended (never given a task)     --> deleted, and replaced below
-//   fewer live spare pods than spec.spares          --> <job>-spare-<spares.created> created,
-//                                                       once the job has run (startTime)
-//   more (spec.spares lowered)                       --> the newest deleted
-//   status.spares: total (live spare pods), ready (those waiting with the coordinator)
+//   a task whose pod failed while a spare waits, and whose failure the coordinator has not
+//   reported yet                                     --> not replaced yet (up to 3 s after the
+//                                                       pod ended): the coordinator may have
+//                                                       given it to the spare, and its word
+//                                                       was overtaken by the pod's status
+//   a spare pod that ended (never given a task)     --> deleted; its slot moves on
+//   a slot k < spec.spares without its live pod     --> <job>-spare-<k>-<generations[k]>
+//                                                       created, once the job has run
+//   a spare of a slot >= spec.spares (lowered), or of an older generation --> deleted
+//   status.spares: total (live spare pods), ready (those waiting with the coordinator),
+//   generations (per slot; a take-over moves the slot of the pod that took it on)
 //
 // Spares wait for the job's task pods (a job starts without them). Pure.
 #pragma once

@@ -22,12 +22,15 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-PodView SparePod(const std::string& name) {
+// Spare slot `slot`'s pod of generation `generation`, Running.
+PodView SparePod(int slot, int generation) {
   PodView pod = PodBuilder("j", -1).Build();
-  pod.name = name;
+  pod.name = SparePodName("j", slot, generation);
   pod.index = -1;
   pod.incarnation = base::kNoIncarnation;
   pod.from_spare = true;
+  pod.spare_slot = slot;
+  pod.spare_generation = generation;
   return pod;
 }
 
@@ -48,14 +51,17 @@ TestPass JobWithOneSpare() {
 TEST(Spares, AreStartedOnceEveryTaskHasItsPodAndCountedReadyWhenTheyWait) {
   TestPass t = JobWithOneSpare();
   ReconcilePlan plan = PlanReconcile(t.Inputs());
-  EXPECT_THAT(Names(plan.create), ElementsAre("j-spare-0"));
-  EXPECT_EQ(plan.status.spares.created, 1);
+  EXPECT_THAT(Names(plan.create), ElementsAre("j-spare-0-0"));
+  EXPECT_THAT(plan.status.spares.generations, ElementsAre(0));
   EXPECT_EQ(plan.status.spares.total, 1);
   EXPECT_EQ(plan.status.spares.ready, 0);
 
+  // The next pass does not see its own create yet: it names the same pod (AlreadyExists, ours),
+  // never a second spare.
   t.previous.spares = plan.status.spares;
-  t.world.spare_pods.push_back(SparePod("j-spare-0"));
-  t.world.spares_waiting.insert("j-spare-0");
+  EXPECT_THAT(Names(PlanReconcile(t.Inputs()).create), ElementsAre("j-spare-0-0"));
+  t.world.spare_pods.push_back(SparePod(0, 0));
+  t.world.spares_waiting.insert("j-spare-0-0");
   plan = PlanReconcile(t.Inputs());
   EXPECT_THAT(plan.create, IsEmpty());
   EXPECT_EQ(plan.status.spares.total, 1);
@@ -72,42 +78,42 @@ TEST(Spares, AreStartedOnceEveryTaskHasItsPodAndCountedReadyWhenTheyWait) {
 
 TEST(Spares, ASpareGivenAFailedTaskIsItsPodRelabelledAndCountedOnceAndAnotherStarts) {
   TestPass t = JobWithOneSpare();
-  t.previous.spares = {1, 1, 1, 0};
+  t.previous.spares = {1, 1, 0, {0}};
   t.world.task_pods[1] = PodBuilder("j", 1, 0).Failed(137, "Error").Build();
   t.world.coordinator_failed[1] = {0, "session broken: connection lost", kNow};
-  t.world.spare_pods.push_back(SparePod("j-spare-0"));
-  t.world.spare_takeovers["j-spare-0"] = {1, 1};
+  t.world.spare_pods.push_back(SparePod(0, 0));
+  t.world.spare_takeovers["j-spare-0-0"] = {1, 1};
   t.world.coordinator_incarnations[1] = 1;
   ReconcilePlan plan = PlanReconcile(t.Inputs());
   // No replacement task pod: the spare is the task's pod; a new spare starts behind it.
-  EXPECT_THAT(Names(plan.create), ElementsAre("j-spare-1"));
-  EXPECT_THAT(plan.relabel, ElementsAre(PodRelabel{"j-spare-0", 1, 1}));
+  EXPECT_THAT(Names(plan.create), ElementsAre("j-spare-0-1"));
+  EXPECT_THAT(plan.relabel, ElementsAre(PodRelabel{"j-spare-0-0", 1, 1}));
   const TaskStatus& task = plan.status.tasks[1];
   EXPECT_EQ(task.incarnation, 1u);
-  EXPECT_EQ(task.pod, "j-spare-0");
-  EXPECT_EQ(task.spare_of, "j-spare-0");
+  EXPECT_EQ(task.pod, "j-spare-0-0");
+  EXPECT_EQ(task.spare_of, "j-spare-0-0");
   EXPECT_EQ(task.restarts, 1);
   EXPECT_EQ(task.last_failure_reason, "SpareTookOver");
   EXPECT_EQ(plan.status.restarts, 1);
   EXPECT_EQ(plan.status.spares.takeovers, 1);
-  EXPECT_EQ(plan.status.spares.created, 2);
+  EXPECT_THAT(plan.status.spares.generations, ElementsAre(1));
   EXPECT_THAT(Reasons(plan.events), Contains("SpareTookOver"));
   EXPECT_THAT(plan.replacements, Contains(Replacement{1, false, "SpareTookOver"}));
 
   // The next pass sees it relabelled (a task pod of incarnation 1): nothing is counted again.
   t.previous = plan.status;
-  PodView relabelled = SparePod("j-spare-0");
+  PodView relabelled = SparePod(0, 0);
   relabelled.index = 1;
   relabelled.incarnation = 1;
   t.world.spare_pods.clear();
   t.world.spare_takeovers.clear();
   t.world.task_pods.push_back(relabelled);
-  t.world.spare_pods.push_back(SparePod("j-spare-1"));
+  t.world.spare_pods.push_back(SparePod(0, 1));
   plan = PlanReconcile(t.Inputs());
   EXPECT_THAT(plan.create, IsEmpty());
   EXPECT_THAT(plan.relabel, IsEmpty());
   EXPECT_EQ(plan.status.restarts, 1);
-  EXPECT_EQ(plan.status.tasks[1].spare_of, "j-spare-0");
+  EXPECT_EQ(plan.status.tasks[1].spare_of, "j-spare-0-0");
   EXPECT_THAT(Reasons(plan.events), Not(Contains("SpareTookOver")));
 }
 
@@ -115,8 +121,8 @@ TEST(Spares, APreemptedTaskTakenOverCountsAsAPreemptionNotARestart) {
   TestPass t = JobWithOneSpare();
   t.previous.tasks[1].preempting_since = kNow - absl::Seconds(3);
   t.world.task_pods[1] = PodBuilder("j", 1, 0).Failed(4, "Error").Build();  // left: exit 4
-  t.world.spare_pods.push_back(SparePod("j-spare-0"));
-  t.world.spare_takeovers["j-spare-0"] = {1, 1};
+  t.world.spare_pods.push_back(SparePod(0, 0));
+  t.world.spare_takeovers["j-spare-0-0"] = {1, 1};
   ReconcilePlan plan = PlanReconcile(t.Inputs());
   EXPECT_EQ(plan.status.preemptions, 1);
   EXPECT_EQ(plan.status.restarts, 0);
@@ -128,31 +134,52 @@ TEST(Spares, APreemptedTaskTakenOverCountsAsAPreemptionNotARestart) {
 
 TEST(Spares, AnEndedSpareIsReplacedAndLoweringSparesDeletesTheNewest) {
   TestPass t = JobWithOneSpare();
-  t.previous.spares = {1, 0, 1, 0};
-  PodView ended = SparePod("j-spare-0");
+  t.previous.spares = {1, 0, 0, {0}};
+  PodView ended = SparePod(0, 0);
   ended.phase = PodPhase::kFailed;
   t.world.spare_pods.push_back(ended);
   ReconcilePlan plan = PlanReconcile(t.Inputs());
-  EXPECT_THAT(plan.delete_pods, Contains("j-spare-0"));
-  EXPECT_THAT(Names(plan.create), ElementsAre("j-spare-1"));
+  EXPECT_THAT(plan.delete_pods, Contains("j-spare-0-0"));
+  EXPECT_THAT(Names(plan.create), ElementsAre("j-spare-0-1"));
 
   // Two live spares for spec.spares 1 (it was lowered).
   TestPass lowered = JobWithOneSpare();
-  PodView old_spare = SparePod("j-spare-0"), new_spare = SparePod("j-spare-1");
-  old_spare.created = kNow - absl::Minutes(5);
-  new_spare.created = kNow - absl::Minutes(1);
-  lowered.world.spare_pods = {old_spare, new_spare};
+  lowered.previous.spares = {2, 0, 0, {0, 0}};
+  lowered.world.spare_pods = {SparePod(0, 0), SparePod(1, 0)};
   plan = PlanReconcile(lowered.Inputs());
-  EXPECT_THAT(plan.delete_pods, ElementsAre("j-spare-1"));
+  EXPECT_THAT(plan.delete_pods, ElementsAre("j-spare-1-0"));
   EXPECT_EQ(plan.status.spares.total, 1);
+  EXPECT_THAT(plan.status.spares.generations, ElementsAre(0));
+}
+
+TEST(Spares, AFailedPodWaitsForTheCoordinatorsWordWhileASpareWaits) {
+  // The pod's exit reached the operator before the coordinator's snapshot (which would name the
+  // spare that took the task over): no replacement yet, a look again within the grace.
+  TestPass t = JobWithOneSpare();
+  PodView failed = PodBuilder("j", 1, 0).Failed(137, "Error").Build();
+  failed.finished_at = kNow - absl::Seconds(1);
+  t.world.task_pods[1] = failed;
+  t.world.spare_pods.push_back(SparePod(0, 0));
+  t.world.spares_waiting.insert("j-spare-0-0");
+  ReconcilePlan plan = PlanReconcile(t.Inputs());
+  EXPECT_THAT(Names(plan.create), IsEmpty());
+  EXPECT_EQ(plan.status.tasks[1].incarnation, 0u);
+  EXPECT_GT(plan.requeue_after, absl::ZeroDuration());
+  EXPECT_LE(plan.requeue_after, absl::Seconds(2));
+  // The coordinator has spoken without a take-over (or the grace passed): replaced as usual.
+  t.world.coordinator_failed[1] = {0, "session broken", kNow};
+  EXPECT_THAT(Names(PlanReconcile(t.Inputs()).create), Contains("j-task-1-1"));
+  t.world.coordinator_failed.clear();
+  t.now = kNow + absl::Seconds(3);
+  EXPECT_THAT(Names(PlanReconcile(t.Inputs()).create), Contains("j-task-1-1"));
 }
 
 TEST(Spares, ATakeOverWithMaxRestartsSpentFailsTheJob) {
   TestPass t = JobWithOneSpare();
   t.spec.failure_policy.max_restarts = 1;
   t.previous.restarts = 1;
-  t.world.spare_pods.push_back(SparePod("j-spare-0"));
-  t.world.spare_takeovers["j-spare-0"] = {1, 1};
+  t.world.spare_pods.push_back(SparePod(0, 0));
+  t.world.spare_takeovers["j-spare-0-0"] = {1, 1};
   ReconcilePlan plan = PlanReconcile(t.Inputs());
   EXPECT_EQ(plan.status.phase, kPhaseFailed);
   EXPECT_EQ(ConditionOf(plan.status, "Failed"), "True/MaxRestartsExceeded");
@@ -162,10 +189,10 @@ TEST(Spares, AFatalExitOfThePodTakenOverFailsTheJobOnceKnown) {
   TestPass t = JobWithOneSpare();
   t.spec.failure_policy.fatal_exit_codes = {2};
   t.previous.tasks[1].incarnation = 1;  // the take-over was counted in an earlier pass
-  t.previous.tasks[1].pod = "j-spare-0";
+  t.previous.tasks[1].pod = "j-spare-0-0";
   t.previous.restarts = 1;
   t.world.task_pods[1] = PodBuilder("j", 1, 0).Failed(2, "Error").Build();
-  PodView taken = SparePod("j-spare-0");
+  PodView taken = SparePod(0, 0);
   taken.index = 1;
   taken.incarnation = 1;
   t.world.task_pods.push_back(taken);
@@ -176,17 +203,17 @@ TEST(Spares, AFatalExitOfThePodTakenOverFailsTheJobOnceKnown) {
 TEST(Spares, AreDeletedWhenTheJobSuspendsOrItsGangIsReleased) {
   TestPass t = JobWithOneSpare();
   t.spec.suspend = true;
-  t.world.spare_pods.push_back(SparePod("j-spare-0"));
-  EXPECT_THAT(PlanReconcile(t.Inputs()).delete_pods, Contains("j-spare-0"));
+  t.world.spare_pods.push_back(SparePod(0, 0));
+  EXPECT_THAT(PlanReconcile(t.Inputs()).delete_pods, Contains("j-spare-0-0"));
 }
 
 TEST(Spares, ASpareServedTaskWhosePodVanishedIsAFailureNotANewStart) {
   TestPass t = JobWithOneSpare();
   t.previous.tasks[1].incarnation = 1;
-  t.previous.tasks[1].pod = "j-spare-0";
-  t.previous.tasks[1].spare_of = "j-spare-0";
+  t.previous.tasks[1].pod = "j-spare-0-0";
+  t.previous.tasks[1].spare_of = "j-spare-0-0";
   t.previous.tasks[1].state = TaskState::kRunning;
-  t.previous.spares = {0, 0, 1, 1};
+  t.previous.spares = {0, 0, 1, {1}};
   t.world.task_pods.pop_back();  // j-spare-0, task 1's pod, is gone
   ReconcilePlan plan = PlanReconcile(t.Inputs());
   EXPECT_EQ(plan.status.tasks[1].last_failure_reason, "PodDeleted");
@@ -197,21 +224,22 @@ TEST(Spares, GoWithTheJobWhenItFails) {
   TestPass t = JobWithOneSpare();
   t.spec.failure_policy.max_restarts = 0;
   t.world.task_pods[1] = PodBuilder("j", 1, 0).Failed(1, "Error").Build();
-  t.world.spare_pods.push_back(SparePod("j-spare-0"));
+  t.world.spare_pods.push_back(SparePod(0, 0));
   ReconcilePlan plan = PlanReconcile(t.Inputs());
   EXPECT_EQ(plan.status.phase, kPhaseFailed);
-  EXPECT_THAT(plan.delete_pods, Contains("j-spare-0"));
+  EXPECT_THAT(plan.delete_pods, Contains("j-spare-0-0"));
 }
 
 TEST(SparePod, IsTheTemplateWithASpareIdentityAndTheSpareCredentialOnly) {
   TrainingJobBuilder b("j");
   TrainingJobSpec spec = b.Spec();
   spec.spares = 1;
-  const Json pod = DesiredSparePod(b.Build(), spec, 4, "j-coordinator.ns.svc:8470");
-  EXPECT_EQ(kube::MetaString(pod, "name"), "j-spare-4");
+  const Json pod = DesiredSparePod(b.Build(), spec, 4, 2, "j-coordinator.ns.svc:8470");
+  EXPECT_EQ(kube::MetaString(pod, "name"), "j-spare-4-2");
   const std::map<std::string, std::string> labels = kube::LabelsOf(pod);
   EXPECT_EQ(labels.at(kRoleLabel), "spare");
   EXPECT_EQ(labels.at(kSpareLabel), "4");
+  EXPECT_EQ(labels.at(kSpareGenerationLabel), "2");
   EXPECT_FALSE(labels.contains(kTaskLabel));
   EXPECT_FALSE(pod.at("spec").has_field("hostname"));
   std::map<std::string, std::string> env;

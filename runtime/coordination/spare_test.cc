@@ -212,6 +212,8 @@ TEST_F(SpareServiceTest, ATakeOverIsNotHandedOnOnceAReplacementRegistered) {
   EXPECT_FALSE(next.done());
   EXPECT_EQ(service_->Snapshot().tasks[1].incarnation, 2u);
   EXPECT_EQ(service_->Snapshot().tasks[1].state, TaskState::kConnected);
+  service_->Stop();  // answers the spare's wait while `next` still lives
+  EXPECT_TRUE(next.done());
 }
 
 TEST_F(SpareServiceTest, StoppingAnswersWaitingSparesUnavailable) {

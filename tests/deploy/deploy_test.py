@@ -186,9 +186,11 @@ def check_rbac(objs, operator_ns_scoped):
     # OwnerReferencesPermissionEnforcement admission plugin (issue 11).
     check(verbs_for(op, "phalanx.dev", "trainingjobs/finalizers") == {"update"},
           "operator: trainingjobs/finalizers update")
-    for res in ("pods", "services"):
-        check(verbs_for(op, "", res) == {"get", "list", "watch", "create", "delete"},
-              f"operator: {res} get/list/watch/create/delete, got {verbs_for(op, '', res)}")
+    # patch on pods: a spare pod that took a task over is relabelled as the task's (ADR 0007).
+    for res, extra in (("pods", {"patch"}), ("services", set())):
+        check(verbs_for(op, "", res) == {"get", "list", "watch", "create", "delete"} | extra,
+              f"operator: {res} get/list/watch/create/delete{'/patch' if extra else ''}, "
+              f"got {verbs_for(op, '', res)}")
     # Secrets (issue 16 item 7, ADR 0003): create anywhere, read nothing but the operator key
     # and the agents' clique-ticket key (which it may also correct), by name, in the release
     # namespace (issue 30 item 6).

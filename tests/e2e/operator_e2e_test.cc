@@ -104,7 +104,9 @@ TEST_F(OperatorE2eTest, AWaitingSpareTakesOverAKilledTaskWithoutANewPod) {
   // spec.spares 1 (ADR 0007): a spare pod waits in its worker's init; when task 1's process is
   // killed, the coordinator hands the spare task 1's next incarnation, the operator relabels the
   // spare as task 1's pod and starts another spare, and no task-1-1 pod is ever made.
-  ASSERT_OK_JOB(CreateJob(JobOptions{.steps = 200, .spares = 1}));
+  // 500 steps (20 s): the job must still run when the operator starts the next spare, also on
+  // a loaded machine.
+  ASSERT_OK_JOB(CreateJob(JobOptions{.steps = 500, .spares = 1}));
   ASSERT_TRUE(Eventually(
       [&] {
         const kube::Json job = Job();
@@ -121,14 +123,15 @@ TEST_F(OperatorE2eTest, AWaitingSpareTakesOverAKilledTaskWithoutANewPod) {
 
   ASSERT_TRUE(Eventually(
       [&] {
-        absl::StatusOr<kube::Json> spare = client_->Get(op::kPods, ns_, "train-spare-0");
+        absl::StatusOr<kube::Json> spare = client_->Get(op::kPods, ns_, "train-spare-0-0");
         return spare.ok() && kube::LabelsOf(*spare)[op::kTaskLabel] == "1" &&
                kube::LabelsOf(*spare)[op::kRoleLabel] == "task";
       },
       absl::Seconds(60)))
       << Job().serialize();
   // Another spare starts behind it.
-  ASSERT_TRUE(Eventually([&] { return PodExists("train-spare-1"); }, absl::Seconds(60)));
+  ASSERT_TRUE(Eventually([&] { return PodExists("train-spare-0-1"); }, absl::Seconds(60)))
+      << Job().serialize();
   ASSERT_TRUE(Eventually([&] { return kube::StringAt(Job(), "status.phase") == "Succeeded"; },
                          absl::Seconds(120)))
       << Job().serialize();
@@ -137,12 +140,12 @@ TEST_F(OperatorE2eTest, AWaitingSpareTakesOverAKilledTaskWithoutANewPod) {
   EXPECT_EQ(status.at("restarts").as_integer(), 1) << status.serialize();
   EXPECT_EQ(status.at("spares").at("takeovers").as_integer(), 1) << status.serialize();
   EXPECT_EQ(status.at("tasks").at(1).at("incarnation").as_integer(), 1);
-  EXPECT_EQ(kube::StringAt(status.at("tasks").at(1), "spareOf"), "train-spare-0");
+  EXPECT_EQ(kube::StringAt(status.at("tasks").at(1), "spareOf"), "train-spare-0-0");
   // The spare became task 1 (incarnation 1) and stepped: its own EVENT lines say so.
   const auto took_over = WorkerEvents("spare_took_over");
-  ASSERT_EQ(took_over.count(ns_ + "_train-spare-0"), 1u) << took_over.size();
+  ASSERT_EQ(took_over.count(ns_ + "_train-spare-0-0"), 1u) << took_over.size();
   const auto stepped = WorkerEvents("first_step_reported");
-  auto it = stepped.find(ns_ + "_train-spare-0");
+  auto it = stepped.find(ns_ + "_train-spare-0-0");
   ASSERT_NE(it, stepped.end());
   const absl::Time spare_stepped =
       absl::FromUnixMillis(std::stoll(EventField(it->second[0], "t_ms")));

@@ -157,7 +157,8 @@ TEST_F(TrainingJobCrdTest, CrdIsServedWithItsNamesAndPrinterColumns) {
                   // Wide only (priority 1), as kubectl get job -o wide adds columns.
                   "Deadline integer .spec.activeDeadlineSeconds",
                   "TTL integer .spec.ttlSecondsAfterFinished",
-                  "Gang string .status.conditions[?(@.type==\"GangWaiting\")].reason"));
+                  "Gang string .status.conditions[?(@.type==\"GangWaiting\")].reason",
+                  "Spares integer .status.spares.ready"));
 }
 
 TEST_F(TrainingJobCrdTest, SchemaIsStructuralWithCelRulesAndARealStatusSchema) {
