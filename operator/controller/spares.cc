@@ -13,9 +13,8 @@ namespace {
 // would have without the spare (the coordinator acts before the exit code is known).
 const PodView* FatallyEnded(const PlanInputs& in, const TaskRecord& record) {
   for (const PodView& pod : record.stale) {
-    if (pod.incarnation + 1 == record.status.incarnation && pod.ended() &&
-        ClassifyFailure(in.spec.failure_policy, pod) == FailureClass::kFatal &&
-        pod.phase == PodPhase::kFailed) {
+    if (pod.incarnation + 1 == record.status.incarnation && pod.phase == PodPhase::kFailed &&
+        ClassifyFailure(in.spec.failure_policy, pod) == FailureClass::kFatal) {
       return &pod;
     }
   }
@@ -47,13 +46,11 @@ bool CountTakeOver(const PlanInputs& in, JobPass& pass, TaskRecord& record) {
     return false;
   }
   ++task.restarts;
+  if (spends_restart) ++st.restarts;
   if (preempted) {
     ++st.preemptions;
-    if (in.spec.failure_policy.preemptions_count_toward_max_restarts) ++st.restarts;
     RecordMove(task, in.now);
     task.preempting_since.reset();
-  } else {
-    ++st.restarts;
   }
   ++st.spares.takeovers;
   st.last_restart_time = in.now;

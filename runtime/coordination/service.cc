@@ -642,7 +642,7 @@ void CoordinationService::ExpireSparesLocked(absl::Time now, Completions& out) {
   if (changed) {
     ++version_;
     AnswerWatchersLocked(out);
-    UpdateGaugesLocked();
+    metrics_.SetSparesWaiting(spares_.waiting_count());
   }
 }
 
@@ -659,11 +659,13 @@ void CoordinationService::AwaitAssignment(int slot, std::string pod, absl::Durat
                       absl::StatusOr<std::optional<SpareAssignment>>(resolved.status()));
   }
   const absl::Time now = clock_.Now();
+  // Only a spare that starts waiting changes anything (a poll of one already waiting does not);
+  // its gauge alone, not UpdateGaugesLocked's count over every task.
   if (spares_.Await(pod, slot, now, now + *resolved, std::move(done), out)) {
     ++version_;
     AnswerWatchersLocked(out);
+    metrics_.SetSparesWaiting(spares_.waiting_count());
   }
-  UpdateGaugesLocked();
 }
 
 absl::Status CoordinationService::PeerFailedError(TaskRef failed, const std::string& reason) {

@@ -226,6 +226,21 @@ class OperatorE2eTest : public ::testing::Test {
 
   bool PodExists(const std::string& name) { return client_->Get(op::kPods, ns_, name).ok(); }
 
+  // Whether job "train" has an Event of `reason` whose message holds `message_part` (false when
+  // the Events cannot be listed).
+  bool JobHasEvent(const std::string& reason, const std::string& message_part = "") {
+    absl::StatusOr<kube::ObjectList> events = client_->List(
+        {"", "v1", "events", true}, ns_, {.field_selector = "involvedObject.name=train"});
+    if (!events.ok()) return false;
+    for (const kube::Json& e : events->items) {
+      if (kube::StringAt(e, "reason") == reason &&
+          absl::StrContains(kube::StringAt(e, "message"), message_part)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   // Asks the local cluster to kill (SIGKILL) a pod of this case's namespace.
   bool KillPod(const std::string& pod) {
     return client_->Raw("POST", absl::StrCat("/admin/pods/", ns_, "/", pod, "/kill")).ok();

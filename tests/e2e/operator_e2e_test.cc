@@ -50,14 +50,7 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
   EXPECT_TRUE(
       kube::FieldOrNull(final_job.at("status").at("tasks").at(1), "recoveringSince").is_null());
 
-  absl::StatusOr<kube::ObjectList> events = client_->List(
-      {"", "v1", "events", true}, ns_, {.field_selector = "involvedObject.name=train"});
-  ASSERT_TRUE(events.ok());
-  bool restarted_event = false;
-  for (const kube::Json& e : events->items) {
-    if (kube::StringAt(e, "reason") == "TaskRestarted") restarted_event = true;
-  }
-  EXPECT_TRUE(restarted_event);
+  EXPECT_TRUE(JobHasEvent("TaskRestarted"));
 
   // Goodput against what the workers say (their EVENT lines, on this machine's clock, which the
   // coordinator shares). Each process logs first_step_reported once its first ReportStepping
@@ -151,14 +144,7 @@ TEST_F(OperatorE2eTest, AWaitingSpareTakesOverAKilledTaskWithoutANewPod) {
       absl::FromUnixMillis(std::stoll(EventField(it->second[0], "t_ms")));
   std::cout << "kill to the spare's first step as task 1: "
             << absl::ToDoubleSeconds(spare_stepped - kill_sent) << " s\n";
-  absl::StatusOr<kube::ObjectList> events = client_->List(
-      {"", "v1", "events", true}, ns_, {.field_selector = "involvedObject.name=train"});
-  ASSERT_TRUE(events.ok());
-  bool took_over_event = false;
-  for (const kube::Json& e : events->items) {
-    if (kube::StringAt(e, "reason") == "SpareTookOver") took_over_event = true;
-  }
-  EXPECT_TRUE(took_over_event);
+  EXPECT_TRUE(JobHasEvent("SpareTookOver"));
 }
 
 TEST_F(OperatorE2eTest, OperatorServesHealthReadinessAndItsMetrics) {
@@ -315,15 +301,8 @@ TEST_F(OperatorE2eTest, TaskPodsRefusedByPodSecurityBlockTheJobUntilTheNamespace
   EXPECT_THAT(children_ready("message"), ::testing::HasSubstr("violates PodSecurity"));
   // The coordinator pod Phalanx makes itself passes restricted.
   EXPECT_TRUE(client_->Get(op::kPods, ns_, "train-coordinator").ok());
-  absl::StatusOr<kube::ObjectList> events = client_->List(
-      {"", "v1", "events", true}, ns_, {.field_selector = "involvedObject.name=train"});
-  ASSERT_TRUE(events.ok());
-  bool failed_create = false;
-  for (const kube::Json& e : events->items) {
-    failed_create |= kube::StringAt(e, "reason") == "FailedCreate" &&
-                     absl::StrContains(kube::StringAt(e, "message"), "PodSecurity");
-  }
-  EXPECT_TRUE(failed_create) << "a FailedCreate Event quoting the API server";
+  EXPECT_TRUE(JobHasEvent("FailedCreate", "PodSecurity"))
+      << "a FailedCreate Event quoting the API server";
 
   // The namespace allows the pods now: the job leaves Blocked by itself and finishes.
   ASSERT_TRUE(enforce("baseline").ok());

@@ -21,10 +21,13 @@ Timeouts are in seconds (float); ``None`` means no practical limit. Errors are s
 :class:`Error` (see ``docs/python.md`` for the table).
 """
 
+import ctypes
 import os
+import sys
 import threading
 
 from . import _native
+from .client import check as _check
 from .client import (DEFAULT_TIMEOUT, MAX_INCARNATION, Client, PeerChange, PreemptionRound, TaskRef,
                      TaskState)
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
@@ -92,24 +95,18 @@ def await_assignment(timeout=60.0):
     lib = _native.load()
     if not hasattr(lib, "phalanx_await_assignment"):
         raise Unimplemented("this libphalanx_c has no phalanx_await_assignment (an older build)")
-    import ctypes
     task = ctypes.c_int(0)
     incarnation = ctypes.c_uint64(0)
     credential = ctypes.create_string_buffer(256)
-    code = lib.phalanx_await_assignment(int(timeout * 1000), ctypes.byref(task),
-                                        ctypes.byref(incarnation), credential, len(credential))
-    if code != 0:
-        message = lib.phalanx_last_error()
-        details = lib.phalanx_last_error_details()
-        raise error_from_code(code, message.decode("utf-8", "replace") if message else "",
-                              details.decode("utf-8", "replace") if details else "")
+    _check(lib, lib.phalanx_await_assignment(int(timeout * 1000), ctypes.byref(task),
+                                             ctypes.byref(incarnation), credential,
+                                             len(credential)))
     # The environment a task pod of this task has: everything downstream (from_env, frameworks
     # that read RANK) sees the task this process now is.
     os.environ.update(PHALANX_TASK_ID=str(task.value), PHALANX_INCARNATION=str(incarnation.value),
                       PHALANX_TOKEN=credential.value.decode("ascii"), RANK=str(task.value),
                       JAX_PROCESS_ID=str(task.value))
     os.environ.pop("PHALANX_TOKEN_FILE", None)
-    import sys
     sys.stderr.write("phalanx: spare %s takes over task %d as incarnation %d\n"
                      % (os.environ.get("PHALANX_POD_NAME", "?"), task.value, incarnation.value))
     return task.value, incarnation.value

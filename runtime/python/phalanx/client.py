@@ -132,6 +132,16 @@ def _close_all():
             pass
 
 
+def check(lib, code):
+    """Raises the library's last error (on this thread) for a non-zero return ``code``."""
+    if code != 0:
+        # Thread-local: read on the calling thread.
+        message = lib.phalanx_last_error()
+        details = lib.phalanx_last_error_details()
+        raise error_from_code(code, message.decode("utf-8", "replace") if message else "",
+                              details.decode("utf-8", "replace") if details else "")
+
+
 class Client:
     """One task's connection to its job's coordination service.
 
@@ -201,12 +211,7 @@ class Client:
     # -- plumbing ---------------------------------------------------------------------------
 
     def _check(self, code):
-        if code != 0:
-            # Thread-local: read on the calling thread.
-            message = self._lib.phalanx_last_error()
-            details = self._lib.phalanx_last_error_details()
-            raise error_from_code(code, message.decode("utf-8", "replace") if message else "",
-                                  details.decode("utf-8", "replace") if details else "")
+        check(self._lib, code)
 
     def _h(self):
         if self._forked_from is not None:
