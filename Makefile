@@ -3,7 +3,7 @@ BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo demo-coordination bench wheel images torch-image gpu-proof-bundle asan tsan fuzz format clean
+.PHONY: all deps configure build test demo demo-coordination bench bench-scale wheel images torch-image gpu-proof-bundle asan tsan fuzz format clean
 
 all: build
 
@@ -41,6 +41,13 @@ bench: build
 	@/usr/bin/python3 bench/agent_xid_bench.py --build $(BUILD) --out $(BUILD)/bench/agent.json
 	@/usr/bin/python3 bench/torch_bench.py --build $(BUILD) --out $(BUILD)/bench/torch.json
 	@/usr/bin/python3 bench/peers_bench.py --build $(BUILD) --out $(BUILD)/bench/peers.json
+
+# Costs vs N (issue 33; not part of `make bench`, ~15 min): the coordinator at 1,024-16,384 tasks
+# and the operator at 125-1,000 jobs; build/bench/scale.json and a PNG per curve
+# (docs/benchmarks.md, "Scale"). SCALE_ARGS passes flags to bench/scale.py (--only, --tasks, ...).
+bench-scale: build
+	@cmake --build $(BUILD) --target phalanx_benches
+	@/usr/bin/python3 bench/scale.py --build $(BUILD) $(SCALE_ARGS)
 
 # The Python package with libphalanx_c.so and its dependencies bundled (docs/pytorch.md):
 # $(BUILD)/dist/phalanx-<version>-py3-none-manylinux_<glibc>_<arch>.whl.

@@ -17,32 +17,15 @@
 #include <memory>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/loopback_socket.h"
 #include "bench/write_line.h"
 
 namespace phalanx::bench {
 namespace {
 
 constexpr int kWaitSeconds = 120;  // a round that takes longer is an error, not a measurement
-
-void NoDelay(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-bool SendAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = send(fd, data, size, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= n;
-  }
-  return true;
-}
 
 // Waits while *word == seen, at most kWaitSeconds; false on timeout.
 bool FutexWaitWhile(std::atomic<int>& word, int seen) {
@@ -155,22 +138,12 @@ void ReferenceBarrierServer::Serve() {
 }
 
 int RunReferenceHost(const ReferenceHostOptions& options) {
-  std::vector<std::string> host_port = absl::StrSplit(options.address, ':');
-  int port = 0;
-  if (host_port.size() != 2 || !absl::SimpleAtoi(host_port[1], &port)) {
-    WriteLine(absl::StrCat("ERROR task=", options.first, " bad address ", options.address));
+  absl::StatusOr<int> dialled = DialTcp(options.address);
+  if (!dialled.ok()) {
+    WriteLine(absl::StrCat("ERROR task=", options.first, " ", dialled.status().ToString()));
     return 1;
   }
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  inet_pton(AF_INET, host_port[0].c_str(), &addr.sin_addr);
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    WriteLine(absl::StrCat("ERROR task=", options.first, " connect: ", std::strerror(errno)));
-    return 1;
-  }
-  NoDelay(fd);
+  const int fd = *dialled;
 
   // One futex word per task: the number of rounds released to it.
   std::deque<std::atomic<int>> released(options.count);

@@ -1,7 +1,6 @@
-// Small helpers the whole-workload benchmark drivers share: medians of runs where a failed run
-// is negative, whole-file reads, a process's resident memory, `--only` subsets, number cells
-// for the JSON and the table, starting a Phalanx binary until its `ready` line and stopping it,
-// and applying the TrainingJob CRD. Header-only.
+// Small helpers the whole-workload benchmark drivers that run the operator share: starting a
+// Phalanx binary until its `ready` line and stopping it, and applying the TrainingJob CRD (the
+// measuring helpers are measure_util.h's). Header-only.
 #pragma once
 
 #include <signal.h>
@@ -22,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "bench/measure_util.h"
 #include "common/kube/client.h"
 #include "common/kube/crd_established.h"
 #include "common/kube/object_meta.h"
@@ -29,54 +29,6 @@
 #include "operator/api/yaml_json.h"
 
 namespace phalanx::bench {
-
-// A measurement with no successful run.
-inline constexpr double kFailed = -1;
-
-// Median of the successful runs (negative values mark failed runs); kFailed if none succeeded.
-inline double Median(std::vector<double> v) {
-  std::erase_if(v, [](double x) { return x < 0; });
-  std::sort(v.begin(), v.end());
-  return v.empty() ? kFailed : v[v.size() / 2];
-}
-
-inline std::string ReadFile(const std::string& path) {
-  std::stringstream s;
-  s << std::ifstream(path).rdbuf();
-  return s.str();
-}
-
-// Resident memory of a process, MiB (kFailed if unreadable).
-inline double RssMib(pid_t pid) {
-  std::istringstream status(ReadFile(absl::StrCat("/proc/", pid, "/status")));
-  std::string line;
-  while (std::getline(status, line)) {
-    int64_t kib = 0;
-    if (absl::StartsWith(line, "VmRSS:") &&
-        absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(line.substr(6), "kB")),
-                         &kib)) {
-      return static_cast<double>(kib) / 1024.0;
-    }
-  }
-  return kFailed;
-}
-
-// Whether `name` is in the comma-separated `--only` list (an empty list selects everything).
-inline bool Wanted(const std::string& only, absl::string_view name) {
-  if (only.empty()) return true;
-  for (absl::string_view w : absl::StrSplit(only, ',')) {
-    if (w == name) return true;
-  }
-  return false;
-}
-
-// `decimals` digits after the point; JSON null / "failed" for a measurement that failed.
-inline std::string JsonNumber(double v, int decimals) {
-  return v < 0 ? std::string("null") : absl::StrFormat("%.*f", decimals, v);
-}
-inline std::string TableCell(double v, int decimals) {
-  return v < 0 ? std::string("failed") : absl::StrFormat("%.*f", decimals, v);
-}
 
 // Starts `argv` (stderr to `log`) and waits up to 60 s for its `ready ...` line, which goes to
 // `ready_line` if given; nullptr (with a message naming the log) if it never comes.

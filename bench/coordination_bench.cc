@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/barrier_reference.h"
+#include "bench/measure_util.h"
 #include "bench/task_host.h"
 #include "common/base/process_init.h"
 #include "common/process/subprocess.h"
@@ -49,15 +50,6 @@ using harness::LocalJob;
 using harness::LocalJobOptions;
 
 std::string self_path;
-
-constexpr double kFailed = -1;  // a measurement with no successful run
-
-// Median of the successful runs (negative values mark failed runs); kFailed if none succeeded.
-double Median(std::vector<double> v) {
-  std::erase_if(v, [](double x) { return x < 0; });
-  std::sort(v.begin(), v.end());
-  return v.empty() ? kFailed : v[v.size() / 2];
-}
 
 struct Line {
   std::string kind;
@@ -201,20 +193,6 @@ Gang RunGang(int n, int barriers, bool reference = false) {
     for (Line& l : Parse(gang.hosts[h]->Lines())) gang.lines.push_back(std::move(l));
   }
   return gang;
-}
-
-double RssMib(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      int64_t kb = 0;
-      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      if (parts.size() >= 2) (void)absl::SimpleAtoi(parts[1], &kb);
-      return kb / 1024.0;
-    }
-  }
-  return -1;
 }
 
 void StopGang(Gang& gang) {

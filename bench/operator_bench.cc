@@ -58,20 +58,6 @@ namespace phalanx::bench {
 namespace {
 
 namespace pb = ::phalanx::coord::v1;
-// User + system CPU seconds a process has used.
-double CpuSeconds(pid_t pid) {
-  const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  const size_t end = stat.rfind(')');
-  if (end == std::string::npos) return kFailed;
-  std::vector<std::string> f = absl::StrSplit(stat.substr(end + 2), ' ');
-  int64_t utime = 0, stime = 0;
-  // Fields after the command: state is field 3 of the file, utime 14 and stime 15.
-  if (f.size() < 13 || !absl::SimpleAtoi(f[11], &utime) || !absl::SimpleAtoi(f[12], &stime)) {
-    return kFailed;
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 // The sum of a metric's samples in a Prometheus text exposition.
 double SumOfMetric(const std::string& text, const std::string& name) {
   double sum = 0;

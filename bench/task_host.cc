@@ -9,16 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "bench/measure_util.h"
 #include "bench/write_line.h"
 #include "runtime/client/coordination_client_impl.h"
 
 namespace phalanx::bench {
-namespace {
-
-int64_t NowMicros() { return absl::ToUnixMicros(absl::Now()); }
-
-}  // namespace
-
 int RunTaskHost(const TaskHostOptions& options) {
   sigset_t stop;
   sigemptyset(&stop);

@@ -35,7 +35,7 @@ absl::Status BarrierTable::ValidateId(const std::string& id) const {
   return absl::OkStatus();
 }
 
-void BarrierTable::Arrive(TaskRef task, const std::string& id, std::vector<int> participants,
+void BarrierTable::Arrive(TaskRef task, const std::string& id, Participants participants,
                           absl::Time deadline, absl::Time now, StatusCallback done,
                           Completions& out) {
   if (auto it = finished_.find(id); it != finished_.end()) {
@@ -122,9 +122,7 @@ void BarrierTable::DropTask(TaskRef gone, const absl::Status& why, Completions& 
 void BarrierTable::FailParticipant(int task_id, const absl::Status& why, absl::Time now,
                                    Completions& out) {
   for (auto it = pending_.begin(); it != pending_.end();) {
-    const std::vector<int>& participants = it->second.participants;
-    if (it->first.front() == ' ' ||
-        !std::binary_search(participants.begin(), participants.end(), task_id)) {
+    if (it->first.front() == ' ' || !it->second.participants.Contains(task_id)) {
       ++it;
       continue;
     }
@@ -158,11 +156,11 @@ void BarrierTable::Expire(absl::Time now, const DescribeTask& describe, Completi
     pb::ErrorDetails details;
     details.set_reason(pb::ErrorDetails::BARRIER_TIMED_OUT);
     details.set_barrier_id(it->first);
-    for (int task : barrier.participants) {
-      if (barrier.arrivals.contains(task)) continue;
+    barrier.participants.ForEach([&](int task) {
+      if (barrier.arrivals.contains(task)) return;
       missing.push_back(describe(task));
       details.add_missing_task_ids(task);
-    }
+    });
     metrics_.BarrierTimedOut();
     Finish(it->first, barrier,
            WithDetails(absl::DeadlineExceededError(

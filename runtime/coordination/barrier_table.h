@@ -41,6 +41,7 @@
 #include "common/base/incarnation.h"
 #include "runtime/coordination/completions.h"
 #include "runtime/coordination/metrics.h"
+#include "runtime/coordination/participants.h"
 #include "runtime/coordination/types.h"
 
 namespace phalanx::coord {
@@ -63,12 +64,12 @@ class BarrierTable {
   // InvalidArgument for an empty id or one over max_id_bytes.
   absl::Status ValidateId(const std::string& id) const;
 
-  // `participants` is sorted, unique, non-empty and contains `task` (the service checks).
+  // `participants` is non-empty and contains `task` (the service checks).
   // Returns InvalidArgument (via `done`) if the barrier exists with other participants, and
   // ResourceExhausted if it would be a new one past max_pending or a waiting arrival past
   // max_waiting (the service's own barriers, ids starting with a space, are exempt).
-  void Arrive(TaskRef task, const std::string& id, std::vector<int> participants,
-              absl::Time deadline, absl::Time now, StatusCallback done, Completions& out);
+  void Arrive(TaskRef task, const std::string& id, Participants participants, absl::Time deadline,
+              absl::Time now, StatusCallback done, Completions& out);
   // Fails a pending barrier for every waiter. NotFound if no such pending barrier.
   absl::Status Cancel(TaskRef by, const std::string& id, Completions& out);
   // The incarnation `gone` is dead: its arrivals stop counting, its waits fail with `why`.
@@ -98,7 +99,7 @@ class BarrierTable {
     StatusCallback done;
   };
   struct Pending {
-    std::vector<int> participants;
+    Participants participants;
     absl::Time deadline;
     std::map<int, Arrival> arrivals;
   };

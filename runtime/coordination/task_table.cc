@@ -88,9 +88,8 @@ std::optional<base::Incarnation> TaskTable::AliveIncarnation(int task_id) const 
   return info.incarnation;
 }
 
-absl::StatusOr<std::vector<int>> TaskTable::ResolveSubset(std::vector<int> tasks,
-                                                          int caller) const {
-  if (tasks.empty()) return AllIds();
+absl::StatusOr<Participants> TaskTable::ResolveSubset(std::vector<int> tasks, int caller) const {
+  if (tasks.empty()) return All();
   std::sort(tasks.begin(), tasks.end());
   if (std::adjacent_find(tasks.begin(), tasks.end()) != tasks.end()) {
     return absl::InvalidArgumentError("task subset lists a task twice");
@@ -102,13 +101,9 @@ absl::StatusOr<std::vector<int>> TaskTable::ResolveSubset(std::vector<int> tasks
     return absl::InvalidArgumentError(
         absl::StrCat("task subset does not include the calling task ", caller));
   }
-  return tasks;
-}
-
-std::vector<int> TaskTable::AllIds() const {
-  std::vector<int> ids(tasks_.size());
-  for (int i = 0; i < size(); ++i) ids[i] = i;
-  return ids;
+  // Every id listed (sorted, unique, in range) is the same barrier as none listed.
+  if (static_cast<int>(tasks.size()) == size()) return All();
+  return Participants::Listed(std::move(tasks));
 }
 
 std::shared_ptr<SessionOutbox> TaskTable::Attach(Task& task, std::shared_ptr<SessionOutbox> outbox,
@@ -138,6 +133,11 @@ void TaskTable::SetState(Task& task, TaskState state) {
   --counts_[static_cast<size_t>(task.info.state)];
   ++counts_[static_cast<size_t>(state)];
   task.info.state = state;
+  if (state == TaskState::kFailed) {
+    failed_.insert(task.info.task_id);
+  } else {
+    failed_.erase(task.info.task_id);
+  }
 }
 
 std::vector<TaskInfo> TaskTable::Infos() const {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/incarnation.h"
+#include "runtime/coordination/participants.h"
 #include "runtime/coordination/session_outbox.h"
 #include "runtime/coordination/types.h"
 
@@ -68,9 +70,12 @@ class TaskTable {
   absl::Status CheckCaller(TaskRef ref) const;
   // The incarnation of `task_id` if it is connected.
   std::optional<base::Incarnation> AliveIncarnation(int task_id) const;
-  // Sorts and checks a subset (empty: every task); it must contain `caller`.
-  absl::StatusOr<std::vector<int>> ResolveSubset(std::vector<int> tasks, int caller) const;
-  std::vector<int> AllIds() const;
+  // Sorts and checks a subset (empty, or every id: every task); it must contain `caller`.
+  absl::StatusOr<Participants> ResolveSubset(std::vector<int> tasks, int caller) const;
+  Participants All() const { return Participants::All(size()); }
+  // The ids of the tasks failed now, in increasing order: what an arrival at a barrier checks
+  // for news of a failure without visiting every participant.
+  const std::set<int>& failed() const { return failed_; }
 
   // Gives `task` a new session (id returned in `*id`); returns the session's outbox it replaces,
   // or nullptr.
@@ -96,6 +101,7 @@ class TaskTable {
   std::vector<Task> tasks_;
   static_assert(static_cast<int>(TaskState::kShutdown) == 3, "counts_ has one slot per state");
   std::array<int, 4> counts_{};  // by TaskState
+  std::set<int> failed_;         // ids in TaskState::kFailed
   uint64_t next_session_id_ = 1;
   absl::flat_hash_map<uint64_t, int> session_task_;
 };
