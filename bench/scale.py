@@ -80,8 +80,12 @@ def operator_points(build, source, jobs):
     for j in jobs:
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
             path = tmp.name
+        # A simulated node holds 110 pods, as a kubelet's default: 1,000 jobs x 8 on the 50 nodes
+        # of the operator bench left 310 jobs unscheduled. Room for every pod, 50 nodes at least.
+        nodes = max(50, -(-j * 8 // 100))
         rc = run([os.path.join(build, "bench", "phalanx-operator-bench"), "--bin_dir", build,
-                  "--source_dir", source, "--only", "scale", "--jobs", str(j), "--out", path])
+                  "--source_dir", source, "--only", "scale", "--jobs", str(j),
+                  "--simulated_nodes", str(nodes), "--out", path])
         try:
             with open(path) as f:
                 point = json.load(f)

@@ -44,6 +44,9 @@ pb::WireServerFrame EndFrame(const absl::Status& status) {
 
 }  // namespace
 
+// What a connection may hold back while the loop hands out a batch of frames (Write).
+constexpr size_t kMaxCorkedBytes = 1 << 20;
+
 // One wire connection. The read side (in_, magic_seen_, streams_, ...) belongs to the loop
 // thread; the write side is shared under mu_ by every thread that produces an event for it.
 class WireSessionServer::Connection final
@@ -85,7 +88,12 @@ class WireSessionServer::Connection final
         writer_.Cork();
         t_corked->push_back(shared_from_this());
       }
-      return;
+      // Held back for one send at the end of the loop's batch, but never past a bound: a mass
+      // failure handled on the loop thread fanned gigabytes into corked connections before any
+      // send could apply the unread-output limit (3.3 GB at 16,384 tasks, issue 33). Past it
+      // the bytes go now, and the limit applies as to any write.
+      if (writer_.unsent_bytes() <= kMaxCorkedBytes) return;
+      writer_.Uncork();
     }
     SendLocked();
   }
