@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/barrier_reference.h"
+#include "bench/kv_chain.h"
 #include "bench/measure_util.h"
 #include "bench/task_host.h"
 #include "common/base/process_init.h"
@@ -275,34 +276,6 @@ void BenchBarriers(Results& r, int runs) {
                  r.barrier_p50_ms[n], r.barrier_reference_ms[n]);
   }
 }
-
-// One set→get chain: inserts a key, reads it back, and starts over until `stop`; runs on the
-// client's completion threads, so one client keeps several operations in flight without a
-// thread per operation.
-struct KvChain {
-  client::CoordinationClientImpl* client;
-  std::string prefix;
-  const std::string* value;
-  std::atomic<bool>* stop;
-  std::atomic<int64_t>* ops;
-  std::atomic<int>* running;
-  int64_t i = 0;
-
-  void Next() {
-    if (stop->load(std::memory_order_relaxed)) {
-      --*running;
-      return;
-    }
-    const std::string key = absl::StrCat(prefix, i++ % 1000);
-    client->KvInsertAsync(key, *value, true, [this, key](absl::Status s) {
-      if (!s.ok()) return Next();
-      client->KvGetAsync(key, absl::Seconds(5), [this](absl::StatusOr<std::string> got) {
-        if (got.ok()) *ops += 2;
-        Next();
-      });
-    });
-  }
-};
 
 void BenchKv(Results& r, int runs) {
   constexpr int kClients = 8;

@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/barrier_reference.h"
+#include "bench/kv_chain.h"
 #include "bench/measure_util.h"
 #include "bench/swarm_host.h"
 #include "bench/task_host.h"
@@ -252,41 +253,18 @@ std::unique_ptr<client::CoordinationClientImpl> RealClient(const LocalJob& job, 
   return *client::CoordinationClientImpl::Create(config);
 }
 
-// Set→get chains on a client's completion threads (as the coordination bench's kv workload).
-struct KvChain {
-  client::CoordinationClientImpl* client;
-  std::string prefix;
-  std::atomic<bool>* stop;
-  std::atomic<int64_t>* ops;
-  std::atomic<int>* running;
-  int64_t i = 0;
-  void Next() {
-    if (stop->load(std::memory_order_relaxed)) {
-      --*running;
-      return;
-    }
-    const std::string key = absl::StrCat(prefix, i++ % 1000);
-    client->KvInsertAsync(key, std::string(100, 'v'), true, [this, key](absl::Status s) {
-      if (!s.ok()) return Next();
-      client->KvGetAsync(key, absl::Seconds(5), [this](absl::StatusOr<std::string> got) {
-        if (got.ok()) *ops += 2;
-        Next();
-      });
-    });
-  }
-};
-
 double KvOpsPerSecond(std::vector<std::unique_ptr<client::CoordinationClientImpl>>& clients) {
   constexpr int kInFlight = 32;
   std::atomic<int64_t> ops{0};
   std::atomic<bool> stop{false};
   std::atomic<int> running{static_cast<int>(clients.size()) * kInFlight};
+  const std::string value(100, 'v');
   std::vector<std::unique_ptr<KvChain>> chains;
   const absl::Time start = absl::Now();
   for (size_t c = 0; c < clients.size(); ++c) {
     for (int w = 0; w < kInFlight; ++w) {
-      chains.push_back(std::make_unique<KvChain>(
-          KvChain{clients[c].get(), absl::StrCat("kv/", c, "/", w, "/"), &stop, &ops, &running}));
+      chains.push_back(std::make_unique<KvChain>(KvChain{
+          clients[c].get(), absl::StrCat("kv/", c, "/", w, "/"), &value, &stop, &ops, &running}));
       chains.back()->Next();
     }
   }
