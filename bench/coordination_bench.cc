@@ -21,7 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/barrier_reference.h"
-#include "bench/kv_chain.h"
+#include "bench/coordination_workload.h"
 #include "bench/measure_util.h"
 #include "bench/task_host.h"
 #include "common/base/process_init.h"
@@ -48,7 +48,6 @@ namespace phalanx::bench {
 namespace {
 
 using harness::LocalJob;
-using harness::LocalJobOptions;
 
 std::string self_path;
 
@@ -86,20 +85,8 @@ std::string WorkDir() {
 // A fresh coordinator for one measurement.
 std::unique_ptr<LocalJob> StartCoordinator(int num_tasks, absl::Duration heartbeat_timeout,
                                            absl::Duration heartbeat_interval) {
-  LocalJobOptions options;
-  options.bin_dir = absl::GetFlag(FLAGS_bin_dir);
-  options.work_dir = WorkDir();
-  options.job = "bench";
-  options.num_tasks = num_tasks;
-  options.heartbeat_timeout = heartbeat_timeout;
-  options.heartbeat_interval = heartbeat_interval;
-  options.start_workers = false;
-  auto job = LocalJob::Start(options);
-  if (!job.ok()) {
-    std::fprintf(stderr, "bench: %s\n", job.status().ToString().c_str());
-    std::exit(1);
-  }
-  return *std::move(job);
+  return StartBenchCoordinator(absl::GetFlag(FLAGS_bin_dir), WorkDir(), num_tasks,
+                               heartbeat_timeout, heartbeat_interval);
 }
 
 // `role`: tasks (Phalanx clients) or reference (barrier_reference.h; it ignores the token).
@@ -286,58 +273,18 @@ void BenchKv(Results& r, int runs) {
     auto job = StartCoordinator(kClients, absl::Seconds(10), absl::Seconds(1));
     std::vector<std::unique_ptr<client::CoordinationClientImpl>> clients;
     for (int c = 0; c < kClients; ++c) {
-      client::ClientConfig config;
-      config.coordinator = job->address();
-      config.job = "bench";
-      config.task_id = c;
-      config.num_tasks = kClients;
-      config.token = job->options().token;
-      clients.push_back(*client::CoordinationClientImpl::Create(config));
+      clients.push_back(BenchClient(*job, c, kClients));
       if (absl::Status s = clients.back()->Connect(absl::Seconds(30)); !s.ok()) {
         std::fprintf(stderr, "bench: kv client: %s\n", s.ToString().c_str());
         return;
       }
     }
-    std::atomic<int64_t> ops{0};
-    std::atomic<bool> stop{false};
-    std::atomic<int> running{kClients * kInFlight};
-    const std::string value(100, 'v');
-    std::vector<std::unique_ptr<KvChain>> chains;
-    const absl::Time start = absl::Now();
-    for (int c = 0; c < kClients; ++c) {
-      for (int w = 0; w < kInFlight; ++w) {
-        chains.push_back(std::make_unique<KvChain>(KvChain{clients[c].get(),
-                                                           absl::StrCat("bench/", c, "/", w, "/"),
-                                                           &value, &stop, &ops, &running}));
-        chains.back()->Next();
-      }
-    }
-    std::this_thread::sleep_for(absl::ToChronoMilliseconds(absl::Seconds(seconds)));
-    stop = true;
-    const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
-    const int64_t counted = ops.load();
-    const absl::Time drain = absl::Now() + absl::Seconds(30);
-    while (running.load() > 0 && absl::Now() < drain) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    rates.push_back(counted / elapsed);
+    rates.push_back(KvOpsPerSecond(clients, kInFlight, absl::Seconds(seconds)));
   }
   r.kv_ops_per_s = Median(rates);
   std::fprintf(
       stderr, "  kv: %.0f ops/s (%d clients x %d in-flight set-then-get chains, 100-byte values)\n",
       r.kv_ops_per_s, kClients, kInFlight);
-}
-
-// A client of the bench job for `task` (created, not connected).
-std::unique_ptr<client::CoordinationClientImpl> BenchClient(const LocalJob& job, int task,
-                                                            int num_tasks) {
-  client::ClientConfig config;
-  config.coordinator = job.address();
-  config.job = "bench";
-  config.task_id = task;
-  config.num_tasks = num_tasks;
-  config.token = job.options().token;
-  return *client::CoordinationClientImpl::Create(config);
 }
 
 double MicrosSince(std::chrono::steady_clock::time_point t0) {

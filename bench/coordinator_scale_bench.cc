@@ -27,7 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/barrier_reference.h"
-#include "bench/kv_chain.h"
+#include "bench/coordination_workload.h"
 #include "bench/measure_util.h"
 #include "bench/swarm_host.h"
 #include "bench/task_host.h"
@@ -52,13 +52,12 @@ ABSL_FLAG(int, first, 0, "host roles: first task id");
 ABSL_FLAG(int, count, 1, "host roles: how many tasks");
 ABSL_FLAG(int, num_tasks, 1, "host roles: tasks in the job");
 ABSL_FLAG(int, host_barriers, 0, "host roles: barriers after the rendezvous (-1: none)");
-ABSL_FLAG(uint64_t, incarnation, 0, "swarm role: the tasks' incarnation");
+ABSL_FLAG(int64_t, incarnation, 0, "host roles: the tasks' incarnation");
 
 namespace phalanx::bench {
 namespace {
 
 using harness::LocalJob;
-using harness::LocalJobOptions;
 
 constexpr int kKvClients = 8;  // real clients: key-value load under N open sessions
 constexpr int kVictims = 5;    // single-task processes, SIGKILLed one at a time
@@ -92,7 +91,8 @@ struct Host {
 };
 
 Host StartHost(const std::string& role, const std::string& address, const std::string& token,
-               int first, int count, int num_tasks, int barriers, uint64_t incarnation = 0) {
+               int first, int count, int num_tasks, int barriers,
+               base::Incarnation incarnation = 0) {
   process::SubprocessOptions options;
   options.argv = {self_path,
                   "--role=" + role,
@@ -227,54 +227,8 @@ double ReferenceRoundMs(const std::string& role, int n, int hosts, int barriers)
 }
 
 std::unique_ptr<LocalJob> StartCoordinator(int n) {
-  LocalJobOptions options;
-  options.bin_dir = absl::GetFlag(FLAGS_bin_dir);
-  options.work_dir = WorkDir();
-  options.job = "bench";
-  options.num_tasks = n;
-  options.heartbeat_timeout = absl::Seconds(10);
-  options.heartbeat_interval = absl::Seconds(1);
-  options.start_workers = false;
-  auto job = LocalJob::Start(options);
-  if (!job.ok()) {
-    std::fprintf(stderr, "scale: %s\n", job.status().ToString().c_str());
-    std::exit(1);
-  }
-  return *std::move(job);
-}
-
-std::unique_ptr<client::CoordinationClientImpl> RealClient(const LocalJob& job, int task, int n) {
-  client::ClientConfig config;
-  config.coordinator = job.address();
-  config.job = "bench";
-  config.task_id = task;
-  config.num_tasks = n;
-  config.token = job.options().token;
-  return *client::CoordinationClientImpl::Create(config);
-}
-
-double KvOpsPerSecond(std::vector<std::unique_ptr<client::CoordinationClientImpl>>& clients) {
-  constexpr int kInFlight = 32;
-  std::atomic<int64_t> ops{0};
-  std::atomic<bool> stop{false};
-  std::atomic<int> running{static_cast<int>(clients.size()) * kInFlight};
-  const std::string value(100, 'v');
-  std::vector<std::unique_ptr<KvChain>> chains;
-  const absl::Time start = absl::Now();
-  for (size_t c = 0; c < clients.size(); ++c) {
-    for (int w = 0; w < kInFlight; ++w) {
-      chains.push_back(std::make_unique<KvChain>(KvChain{
-          clients[c].get(), absl::StrCat("kv/", c, "/", w, "/"), &value, &stop, &ops, &running}));
-      chains.back()->Next();
-    }
-  }
-  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_kv_seconds)));
-  stop = true;
-  const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
-  const int64_t counted = ops.load();
-  const absl::Time drain = absl::Now() + absl::Seconds(30);
-  while (running.load() > 0 && absl::Now() < drain) absl::SleepFor(absl::Milliseconds(10));
-  return counted / elapsed;
+  return StartBenchCoordinator(absl::GetFlag(FLAGS_bin_dir), WorkDir(), n, absl::Seconds(10),
+                               absl::Seconds(1));
 }
 
 // The whole sequence for n tasks against one fresh coordinator.
@@ -303,7 +257,7 @@ Point MeasureSwarm(int n) {
   std::vector<std::thread> passers;
   std::atomic<bool> clients_ok{true};
   for (int c = 0; c < kKvClients; ++c) {
-    clients.push_back(RealClient(*job, swarm_tasks + c, n));
+    clients.push_back(BenchClient(*job, swarm_tasks + c, n));
     passers.emplace_back([&, c] {
       auto& client = *clients[c];
       if (!client.Connect(absl::Seconds(120)).ok()) clients_ok = false;
@@ -349,7 +303,8 @@ Point MeasureSwarm(int n) {
   absl::SleepFor(kIdle);
   const double cpu1 = CpuSeconds(coordinator);
   p.idle_cpu_pct = 100 * (cpu1 - cpu0) / absl::ToDoubleSeconds(kIdle);
-  p.kv_ops_per_s = KvOpsPerSecond(clients);
+  p.kv_ops_per_s =
+      KvOpsPerSecond(clients, /*in_flight=*/32, absl::Seconds(absl::GetFlag(FLAGS_kv_seconds)));
   std::fprintf(stderr, "  %5d tasks: RSS %.1f MiB, idle CPU %.2f %% (heartbeats), kv %.0f ops/s\n",
                n, p.rss_mib, p.idle_cpu_pct, p.kv_ops_per_s);
 
@@ -522,10 +477,10 @@ int main(int argc, char** argv) {
   using namespace phalanx::bench;
   self_path = std::filesystem::canonical("/proc/self/exe");
   const std::string role = absl::GetFlag(FLAGS_role);
-  SwarmHostOptions host{absl::GetFlag(FLAGS_address),    absl::GetFlag(FLAGS_token),
-                        absl::GetFlag(FLAGS_first),      absl::GetFlag(FLAGS_count),
-                        absl::GetFlag(FLAGS_num_tasks),  absl::GetFlag(FLAGS_host_barriers),
-                        absl::GetFlag(FLAGS_incarnation)};
+  TaskHostOptions host{absl::GetFlag(FLAGS_address),    absl::GetFlag(FLAGS_token),
+                       absl::GetFlag(FLAGS_first),      absl::GetFlag(FLAGS_count),
+                       absl::GetFlag(FLAGS_num_tasks),  absl::GetFlag(FLAGS_host_barriers),
+                       absl::GetFlag(FLAGS_incarnation)};
   if (role == "swarm") return RunSwarmHost(host);
   if (role == "reference_swarm") return RunReferenceSwarmHost(host);
   if (role == "reference") {

@@ -41,7 +41,7 @@ int StopSignalFd() {
 // The sessions of one host: what each task is waiting for, and the bytes in and out.
 class Swarm {
  public:
-  Swarm(const SwarmHostOptions& options, int fd)
+  Swarm(const TaskHostOptions& options, int fd)
       : options_(options), fd_(fd), passed_(std::max(options.barriers + 1, 0), 0) {
     tasks_.resize(options.count);
     for (int k = 0; k < options.count; ++k) tasks_[k].task_id = options.first + k;
@@ -57,7 +57,7 @@ class Swarm {
       hello.set_authorization(coord::BearerCredential(options_.token));
       pb::TaskRef& ref = *hello.mutable_register_()->mutable_task();
       ref.set_task_id(tasks_[k].task_id);
-      ref.set_incarnation(options_.incarnation);
+      ref.set_incarnation(base::IncarnationToWire(options_.incarnation));
       hello.mutable_register_()->set_job("bench");
       coord::AppendFrame(hello, StreamOf(k), out_);
       pb::SessionRequest open;
@@ -181,7 +181,7 @@ class Swarm {
     call.set_call_id(static_cast<uint64_t>(b + 2));
     pb::BarrierRequest& barrier = *call.mutable_barrier();
     barrier.mutable_task()->set_task_id(tasks_[k].task_id);
-    barrier.mutable_task()->set_incarnation(options_.incarnation);
+    barrier.mutable_task()->set_incarnation(base::IncarnationToWire(options_.incarnation));
     barrier.set_barrier_id(absl::StrCat("b", b));
     barrier.set_timeout_ms(kBarrierTimeoutMs);
     coord::AppendFrame(request, StreamOf(k), out_);
@@ -211,7 +211,7 @@ class Swarm {
     return true;
   }
 
-  const SwarmHostOptions& options_;
+  const TaskHostOptions& options_;
   const int fd_;
   std::vector<Task> tasks_;             // index k is stream k + 1
   std::vector<int> passed_;             // barrier b + 1 → tasks that passed it
@@ -227,7 +227,7 @@ class Swarm {
 
 }  // namespace
 
-int RunSwarmHost(const SwarmHostOptions& options) {
+int RunSwarmHost(const TaskHostOptions& options) {
   const int stop_fd = StopSignalFd();
   absl::StatusOr<int> fd = DialTcp(options.address);
   if (!fd.ok()) {
@@ -241,7 +241,7 @@ int RunSwarmHost(const SwarmHostOptions& options) {
   return rc;
 }
 
-int RunReferenceSwarmHost(const SwarmHostOptions& options) {
+int RunReferenceSwarmHost(const TaskHostOptions& options) {
   absl::StatusOr<int> fd = DialTcp(options.address);
   if (!fd.ok()) {
     WriteLine(absl::StrCat("ERROR ", fd.status().ToString()));

@@ -18,27 +18,16 @@
 // session alive (heartbeats) until SIGTERM or SIGINT; a broken connection is an ERROR.
 #pragma once
 
-#include <cstdint>
-#include <string>
+#include "bench/task_host.h"
 
 namespace phalanx::bench {
 
-struct SwarmHostOptions {
-  std::string address;
-  std::string token;
-  int first = 0;
-  int count = 1;
-  int num_tasks = 1;
-  int barriers = 0;
-  uint64_t incarnation = 0;
-};
-
 // The host process's body (--role=swarm). 0 after SIGTERM with every task served, 1 on an error.
-int RunSwarmHost(const SwarmHostOptions& options);
+int RunSwarmHost(const TaskHostOptions& options);
 
 // The reference barrier (barrier_reference.h) from a swarm host: `count` tasks' arrivals as
 // bytes on one connection from one thread, no task threads (--role=reference_swarm). Prints
 // ROUND lines as above and exits after the last barrier.
-int RunReferenceSwarmHost(const SwarmHostOptions& options);
+int RunReferenceSwarmHost(const TaskHostOptions& options);
 
 }  // namespace phalanx::bench

@@ -31,6 +31,7 @@ int RunTaskHost(const TaskHostOptions& options) {
       config.task_id = task;
       config.num_tasks = options.num_tasks;
       config.token = options.token;
+      config.incarnation = options.incarnation;
       client::ClientCallbacks callbacks;
       callbacks.on_peer_change = [task](const client::TaskInfo& info) {
         if (info.state == client::TaskState::kFailed) {

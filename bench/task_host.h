@@ -9,8 +9,11 @@
 
 #include <string>
 
+#include "common/base/incarnation.h"
+
 namespace phalanx::bench {
 
+// Also the swarm host's (swarm_host.h).
 struct TaskHostOptions {
   std::string address;
   std::string token;
@@ -18,6 +21,7 @@ struct TaskHostOptions {
   int count = 1;
   int num_tasks = 1;
   int barriers = 0;
+  base::Incarnation incarnation = 0;  // every task's
 };
 
 int RunTaskHost(const TaskHostOptions& options);

@@ -91,9 +91,13 @@ class WireSessionServer::Connection final
       // Held back for one send at the end of the loop's batch, but never past a bound: a mass
       // failure handled on the loop thread fanned gigabytes into corked connections before any
       // send could apply the unread-output limit (3.3 GB at 16,384 tasks, issue 33). Past it
-      // the bytes go now, and the limit applies as to any write.
+      // the bytes go now, the limit applies as to any write, and the rest of the batch is held
+      // back again (the connection is in t_corked once).
       if (writer_.unsent_bytes() <= kMaxCorkedBytes) return;
       writer_.Uncork();
+      SendLocked();
+      if (!shut_) writer_.Cork();
+      return;
     }
     SendLocked();
   }
