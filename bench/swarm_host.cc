@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,6 +19,7 @@
 #include "bench/measure_util.h"
 #include "bench/write_line.h"
 #include "runtime/coordination/bearer.h"
+#include "runtime/coordination/peer_batch_codec.h"
 #include "runtime/coordination/wire_format.h"
 #include "runtime/proto/coordination.pb.h"
 
@@ -127,7 +130,15 @@ class Swarm {
       if (!message.ParseFromArray(frame.payload.data(), static_cast<int>(frame.payload.size()))) {
         return Fail("an unparsable frame");
       }
-      if (frame.stream == 0 || frame.stream > tasks_.size()) continue;
+      if (frame.stream == coord::kWireConnectionStream) {
+        if (!OnPeerBatch(message)) return false;
+        continue;
+      }
+      if (frame.stream > tasks_.size()) continue;
+      if (message.kind_case() == pb::WireServerFrame::kPeerBatchRef) {
+        if (!OnPeerBatchRef(message.peer_batch_ref())) return false;
+        continue;
+      }
       if (!OnFrame(frame.stream - 1, message)) return false;
     }
     in_.erase(0, at);
@@ -167,12 +178,44 @@ class Swarm {
       }
       if (b + 1 < options_.barriers) CallBarrier(k, b + 1);
     } else if (event.has_task_changed() && event.task_changed().state() == pb::TASK_STATE_FAILED) {
-      const int peer = event.task_changed().task_id();
-      if (++told_[peer] == opened_) {
-        WriteLine(absl::StrCat("TOLD peer=", peer, " tasks=", opened_, " t_us=", NowMicros()));
-      }
+      Told(event.task_changed().task_id());
     }
     return true;
+  }
+
+  // A peer batch defined on the connection: its failed tasks, kept as the client keeps batches.
+  bool OnPeerBatch(const pb::WireServerFrame& frame) {
+    if (!frame.has_peer_batch()) return true;
+    absl::StatusOr<std::vector<coord::SessionEvent>> events =
+        coord::DecodePeerBatch(frame.peer_batch());
+    if (!events.ok()) return Fail(events.status().message());
+    std::vector<int> failed;
+    for (const coord::SessionEvent& event : *events) {
+      const auto* info = std::get_if<coord::TaskInfo>(&event);
+      if (info != nullptr && info->state == coord::TaskState::kFailed) {
+        failed.push_back(info->task_id);
+      }
+    }
+    peer_batches_.emplace_back(frame.peer_batch().id(), std::move(failed));
+    if (peer_batches_.size() > coord::kWirePeerBatchesKept) peer_batches_.pop_front();
+    return true;
+  }
+
+  // A task heard a peer batch.
+  bool OnPeerBatchRef(uint64_t id) {
+    for (const auto& [batch, failed] : peer_batches_) {
+      if (batch != id) continue;
+      for (int peer : failed) Told(peer);
+      return true;
+    }
+    return Fail(absl::StrCat("the coordinator named peer batch ", id, ", which it did not send"));
+  }
+
+  // One more task heard that `peer` failed.
+  void Told(int peer) {
+    if (++told_[peer] == opened_) {
+      WriteLine(absl::StrCat("TOLD peer=", peer, " tasks=", opened_, " t_us=", NowMicros()));
+    }
   }
 
   void CallBarrier(int k, int b) {
@@ -216,6 +259,8 @@ class Swarm {
   std::vector<Task> tasks_;             // index k is stream k + 1
   std::vector<int> passed_;             // barrier b + 1 → tasks that passed it
   absl::flat_hash_map<int, int> told_;  // failed peer → tasks told so far
+  // The peer batches defined on the connection (id, failed tasks), oldest first.
+  std::deque<std::pair<uint64_t, std::vector<int>>> peer_batches_;
   int opened_ = 0;
   bool magic_seen_ = false;
   std::string in_;

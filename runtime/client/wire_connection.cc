@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/tcp_dial.h"
+#include "runtime/coordination/peer_batch_codec.h"
 #include "runtime/coordination/wire_format.h"
 
 namespace phalanx::client {
@@ -275,7 +276,17 @@ absl::Status WireConnection::ReadUntilEnd() {
       if (!message.ParseFromArray(frame.payload.data(), frame.payload.size())) {
         return absl::UnavailableError("session wire: malformed frame from the coordinator");
       }
-      Route(frame.stream, std::move(message));
+      if (frame.stream == coord::kWireConnectionStream) {
+        if (absl::Status handled = OnConnectionFrame(message); !handled.ok()) return handled;
+      } else if (message.kind_case() == pb::WireServerFrame::kPeerBatchRef) {
+        if (absl::Status routed = RoutePeerBatch(frame.stream, message.peer_batch_ref());
+            !routed.ok()) {
+          return routed;
+        }
+      } else {
+        const bool last = message.has_end();
+        Route(frame.stream, last, [&](Receiver& receiver) { receiver.OnFrame(std::move(message)); });
+      }
       continue;
     }
     if (corked) {
@@ -301,7 +312,37 @@ absl::Status WireConnection::ReadUntilEnd() {
   }
 }
 
-void WireConnection::Route(uint32_t stream, pb::WireServerFrame frame) {
+absl::Status WireConnection::OnConnectionFrame(const pb::WireServerFrame& frame) {
+  if (!frame.has_peer_batch()) return absl::OkStatus();  // a newer coordinator's: not for us
+  absl::StatusOr<std::vector<coord::SessionEvent>> events =
+      coord::DecodePeerBatch(frame.peer_batch());
+  if (!events.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("session wire: malformed peer batch from the coordinator: ",
+                     events.status().message()));
+  }
+  peer_batches_.emplace_back(
+      frame.peer_batch().id(),
+      std::make_shared<const std::vector<coord::SessionEvent>>(*std::move(events)));
+  if (peer_batches_.size() > coord::kWirePeerBatchesKept) peer_batches_.pop_front();
+  return absl::OkStatus();
+}
+
+absl::Status WireConnection::RoutePeerBatch(uint32_t stream, uint64_t id) {
+  auto it = std::find_if(peer_batches_.begin(), peer_batches_.end(),
+                         [id](const auto& batch) { return batch.first == id; });
+  if (it == peer_batches_.end()) {
+    // Its events would be lost: end the connection so its tasks register afresh.
+    return absl::UnavailableError(absl::StrCat(
+        "session wire: the coordinator named peer batch ", id, ", which it did not send"));
+  }
+  // Held here: the receiver runs without this thread's bookkeeping in the way.
+  const std::shared_ptr<const std::vector<coord::SessionEvent>> events = it->second;
+  Route(stream, /*last=*/false, [&](Receiver& receiver) { receiver.OnPeerEvents(*events); });
+  return absl::OkStatus();
+}
+
+void WireConnection::Route(uint32_t stream, bool last, absl::FunctionRef<void(Receiver&)> deliver) {
   Receiver* receiver;
   {
     absl::MutexLock lock(&mu_);
@@ -310,8 +351,7 @@ void WireConnection::Route(uint32_t stream, pb::WireServerFrame frame) {
     receiver = it->second.receiver;
     ++it->second.delivering;
   }
-  const bool last = frame.has_end();
-  receiver->OnFrame(std::move(frame));
+  deliver(*receiver);
   absl::MutexLock lock(&mu_);
   auto it = streams_.find(stream);
   if (--it->second.delivering == 0 && last) streams_.erase(it);

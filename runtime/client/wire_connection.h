@@ -25,11 +25,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -38,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "runtime/coordination/coalescing_writer.h"
+#include "runtime/coordination/types.h"
 #include "runtime/proto/coordination.pb.h"
 
 namespace phalanx::client {
@@ -49,6 +53,9 @@ class WireConnection {
     virtual ~Receiver() = default;
     // A frame for this stream. After an `end` frame nothing more comes.
     virtual void OnFrame(coord::v1::WireServerFrame frame) = 0;
+    // The stream's next events: a peer batch (membership changes, error reports) the
+    // connection received once for all of its streams (WirePeerBatch).
+    virtual void OnPeerEvents(const std::vector<coord::SessionEvent>& events) = 0;
     // The connection ended (`status` says why); nothing more comes.
     virtual void OnConnectionEnd(const absl::Status& status) = 0;
   };
@@ -107,7 +114,12 @@ class WireConnection {
   void Flush() ABSL_UNLOCK_FUNCTION(write_mu_);
   void ReadLoop();
   absl::Status ReadUntilEnd();
-  void Route(uint32_t stream, coord::v1::WireServerFrame frame);
+  // Hands `frame` to its stream's receiver (`deliver`), if the stream is still attached.
+  void Route(uint32_t stream, bool last, absl::FunctionRef<void(Receiver&)> deliver);
+  // Handles a frame of the connection stream (a peer batch's definition).
+  absl::Status OnConnectionFrame(const coord::v1::WireServerFrame& frame);
+  // The stream's events are those of peer batch `id`.
+  absl::Status RoutePeerBatch(uint32_t stream, uint64_t id);
   void EndAll(const absl::Status& status);
 
   const std::string address_;
@@ -115,6 +127,10 @@ class WireConnection {
   std::atomic<int64_t> last_read_micros_{std::numeric_limits<int64_t>::min()};
   int fd_ = -1;  // set once when the dial succeeds (under mu_), constant after
   std::thread reader_;
+  // The peer batches defined on the connection, oldest first (reader thread only): the last
+  // kWirePeerBatchesKept, as the coordinator counts them.
+  std::deque<std::pair<uint64_t, std::shared_ptr<const std::vector<coord::SessionEvent>>>>
+      peer_batches_;
 
   absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kDialling;

@@ -169,15 +169,22 @@ void WireSessionStream::OnFrame(pb::WireServerFrame frame) {
   }
   if (!frame.has_event()) return;
   std::optional<coord::SessionEvent> event = coord::FromProto(frame.event());
-  if (!event.has_value()) return;
+  if (event.has_value()) Deliver(*std::move(event));
+}
+
+void WireSessionStream::OnPeerEvents(const std::vector<coord::SessionEvent>& events) {
+  for (const coord::SessionEvent& event : events) Deliver(event);
+}
+
+void WireSessionStream::Deliver(coord::SessionEvent event) {
   {
     absl::MutexLock lock(&mu_);
     if (!started_) {
-      pending_.push_back(*std::move(event));
+      pending_.push_back(std::move(event));
       return;
     }
   }
-  sink_.OnSessionEvent(*std::move(event));
+  sink_.OnSessionEvent(std::move(event));
 }
 
 void WireSessionStream::OnConnectionEnd(const absl::Status& status) { End(status); }

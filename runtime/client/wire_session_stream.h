@@ -68,7 +68,10 @@ class WireSessionStream final : public SessionStream, private WireConnection::Re
         sink_(sink) {}
   // WireConnection::Receiver (the reader thread).
   void OnFrame(coord::v1::WireServerFrame frame) override;
+  void OnPeerEvents(const std::vector<coord::SessionEvent>& events) override;
   void OnConnectionEnd(const absl::Status& status) override;
+  // Queued until Start(), then handed to the sink.
+  void Deliver(coord::SessionEvent event);
   // The session is over (`status`): told to the sink once, if Start() handed it the stream.
   void End(absl::Status status);
   void Send(const coord::v1::SessionRequest& request);

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/notification.h"
 #include "common/auth/credentials.h"
 #include "common/testing/eventually.h"
@@ -22,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "runtime/client/coordination_client_impl.h"
 #include "runtime/client/test_coordinator.h"
+#include "runtime/coordination/peer_batch_codec.h"
 #include "runtime/coordination/wire_format.h"
 #include "runtime/proto/coordination.pb.h"
 
@@ -77,6 +80,8 @@ class RawWire {
   }
   // The stream of the frame Next() returned last.
   uint32_t last_stream() const { return last_stream_; }
+  // Bytes received so far.
+  size_t bytes_read() const { return bytes_read_; }
   // The server's magic, then its next frame; nullopt when the connection ends first.
   std::optional<pb::WireServerFrame> Next() {
     if (!magic_seen_) {
@@ -97,11 +102,16 @@ class RawWire {
       if (!Fill(in_.size() + 1)) return std::nullopt;
     }
   }
-  // The next frame that is not a peer's state change (those come whenever a peer moves).
+  // The next frame that is not a peer's state change (those come whenever a peer moves, as a
+  // peer batch and its name, or as an event).
   std::optional<pb::WireServerFrame> NextOwn() {
     while (true) {
       std::optional<pb::WireServerFrame> frame = Next();
-      if (!frame || !frame->event().has_task_changed()) return frame;
+      if (!frame) return frame;
+      if (!frame->event().has_task_changed() && !frame->has_peer_batch() &&
+          !frame->has_peer_batch_ref()) {
+        return frame;
+      }
     }
   }
   // True when the server has closed the connection (reads end without an error or timeout).
@@ -121,12 +131,14 @@ class RawWire {
       const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
       if (n <= 0) return false;
       in_.append(buffer, n);
+      bytes_read_ += n;
     }
     return true;
   }
 
   int fd_ = -1;
   std::string in_;
+  size_t bytes_read_ = 0;
   bool magic_sent_ = false;
   bool magic_seen_ = false;
   uint32_t last_stream_ = 0;
@@ -330,6 +342,71 @@ TEST(SessionWire, StreamsOfOneConnection_EndOneByOne_TheConnectionsEndEndsAllOfT
                snapshot.tasks[2].state == TaskState::kFailed;
       },
       absl::Seconds(2)));
+}
+
+// A mass failure is told to every survivor, but it crosses each connection once: the batch is
+// defined on the connection stream and each stream names it (~16 bytes), instead of every stream
+// carrying one event per failed peer (O(tasks²) bytes: half of 4,096 tasks failing cut the
+// survivors' connections as slow readers, issue 33).
+TEST(SessionWire, APeerBatch_CrossesAConnectionOnce_AndEveryStreamNamesIt) {
+  constexpr uint32_t kSurvivors = 16;
+  constexpr int kFailing = 48;
+  Coordinator coordinator(kSurvivors + kFailing);
+  RawWire survivors(coordinator.port());
+  std::optional<RawWire> failing(std::in_place, coordinator.port());
+  auto open_all = [](RawWire& wire, int first, int count) {
+    for (int k = 0; k < count; ++k) {
+      wire.Hello(kToken, first + k, /*stream=*/k + 1);
+      wire.SendFrame(Open(first + k), k + 1);
+    }
+    int opened = 0;
+    while (opened < count) {
+      std::optional<pb::WireServerFrame> frame = wire.Next();
+      ASSERT_TRUE(frame.has_value());
+      if (frame->event().has_opened()) ++opened;
+    }
+  };
+  open_all(survivors, 0, kSurvivors);
+  open_all(*failing, kSurvivors, kFailing);
+  const size_t before = survivors.bytes_read();
+  failing.reset();  // the process dies: its 48 tasks fail at once
+
+  absl::flat_hash_map<uint64_t, std::vector<int>> defined;    // batch → failed tasks in it
+  absl::flat_hash_map<uint64_t, int> definitions;             // batch → times defined
+  std::vector<absl::flat_hash_set<int>> told(kSurvivors + 1);  // stream → failed peers named
+  size_t fully_told = 0;
+  while (fully_told < kSurvivors) {
+    std::optional<pb::WireServerFrame> frame = survivors.Next();
+    ASSERT_TRUE(frame.has_value());
+    const uint32_t stream = survivors.last_stream();
+    ASSERT_FALSE(frame->event().has_task_changed()) << "a peer event sent on stream " << stream;
+    if (frame->has_peer_batch()) {
+      EXPECT_EQ(stream, coord::kWireConnectionStream);
+      absl::StatusOr<std::vector<coord::SessionEvent>> events =
+          coord::DecodePeerBatch(frame->peer_batch());
+      ASSERT_TRUE(events.ok()) << events.status();
+      ++definitions[frame->peer_batch().id()];
+      for (const coord::SessionEvent& event : *events) {
+        const auto* info = std::get_if<coord::TaskInfo>(&event);
+        if (info != nullptr && info->state == TaskState::kFailed) {
+          defined[frame->peer_batch().id()].push_back(info->task_id);
+        }
+      }
+    } else if (frame->has_peer_batch_ref()) {
+      ASSERT_TRUE(defined.contains(frame->peer_batch_ref())) << "named before it was defined";
+      for (int peer : defined[frame->peer_batch_ref()]) {
+        if (told[stream].insert(peer).second && told[stream].size() == kFailing) ++fully_told;
+      }
+    }
+  }
+  for (const auto& [id, times] : definitions) EXPECT_EQ(times, 1) << "batch " << id;
+  // Every survivor stream heard of every failed peer; what crossed the connection is a few
+  // batches, not 16 × 48 events of ~90 bytes.
+  const size_t received = survivors.bytes_read() - before;
+  EXPECT_LT(received, size_t{kSurvivors} * kFailing * 90 / 4) << received << " bytes";
+  for (uint32_t stream = 1; stream <= kSurvivors; ++stream) {
+    EXPECT_EQ(told[stream].size(), static_cast<size_t>(kFailing)) << "stream " << stream;
+  }
 }
 
 TEST(SessionWire, ASilentConnection_IsClosedAsUnauthenticated_AHelloedOneIsNot) {

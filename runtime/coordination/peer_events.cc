@@ -11,17 +11,18 @@ void PeerEventCoalescer::Add(SessionEvent event) {
   pending_.push_back(std::move(event));
 }
 
-std::shared_ptr<const std::vector<SessionEvent>> PeerEventCoalescer::Take() {
+std::shared_ptr<const PeerBatch> PeerEventCoalescer::Take() {
   if (pending_.empty()) return nullptr;
-  auto batch = std::make_shared<std::vector<SessionEvent>>();
-  batch->reserve(pending_.size());
+  auto batch = std::make_shared<PeerBatch>();
+  batch->id = ++last_batch_id_;
+  batch->events.reserve(pending_.size());
   for (size_t i = 0; i < pending_.size(); ++i) {
     // A task that changed twice before this batch: peers get its latest state only.
     if (const auto* info = std::get_if<TaskInfo>(&pending_[i]);
         info != nullptr && latest_info_[info->task_id] != i) {
       continue;
     }
-    batch->push_back(std::move(pending_[i]));
+    batch->events.push_back(std::move(pending_[i]));
   }
   pending_.clear();
   latest_info_.clear();

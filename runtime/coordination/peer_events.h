@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "runtime/coordination/peer_batch.h"
 #include "runtime/coordination/types.h"
 
 namespace phalanx::coord {
@@ -33,7 +34,7 @@ class PeerEventCoalescer {
   void Hold() { holding_ = true; }
   // The kept events in order (superseded TaskInfos dropped), or nullptr when there are none.
   // Holds until EndTick().
-  std::shared_ptr<const std::vector<SessionEvent>> Take();
+  std::shared_ptr<const PeerBatch> Take();
   // A tick is over: the next event goes out at once again.
   void EndTick() { holding_ = false; }
 
@@ -41,6 +42,7 @@ class PeerEventCoalescer {
   std::vector<SessionEvent> pending_;
   absl::flat_hash_map<int, size_t> latest_info_;  // task id → index of its newest TaskInfo
   bool holding_ = false;
+  uint64_t last_batch_id_ = 0;
 };
 
 }  // namespace phalanx::coord

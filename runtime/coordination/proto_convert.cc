@@ -3,7 +3,6 @@
 #include "runtime/coordination/error_details.h"
 
 namespace phalanx::coord {
-namespace {
 
 pb::TaskState ToProto(TaskState state) {
   switch (state) {
@@ -31,8 +30,6 @@ TaskState FromProto(pb::TaskState state) {
       return TaskState::kUnregistered;
   }
 }
-
-}  // namespace
 
 absl::Time FromUnixMicrosOrInfinite(int64_t micros) {
   return micros <= 0 ? absl::InfiniteFuture() : absl::FromUnixMicros(micros);

@@ -11,6 +11,8 @@ namespace phalanx::coord {
 
 namespace pb = ::phalanx::coord::v1;
 
+pb::TaskState ToProto(TaskState state);
+TaskState FromProto(pb::TaskState state);
 pb::TaskRef ToProto(const TaskRef& ref);
 TaskRef FromProto(const pb::TaskRef& ref);
 pb::TaskInfo ToProto(const TaskInfo& info);
@@ -25,5 +27,7 @@ std::optional<SessionEvent> FromProto(const pb::SessionEvent& event);
 
 absl::Time FromUnixMicrosOrInfinite(int64_t micros);
 int64_t ToUnixMicrosOrZero(absl::Time time);
+// For instants that may not have happened yet (0 on the wire).
+absl::Time MicrosOrInfinitePast(int64_t micros);
 
 }  // namespace phalanx::coord

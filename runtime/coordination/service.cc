@@ -726,7 +726,7 @@ void CoordinationService::TellPeersLocked(SessionEvent event, Completions& out) 
 }
 
 void CoordinationService::FlushPeerEventsLocked(Completions& out) {
-  std::shared_ptr<const std::vector<SessionEvent>> batch = peer_events_.Take();
+  std::shared_ptr<const PeerBatch> batch = peer_events_.Take();
   if (batch == nullptr) return;
   for (TaskTable::Task& task : tasks_) {
     if (task.outbox == nullptr) continue;

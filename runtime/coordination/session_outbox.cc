@@ -18,11 +18,11 @@ void SessionOutbox::Push(SessionEvent event) {
   queue_.push_back(std::move(event));
 }
 
-void SessionOutbox::PushShared(std::shared_ptr<const std::vector<SessionEvent>> events) {
-  if (events == nullptr || events->empty()) return;
+void SessionOutbox::PushShared(std::shared_ptr<const PeerBatch> batch) {
+  if (batch == nullptr || batch->events.empty()) return;
   absl::MutexLock lock(&queue_mu_);
   if (close_status_.has_value()) return;
-  queue_.push_back(SharedBatch{std::move(events), 0});
+  queue_.push_back(SharedBatch{std::move(batch), 0});
 }
 
 void SessionOutbox::Close(absl::Status status) {
@@ -40,14 +40,27 @@ void SessionOutbox::Notify() {
 std::optional<SessionEvent> SessionOutbox::Pop() {
   absl::MutexLock lock(&queue_mu_);
   if (queue_.empty()) return std::nullopt;
-  if (auto* batch = std::get_if<SharedBatch>(&queue_.front())) {
-    SessionEvent event = (*batch->events)[batch->next++];
-    if (batch->next == batch->events->size()) queue_.pop_front();
+  if (auto* shared = std::get_if<SharedBatch>(&queue_.front())) {
+    SessionEvent event = shared->batch->events[shared->next++];
+    if (shared->next == shared->batch->events.size()) queue_.pop_front();
     return event;
   }
   SessionEvent event = std::move(std::get<SessionEvent>(queue_.front()));
   queue_.pop_front();
   return event;
+}
+
+std::optional<SessionOutbox::Entry> SessionOutbox::PopEntry() {
+  absl::MutexLock lock(&queue_mu_);
+  if (queue_.empty()) return std::nullopt;
+  Entry entry;
+  if (auto* shared = std::get_if<SharedBatch>(&queue_.front())) {
+    entry = std::move(shared->batch);
+  } else {
+    entry = std::move(std::get<SessionEvent>(queue_.front()));
+  }
+  queue_.pop_front();
+  return entry;
 }
 
 bool SessionOutbox::Empty() {

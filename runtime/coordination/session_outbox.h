@@ -8,9 +8,9 @@
 // transport because either may outlive the other. Thread-safe.
 //
 // A batch of events for every session (PushShared: membership changes and error reports) is one
-// queued entry holding a pointer to a batch every session shares; Pop() hands its events out one
-// by one, so the stream carries the same events as before while a mass failure is held in
-// memory once.
+// queued entry holding a pointer to a batch every session shares (peer_batch.h): a mass failure
+// is held in memory once. Pop() hands its events out one by one (a gRPC stream carries each);
+// PopEntry() hands out the whole batch (the session wire sends it once per connection).
 #pragma once
 
 #include <deque>
@@ -22,6 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/coordination/peer_batch.h"
 #include "runtime/coordination/types.h"
 
 namespace phalanx::coord {
@@ -41,14 +42,17 @@ class SessionOutbox {
 
   // Producer side (the service).
   void Push(SessionEvent event);
-  // Queues every event of `events` (never modified after) as one entry.
-  void PushShared(std::shared_ptr<const std::vector<SessionEvent>> events);
+  // Queues every event of `batch` as one entry.
+  void PushShared(std::shared_ptr<const PeerBatch> batch);
   // Ends the session once the queued events are drained; `status` is what the stream ends with.
   void Close(absl::Status status);
   void Notify();
 
-  // Consumer side (the transport).
+  // Consumer side (the transport): Pop() or PopEntry(), not both.
   std::optional<SessionEvent> Pop();
+  // The next entry: an event, or a whole shared batch.
+  using Entry = std::variant<SessionEvent, std::shared_ptr<const PeerBatch>>;
+  std::optional<Entry> PopEntry();
   // True when nothing is queued (the transport coalesces writes while more are waiting).
   bool Empty();
   // How many entries are queued (memory accounting and tests).
@@ -62,7 +66,7 @@ class SessionOutbox {
 
   absl::Mutex queue_mu_ ABSL_ACQUIRED_AFTER(attach_mu_);
   struct SharedBatch {
-    std::shared_ptr<const std::vector<SessionEvent>> events;
+    std::shared_ptr<const PeerBatch> batch;
     size_t next = 0;  // the first event not yet popped
   };
   std::deque<std::variant<SessionEvent, SharedBatch>> queue_ ABSL_GUARDED_BY(queue_mu_);

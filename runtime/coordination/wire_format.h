@@ -20,12 +20,20 @@ namespace phalanx::coord {
 
 // What each side sends first. The first byte tells the coordinator's listener a wire
 // connection from gRPC (HTTP/2 starts with 'P', TLS with 0x16); the last is the version (2:
-// streams). A coordinator answers any magic with its own, so a client of another version learns
+// streams; 3: peer events once per connection, WirePeerBatch). A coordinator answers any magic with its own, so a client of another version learns
 // it should use gRPC.
-inline constexpr char kWireMagic[4] = {'\xF0', 'P', 'W', '\x02'};
+inline constexpr char kWireMagic[4] = {'\xF0', 'P', 'W', '\x03'};
 inline constexpr std::string_view kWireMagicView(kWireMagic, sizeof(kWireMagic));
 inline constexpr unsigned char kWireFirstByte = 0xF0;
 inline constexpr size_t kWireHeaderBytes = 8;
+// Peer batches (WirePeerBatch) each side keeps per connection: the last ones defined, the
+// oldest forgotten first. Both sides count the same frames in the same order, so a stream's
+// name for a batch (peer_batch_ref) always finds it; the coordinator defines a batch again for
+// a stream that names it after it was forgotten.
+inline constexpr size_t kWirePeerBatchesKept = 8;
+// The stream of connection-wide frames (peer batch definitions): the client numbers its
+// streams from 1.
+inline constexpr uint32_t kWireConnectionStream = 0;
 
 namespace wire_internal {
 inline void PutBigEndian32(uint32_t value, unsigned char* p) {

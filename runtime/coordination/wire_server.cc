@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <optional>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "common/base/log.h"
 #include "runtime/coordination/coalescing_writer.h"
 #include "runtime/coordination/error_details.h"
+#include "runtime/coordination/peer_batch_codec.h"
 #include "runtime/coordination/proto_convert.h"
 #include "runtime/coordination/session_calls.h"
 #include "runtime/coordination/session_outbox.h"
@@ -40,6 +42,28 @@ pb::WireServerFrame EndFrame(const absl::Status& status) {
   pb::WireServerFrame frame;
   StatusToFields(status, *frame.mutable_end());
   return frame;
+}
+
+void AppendEvent(const SessionEvent& event, std::string& frames, uint32_t stream) {
+  pb::WireServerFrame frame;
+  *frame.mutable_event() = ToProto(event);
+  AppendFrame(frame, stream, frames);
+}
+
+// The largest peer batch sent as one frame: well under the client's largest frame (16 MiB).
+constexpr size_t kMaxPeerBatchFrameBytes = 4 << 20;
+
+// `batch`'s definition frame on the connection stream, encoded once for every connection; empty
+// when it is too big for one frame.
+const std::string& PeerBatchDefinition(const PeerBatch& batch) {
+  return batch.EncodedOnce([&] {
+    pb::WireServerFrame frame;
+    *frame.mutable_peer_batch() = EncodePeerBatch(batch.id, batch.events);
+    std::string bytes;
+    AppendFrame(frame, kWireConnectionStream, bytes);
+    if (bytes.size() > kMaxPeerBatchFrameBytes) bytes.clear();
+    return bytes;
+  });
 }
 
 }  // namespace
@@ -81,6 +105,44 @@ class WireSessionServer::Connection final
   void Write(std::string_view bytes, bool last) {
     absl::MutexLock lock(&mu_);
     if (closed_ || shut_) return;
+    AppendLocked(bytes, last);
+  }
+  // Writes `before` (a stream's earlier frames), then `definition` (peer batch `id`'s frame on
+  // the connection stream) unless the client still holds that batch, then `ref` (the stream's
+  // name for it): the batch crosses the connection once however many of its streams hear it.
+  void WritePeerBatch(uint64_t id, std::string_view definition, std::string before,
+                      std::string_view ref) {
+    absl::MutexLock lock(&mu_);
+    if (closed_ || shut_) return;
+    // The client keeps the last kWirePeerBatchesKept definitions, as this list does.
+    if (std::find(defined_batches_.begin(), defined_batches_.end(), id) ==
+        defined_batches_.end()) {
+      before.append(definition);
+      defined_batches_.push_back(id);
+      if (defined_batches_.size() > kWirePeerBatchesKept) defined_batches_.pop_front();
+    }
+    before.append(ref);
+    AppendLocked(before, /*last=*/false);
+  }
+  void Send(const pb::WireServerFrame& frame, uint32_t stream, bool last) {
+    std::string bytes;
+    AppendFrame(frame, stream, bytes);
+    Write(bytes, last);
+  }
+  // The socket has room again (loop thread).
+  void Flush() {
+    absl::MutexLock lock(&mu_);
+    writer_.Uncork();
+    if (!closed_ && !shut_) SendLocked();
+  }
+  // No write touches the descriptor after this returns.
+  void MarkClosed() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+
+ private:
+  void AppendLocked(std::string_view bytes, bool last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     writer_.Append(bytes);
     if (last) ending_write_ = true;
     if (t_corked != nullptr && !last) {
@@ -101,24 +163,6 @@ class WireSessionServer::Connection final
     }
     SendLocked();
   }
-  void Send(const pb::WireServerFrame& frame, uint32_t stream, bool last) {
-    std::string bytes;
-    AppendFrame(frame, stream, bytes);
-    Write(bytes, last);
-  }
-  // The socket has room again (loop thread).
-  void Flush() {
-    absl::MutexLock lock(&mu_);
-    writer_.Uncork();
-    if (!closed_ && !shut_) SendLocked();
-  }
-  // No write touches the descriptor after this returns.
-  void MarkClosed() {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-  }
-
- private:
   // Sends what the socket takes now, unless the loop holds this batch's writes back (the last
   // frame is never held: the connection is ending).
   void SendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -185,6 +229,8 @@ class WireSessionServer::Connection final
   bool ending_write_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // The peer batches the client holds, oldest first (WirePeerBatch).
+  std::deque<uint64_t> defined_batches_ ABSL_GUARDED_BY(mu_);
 };
 
 // One task's session on a connection, from its accepted hello on. Its outbox's events are
@@ -207,10 +253,24 @@ class WireSessionServer::Stream final : public SessionOutbox::Listener {
 
   void OnOutboxReady() override {
     std::string frames;
-    while (std::optional<SessionEvent> event = outbox_->Pop()) {
-      pb::WireServerFrame frame;
-      *frame.mutable_event() = ToProto(*event);
-      AppendFrame(frame, id_, frames);
+    while (std::optional<SessionOutbox::Entry> entry = outbox_->PopEntry()) {
+      if (auto* event = std::get_if<SessionEvent>(&*entry)) {
+        AppendEvent(*event, frames, id_);
+        continue;
+      }
+      const PeerBatch& batch = *std::get<std::shared_ptr<const PeerBatch>>(*entry);
+      const std::string& definition = PeerBatchDefinition(batch);
+      if (definition.empty()) {
+        // Too big for one frame (thousands of long error reports): event by event, as gRPC.
+        for (const SessionEvent& event : batch.events) AppendEvent(event, frames, id_);
+        continue;
+      }
+      pb::WireServerFrame ref;
+      ref.set_peer_batch_ref(batch.id);
+      std::string ref_frame;
+      AppendFrame(ref, id_, ref_frame);
+      connection_.WritePeerBatch(batch.id, definition, std::move(frames), ref_frame);
+      frames.clear();
     }
     // The session's end: the task answers by closing the stream (the loop frees it meanwhile).
     std::optional<absl::Status> final_status = outbox_->FinalStatus();

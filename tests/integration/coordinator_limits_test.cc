@@ -377,7 +377,7 @@ TEST(CoordinatorLimits, AThousandUnauthenticatedPeersParkingBytes_CostLittle_And
   std::shared_ptr<grpc::Channel> task = FreshChannel(c.grpc_port);
   ASSERT_TRUE(Register(*task).ok());
   // A frame header announcing nearly the 4 MiB a frame may have, on stream 1, then 2 MiB of it.
-  std::string parked("\xf0PW\x02", 4);
+  std::string parked("\xf0PW\x03", 4);
   const uint32_t announced = (4 << 20) - 64;
   for (int shift : {24, 16, 8, 0}) parked.push_back(static_cast<char>((announced >> shift) & 0xff));
   parked.append(std::string("\x00\x00\x00\x01", 4));
