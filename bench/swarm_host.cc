@@ -188,7 +188,7 @@ class Swarm {
     if (!frame.has_peer_batch()) return true;
     absl::StatusOr<std::vector<coord::SessionEvent>> events =
         coord::DecodePeerBatch(frame.peer_batch());
-    if (!events.ok()) return Fail(events.status().message());
+    if (!events.ok()) return Fail(events.status().ToString());
     std::vector<int> failed;
     for (const coord::SessionEvent& event : *events) {
       const auto* info = std::get_if<coord::TaskInfo>(&event);
