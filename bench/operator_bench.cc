@@ -28,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/bench_util.h"
+#include "bench/standin_coordinators.h"
 #include "common/base/process_init.h"
 #include "common/kube/cluster_config.h"
 #include "common/kube/object_meta.h"
@@ -50,6 +51,9 @@ ABSL_FLAG(absl::Duration, idle, absl::Seconds(30), "scale: idle window for the C
 ABSL_FLAG(absl::Duration, settle, absl::Seconds(30), "scale: wait before the idle window");
 ABSL_FLAG(int, kills, 5, "replace: tasks killed, one at a time");
 ABSL_FLAG(std::string, only, "", "comma-separated subset: scale,replace");
+ABSL_FLAG(bool, stand_in_coordinators, true,
+          "scale: answer the operator's job-state watch on every coordinator port, as running "
+          "coordinators do (false: the coordinators are unreachable)");
 ABSL_FLAG(std::string, backend, "builtin",
           "the local cluster's back end: builtin (the figures in docs/benchmarks.md), real (etcd + "
           "kube-apiserver sharing the machine's cores) or auto");
@@ -181,12 +185,26 @@ void RunScale(Results& r) {
   // Pod IPs, not Service DNS names: the operator's coordinator channels (to coordinators that
   // do not run here) stay on 127.0.0.1 instead of asking the machine's resolver.
   const int port_base = 20000 + static_cast<int>(getpid() % 4000) * 2;
+  // A coordinator port for every job, with room to spare (the operator hashes jobs into them).
+  const int port_slots = std::max(64, r.jobs + r.jobs / 4);
+  // Every job's coordinator answers the operator's watch, as in a running fleet
+  // (standin_coordinators.h); --stand_in_coordinators=false leaves them unreachable.
+  std::unique_ptr<StandInCoordinators> stand_in;
+  if (absl::GetFlag(FLAGS_stand_in_coordinators)) {
+    stand_in = StandInCoordinators::Start(port_base, port_slots);
+    if (stand_in == nullptr) {
+      std::fprintf(stderr, "scale: cannot listen on the %d stand-in coordinator ports from %d\n",
+                   port_slots, port_base);
+      return;
+    }
+  }
   std::unique_ptr<Stack> stack = Stack::Start(
       "scale",
       {"--nodes", "0", "--simulated-nodes", absl::StrCat(absl::GetFlag(FLAGS_simulated_nodes))},
-      // The simulated coordinators never answer: task pods may not wait for them to.
+      // Task pods wait for the coordinator's first answer, as by default, unless none comes.
       {"--coordinator_address", "pod-ip", "--coordinator_port_base", absl::StrCat(port_base),
-       "--task_pods_wait_for_coordinator=false"});
+       "--coordinator_port_span", absl::StrCat(2 * port_slots),
+       absl::StrCat("--task_pods_wait_for_coordinator=", stand_in != nullptr)});
   if (stack == nullptr) return;
   std::fprintf(stderr, "scale: creating %d jobs x %d tasks on simulated nodes\n", r.jobs, r.tasks);
   const absl::Time start = absl::Now();
@@ -242,8 +260,8 @@ void RunScale(Results& r) {
                r.create_all_pods_s);
   r.api_requests_per_job =
       SumOfMetric(stack->Metrics(), "phalanx_operator_api_requests_total") / r.jobs;
-  // Let the last status writes and the coordinator channels' first back-off steps settle (the
-  // simulated coordinators never answer), then measure the quiet.
+  // Let the last status writes and the coordinator links' first polls settle, then measure the
+  // quiet.
   absl::SleepFor(absl::GetFlag(FLAGS_settle));
   const absl::Duration idle = absl::GetFlag(FLAGS_idle);
   std::fprintf(stderr, "scale: measuring operator CPU over %.0f s with nothing changing\n",

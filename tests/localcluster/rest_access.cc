@@ -97,9 +97,7 @@ absl::StatusOr<std::vector<WatchEvent>> RestAccess::PodEventsSince(uint64_t sinc
     return absl::OutOfRangeError("pod events older than the kept history");
   }
   std::vector<WatchEvent> events;
-  for (const WatchEvent& e : history_) {
-    if (e.resource_version > since) events.push_back(e);
-  }
+  events.assign(FirstEventAfter(history_, since), history_.end());
   return events;
 }
 

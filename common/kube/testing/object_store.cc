@@ -382,10 +382,9 @@ absl::StatusOr<std::vector<WatchEvent>> ObjectStore::EventsSince(const std::stri
         absl::StrCat("too old resource version: ", since, " (", oldest_retained_, ")"));
   }
   std::vector<WatchEvent> events;
-  for (const WatchEvent& e : history_) {
-    if (e.resource_version <= since || e.resource != resource) continue;
-    if (!ns.empty() && e.ns != ns) continue;
-    events.push_back(e);
+  for (auto e = FirstEventAfter(history_, since); e != history_.end(); ++e) {
+    if (e->resource != resource || (!ns.empty() && e->ns != ns)) continue;
+    events.push_back(*e);
   }
   return events;
 }
