@@ -57,12 +57,26 @@ Informer::~Informer() { Stop(); }
 
 void Informer::AddIndex(const std::string& name, IndexFunc index) {
   absl::MutexLock lock(&mu_);
-  if (started_) {
+  if (index_funcs_.contains(name)) {
     PHX_LOG(ERROR) << "informer " << resource_.Qualified() << ": index " << name
-                   << " added after Start() is ignored";
+                   << " added twice: the second is ignored";
     return;
   }
+  // Objects cached already are filed now, under the same lock as every later change.
+  auto& filed = indexes_[name];
+  for (const auto& [key, object] : objects_) {
+    for (const std::string& value : index(object)) filed[value].insert(key);
+  }
   index_funcs_[name] = std::move(index);
+}
+
+std::vector<std::string> Informer::IndexValues(const std::string& index_name) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> values;
+  auto index = indexes_.find(index_name);
+  if (index == indexes_.end()) return values;
+  for (const auto& [value, keys] : index->second) values.push_back(value);
+  return values;
 }
 
 void Informer::AddHandler(ResourceEventHandler handler) {

@@ -89,8 +89,8 @@ class Informer {
   Informer(const Informer&) = delete;
   Informer& operator=(const Informer&) = delete;
 
-  // Adds a custom index; call before Start() (later calls are ignored with a log line, since
-  // objects already cached would be missing from it).
+  // Adds a custom index, filing the objects cached so far at once (any time; a second index of
+  // the same name is ignored with a log line).
   void AddIndex(const std::string& name, IndexFunc index);
   // Any time; see the header comment for handlers added after Start().
   void AddHandler(ResourceEventHandler handler);
@@ -114,6 +114,9 @@ class Informer {
   void ForEach(absl::FunctionRef<void(const Json&)> visit) const;
   // Objects filed under `value` in index `index_name`; empty for an unknown index.
   std::vector<Json> ByIndex(const std::string& index_name, const std::string& value) const;
+  // The values of index `index_name` that some cached object is filed under (unordered; empty
+  // for an unknown index), without copying any object.
+  std::vector<std::string> IndexValues(const std::string& index_name) const;
 
   const Resource& resource() const { return resource_; }
   // The resourceVersion the next watch would start from ("" before the first list).

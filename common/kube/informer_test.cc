@@ -195,6 +195,32 @@ TEST_F(InformerTest, CustomIndex_AndLabelSelector) {
   EXPECT_THAT(Keys(informer.List()), ElementsAre("ns/x", "ns/z"));
 }
 
+// An index added after Start() files what is cached already (the reconciler adds its own to the
+// informers it is handed); IndexValues lists the values in use without copying an object.
+TEST_F(InformerTest, AnIndexAddedAfterStart_FilesTheCachedObjects_AndListsItsValues) {
+  CreatePod("ns", Pod("x", {}, "web"));
+  CreatePod("ns", Pod("y", {}, "db"));
+  Informer informer(client_, clock_, kPods, FastOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(kWait));
+  auto app = [](const Json& o) { return std::vector<std::string>{LabelsOf(o)["app"]}; };
+  informer.AddIndex("app", app);
+  EXPECT_THAT(Keys(informer.ByIndex("app", "web")), ElementsAre("ns/x"));
+  EXPECT_THAT(informer.IndexValues("app"), UnorderedElementsAre("web", "db"));
+  ASSERT_THAT(client_.Delete(kPods, "ns", "y", {}), IsOk());
+  ASSERT_THAT(client_.Create(kPods, "ns", Pod("z", {}, "cache")), IsOk());
+  EXPECT_TRUE(Eventually(
+      [&] {
+        std::vector<std::string> values = informer.IndexValues("app");
+        std::sort(values.begin(), values.end());
+        return values == std::vector<std::string>{"cache", "web"};
+      },
+      kWait));
+  informer.AddIndex("app", [](const Json&) { return std::vector<std::string>{"other"}; });
+  EXPECT_THAT(informer.ByIndex("app", "other"), IsEmpty()) << "the first index stays";
+  EXPECT_THAT(informer.IndexValues("unknown"), IsEmpty());
+}
+
 TEST_F(InformerTest, ExpiredResourceVersion_Relists_AndDeliversWhatWasMissed) {
   kube::fake::ObjectStore store(clock_, /*history_limit=*/5);
   kube::fake::FakeClient client(store);

@@ -19,6 +19,9 @@
 namespace phalanx::op {
 namespace {
 
+// Pods by the gRPC port of the coordinator they run (port-hash mode only: PlacementFor).
+constexpr char kCoordinatorPortIndex[] = "coordinator-port";
+
 bool IsOwnedBy(const Json& object, const std::string& uid) {
   std::optional<kube::OwnerReference> owner = kube::ControllerOf(object);
   return owner.has_value() && owner->uid == uid;
@@ -58,6 +61,14 @@ Reconciler::Reconciler(kube::Client& client, Informers informers, kube::EventRec
       link_(link) {
   if (options_.coordinator_port_base > 0) {
     ports_.emplace(options_.coordinator_port_base, options_.coordinator_port_span);
+    informers_.pods.AddIndex(kCoordinatorPortIndex, [](const Json& pod) {
+      std::vector<std::string> port;
+      if (kube::LabelsOf(pod)[kRoleLabel] != "coordinator") return port;
+      if (const int grpc_port = ViewOfPod(pod).grpc_port; grpc_port > 0) {
+        port.push_back(std::to_string(grpc_port));
+      }
+      return port;
+    });
   }
 }
 
@@ -75,13 +86,14 @@ CoordinatorPlacement Reconciler::PlacementFor(const std::string& key, const Json
     ports_->Keep(key, placement.port);
     return placement;
   }
-  const std::string uid = kube::MetaString(job, "uid");
-  std::set<int> taken;  // other jobs' coordinator pods
-  for (const Json& pod : informers_.pods.List()) {
-    if (kube::LabelsOf(pod)[kRoleLabel] != "coordinator" || IsOwnedBy(pod, uid)) continue;
-    if (int port = ViewOfPod(pod).grpc_port; port > 0) taken.insert(port);
+  // The ports other coordinator pods hold (this job's has none, or it was kept above). From an
+  // index: copying every cached pod here made each pass O(pods), the operator's creation of
+  // 1,000 jobs O(jobs²) (issue 33).
+  std::set<int> taken;
+  for (const std::string& port : informers_.pods.IndexValues(kCoordinatorPortIndex)) {
+    taken.insert(std::stoi(port));
   }
-  placement.port = ports_->Assign(key, uid, taken);
+  placement.port = ports_->Assign(key, kube::MetaString(job, "uid"), taken);
   return placement;
 }
 
