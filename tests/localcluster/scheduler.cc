@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -136,13 +137,90 @@ bool SelectorMatches(const Json& selector, const std::map<std::string, std::stri
   return true;
 }
 
-// How much `node` suits the pod's preferences (kube-scheduler's NodeAffinity and
-// InterPodAffinity scores, unnormalized): the weights of the preferred node affinity terms it
-// matches, less the weights of the preferred pod anti-affinity terms it would break (a matching
-// pod of the same namespace, not terminated, in the same topology domain). `pods` are the pods
-// bound to nodes; `nodes` all nodes (for the topology domains).
-int64_t Preference(const Json& pod, const Json& node, const std::vector<Json>& nodes,
-                   const std::vector<Json>& pods) {
+// ---- Required inter-pod affinity (kube-scheduler's InterPodAffinity filter, 1.28): a term names
+// pods (labelSelector; in the namespaces it lists or its namespaceSelector picks, else the
+// namespace of the pod that has the term) and a node label (topologyKey); the nodes sharing its
+// value are one domain. Namespaces are known here only by their kubernetes.io/metadata.name
+// label. ----
+
+using Labels = std::map<std::string, std::string>;
+
+std::vector<Json> RequiredTerms(const Json& pod, const char* kind) {
+  const Json& terms =
+      Array(AffinityOf(pod, kind), "requiredDuringSchedulingIgnoredDuringExecution");
+  return std::vector<Json>(terms.as_array().begin(), terms.as_array().end());
+}
+
+// A pod as the inter-pod rules read it, parsed once per pass: the rules look at every placed pod
+// for every pending one, and reading each placed pod's JSON there made a pass over thousands of
+// pods take minutes (8,000 task pods of the operator's 1,000-job bench, issue 33).
+struct PlacedPod {
+  std::string ns;
+  std::string node;  // "" while unbound
+  Labels labels;
+  bool terminated = false;
+  std::vector<Json> required_anti;  // its required pod anti-affinity terms
+};
+
+PlacedPod PlacedPodOf(const Json& pod) {
+  return PlacedPod{MetaString(pod, "namespace"), StringAt(pod, "spec.nodeName"),
+                   kube::LabelsOf(pod), IsTerminated(pod), RequiredTerms(pod, "podAntiAffinity")};
+}
+
+// Whether `other` (a pod on a node, not terminated) is one that `term`, of a pod in namespace
+// `ns`, names.
+bool TermNames(const Json& term, const std::string& ns, const PlacedPod& other) {
+  if (other.terminated) return false;
+  const Json& namespaces = Array(term, "namespaces");
+  const Json& namespace_selector = FieldOrNull(term, "namespaceSelector");
+  bool in_namespace = namespaces.size() == 0 && namespace_selector.is_null() && other.ns == ns;
+  for (const Json& n : namespaces.as_array()) {
+    in_namespace |= n.is_string() && n.as_string() == other.ns;
+  }
+  in_namespace |= SelectorMatches(namespace_selector, {{"kubernetes.io/metadata.name", other.ns}});
+  return in_namespace && SelectorMatches(FieldOrNull(term, "labelSelector"), other.labels);
+}
+
+// A preferred pod anti-affinity term of the pod being placed, with the values of its topology
+// key where a placed pod it names runs (gathered once per pod, not once per node).
+struct PreferredAnti {
+  int64_t weight = 0;
+  std::string key;
+  std::set<std::string> taken;
+};
+
+std::vector<PreferredAnti> PreferredAntiOf(const Json& pod,
+                                           const std::map<std::string, Labels>& labels_of,
+                                           const std::vector<PlacedPod>& placed) {
+  std::vector<PreferredAnti> out;
+  const std::string ns = MetaString(pod, "namespace");
+  for (const Json& term :
+       Array(AffinityOf(pod, "podAntiAffinity"), "preferredDuringSchedulingIgnoredDuringExecution")
+           .as_array()) {
+    const Json& weight = FieldOrNull(term, "weight");
+    if (!weight.is_integer()) continue;
+    const Json& affinity_term = FieldOrNull(term, "podAffinityTerm");
+    PreferredAnti anti{weight.as_integer(), StringAt(affinity_term, "topologyKey"), {}};
+    const Json& selector = FieldOrNull(affinity_term, "labelSelector");
+    for (const PlacedPod& other : placed) {
+      if (other.terminated || other.ns != ns) continue;
+      auto node = labels_of.find(other.node);
+      if (node == labels_of.end()) continue;
+      auto value = node->second.find(anti.key);
+      if (value == node->second.end() || anti.taken.contains(value->second)) continue;
+      if (SelectorMatches(selector, other.labels)) anti.taken.insert(value->second);
+    }
+    out.push_back(std::move(anti));
+  }
+  return out;
+}
+
+// How much `node` (labels `node_labels`) suits the pod's preferences (kube-scheduler's
+// NodeAffinity and InterPodAffinity scores, unnormalized): the weights of the preferred node
+// affinity terms it matches, less the weights of the preferred pod anti-affinity terms it would
+// break (a matching pod of the same namespace, not terminated, in the same topology domain).
+int64_t Preference(const Json& pod, const Json& node, const Labels& node_labels,
+                   const std::vector<PreferredAnti>& anti) {
   int64_t score = 0;
   for (const Json& term :
        Array(AffinityOf(pod, "nodeAffinity"), "preferredDuringSchedulingIgnoredDuringExecution")
@@ -152,63 +230,11 @@ int64_t Preference(const Json& pod, const Json& node, const std::vector<Json>& n
       score += weight.as_integer();
     }
   }
-  const std::string ns = MetaString(pod, "namespace");
-  for (const Json& term :
-       Array(AffinityOf(pod, "podAntiAffinity"), "preferredDuringSchedulingIgnoredDuringExecution")
-           .as_array()) {
-    const Json& weight = FieldOrNull(term, "weight");
-    const Json& affinity_term = FieldOrNull(term, "podAffinityTerm");
-    const std::string key = StringAt(affinity_term, "topologyKey");
-    const std::map<std::string, std::string> node_labels = kube::LabelsOf(node);
-    auto domain = node_labels.find(key);
-    if (!weight.is_integer() || domain == node_labels.end()) continue;
-    std::map<std::string, std::string> domain_of;  // node name → its value of `key`
-    for (const Json& n : nodes) {
-      const std::map<std::string, std::string> labels = kube::LabelsOf(n);
-      if (auto v = labels.find(key); v != labels.end())
-        domain_of[MetaString(n, "name")] = v->second;
-    }
-    for (const Json& other : pods) {
-      auto d = domain_of.find(StringAt(other, "spec.nodeName"));
-      if (d == domain_of.end() || d->second != domain->second || IsTerminated(other) ||
-          MetaString(other, "namespace") != ns ||
-          !SelectorMatches(FieldOrNull(affinity_term, "labelSelector"), kube::LabelsOf(other))) {
-        continue;
-      }
-      score -= weight.as_integer();
-      break;
-    }
+  for (const PreferredAnti& term : anti) {
+    auto domain = node_labels.find(term.key);
+    if (domain != node_labels.end() && term.taken.contains(domain->second)) score -= term.weight;
   }
   return score;
-}
-
-// ---- Required inter-pod affinity (kube-scheduler's InterPodAffinity filter, 1.28): a term names
-// pods (labelSelector; in the namespaces it lists or its namespaceSelector picks, else the
-// namespace of the pod that has the term) and a node label (topologyKey); the nodes sharing its
-// value are one domain. Namespaces are known here only by their kubernetes.io/metadata.name
-// label. ----
-
-using Labels = std::map<std::string, std::string>;
-
-// Whether `other` (a pod on a node, not terminated) is one that `term`, of a pod in namespace
-// `ns`, names.
-bool TermNames(const Json& term, const std::string& ns, const Json& other) {
-  if (IsTerminated(other)) return false;
-  const std::string other_ns = MetaString(other, "namespace");
-  const Json& namespaces = Array(term, "namespaces");
-  const Json& namespace_selector = FieldOrNull(term, "namespaceSelector");
-  bool in_namespace = namespaces.size() == 0 && namespace_selector.is_null() && other_ns == ns;
-  for (const Json& n : namespaces.as_array()) {
-    in_namespace |= n.is_string() && n.as_string() == other_ns;
-  }
-  in_namespace |= SelectorMatches(namespace_selector, {{"kubernetes.io/metadata.name", other_ns}});
-  return in_namespace && SelectorMatches(FieldOrNull(term, "labelSelector"), kube::LabelsOf(other));
-}
-
-std::vector<Json> RequiredTerms(const Json& pod, const char* kind) {
-  const Json& terms =
-      Array(AffinityOf(pod, kind), "requiredDuringSchedulingIgnoredDuringExecution");
-  return std::vector<Json>(terms.as_array().begin(), terms.as_array().end());
 }
 
 // A topology domain: (key, value).
@@ -227,12 +253,13 @@ struct InterPodFacts {
 
 // `labels_of`: every node's labels by name.
 InterPodFacts InterPodFactsOf(const Json& pod, const std::map<std::string, Labels>& labels_of,
-                              const std::vector<Json>& pods) {
+                              const std::vector<PlacedPod>& pods) {
   InterPodFacts facts;
   const std::string ns = MetaString(pod, "namespace");
+  const PlacedPod self = PlacedPodOf(pod);
   // The domain of `other`'s node for `key`, if its node has that label.
-  auto domain_of = [&](const Json& other, const std::string& key) -> std::optional<Domain> {
-    auto n = labels_of.find(StringAt(other, "spec.nodeName"));
+  auto domain_of = [&](const PlacedPod& other, const std::string& key) -> std::optional<Domain> {
+    auto n = labels_of.find(other.node);
     if (n == labels_of.end()) return std::nullopt;
     auto v = n->second.find(key);
     if (v == n->second.end()) return std::nullopt;
@@ -241,7 +268,7 @@ InterPodFacts InterPodFactsOf(const Json& pod, const std::map<std::string, Label
   const std::vector<Json> affinity = RequiredTerms(pod, "podAffinity");
   for (const Json& term : affinity) facts.affinity_keys.push_back(StringAt(term, "topologyKey"));
   if (!affinity.empty()) {
-    for (const Json& other : pods) {
+    for (const PlacedPod& other : pods) {
       if (!std::all_of(affinity.begin(), affinity.end(),
                        [&](const Json& term) { return TermNames(term, ns, other); })) {
         continue;
@@ -251,19 +278,19 @@ InterPodFacts InterPodFactsOf(const Json& pod, const std::map<std::string, Label
       }
     }
     facts.matches_own = std::all_of(affinity.begin(), affinity.end(), [&](const Json& t) {
-      return SelectorMatches(FieldOrNull(t, "labelSelector"), kube::LabelsOf(pod));
+      return SelectorMatches(FieldOrNull(t, "labelSelector"), self.labels);
     });
   }
-  for (const Json& term : RequiredTerms(pod, "podAntiAffinity")) {
-    for (const Json& other : pods) {
+  for (const Json& term : self.required_anti) {
+    for (const PlacedPod& other : pods) {
       if (!TermNames(term, ns, other)) continue;
       if (auto d = domain_of(other, StringAt(term, "topologyKey"))) ++facts.anti[*d];
     }
   }
-  for (const Json& other : pods) {
-    if (IsTerminated(other)) continue;
-    for (const Json& term : RequiredTerms(other, "podAntiAffinity")) {
-      if (!TermNames(term, MetaString(other, "namespace"), pod)) continue;
+  for (const PlacedPod& other : pods) {
+    if (other.terminated) continue;
+    for (const Json& term : other.required_anti) {
+      if (!TermNames(term, other.ns, self)) continue;
       if (auto d = domain_of(other, StringAt(term, "topologyKey"))) ++facts.existing[*d];
     }
   }
@@ -351,7 +378,8 @@ std::string Misfit(const Json& pod, const Json& node, int64_t gpus_used, int64_t
 // `pods` are the pods on nodes (for pod anti-affinity).
 std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Json>& nodes,
                                            const std::map<std::string, int64_t>& gpus_used,
-                                           const std::vector<Json>& pods, std::string* why_not) {
+                                           const std::vector<PlacedPod>& pods,
+                                           std::string* why_not) {
   if (nodes.empty()) {
     if (why_not != nullptr) *why_not = "no nodes available to schedule pods";
     return std::nullopt;
@@ -363,6 +391,7 @@ std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Js
   std::map<std::string, Labels> labels_of;  // node name -> its labels
   for (const Json& n : nodes) labels_of[MetaString(n, "name")] = kube::LabelsOf(n);
   const InterPodFacts inter_pod = InterPodFactsOf(pod, labels_of, pods);
+  const std::vector<PreferredAnti> preferred_anti = PreferredAntiOf(pod, labels_of, pods);
   for (const Json& node : nodes) {
     const std::string name = MetaString(node, "name");
     auto used_it = gpus_used.find(name);
@@ -374,8 +403,9 @@ std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Js
     }
     const int64_t allocatable =
         Quantity(FieldOrNull(FieldOrNull(FieldOrNull(node, "status"), "allocatable"), kGpu));
-    std::tuple<int64_t, int64_t, std::string> score{-Preference(pod, node, nodes, pods),
-                                                    allocatable - used - wanted, name};
+    std::tuple<int64_t, int64_t, std::string> score{
+        -Preference(pod, node, labels_of[name], preferred_anti), allocatable - used - wanted,
+        name};
     if (!best.has_value() || score < *best) best = std::move(score);
   }
   if (best.has_value()) return std::get<2>(*best);
@@ -444,8 +474,12 @@ std::optional<std::string> ChooseNode(const Json& pod, const std::vector<Json>& 
                                       const std::vector<Json>& pods_on_nodes,
                                       std::string* why_not) {
   std::map<std::string, int64_t> gpus_used;
-  for (const Json& other : pods_on_nodes) AddUsage(other, gpus_used);
-  return ChooseWithUsage(pod, nodes, gpus_used, pods_on_nodes, why_not);
+  std::vector<PlacedPod> placed;
+  for (const Json& other : pods_on_nodes) {
+    AddUsage(other, gpus_used);
+    placed.push_back(PlacedPodOf(other));
+  }
+  return ChooseWithUsage(pod, nodes, gpus_used, placed, why_not);
 }
 
 int SchedulePending(ClusterAccess& access, base::Clock& clock) {
@@ -470,10 +504,10 @@ int SchedulePending(ClusterAccess& access, base::Clock& clock) {
   absl::StatusOr<ListResult> all = access.List("pods", kube::ObjectFilter{});
   if (!nodes.ok() || !all.ok()) return 0;
   std::map<std::string, int64_t> gpus_used;
-  std::vector<Json> on_nodes;  // for pod anti-affinity; grows with what this pass binds
-  for (Json& pod : all->items) {
+  std::vector<PlacedPod> on_nodes;  // for pod (anti-)affinity; grows with what this pass binds
+  for (const Json& pod : all->items) {
     AddUsage(pod, gpus_used);
-    if (!StringAt(pod, "spec.nodeName").empty()) on_nodes.push_back(std::move(pod));
+    if (!StringAt(pod, "spec.nodeName").empty()) on_nodes.push_back(PlacedPodOf(pod));
   }
 
   int bound = 0;
@@ -500,7 +534,7 @@ int SchedulePending(ClusterAccess& access, base::Clock& clock) {
     }
     ++bound;
     AddUsage(*updated, gpus_used);
-    on_nodes.push_back(*updated);
+    on_nodes.push_back(PlacedPodOf(*updated));
   }
   return bound;
 }
