@@ -244,7 +244,10 @@ absl::Status Informer::ListAndReplace() {
     if (!page.ok()) return page.status();
     // Later pages come from the first page's snapshot; its version is where the watch starts.
     if (resource_version.empty()) resource_version = page->resource_version;
-    for (Json& item : page->items) items.push_back(std::move(item));
+    for (Json& item : page->items) {
+      if (options_.transform) options_.transform(item);
+      items.push_back(std::move(item));
+    }
     if (page->continue_token.empty()) break;
     list_options.continue_token = page->continue_token;
   }
@@ -346,21 +349,23 @@ Informer::WatchEnd Informer::WatchOnce(bool& progressed) {
 
 void Informer::ApplyEvent(const WatchEventData& event) {
   std::vector<Delivery> deliveries;
+  Json object = event.object;
+  if (options_.transform && event.type != "BOOKMARK") options_.transform(object);
   {
     absl::MutexLock lock(&mu_);
     if (event.type == "ADDED" || event.type == "MODIFIED") {
-      const std::string key = KeyOf(event.object);
+      const std::string key = KeyOf(object);
       auto it = objects_.find(key);
       if (it == objects_.end()) {
-        deliveries.push_back({Delivery::Kind::kAdd, Json(), event.object});
+        deliveries.push_back({Delivery::Kind::kAdd, Json(), object});
       } else {
-        deliveries.push_back({Delivery::Kind::kUpdate, it->second, event.object});
+        deliveries.push_back({Delivery::Kind::kUpdate, it->second, object});
       }
-      UpsertLocked(key, event.object);
+      UpsertLocked(key, std::move(object));
     } else if (event.type == "DELETED") {
-      const std::string key = KeyOf(event.object);
+      const std::string key = KeyOf(object);
       if (objects_.contains(key)) {
-        deliveries.push_back({Delivery::Kind::kDelete, Json(), event.object});
+        deliveries.push_back({Delivery::Kind::kDelete, Json(), object});
         EraseLocked(key);
       }
     } else if (event.type != "BOOKMARK") {

@@ -80,6 +80,10 @@ class Informer {
     // answers again; when it does, the back-off ends and the informer lists and watches at once
     // (so the cache is not stale for up to max_backoff after an outage). Zero: never probe.
     absl::Duration probe_interval = absl::Seconds(1);
+    // Applied to every object as it arrives, before it is cached, indexed or handed to a
+    // handler (client-go's SetTransform): drop what the controller never reads, so the cache
+    // holds less. Must not change the object's namespace, name or resourceVersion.
+    std::function<void(Json&)> transform;
   };
 
   Informer(Client& client, base::Clock& clock, Resource resource, Options options);

@@ -221,6 +221,31 @@ TEST_F(InformerTest, AnIndexAddedAfterStart_FilesTheCachedObjects_AndListsItsVal
   EXPECT_THAT(informer.IndexValues("unknown"), IsEmpty());
 }
 
+// The transform runs on every object before the cache, the indexes and the handlers see it, on
+// the list and on watch events alike.
+TEST_F(InformerTest, TheTransformShapesWhatIsCachedIndexedAndDelivered) {
+  CreatePod("ns", Pod("x", {}, "web"));
+  Informer::Options options = FastOptions();
+  options.transform = [](Json& o) { o["metadata"]["labels"]["app"] = Json::string("seen"); };
+  Informer informer(client_, clock_, kPods, options);
+  informer.AddIndex("app",
+                    [](const Json& o) { return std::vector<std::string>{LabelsOf(o)["app"]}; });
+  std::vector<std::string> delivered;
+  absl::Mutex mu;
+  informer.AddHandler({.on_add = [&](const Json& o) {
+    absl::MutexLock lock(&mu);
+    delivered.push_back(LabelsOf(o)["app"]);
+  }});
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(kWait));
+  ASSERT_THAT(client_.Create(kPods, "ns", Pod("y", {}, "db")), IsOk());
+  ASSERT_TRUE(Eventually([&] { return informer.List().size() == 2; }, kWait));
+  EXPECT_THAT(Keys(informer.ByIndex("app", "seen")), ElementsAre("ns/x", "ns/y"));
+  EXPECT_EQ(LabelsOf(*informer.Get("ns", "y"))["app"], "seen");
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(delivered, ElementsAre("seen", "seen"));
+}
+
 TEST_F(InformerTest, ExpiredResourceVersion_Relists_AndDeliversWhatWasMissed) {
   kube::fake::ObjectStore store(clock_, /*history_limit=*/5);
   kube::fake::FakeClient client(store);

@@ -35,6 +35,33 @@ PodPhase ParsePodPhase(const std::string& phase) {
   return PodPhase::kUnknown;
 }
 
+void DropManagedFields(Json& object) {
+  if (!object.is_object() || !object.has_field("metadata")) return;
+  Json& metadata = object.at("metadata");
+  if (metadata.is_object() && metadata.has_field("managedFields")) {
+    metadata.as_object().erase("managedFields");
+  }
+}
+
+void TrimCachedPod(Json& pod) {
+  DropManagedFields(pod);
+  if (!pod.is_object() || !pod.has_field("spec") || !pod.at("spec").is_object()) return;
+  const Json& spec = pod.at("spec");
+  Json kept = Json::object();
+  if (spec.has_field("nodeName")) kept["nodeName"] = spec.at("nodeName");
+  Json containers = Json::array();
+  size_t n = 0;
+  for (const Json& container : kube::ArrayOrEmpty(spec, "containers").as_array()) {
+    Json slim = Json::object();
+    for (const char* field : {"name", "ports"}) {
+      if (container.is_object() && container.has_field(field)) slim[field] = container.at(field);
+    }
+    containers[n++] = std::move(slim);
+  }
+  if (n > 0) kept["containers"] = std::move(containers);
+  pod["spec"] = std::move(kept);
+}
+
 PodView ViewOfPod(const Json& pod) {
   PodView v;
   v.name = kube::MetaString(pod, "name");

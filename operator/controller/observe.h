@@ -68,6 +68,17 @@ struct PodView {
 
 PodView ViewOfPod(const Json& pod);
 
+// What the operator's pod cache keeps of a pod (the pod informer's transform): what ViewOfPod,
+// the indexes and the handlers read — metadata without managedFields, spec.nodeName, each
+// container's name and ports, and status. A task pod's spec (its environment, volumes,
+// affinity, security context) is most of its size and is never read back: the operator only
+// creates, patches and deletes pods, never writes a cached one whole. A reader of another spec
+// field must keep it here.
+void TrimCachedPod(Json& pod);
+// Drops metadata.managedFields (server-side apply's bookkeeping, which a real API server adds to
+// every object and the operator never reads): every informer's transform.
+void DropManagedFields(Json& object);
+
 // A task the coordinator declared failed (crash, hang or reported error) while its pod may still
 // look Running.
 struct CoordinatorFailure {

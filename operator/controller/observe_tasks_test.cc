@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/kube/object_meta.h"
 #include "operator/controller/plan_testing.h"
 
 namespace phalanx::op {
@@ -117,6 +118,55 @@ TEST(ViewOfPod, ReadsTheLabelsPhaseAndTermination) {
   EXPECT_EQ(bare.incarnation, base::kNoIncarnation);
   EXPECT_EQ(bare.phase, PodPhase::kUnknown);
   EXPECT_EQ(bare.reason, "Evicted");
+}
+
+// The pod cache keeps what the operator reads of a pod and drops the rest (main.cc's pod
+// informer): every field of the view is the same from the trimmed pod, which is much smaller.
+TEST(TrimCachedPod, KeepsWhatTheViewReads_DropsTheSpecsRest) {
+  Json pod = Json::parse(R"({"metadata":{"name":"j-coordinator","uid":"p9",
+      "creationTimestamp":"2026-12-02T10:00:00Z","deletionTimestamp":"2026-12-02T10:05:00Z",
+      "labels":{"phalanx.dev/task":"2","phalanx.dev/incarnation":"3","phalanx.dev/spare":"1"},
+      "ownerReferences":[{"uid":"job-uid","controller":true}],
+      "managedFields":[{"manager":"phalanx-operator","operation":"Update"}]},
+    "spec":{"nodeName":"n1","restartPolicy":"Never","volumes":[{"name":"token"}],
+      "affinity":{"podAntiAffinity":{}},
+      "containers":[{"name":"coordinator","image":"phalanx:dev","command":["phalanx-coordinator"],
+        "env":[{"name":"PHALANX_JOB","value":"j"},{"name":"PHALANX_NUM_TASKS","value":"8"}],
+        "ports":[{"name":"metrics","containerPort":8471},{"name":"grpc","containerPort":8470}]}]},
+    "status":{"phase":"Running","podIP":"10.0.0.9",
+      "conditions":[{"type":"Ready","status":"True"},
+                    {"type":"PodScheduled","status":"False","reason":"Unschedulable",
+                     "message":"0/3 nodes are available"}],
+      "containerStatuses":[{"state":{"waiting":{"reason":"CrashLoopBackOff","message":"back-off"}}}]}})");
+  const std::string before = pod.serialize();
+  const PodView full = ViewOfPod(pod);
+  TrimCachedPod(pod);
+  const PodView trimmed = ViewOfPod(pod);
+  EXPECT_EQ(trimmed.name, full.name);
+  EXPECT_EQ(trimmed.uid, full.uid);
+  EXPECT_EQ(trimmed.index, 2);
+  EXPECT_EQ(trimmed.incarnation, full.incarnation);
+  EXPECT_EQ(trimmed.phase, PodPhase::kRunning);
+  EXPECT_EQ(trimmed.node, "n1");
+  EXPECT_EQ(trimmed.ip, full.ip);
+  EXPECT_EQ(trimmed.grpc_port, 8470);
+  EXPECT_TRUE(trimmed.being_deleted);
+  EXPECT_EQ(trimmed.ready, full.ready);
+  EXPECT_TRUE(trimmed.from_spare);
+  EXPECT_EQ(trimmed.waiting_reason, "CrashLoopBackOff");
+  EXPECT_EQ(trimmed.created, full.created);
+  EXPECT_TRUE(trimmed.unschedulable);
+  EXPECT_EQ(trimmed.unschedulable_message, full.unschedulable_message);
+  EXPECT_EQ(kube::ControllerOf(pod)->uid, "job-uid");
+  const std::string after = pod.serialize();
+  EXPECT_EQ(after.find("managedFields"), std::string::npos);
+  EXPECT_EQ(after.find("PHALANX_JOB"), std::string::npos);
+  EXPECT_EQ(after.find("volumes"), std::string::npos);
+  EXPECT_LT(after.size(), before.size());
+  // A pod with no spec, or garbage for one, is left as it is.
+  Json bare = Json::parse(R"({"metadata":{"name":"x"},"spec":"garbage"})");
+  TrimCachedPod(bare);
+  EXPECT_EQ(bare.at("spec").as_string(), "garbage");
 }
 
 TEST(NodePreemptionDeadline, ReadsTheAgentsAnnotation) {
