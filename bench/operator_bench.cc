@@ -39,6 +39,7 @@
 #include "common/process/subprocess.h"
 #include "common/testing/http_get.h"
 #include "operator/api/yaml_json.h"
+#include "operator/controller/observe.h"
 #include "operator/controller/reconciler.h"
 #include "runtime/proto/coordination.grpc.pb.h"
 
@@ -170,7 +171,8 @@ struct Results {
   double idle_cpu_pct = kFailed;
   double replace_p50_ms = kFailed;
   double recover_p50_s = kFailed;
-  double informer_pod_kib = kFailed;      // scale: one informer's heap per cached pod
+  double informer_pod_kib = kFailed;        // scale: the operator's pod cache, per pod
+  double informer_pod_whole_kib = kFailed;  // ... were the pods cached whole
   double informer_job_kib = kFailed;      // ... per cached TrainingJob
   double scale_replace_p50_ms = kFailed;  // scale: a failed task pod → its replacement
   int kills = 0;
@@ -216,14 +218,16 @@ double KillToReplacementMs(Stack& stack, const std::string& old_pod, const std::
 }
 
 // The heap one informer's cache takes per object, in KiB: this process caches what the
-// operator's informer of `resource` (label selector `selector`) caches and the heap in use
-// grows by the objects (cpprest JSON documents) and their keys and indexes.
+// operator's informer of `resource` (label selector `selector`, `transform`) caches and the
+// heap in use grows by the objects (cpprest JSON documents) and their keys.
 double InformerKibPerObject(kube::RestClient& client, const kube::Resource& resource,
-                            const std::string& selector) {
+                            const std::string& selector,
+                            std::function<void(kube::Json&)> transform = nullptr) {
   const size_t before = mallinfo2().uordblks;
   kube::Informer::Options options;
   options.namespace_ = "default";
   options.label_selector = selector;
+  options.transform = std::move(transform);
   kube::Informer informer(client, base::RealClock::Get(), resource, options);
   informer.Start();
   if (!informer.WaitForSync(absl::Minutes(2))) return kFailed;
@@ -338,10 +342,14 @@ void RunScale(Results& r) {
     r.idle_cpu_pct = 100.0 * (cpu_after - cpu_before) / absl::ToDoubleSeconds(idle);
   }
   r.operator_rss_mib = RssMib(stack->operator_pid());
-  r.informer_pod_kib = InformerKibPerObject(stack->client(), op::kPods, "phalanx.dev/job");
+  r.informer_pod_kib =
+      InformerKibPerObject(stack->client(), op::kPods, "phalanx.dev/job", op::TrimCachedPod);
+  r.informer_pod_whole_kib = InformerKibPerObject(stack->client(), op::kPods, "phalanx.dev/job");
   r.informer_job_kib = InformerKibPerObject(stack->client(), op::kTrainingJobs, "");
-  std::fprintf(stderr, "scale: an informer holds %.1f KiB per pod, %.1f KiB per job\n",
-               r.informer_pod_kib, r.informer_job_kib);
+  std::fprintf(stderr,
+               "scale: the operator's informers hold %.1f KiB per pod (%.1f whole), %.1f KiB "
+               "per job\n",
+               r.informer_pod_kib, r.informer_pod_whole_kib, r.informer_job_kib);
   // A kill's replacement with every job running: task pods of jobs spread over the fleet fail
   // (exit 137, as a SIGKILLed process's would) one at a time.
   std::vector<double> replace_ms;
@@ -492,6 +500,7 @@ std::string Json(const Results& r) {
                       "  \"operator_rss_mib\": ", num(r.operator_rss_mib, 1), ",\n",
                       "  \"idle_cpu_pct\": ", num(r.idle_cpu_pct, 2), ",\n",
                       "  \"informer_pod_kib\": ", num(r.informer_pod_kib, 2), ",\n",
+                      "  \"informer_pod_whole_kib\": ", num(r.informer_pod_whole_kib, 2), ",\n",
                       "  \"informer_job_kib\": ", num(r.informer_job_kib, 2), ",\n",
                       "  \"scale_replace_p50_ms\": ", num(r.scale_replace_p50_ms, 1), ",\n",
                       "  \"kills\": ", r.kills, ",\n",

@@ -38,6 +38,9 @@ CURVES = [
     ("operator_idle_cpu", "operator", "idle_cpu_pct", "operator idle CPU", "% of a core"),
     ("operator_api_requests_per_job", "operator", "api_requests_per_job",
      "API requests per job", "requests"),
+    ("operator_replace", "operator", "scale_replace_p50_ms",
+     "a failed task pod's replacement p50, every job running", "ms"),
+    ("operator_informer_pod", "operator", "informer_pod_kib", "informer memory per pod", "KiB"),
 ]
 # Drawn beside a curve: measured in the same run, the floor the machine sets.
 BESIDE = {
