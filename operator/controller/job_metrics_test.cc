@@ -166,6 +166,22 @@ TEST(OperatorMetricsJobs, APhaseChangeMovesTheSeriesAndADeletedJobLosesAll) {
   EXPECT_EQ(series, 13u);
 }
 
+// A job sampled again unchanged keeps its series as they are; one that leaves and comes back
+// gets them again.
+TEST(OperatorMetricsJobs, AnUnchangedJobKeepsItsSeries_AReturningOneGetsThemBack) {
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  const std::string phase =
+      R"(phalanx_operator_job_phase{namespace="ml",phase="Running",trainingjob="a"} 1)";
+  metrics.SetJobs({Sample("a", "Running")});
+  metrics.SetJobs({Sample("a", "Running")});
+  EXPECT_THAT(Exposition(registry), HasSubstr(phase));
+  metrics.SetJobs({});
+  EXPECT_THAT(Exposition(registry), Not(HasSubstr(R"(trainingjob="a")")));
+  metrics.SetJobs({Sample("a", "Running")});
+  EXPECT_THAT(Exposition(registry), HasSubstr(phase));
+}
+
 // The last recovery's length is a series once the job has had one.
 TEST(OperatorMetricsJobs, TheLastRecoveryIsASeriesOnceThereWasOne) {
   prometheus::Registry registry;

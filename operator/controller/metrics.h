@@ -2,7 +2,9 @@
 // Thread-safe (prometheus-cpp metrics are; the per-label maps are guarded).
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,9 @@ class OperatorMetrics {
 
   // One job's series, so that they can be updated in place and removed with the job.
   struct JobSeries {
+    // The sample its gauges show (nullopt: none yet); an equal one sets nothing.
+    std::optional<JobSample> shown;
+    uint64_t sampled = 0;  // the SetJobs round that last saw the job
     std::string phase;
     prometheus::Gauge* phase_gauge = nullptr;
     prometheus::Gauge* unschedulable = nullptr;
@@ -67,6 +72,10 @@ class OperatorMetrics {
     prometheus::Gauge* spares_ready = nullptr;  // only for a job that has had spares
     prometheus::Gauge* spares_starting = nullptr;
   };
+  // Points `series`'s gauges at `job`.
+  void ShowJobLocked(const JobSample& job, JobSeries& series) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a gone job's series from their families.
+  void RemoveJobSeriesLocked(const JobSeries& series) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   prometheus::Registry& registry_;
   prometheus::Family<prometheus::Counter>& reconciles_;
   prometheus::Counter& reconciles_ok_;
@@ -102,6 +111,7 @@ class OperatorMetrics {
   std::map<std::string, prometheus::Gauge*> phase_gauges_ ABSL_GUARDED_BY(mu_);
   // By "namespace/name".
   std::map<std::string, JobSeries> job_series_ ABSL_GUARDED_BY(mu_);
+  uint64_t sample_round_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace phalanx::op
