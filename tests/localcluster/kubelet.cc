@@ -618,7 +618,7 @@ absl::Status Kubelet::SyncNode(const NodeConfig& config, absl::Time now) {
     nodes_[config.name].taint_seen = true;
   }
   const Json& old_status = FieldOrNull(*node, "status");
-  Json status = NodeStatus(old_status, report, now, options_.full_resync_interval);
+  Json status = NodeStatus(old_status, report, now, options_.node_status_report_interval);
   if (status != old_status) {
     Json updated = *node;
     updated["status"] = std::move(status);

@@ -78,8 +78,12 @@ class Kubelet {
     absl::Duration sync_interval = absl::Milliseconds(100);
     // Passes are at least this far apart (real time), so a busy store batches into one pass.
     absl::Duration min_pass_interval = absl::Milliseconds(10);
-    // Injected-clock period of the full pass over every pod and node (heartbeats too).
+    // Injected-clock period of the full pass over every pod and node (Lease renewals too).
     absl::Duration full_resync_interval = absl::Seconds(5);
+    // How often an unchanged node status is written again (its Ready heartbeat), as a kubelet
+    // with node leases does (nodeStatusReportFrequency, 5 min): liveness is the Lease. Every
+    // 5 s made 80 simulated nodes 16 node updates a second for every node watcher.
+    absl::Duration node_status_report_interval = absl::Minutes(5);
     absl::Duration restart_backoff_initial = absl::Seconds(1);
     absl::Duration restart_backoff_max = absl::Seconds(10);
     // A container that ran this long restarts after the initial back-off again.
