@@ -146,7 +146,8 @@ def main():
     parser.add_argument("--tasks", default="1024,4096,16384")
     parser.add_argument("--jobs", default="125,250,500,1000")
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--only", choices=["coordinator", "operator"])
+    parser.add_argument("--only", choices=["coordinator", "operator"],
+                        help="measure one part; the other is kept from an existing scale.json")
     parser.add_argument("--replot", action="store_true",
                         help="redraw the PNGs from an existing scale.json, measuring nothing")
     args = parser.parse_args()
@@ -161,6 +162,13 @@ def main():
             result = json.load(f)
     else:
         result = {"coordinator": {"points": []}, "operator": {"points": []}}
+        if args.only is not None and os.path.exists(path):
+            # --only re-measures one part; the other comes from the last run's scale.json.
+            with open(path) as f:
+                kept = json.load(f)
+            for part in ("coordinator", "operator"):
+                if part != args.only and part in kept:
+                    result[part] = kept[part]
         if args.only != "operator":
             result["coordinator"] = coordinator_points(build, args.tasks, args.runs)
         if args.only != "coordinator":
