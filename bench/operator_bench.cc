@@ -30,8 +30,8 @@
 #include "absl/time/clock.h"
 #include "bench/bench_util.h"
 #include "bench/standin_coordinators.h"
-#include "common/base/process_init.h"
 #include "common/base/clock.h"
+#include "common/base/process_init.h"
 #include "common/kube/cluster_config.h"
 #include "common/kube/informer.h"
 #include "common/kube/object_meta.h"
@@ -173,8 +173,8 @@ struct Results {
   double recover_p50_s = kFailed;
   double informer_pod_kib = kFailed;        // scale: the operator's pod cache, per pod
   double informer_pod_whole_kib = kFailed;  // ... were the pods cached whole
-  double informer_job_kib = kFailed;      // ... per cached TrainingJob
-  double scale_replace_p50_ms = kFailed;  // scale: a failed task pod → its replacement
+  double informer_job_kib = kFailed;        // ... per cached TrainingJob
+  double scale_replace_p50_ms = kFailed;    // scale: a failed task pod → its replacement
   int kills = 0;
 };
 
@@ -357,11 +357,11 @@ void RunScale(Results& r) {
     const std::string job = absl::StrFormat("job-%03d", (k * 7919 + r.jobs / 2) % r.jobs);
     const int task = k % r.tasks;
     absl::Time killed;
-    const double ms = KillToReplacementMs(*stack, absl::StrFormat("%s-task-%d-0", job, task),
-                                          "fail?exitCode=137",
-                                          absl::StrFormat("%s-task-%d-1", job, task), killed);
-    std::fprintf(stderr, "  %s task %d failed: replacement pod after %.1f ms\n", job.c_str(),
-                 task, ms);
+    const double ms =
+        KillToReplacementMs(*stack, absl::StrFormat("%s-task-%d-0", job, task), "fail?exitCode=137",
+                            absl::StrFormat("%s-task-%d-1", job, task), killed);
+    std::fprintf(stderr, "  %s task %d failed: replacement pod after %.1f ms\n", job.c_str(), task,
+                 ms);
     replace_ms.push_back(ms);
   }
   r.scale_replace_p50_ms = Median(replace_ms);

@@ -83,8 +83,9 @@ class StandInCoordinators final : public coord::v1::Coordination::CallbackServic
         held_.erase(held_.begin());
       }
       if (stopping_) return;
-      const absl::Time next =
-          held_.empty() ? now + absl::Seconds(1) : std::min(held_.begin()->first, now + absl::Seconds(1));
+      const absl::Time next = held_.empty()
+                                  ? now + absl::Seconds(1)
+                                  : std::min(held_.begin()->first, now + absl::Seconds(1));
       mu_.AwaitWithDeadline(absl::Condition(&stopping_), next);
     }
   }

@@ -285,7 +285,8 @@ absl::Status WireConnection::ReadUntilEnd() {
         }
       } else {
         const bool last = message.has_end();
-        Route(frame.stream, last, [&](Receiver& receiver) { receiver.OnFrame(std::move(message)); });
+        Route(frame.stream, last,
+              [&](Receiver& receiver) { receiver.OnFrame(std::move(message)); });
       }
       continue;
     }
@@ -317,9 +318,8 @@ absl::Status WireConnection::OnConnectionFrame(const pb::WireServerFrame& frame)
   absl::StatusOr<std::vector<coord::SessionEvent>> events =
       coord::DecodePeerBatch(frame.peer_batch());
   if (!events.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("session wire: malformed peer batch from the coordinator: ",
-                     events.status().message()));
+    return absl::UnavailableError(absl::StrCat(
+        "session wire: malformed peer batch from the coordinator: ", events.status().message()));
   }
   peer_batches_.emplace_back(
       frame.peer_batch().id(),
@@ -333,8 +333,8 @@ absl::Status WireConnection::RoutePeerBatch(uint32_t stream, uint64_t id) {
                          [id](const auto& batch) { return batch.first == id; });
   if (it == peer_batches_.end()) {
     // Its events would be lost: end the connection so its tasks register afresh.
-    return absl::UnavailableError(absl::StrCat(
-        "session wire: the coordinator named peer batch ", id, ", which it did not send"));
+    return absl::UnavailableError(absl::StrCat("session wire: the coordinator named peer batch ",
+                                               id, ", which it did not send"));
   }
   // Held here: the receiver runs without this thread's bookkeeping in the way.
   const std::shared_ptr<const std::vector<coord::SessionEvent>> events = it->second;

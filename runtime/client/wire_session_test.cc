@@ -371,8 +371,8 @@ TEST(SessionWire, APeerBatch_CrossesAConnectionOnce_AndEveryStreamNamesIt) {
   const size_t before = survivors.bytes_read();
   failing.reset();  // the process dies: its 48 tasks fail at once
 
-  absl::flat_hash_map<uint64_t, std::vector<int>> defined;    // batch → failed tasks in it
-  absl::flat_hash_map<uint64_t, int> definitions;             // batch → times defined
+  absl::flat_hash_map<uint64_t, std::vector<int>> defined;     // batch → failed tasks in it
+  absl::flat_hash_map<uint64_t, int> definitions;              // batch → times defined
   std::vector<absl::flat_hash_set<int>> told(kSurvivors + 1);  // stream → failed peers named
   size_t fully_told = 0;
   while (fully_told < kSurvivors) {

@@ -43,8 +43,8 @@ absl::Status ReadColumns(const pb::TaskInfoColumns& in, std::vector<SessionEvent
   }
   for (int i = 0; i < n; ++i) {
     if (in.reason_index(i) >= static_cast<uint32_t>(in.reasons_size())) {
-      return absl::InvalidArgumentError(absl::StrCat("a peer batch's reason index ",
-                                                     in.reason_index(i), " is out of range"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("a peer batch's reason index ", in.reason_index(i), " is out of range"));
     }
     // Unsigned: a hostile delta wraps instead of overflowing.
     const auto changed = static_cast<int64_t>(static_cast<uint64_t>(in.base_unix_micros()) +

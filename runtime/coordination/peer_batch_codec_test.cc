@@ -15,7 +15,11 @@ namespace {
 const absl::Time kT0 = absl::FromUnixSeconds(1'790'000'000);
 
 TaskInfo Failed(int id, absl::Duration after) {
-  return TaskInfo{id, 1, TaskState::kFailed, "the task closed its session connection", kT0 + after,
+  return TaskInfo{id,
+                  1,
+                  TaskState::kFailed,
+                  "the task closed its session connection",
+                  kT0 + after,
                   kT0 + after - absl::Milliseconds(300)};
 }
 
@@ -33,7 +37,8 @@ TEST(PeerBatchCodecTest, EventsComeBackInOrderWithEveryField) {
                absl::InfinitePast()},  // never heard: 0 on the wire
       ErrorReport{TaskRef{3, 1}, "CUDA error: an illegal memory access"},
       Failed(7, absl::Microseconds(17)),
-      TaskInfo{9, 0, TaskState::kShutdown, "left: done", absl::InfinitePast(), absl::InfinitePast()},
+      TaskInfo{9, 0, TaskState::kShutdown, "left: done", absl::InfinitePast(),
+               absl::InfinitePast()},
   };
   const v1::WirePeerBatch batch = EncodePeerBatch(42, events);
   EXPECT_EQ(batch.id(), 42u);

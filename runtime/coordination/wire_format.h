@@ -20,8 +20,8 @@ namespace phalanx::coord {
 
 // What each side sends first. The first byte tells the coordinator's listener a wire
 // connection from gRPC (HTTP/2 starts with 'P', TLS with 0x16); the last is the version (2:
-// streams; 3: peer events once per connection, WirePeerBatch). A coordinator answers any magic with its own, so a client of another version learns
-// it should use gRPC.
+// streams; 3: peer events once per connection, WirePeerBatch). A coordinator answers any magic with
+// its own, so a client of another version learns it should use gRPC.
 inline constexpr char kWireMagic[4] = {'\xF0', 'P', 'W', '\x03'};
 inline constexpr std::string_view kWireMagicView(kWireMagic, sizeof(kWireMagic));
 inline constexpr unsigned char kWireFirstByte = 0xF0;

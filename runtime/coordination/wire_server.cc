@@ -115,8 +115,7 @@ class WireSessionServer::Connection final
     absl::MutexLock lock(&mu_);
     if (closed_ || shut_) return;
     // The client keeps the last kWirePeerBatchesKept definitions, as this list does.
-    if (std::find(defined_batches_.begin(), defined_batches_.end(), id) ==
-        defined_batches_.end()) {
+    if (std::find(defined_batches_.begin(), defined_batches_.end(), id) == defined_batches_.end()) {
       before.append(definition);
       defined_batches_.push_back(id);
       if (defined_batches_.size() > kWirePeerBatchesKept) defined_batches_.pop_front();

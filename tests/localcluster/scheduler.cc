@@ -404,8 +404,7 @@ std::optional<std::string> ChooseWithUsage(const Json& pod, const std::vector<Js
     const int64_t allocatable =
         Quantity(FieldOrNull(FieldOrNull(FieldOrNull(node, "status"), "allocatable"), kGpu));
     std::tuple<int64_t, int64_t, std::string> score{
-        -Preference(pod, node, labels_of[name], preferred_anti), allocatable - used - wanted,
-        name};
+        -Preference(pod, node, labels_of[name], preferred_anti), allocatable - used - wanted, name};
     if (!best.has_value() || score < *best) best = std::move(score);
   }
   if (best.has_value()) return std::get<2>(*best);

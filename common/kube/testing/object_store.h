@@ -53,8 +53,8 @@ struct WatchEvent {
 // what is new many times a second: scanning the whole kept history each time (50,000 events in
 // the local cluster) made the simulated cluster's cost O(changes × history), its CPU the limit
 // of the operator's 1,000-job bench (issue 33).
-inline std::deque<WatchEvent>::const_iterator FirstEventAfter(
-    const std::deque<WatchEvent>& history, uint64_t since) {
+inline std::deque<WatchEvent>::const_iterator FirstEventAfter(const std::deque<WatchEvent>& history,
+                                                              uint64_t since) {
   return std::upper_bound(
       history.begin(), history.end(), since,
       [](uint64_t version, const WatchEvent& e) { return version < e.resource_version; });
