@@ -5,7 +5,9 @@
 # once). Clang refuses a PCH whose -pthread or PIE setting differs from the unit's, so the host
 # and every library get -pthread, and programs (PIE) are left out: their own code is small.
 # Test binaries have their own (cmake/test_pch.h). -DPHALANX_LIBRARY_PCH=OFF turns it off (e.g.
-# to check that every library includes what it uses); GCC builds do without it.
+# to check that every library includes what it uses; the asan and tsan presets do: unoptimized,
+# every library would carry the header's inline functions, asio's OpenSSL error strings among
+# them, and fail to link without OpenSSL); GCC builds do without it.
 option(PHALANX_LIBRARY_PCH "Libraries reuse one precompiled header (clang)" ON)
 if(PHALANX_LIBRARY_PCH AND CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   add_library(phalanx_library_pch_host OBJECT ${CMAKE_CURRENT_LIST_DIR}/library_pch_host.cc)
