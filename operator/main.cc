@@ -347,11 +347,19 @@ int main(int argc, char** argv) {
     start();
   }
   // Gauges that are states, not events: sampled, so no reconcile pays for them.
-  op::JobSampleCache samples;  // the gauges' runner only
+  op::JobSampleCache samples;   // the gauges' runner only
+  std::string sampled_version;  // the job cache's resourceVersion at the last sample
   base::PeriodicRunner gauges(clock, absl::Seconds(5), [&](absl::Time) {
     metrics.SetQueueDepth(controller.queue_depth());
+    // The per-job gauges mirror the jobs' status, and the cache's resourceVersion moves with
+    // every job event: while it stands still there is nothing to sample (a walk over 1,000 jobs
+    // every 5 s was an eighth of an idle operator's CPU). Read before the walk, so an event
+    // during it is sampled next time.
+    const std::string version = jobs->last_resource_version();
+    if (!version.empty() && version == sampled_version) return;
     jobs->ForEach([&](const kube::Json& job) { samples.Add(job); });
     metrics.SetJobs(samples.Take());
+    sampled_version = version;
   });
   std::cout << "ready metrics=127.0.0.1:" << (*status_server)->port() << std::endl;
 
