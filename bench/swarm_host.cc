@@ -8,8 +8,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <deque>
-#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -196,16 +194,15 @@ class Swarm {
         failed.push_back(info->task_id);
       }
     }
-    peer_batches_.emplace_back(frame.peer_batch().id(), std::move(failed));
-    if (peer_batches_.size() > coord::kWirePeerBatchesKept) peer_batches_.pop_front();
+    peer_batches_.Define(frame.peer_batch().id(), std::move(failed));
     return true;
   }
 
   // A task heard a peer batch.
   bool OnPeerBatchRef(uint64_t id) {
-    for (const auto& [batch, failed] : peer_batches_) {
-      if (batch != id) continue;
-      for (int peer : failed) Told(peer);
+    const std::vector<int>* failed = peer_batches_.Find(id);
+    if (failed != nullptr) {
+      for (int peer : *failed) Told(peer);
       return true;
     }
     return Fail(absl::StrCat("the coordinator named peer batch ", id, ", which it did not send"));
@@ -259,8 +256,8 @@ class Swarm {
   std::vector<Task> tasks_;             // index k is stream k + 1
   std::vector<int> passed_;             // barrier b + 1 → tasks that passed it
   absl::flat_hash_map<int, int> told_;  // failed peer → tasks told so far
-  // The peer batches defined on the connection (id, failed tasks), oldest first.
-  std::deque<std::pair<uint64_t, std::vector<int>>> peer_batches_;
+  // The peer batches defined on the connection: their failed tasks.
+  coord::PeerBatchWindow<std::vector<int>> peer_batches_;
   int opened_ = 0;
   bool magic_seen_ = false;
   std::string in_;

@@ -321,23 +321,21 @@ absl::Status WireConnection::OnConnectionFrame(const pb::WireServerFrame& frame)
     return absl::UnavailableError(absl::StrCat(
         "session wire: malformed peer batch from the coordinator: ", events.status().message()));
   }
-  peer_batches_.emplace_back(
+  peer_batches_.Define(
       frame.peer_batch().id(),
       std::make_shared<const std::vector<coord::SessionEvent>>(*std::move(events)));
-  if (peer_batches_.size() > coord::kWirePeerBatchesKept) peer_batches_.pop_front();
   return absl::OkStatus();
 }
 
 absl::Status WireConnection::RoutePeerBatch(uint32_t stream, uint64_t id) {
-  auto it = std::find_if(peer_batches_.begin(), peer_batches_.end(),
-                         [id](const auto& batch) { return batch.first == id; });
-  if (it == peer_batches_.end()) {
+  const std::shared_ptr<const std::vector<coord::SessionEvent>>* batch = peer_batches_.Find(id);
+  if (batch == nullptr) {
     // Its events would be lost: end the connection so its tasks register afresh.
     return absl::UnavailableError(absl::StrCat("session wire: the coordinator named peer batch ",
                                                id, ", which it did not send"));
   }
   // Held here: the receiver runs without this thread's bookkeeping in the way.
-  const std::shared_ptr<const std::vector<coord::SessionEvent>> events = it->second;
+  const std::shared_ptr<const std::vector<coord::SessionEvent>> events = *batch;
   Route(stream, /*last=*/false, [&](Receiver& receiver) { receiver.OnPeerEvents(*events); });
   return absl::OkStatus();
 }

@@ -25,13 +25,11 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -42,6 +40,7 @@
 #include "absl/time/time.h"
 #include "runtime/coordination/coalescing_writer.h"
 #include "runtime/coordination/types.h"
+#include "runtime/coordination/wire_format.h"
 #include "runtime/proto/coordination.pb.h"
 
 namespace phalanx::client {
@@ -127,10 +126,8 @@ class WireConnection {
   std::atomic<int64_t> last_read_micros_{std::numeric_limits<int64_t>::min()};
   int fd_ = -1;  // set once when the dial succeeds (under mu_), constant after
   std::thread reader_;
-  // The peer batches defined on the connection, oldest first (reader thread only): the last
-  // kWirePeerBatchesKept, as the coordinator counts them.
-  std::deque<std::pair<uint64_t, std::shared_ptr<const std::vector<coord::SessionEvent>>>>
-      peer_batches_;
+  // The peer batches defined on the connection (reader thread only).
+  coord::PeerBatchWindow<std::shared_ptr<const std::vector<coord::SessionEvent>>> peer_batches_;
 
   absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kDialling;

@@ -6,15 +6,17 @@
 // client numbers them (1, 2, ..., increasing). A stream's first client frame is its WireHello;
 // a client frame with an empty payload closes the stream (the task is gone, as a closed
 // connection says for all of its streams).
-// Thread-safety: pure functions.
+// Thread-safety: pure functions, and PeerBatchWindow (not thread-safe: one per side).
 #pragma once
 
 #include <google/protobuf/message_lite.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace phalanx::coord {
 
@@ -34,6 +36,29 @@ inline constexpr size_t kWirePeerBatchesKept = 8;
 // The stream of connection-wide frames (peer batch definitions): the client numbers its
 // streams from 1.
 inline constexpr uint32_t kWireConnectionStream = 0;
+
+// The peer batches one side of a connection holds, by id: the last kWirePeerBatchesKept defined,
+// the oldest forgotten first. The coordinator keeps one per connection (what it has defined) and
+// the client one (what it was sent); fed the same definitions in the same order, they agree on
+// which names still find their batch. `T` is what a side keeps of a batch. Not thread-safe.
+template <typename T>
+class PeerBatchWindow {
+ public:
+  void Define(uint64_t id, T batch) {
+    kept_.emplace_back(id, std::move(batch));
+    if (kept_.size() > kWirePeerBatchesKept) kept_.pop_front();
+  }
+  // The batch named `id`, or null once it was forgotten (or never defined).
+  const T* Find(uint64_t id) const {
+    for (const auto& [kept_id, batch] : kept_) {
+      if (kept_id == id) return &batch;
+    }
+    return nullptr;
+  }
+
+ private:
+  std::deque<std::pair<uint64_t, T>> kept_;
+};
 
 namespace wire_internal {
 inline void PutBigEndian32(uint32_t value, unsigned char* p) {

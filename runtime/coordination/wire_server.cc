@@ -9,8 +9,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <optional>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -114,11 +114,9 @@ class WireSessionServer::Connection final
                       std::string_view ref) {
     absl::MutexLock lock(&mu_);
     if (closed_ || shut_) return;
-    // The client keeps the last kWirePeerBatchesKept definitions, as this list does.
-    if (std::find(defined_batches_.begin(), defined_batches_.end(), id) == defined_batches_.end()) {
+    if (defined_batches_.Find(id) == nullptr) {
       before.append(definition);
-      defined_batches_.push_back(id);
-      if (defined_batches_.size() > kWirePeerBatchesKept) defined_batches_.pop_front();
+      defined_batches_.Define(id, {});
     }
     before.append(ref);
     AppendLocked(before, /*last=*/false);
@@ -228,8 +226,8 @@ class WireSessionServer::Connection final
   bool ending_write_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  // The peer batches the client holds, oldest first (WirePeerBatch).
-  std::deque<uint64_t> defined_batches_ ABSL_GUARDED_BY(mu_);
+  // The peer batches the client holds (WirePeerBatch): their ids only.
+  PeerBatchWindow<std::monostate> defined_batches_ ABSL_GUARDED_BY(mu_);
 };
 
 // One task's session on a connection, from its accepted hello on. Its outbox's events are
