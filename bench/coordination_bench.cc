@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -41,6 +42,10 @@ ABSL_FLAG(int, count, 1, "tasks role: how many tasks");
 ABSL_FLAG(int, num_tasks, 1, "tasks role: tasks in the job");
 ABSL_FLAG(int, barriers, 0, "tasks role: barriers after the rendezvous");
 ABSL_FLAG(double, kv_seconds, 5, "duration of the key-value workload");
+ABSL_FLAG(bool, tls, false,
+          "run the coordinator with TLS as the operator does by default (a throwaway CA; the "
+          "session wire and gRPC over TLS)");
+ABSL_FLAG(std::string, tls_ca_file, "", "tasks role: the coordinator's CA (TLS)");
 ABSL_FLAG(std::string, only, "",
           "comma-separated subset: rendezvous,barrier,kv,latency,crash,hang");
 
@@ -86,7 +91,7 @@ std::string WorkDir() {
 std::unique_ptr<LocalJob> StartCoordinator(int num_tasks, absl::Duration heartbeat_timeout,
                                            absl::Duration heartbeat_interval) {
   return StartBenchCoordinator(absl::GetFlag(FLAGS_bin_dir), WorkDir(), num_tasks,
-                               heartbeat_timeout, heartbeat_interval);
+                               heartbeat_timeout, heartbeat_interval, absl::GetFlag(FLAGS_tls));
 }
 
 // `role`: tasks (Phalanx clients) or reference (barrier_reference.h; it ignores the token).
@@ -103,6 +108,9 @@ std::unique_ptr<process::Subprocess> StartHost(const std::string& role, const st
                   absl::StrCat("--count=", count),
                   absl::StrCat("--num_tasks=", num_tasks),
                   absl::StrCat("--barriers=", barriers)};
+  if (absl::GetFlag(FLAGS_tls) && role == "tasks") {
+    options.argv.push_back("--tls_ca_file=" + work_dir + "/ca.crt");
+  }
   options.stderr_path = work_dir + "/host.log";
   auto host = process::Subprocess::Start(options);
   if (!host.ok()) {
@@ -451,9 +459,17 @@ int main(int argc, char** argv) {
                              absl::GetFlag(FLAGS_count), absl::GetFlag(FLAGS_barriers)});
   }
   if (absl::GetFlag(FLAGS_role) == "tasks") {
+    phalanx::client::CoordinatorTls tls;
+    if (const std::string ca = absl::GetFlag(FLAGS_tls_ca_file); !ca.empty()) {
+      std::ifstream in(ca);
+      std::stringstream pem;
+      pem << in.rdbuf();
+      tls = {pem.str(), phalanx::harness::kLocalJobTlsServerName};
+    }
     return RunTaskHost({absl::GetFlag(FLAGS_address), absl::GetFlag(FLAGS_token),
                         absl::GetFlag(FLAGS_first), absl::GetFlag(FLAGS_count),
-                        absl::GetFlag(FLAGS_num_tasks), absl::GetFlag(FLAGS_barriers)});
+                        absl::GetFlag(FLAGS_num_tasks), absl::GetFlag(FLAGS_barriers),
+                        /*incarnation=*/0, tls});
   }
   const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
   const std::string only = absl::GetFlag(FLAGS_only);

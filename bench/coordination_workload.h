@@ -20,13 +20,12 @@
 
 namespace phalanx::bench {
 
-// A fresh coordinator of the job "bench" with `num_tasks` tasks; exits the bench if it cannot
-// start (a bench run without its coordinator measures nothing).
-inline std::unique_ptr<harness::LocalJob> StartBenchCoordinator(const std::string& bin_dir,
-                                                                const std::string& work_dir,
-                                                                int num_tasks,
-                                                                absl::Duration heartbeat_timeout,
-                                                                absl::Duration heartbeat_interval) {
+// A fresh coordinator of the job "bench" with `num_tasks` tasks (serving TLS with `tls`, as the
+// operator's are by default); exits the bench if it cannot start (a bench run without its
+// coordinator measures nothing).
+inline std::unique_ptr<harness::LocalJob> StartBenchCoordinator(
+    const std::string& bin_dir, const std::string& work_dir, int num_tasks,
+    absl::Duration heartbeat_timeout, absl::Duration heartbeat_interval, bool tls = false) {
   harness::LocalJobOptions options;
   options.bin_dir = bin_dir;
   options.work_dir = work_dir;
@@ -35,6 +34,7 @@ inline std::unique_ptr<harness::LocalJob> StartBenchCoordinator(const std::strin
   options.heartbeat_timeout = heartbeat_timeout;
   options.heartbeat_interval = heartbeat_interval;
   options.start_workers = false;
+  options.tls = tls;
   auto job = harness::LocalJob::Start(options);
   if (!job.ok()) {
     std::fprintf(stderr, "bench: %s\n", job.status().ToString().c_str());
@@ -52,6 +52,7 @@ inline std::unique_ptr<client::CoordinationClientImpl> BenchClient(const harness
   config.task_id = task;
   config.num_tasks = num_tasks;
   config.token = job.options().token;
+  config.tls = job.ClientTls();
   return *client::CoordinationClientImpl::Create(config);
 }
 

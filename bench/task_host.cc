@@ -32,6 +32,7 @@ int RunTaskHost(const TaskHostOptions& options) {
       config.num_tasks = options.num_tasks;
       config.token = options.token;
       config.incarnation = options.incarnation;
+      config.tls = options.tls;
       client::ClientCallbacks callbacks;
       callbacks.on_peer_change = [task](const client::TaskInfo& info) {
         if (info.state == client::TaskState::kFailed) {

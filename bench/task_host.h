@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/base/incarnation.h"
+#include "runtime/client/coordinator_credentials.h"
 
 namespace phalanx::bench {
 
@@ -22,6 +23,7 @@ struct TaskHostOptions {
   int num_tasks = 1;
   int barriers = 0;
   base::Incarnation incarnation = 0;  // every task's
+  client::CoordinatorTls tls;         // the coordinator's CA and name; none: cleartext
 };
 
 int RunTaskHost(const TaskHostOptions& options);

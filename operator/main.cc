@@ -32,6 +32,7 @@
 #include "common/kube/rest_client.h"
 #include "operator/controller/job_sample.h"
 #include "operator/controller/node_watch.h"
+#include "operator/controller/operator_ca.h"
 #include "operator/controller/operator_key.h"
 #include "operator/controller/reconciler.h"
 #include "prometheus/registry.h"
@@ -80,8 +81,16 @@ ABSL_FLAG(std::string, agent_key_secret, "phalanx-agent-clique-key",
           "get no clique tickets)");
 ABSL_FLAG(std::string, key_secret, "phalanx-operator-key",
           "Secret holding the key every job token is derived from; created on first start");
+ABSL_FLAG(bool, coordinator_tls, true,
+          "TLS between every new job's pods and its coordinator, with a certificate per job signed "
+          "by the operator's CA (--ca_secret); false: cleartext, only where the pod network is "
+          "encrypted already (a service mesh, an encrypting CNI): docs/security.md");
+ABSL_FLAG(std::string, ca_secret, "phalanx-operator-ca",
+          "Secret (in --key_namespace) holding the operator's CA (ca.crt, ca.key) that signs "
+          "coordinator certificates; created on first start. Read whatever --coordinator_tls "
+          "says: the operator's link verifies coordinators that serve TLS with it");
 ABSL_FLAG(std::string, owner_service_account, "",
-          "the operator's ServiceAccount (in --key_namespace): the Lease and the key Secret the "
+          "the operator's ServiceAccount (in --key_namespace): the Lease, key and CA Secrets the "
           "operator creates are owned by it, so deleting it (helm uninstall) removes them too");
 ABSL_FLAG(bool, network_policy, true,
           "create a NetworkPolicy per job: only its pods and the operator reach the coordinator");
@@ -152,8 +161,8 @@ absl::StatusOr<std::vector<kube::OwnerReference>> OwnObjectsOwner(const base::Pr
                                             .uid = kube::MetaString(*sa, "uid")}};
 }
 
-// The reconciler's options from the flags, with the operator's key (read, or made on first
-// start, in `key_namespace`).
+// The reconciler's options from the flags, with the operator's key and CA (read, or made on
+// first start, in `key_namespace`).
 absl::StatusOr<op::ReconcilerOptions> ReconcilerOptionsFromFlags(
     const base::ProcessMain& process, kube::Client& client, const std::string& key_namespace,
     const std::vector<kube::OwnerReference>& own_objects_owner) {
@@ -185,6 +194,32 @@ absl::StatusOr<op::ReconcilerOptions> ReconcilerOptionsFromFlags(
                                                "): ", operator_key.status().message()));
   }
   options.operator_key = *operator_key;
+  // The CA even with --coordinator_tls=false: coordinators started while it was on still serve
+  // TLS, and the link must verify them until their jobs are re-created.
+  const std::string ca_secret = absl::GetFlag(FLAGS_ca_secret);
+  const std::string ca_what =
+      absl::StrCat("the operator's CA (Secret ", key_namespace, "/", ca_secret, ")");
+  if (ca_secret.empty()) {
+    if (absl::GetFlag(FLAGS_coordinator_tls)) {
+      return absl::InvalidArgumentError(
+          "--coordinator_tls needs --ca_secret (or --coordinator_tls=false for cleartext)");
+    }
+  } else {
+    std::optional<absl::StatusOr<auth::TlsKeyPair>> ca =
+        RetryWhileTransient<auth::TlsKeyPair>(process, ca_what, [&] {
+          return op::LoadOrCreateOperatorCa(client, key_namespace, ca_secret, own_objects_owner);
+        });
+    if (!ca.has_value()) return absl::CancelledError("stopped while loading the operator's CA");
+    if (!ca->ok()) {
+      return absl::UnavailableError(absl::StrCat(ca_what, ": ", ca->status().message()));
+    }
+    options.coordinator_ca = **ca;
+  }
+  options.placement.tls = absl::GetFlag(FLAGS_coordinator_tls);
+  if (!options.placement.tls) {
+    PHX_LOG(WARNING) << "--coordinator_tls=false: new jobs' pods reach their coordinator in "
+                        "cleartext (job credentials readable on the pod network)";
+  }
   if (const std::string agent_secret = absl::GetFlag(FLAGS_agent_key_secret);
       options.agent_clique_port > 0 && !agent_secret.empty()) {
     const std::string agent_what =
@@ -304,8 +339,9 @@ int main(int argc, char** argv) {
     metrics.Reconciled(result, took);
   };
   kube::Controller controller("trainingjob", clock, controller_options);
-  op::CoordinatorLink link(clock,
-                           [&controller](const std::string& key) { controller.Enqueue(key); });
+  op::CoordinatorLink link(
+      clock, [&controller](const std::string& key) { controller.Enqueue(key); },
+      options->coordinator_ca.cert_pem);
   op::Reconciler reconciler(**client, {*jobs, *pods, *services, *nodes}, events, clock, &metrics,
                             *options, &link);
   controller.Watch(*jobs, kube::KeysForSelf());

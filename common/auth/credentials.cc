@@ -5,10 +5,13 @@
 #include <openssl/rand.h>
 
 #include <cstdlib>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace phalanx::auth {
@@ -29,6 +32,28 @@ int NumberedCredential(absl::string_view presented, absl::string_view prefix, De
     return -1;
   }
   return ConstantTimeEquals(derive(n), presented) ? n : -1;
+}
+
+// "task.<id>.<lo>-<hi>.<hex>" → the principal when the whole of it is TaskCredential(id, lo, hi).
+std::optional<Principal> BoundTaskCredential(absl::string_view job_token,
+                                             absl::string_view presented) {
+  absl::string_view rest = presented;
+  if (!absl::ConsumePrefix(&rest, kTaskPrefix)) return std::nullopt;
+  const std::vector<absl::string_view> parts = absl::StrSplit(rest, absl::MaxSplits('.', 2));
+  if (parts.size() != 3) return std::nullopt;
+  const size_t dash = parts[1].find('-');
+  int task = -1;
+  int64_t lo = -1, hi = -1;
+  if (dash == absl::string_view::npos || !absl::SimpleAtoi(parts[0], &task) || task < 0 ||
+      !absl::SimpleAtoi(parts[1].substr(0, dash), &lo) ||
+      !absl::SimpleAtoi(parts[1].substr(dash + 1), &hi) || lo < 0 || hi < lo) {
+    return std::nullopt;
+  }
+  if (!ConstantTimeEquals(TaskCredential(job_token, task, lo, hi), presented)) return std::nullopt;
+  Principal principal{task};
+  principal.min_incarnation = lo;
+  principal.max_incarnation = hi;
+  return principal;
 }
 
 std::string Hex(const unsigned char* bytes, size_t n) {
@@ -69,6 +94,12 @@ std::string TaskCredential(absl::string_view job_token, int task_id) {
                       HmacSha256Hex(job_token, absl::StrCat("phalanx/task/v1/", task_id)));
 }
 
+std::string TaskCredential(absl::string_view job_token, int task_id, int64_t lo, int64_t hi) {
+  return absl::StrCat(
+      kTaskPrefix, task_id, ".", lo, "-", hi, ".",
+      HmacSha256Hex(job_token, absl::StrCat("phalanx/task/v2/", task_id, "/", lo, "/", hi)));
+}
+
 std::string SpareCredential(absl::string_view job_token, int slot) {
   return absl::StrCat(kSparePrefix, slot, ".",
                       HmacSha256Hex(job_token, absl::StrCat("phalanx/spare/v1/", slot)));
@@ -86,6 +117,7 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 absl::StatusOr<Principal> Authenticate(absl::string_view job_token, absl::string_view presented) {
   if (job_token.empty()) return absl::UnauthenticatedError("no job token configured");
   if (ConstantTimeEquals(job_token, presented)) return Principal{};
+  if (std::optional<Principal> task = BoundTaskCredential(job_token, presented)) return *task;
   if (int task = NumberedCredential(presented, kTaskPrefix,
                                     [&](int n) { return TaskCredential(job_token, n); });
       task >= 0) {

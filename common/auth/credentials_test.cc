@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "common/testing/status_matchers.h"
 
 namespace phalanx::auth {
@@ -41,6 +43,34 @@ TEST(Credentials, Authenticate_RefusesForgedAndForeignCredentials) {
   for (const std::string& bad :
        {std::string(), std::string("task."), std::string("task.3."), relabelled,
         TaskCredential(other_job, 3), std::string("task.-1.00"), other_job, job + "x"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Authenticate(job, bad).status(), StatusIs(absl::StatusCode::kUnauthenticated));
+  }
+}
+
+TEST(Credentials, ABoundTaskCredential_NamesItsIncarnations_AndCannotBeStretched) {
+  const std::string job = JobToken("key", "ns", "job", "uid");
+  absl::StatusOr<Principal> bound = Authenticate(job, TaskCredential(job, 3, 7, 7));
+  ASSERT_TRUE(bound.ok());
+  EXPECT_EQ(bound->task_id, 3);
+  EXPECT_EQ(bound->min_incarnation, 7);
+  EXPECT_EQ(bound->max_incarnation, 7);
+  absl::StatusOr<Principal> range = Authenticate(job, TaskCredential(job, 3, 7000, 7999));
+  ASSERT_TRUE(range.ok());
+  EXPECT_EQ(range->min_incarnation, 7000);
+  EXPECT_EQ(range->max_incarnation, 7999);
+  // The unbound (v1) credential of operators before ADR 0006 still covers every incarnation.
+  absl::StatusOr<Principal> unbound = Authenticate(job, TaskCredential(job, 3));
+  ASSERT_TRUE(unbound.ok());
+  EXPECT_EQ(unbound->min_incarnation, 0);
+  EXPECT_EQ(unbound->max_incarnation, std::numeric_limits<int64_t>::max());
+  // Incarnation 7's MAC relabelled to claim 7-9 or 8-8, or task 4, is refused; so are
+  // malformed ranges.
+  const std::string mac = TaskCredential(job, 3, 7, 7).substr(std::string("task.3.7-7.").size());
+  for (const std::string& bad :
+       {"task.3.7-9." + mac, "task.3.8-8." + mac, "task.4.7-7." + mac, "task.3.-7-7." + mac,
+        "task.3.9-7." + TaskCredential(job, 3, 9, 7).substr(11), std::string("task.3.7-7."),
+        "task.3.7-." + mac, TaskCredential(JobToken("key", "ns", "job", "uid2"), 3, 7, 7)}) {
     SCOPED_TRACE(bad);
     EXPECT_THAT(Authenticate(job, bad).status(), StatusIs(absl::StatusCode::kUnauthenticated));
   }

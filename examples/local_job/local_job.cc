@@ -4,9 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/auth/tls_issuer.h"
 
 namespace phalanx::harness {
 
@@ -19,6 +21,17 @@ absl::StatusOr<std::unique_ptr<LocalJob>> LocalJob::Start(LocalJobOptions option
   {
     std::ofstream token(options.work_dir + "/token", std::ios::trunc);
     token << options.token << "\n";
+  }
+  if (options.tls) {
+    absl::StatusOr<auth::TlsKeyPair> ca =
+        auth::MakeCertificateAuthority("phalanx local job CA", absl::Hours(24));
+    if (!ca.ok()) return ca.status();
+    absl::StatusOr<auth::TlsKeyPair> leaf =
+        auth::IssueServerCertificate(*ca, {kLocalJobTlsServerName}, absl::Hours(24));
+    if (!leaf.ok()) return leaf.status();
+    std::ofstream(options.work_dir + "/ca.crt", std::ios::trunc) << ca->cert_pem;
+    std::ofstream(options.work_dir + "/tls.crt", std::ios::trunc) << leaf->cert_pem;
+    std::ofstream(options.work_dir + "/tls.key", std::ios::trunc) << leaf->key_pem;
   }
   std::unique_ptr<LocalJob> job(new LocalJob(std::move(options)));
   {
@@ -49,6 +62,10 @@ absl::Status LocalJob::StartCoordinator(int port) {
                   "--metrics_listen=127.0.0.1:0",
                   "--heartbeat_interval=" + absl::FormatDuration(options_.heartbeat_interval),
                   "--heartbeat_timeout=" + absl::FormatDuration(options_.heartbeat_timeout)};
+  if (options_.tls) {
+    options.argv.push_back("--tls_cert_file=" + options_.work_dir + "/tls.crt");
+    options.argv.push_back("--tls_key_file=" + options_.work_dir + "/tls.key");
+  }
   options.stderr_path = options_.work_dir + "/coordinator.log";
   options.echo_stdout = options_.echo;
   options.echo_prefix = "[coordinator] ";
@@ -104,6 +121,10 @@ absl::Status LocalJob::StartWorker(int task, std::map<std::string, std::string> 
                  {"PHALANX_NUM_TASKS", absl::StrCat(options_.num_tasks)},
                  {"PHALANX_INCARNATION", absl::StrCat(incarnation)},
                  {"PHALANX_TOKEN", options_.token}};
+  if (options_.tls) {
+    options.env["PHALANX_TLS_CA_FILE"] = options_.work_dir + "/ca.crt";
+    options.env["PHALANX_TLS_SERVER_NAME"] = kLocalJobTlsServerName;
+  }
   for (auto& [k, v] : extra_env) options.env[k] = v;
   options.stderr_path = absl::StrCat(options_.work_dir, "/worker-", task, ".log");
   options.echo_stdout = options_.echo;
@@ -226,7 +247,16 @@ std::unique_ptr<client::CoordinationClientImpl> LocalJob::AdminClient() {
   config.task_id = 0;
   config.num_tasks = options_.num_tasks;
   config.token = options_.token;
+  config.tls = ClientTls();
   return *client::CoordinationClientImpl::Create(config);
+}
+
+client::CoordinatorTls LocalJob::ClientTls() const {
+  if (!options_.tls) return {};
+  std::ifstream in(options_.work_dir + "/ca.crt");
+  std::stringstream pem;
+  pem << in.rdbuf();
+  return {pem.str(), kLocalJobTlsServerName};
 }
 
 }  // namespace phalanx::harness

@@ -32,7 +32,13 @@ struct LocalJobOptions {
   std::string token = "local-job-token";
   bool start_workers = true;
   bool echo = false;  // copy every process's stdout to our stderr
+  // TLS as the operator sets it up (ADR 0006): a throwaway CA and a coordinator certificate for
+  // kTlsServerName in work_dir; the coordinator serves TLS, workers get the CA and the name.
+  bool tls = false;
 };
+
+// The name the coordinator's certificate carries under LocalJobOptions::tls.
+inline constexpr char kLocalJobTlsServerName[] = "local-coordinator.phalanx.test";
 
 class LocalJob {
  public:
@@ -75,6 +81,8 @@ class LocalJob {
   // A client speaking for task 0 that never registers: for operator-style calls
   // (NotifyPreemption, WatchJobState).
   std::unique_ptr<client::CoordinationClientImpl> AdminClient();
+  // What a client needs to reach the coordinator (its CA and name with TLS; nothing without).
+  client::CoordinatorTls ClientTls() const;
 
  private:
   explicit LocalJob(LocalJobOptions options) : options_(std::move(options)) {}

@@ -483,6 +483,9 @@ Json EncodeStatus(const TrainingJobStatus& s) {
   out["productiveSeconds"] = Json::number(s.productive_seconds);
   out["productiveAtLastRestart"] = Json::number(s.productive_at_last_restart);
   if (s.gang_releases > 0) out["gangReleases"] = Json::number(s.gang_releases);
+  if (s.incarnation_bound_credentials.has_value()) {
+    out["incarnationBoundCredentials"] = Json::boolean(*s.incarnation_bound_credentials);
+  }
   PutTime(out, "gangReleasedAt", s.gang_released_at);
   out["lostSeconds"] = Json::number(s.lost_seconds);
   PutTime(out, "accountedUntil", s.accounted_until);
@@ -518,7 +521,10 @@ Json EncodeStatus(const TrainingJobStatus& s) {
   if (s.coordinator != CoordinatorStatus{}) {
     const CoordinatorStatus& c = s.coordinator;
     Json coordinator = Json::object();
-    coordinator["restarts"] = Json::number(c.restarts);
+    // As before the TLS decision was recorded: `restarts` (0 too) whenever anything else is.
+    CoordinatorStatus without_tls = c;
+    without_tls.tls.reset();
+    if (without_tls != CoordinatorStatus{}) coordinator["restarts"] = Json::number(c.restarts);
     if (c.moves > 0) coordinator["moves"] = Json::number(c.moves);
     PutString(coordinator, "movingFrom", c.moving_from);
     PutString(coordinator, "lastMovedPodUID", c.last_moved_pod);
@@ -528,6 +534,7 @@ Json EncodeStatus(const TrainingJobStatus& s) {
     PutTime(coordinator, "lastRestartTime", c.last_restart_time);
     PutTime(coordinator, "restartAfter", c.restart_after);
     PutString(coordinator, "lastFailedPodUID", c.last_failed_pod);
+    if (c.tls.has_value()) coordinator["tls"] = Json::boolean(*c.tls);
     out["coordinator"] = std::move(coordinator);
   }
   return out;
@@ -558,6 +565,9 @@ TrainingJobStatus DecodeStatus(const Json& job) {
   s.productive_seconds = DoubleOr(j, "productiveSeconds");
   s.productive_at_last_restart = DoubleOr(j, "productiveAtLastRestart");
   s.gang_releases = IntOr(j, "gangReleases");
+  if (const Json& bound = kube::FieldOrNull(j, "incarnationBoundCredentials"); bound.is_boolean()) {
+    s.incarnation_bound_credentials = bound.as_bool();
+  }
   if (const Json& spares = kube::FieldOrNull(j, "spares"); spares.is_object()) {
     s.spares = {IntOr(spares, "total"), IntOr(spares, "ready"), IntOr(spares, "takeovers"), {}};
     for (const Json& g : kube::ArrayOrEmpty(spares, "generations").as_array()) {
@@ -592,6 +602,9 @@ TrainingJobStatus DecodeStatus(const Json& job) {
     s.coordinator.last_restart_time = TimeOr(c, "lastRestartTime");
     s.coordinator.restart_after = TimeOr(c, "restartAfter");
     s.coordinator.last_failed_pod = StringOr(c, "lastFailedPodUID");
+    if (const Json& tls = kube::FieldOrNull(c, "tls"); tls.is_boolean()) {
+      s.coordinator.tls = tls.as_bool();
+    }
   }
   return s;
 }

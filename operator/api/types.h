@@ -244,6 +244,9 @@ struct CoordinatorStatus {
   std::optional<absl::Time> last_restart_time;  // when the last ended coordinator was seen
   std::optional<absl::Time> restart_after;      // not recreated before this (back-off)
   std::string last_failed_pod;                  // UID of the pod counted last: one pod counts once
+  // Whether the job's Secret holds the TLS files (and so its pods use TLS): decided once, when
+  // the operator first writes it (controller/children.h JobUsesTls), kept for the job's life.
+  std::optional<bool> tls;
 
   bool operator==(const CoordinatorStatus&) const = default;
 };
@@ -306,6 +309,10 @@ struct TrainingJobStatus {
   std::optional<absl::Time> accounted_until;  // the seconds above cover time up to here
   GoodputStatus goodput;
   CoordinatorStatus coordinator;
+  // Whether the job's task pods get credentials bound to their incarnation, each in its own
+  // Secret (controller/task_credentials.h): decided when the job's Secret is first written, kept
+  // for the job's life (a job made by an operator from before keeps its unbound ones).
+  std::optional<bool> incarnation_bound_credentials;
   // spec.spares (controller/spares.h): spare pods that exist and have not ended, those of them
   // waiting with the coordinator for a task, the take-overs so far, and each spare slot's
   // current generation (slot k's pod is <job>-spare-<k>-<generations[k]>; a take-over or an

@@ -4,8 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth/credentials.h"
+#include "operator/api/codec.h"
+#include "operator/controller/blocked.h"
 #include "operator/controller/coordinator_move.h"
 #include "operator/controller/failed_pods.h"
+#include "operator/controller/task_credentials.h"
 
 namespace phalanx::op {
 namespace {
@@ -43,11 +46,28 @@ void CountCoordinatorRestart(const PlanInputs& in, JobPass& pass, const PodView&
 
 }  // namespace
 
+bool JobUsesTls(const TrainingJobStatus& status, const JobObservation& world, bool operator_tls) {
+  if (status.coordinator.tls.has_value()) return *status.coordinator.tls;
+  if (world.coordinator.has_value()) return world.coordinator->serves_tls;
+  if (FindCondition(status.conditions, kConditionChildrenReady).has_value()) return false;
+  return operator_tls;
+}
+
 Next EnsureJobChildren(const PlanInputs& in, JobPass& pass) {
   ReconcilePlan& out = pass.out;
   const JobObservation& world = in.world;
-  if (!world.has_secret)
-    out.create.push_back(DesiredSecret(in.job, in.spec, in.token, in.agent_clique_key));
+  const bool tls = JobUsesTls(out.status, world, in.placement.tls);
+  out.status.coordinator.tls = tls;
+  const bool bound = JobUsesBoundCredentials(
+      out.status, world.coordinator.has_value() ||
+                      FindCondition(out.status.conditions, kConditionChildrenReady).has_value());
+  out.status.incarnation_bound_credentials = bound;
+  CoordinatorPlacement placement = in.placement;
+  placement.tls = tls;
+  if (!world.has_secret) {
+    out.create.push_back(DesiredSecret(in.job, in.spec, in.token, in.agent_clique_key,
+                                       tls ? in.tls_files : nullptr, bound));
+  }
   if (!world.has_network_policy && in.network_policy != nullptr) {
     out.create.push_back(DesiredCoordinatorNetworkPolicy(in.job, in.placement, *in.network_policy));
   }
@@ -62,7 +82,7 @@ Next EnsureJobChildren(const PlanInputs& in, JobPass& pass) {
       RequeueWithin(pass, *restart_after - in.now);  // backing off after it ended
     } else {
       out.create.push_back(
-          DesiredCoordinatorPod(in.job, in.spec, in.placement, in.token, NodesToAvoid(in.world)));
+          DesiredCoordinatorPod(in.job, in.spec, placement, in.token, NodesToAvoid(in.world)));
     }
   } else if (world.coordinator->ended()) {
     if (!world.coordinator->being_deleted) {
@@ -139,8 +159,10 @@ Next EnsureTaskPods(const PlanInputs& in, JobPass& pass) {
   for (TaskRecord& record : pass.tasks) {
     if (record.event != TaskEvent::kNoPod) continue;
     TaskStatus& task = record.status;
-    pass.out.create.push_back(DesiredTaskPod(in.job, in.spec, task.index, task.incarnation,
-                                             pass.coordinator_address, in.agent_clique_port));
+    pass.out.create.push_back(
+        DesiredTaskPod(in.job, in.spec, task.index, task.incarnation, pass.coordinator_address,
+                       in.agent_clique_port, pass.out.status.coordinator.tls.value_or(false),
+                       pass.out.status.incarnation_bound_credentials.value_or(false)));
     task.pod = TaskPodName(JobName(in), task.index, task.incarnation);
   }
   return Next::kContinue;

@@ -10,7 +10,9 @@
 // task-state stage, each task without a pod gets one at its incarnation, once the coordinator's
 // address is known. Names are deterministic (desired_state.h): an AlreadyExists is accepted only
 // for a child this job controls (the reconciler checks). A coordinator that refused the token
-// Secret's token (auth::kExitTokenMismatch) marks the plan's secret_conflict. Pure.
+// Secret's token (auth::kExitTokenMismatch) marks the plan's secret_conflict. The job's TLS
+// decision (JobUsesTls) is recorded in status.coordinator.tls here, and the task pod and spare
+// stages follow it. Pure.
 #pragma once
 
 #include "operator/controller/pass.h"
@@ -20,6 +22,14 @@ namespace phalanx::op {
 inline constexpr absl::Duration kCoordinatorFirstBackoff = absl::Seconds(1);
 inline constexpr absl::Duration kCoordinatorMaxBackoff = absl::Seconds(60);
 inline constexpr absl::Duration kCoordinatorBackoffReset = absl::Minutes(10);
+
+// Whether `job`'s Secret holds the TLS files, so that its coordinator serves TLS and its tasks
+// verify it (docs/security.md "TLS by default"): status.coordinator.tls once decided. Until
+// then, for a job an operator without TLS made children for (its coordinator pod serves no TLS,
+// or a ChildrenReady condition is recorded: its Secret exists, without the files, and the
+// operator cannot read it to tell) false, else `operator_tls` (--coordinator_tls). So an
+// upgraded operator never gives a job's pods TLS files its Secret lacks.
+bool JobUsesTls(const TrainingJobStatus& status, const JobObservation& world, bool operator_tls);
 
 Next EnsureJobChildren(const PlanInputs& in, JobPass& pass);
 Next EnsureTaskPods(const PlanInputs& in, JobPass& pass);

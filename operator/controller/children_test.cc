@@ -6,6 +6,7 @@
 
 #include <functional>
 
+#include "operator/controller/blocked.h"
 #include "operator/controller/plan_testing.h"
 
 namespace phalanx::op {
@@ -292,6 +293,74 @@ TEST(EnsureTaskPods, AnUnansweredCoordinatorHoldsTaskPodsAndIsToldAfterItsGrace)
   EnsureTaskPods(t.Inputs(), pass);
   EXPECT_EQ(pass.out.create.size(), 2u);
   EXPECT_TRUE(pass.out.events.empty());
+}
+
+}  // namespace
+}  // namespace phalanx::op
+
+namespace phalanx::op {
+namespace {
+
+// TLS is decided once per job, when its Secret is first written, and never given to a job whose
+// Secret an operator without TLS wrote (the operator cannot read the Secret to tell).
+TEST(JobUsesTls, Table) {
+  struct Case {
+    const char* name;
+    std::optional<bool> recorded;
+    std::optional<bool> coordinator_serves_tls;  // nullopt: no coordinator pod
+    bool children_ready_recorded;
+    bool operator_tls;
+    bool want;
+  };
+  const Case cases[] = {
+      {"aNewJobFollowsTheOperator", {}, {}, false, true, true},
+      {"aNewJobWithTlsOffIsCleartext", {}, {}, false, false, false},
+      {"theRecordStandsWhateverTheOperatorSays", true, {}, true, false, true},
+      {"aCleartextRecordStandsToo", false, {}, true, true, false},
+      {"anUnrecordedJobWithACleartextCoordinatorStaysCleartext", {}, false, true, true, false},
+      {"anUnrecordedJobWithATlsCoordinatorStaysTls", {}, true, true, false, true},
+      {"anUnrecordedJobThatHadChildrenButNoCoordinatorNowIsCleartext", {}, {}, true, true, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TrainingJobStatus status;
+    status.coordinator.tls = c.recorded;
+    if (c.children_ready_recorded) {
+      status.conditions.push_back({.type = kConditionChildrenReady, .status = "True"});
+    }
+    JobObservation world;
+    if (c.coordinator_serves_tls.has_value()) {
+      world.coordinator = PodView{};
+      world.coordinator->serves_tls = *c.coordinator_serves_tls;
+    }
+    EXPECT_EQ(JobUsesTls(status, world, c.operator_tls), c.want);
+  }
+}
+
+// The stage records the decision and every child follows it.
+TEST(EnsureJobChildren, RecordsTheTlsDecisionAndTheCoordinatorFollowsIt) {
+  for (const bool tls : {false, true}) {
+    SCOPED_TRACE(tls);
+    TestPass t(builders::TrainingJobBuilder("j").Tasks(2));
+    t.world.has_secret = false;
+    t.world.coordinator.reset();
+    t.placement.tls = tls;
+    JobTlsFiles files{"CA", {"CERT", "KEY"}};
+    PlanInputs in = t.Inputs();
+    in.tls_files = &files;
+    JobPass pass = t.Before("children");
+    EnsureJobChildren(in, pass);
+    EXPECT_EQ(pass.out.status.coordinator.tls, tls);
+    std::string secret, coordinator;
+    for (const Json& o : pass.out.create) {
+      if (kube::StringAt(o, "kind") == "Secret") secret = o.serialize();
+      if (kube::MetaString(o, "name") == "j-coordinator" && kube::StringAt(o, "kind") == "Pod") {
+        coordinator = o.serialize();
+      }
+    }
+    EXPECT_EQ(secret.find("tls.key") != std::string::npos, tls);
+    EXPECT_EQ(coordinator.find("--tls_cert_file") != std::string::npos, tls);
+  }
 }
 
 }  // namespace

@@ -36,14 +36,24 @@ constexpr absl::Duration kFirstRetryDelay = absl::Seconds(1);
 constexpr absl::Duration kMaxRetryDelay = absl::Seconds(60);
 constexpr int kMaxReconnectBackoffMs = 120000;
 
-std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
+// `tls_server_name` "": cleartext.
+std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address,
+                                         const std::string& tls_server_name,
+                                         const std::string& tls_roots_pem) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   // Its own connections: from the global pool, a channel to the same address would share the
   // old channel's connection and its reconnect back-off, so it would not be fresh.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (tls_server_name.empty()) {
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  // The link dials the pod IP; the certificate names the coordinator's Service.
+  args.SetSslTargetNameOverride(tls_server_name);
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = tls_roots_pem;
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(tls), args);
 }
 
 // A call's deadline as a span from when gRPC starts it: it bounds a transport wait and decides
@@ -79,18 +89,21 @@ struct CoordinatorLink::Poll {
 
 // One job's watch. The first block is fixed at creation; the rest is guarded by the link's mu_.
 struct CoordinatorLink::Watch {
-  Watch(std::string k, std::string a, std::string t, std::string c)
+  Watch(std::string k, std::string a, std::string t, std::string c, std::string tls_name,
+        const std::string& tls_roots_pem)
       : key(std::move(k)),
         address(std::move(a)),
         token(std::move(t)),
         coordinator(std::move(c)),
-        channel(ChannelTo(address)),
+        tls_server_name(std::move(tls_name)),
+        channel(ChannelTo(address, tls_server_name, tls_roots_pem)),
         stub(pb::Coordination::NewStub(channel)) {}
 
   const std::string key;
   const std::string address;
   const std::string token;
-  const std::string coordinator;  // the coordinator pod's UID
+  const std::string coordinator;      // the coordinator pod's UID
+  const std::string tls_server_name;  // "": cleartext
   const std::shared_ptr<grpc::Channel> channel;
   const std::unique_ptr<pb::Coordination::Stub> stub;
 
@@ -109,8 +122,11 @@ struct CoordinatorLink::Watch {
   Spares spares;
 };
 
-CoordinatorLink::CoordinatorLink(base::Clock& clock, Wake wake)
-    : clock_(clock), wake_(std::move(wake)), retry_thread_([this] { RetryLoop(); }) {}
+CoordinatorLink::CoordinatorLink(base::Clock& clock, Wake wake, std::string tls_roots_pem)
+    : clock_(clock),
+      wake_(std::move(wake)),
+      tls_roots_pem_(std::move(tls_roots_pem)),
+      retry_thread_([this] { RetryLoop(); }) {}
 
 CoordinatorLink::~CoordinatorLink() {
   std::vector<std::unique_ptr<Watch>> watches;
@@ -135,7 +151,8 @@ std::unique_ptr<CoordinatorLink::Watch> CoordinatorLink::DetachLocked(
 }
 
 void CoordinatorLink::Ensure(const std::string& key, const std::string& address,
-                             const std::string& token, const std::string& coordinator) {
+                             const std::string& token, const std::string& coordinator,
+                             const std::string& tls_server_name) {
   std::unique_ptr<Watch> old;
   {
     absl::MutexLock lock(&mu_);
@@ -144,14 +161,15 @@ void CoordinatorLink::Ensure(const std::string& key, const std::string& address,
     if (it != watches_.end()) {
       const Watch& current = *it->second;
       if (current.address == address && current.token == token &&
-          current.coordinator == coordinator) {
+          current.coordinator == coordinator && current.tls_server_name == tls_server_name) {
         return;
       }
       old = DetachLocked(it);  // a new address (coordinator recreated) or token: start over
     }
   }
   if (old != nullptr) Retire({old.get()});
-  auto fresh = std::make_unique<Watch>(key, address, token, coordinator);
+  auto fresh =
+      std::make_unique<Watch>(key, address, token, coordinator, tls_server_name, tls_roots_pem_);
   Watch* watch = fresh.get();
   {
     absl::MutexLock lock(&mu_);

@@ -17,8 +17,12 @@
 //                 ▼  │
 //               backing off
 //
-//   Forget (or Ensure with a new address/token/coordinator UID): the poll is cancelled and
-//   Forget returns once its callback has run; a new coordinator gets a fresh channel at once.
+//   Forget (or Ensure with a new address/token/coordinator UID/TLS name): the poll is cancelled
+//   and Forget returns once its callback has run; a new coordinator gets a fresh channel at once.
+//
+// TLS (docs/security.md "TLS by default"): a coordinator that serves TLS is verified against the
+// operator CA's certificate (`tls_roots_pem`) as the name Ensure gives (the job's
+// CoordinatorTlsServerName), whatever address the link dials (the pod IP).
 //
 // Thread-safe. Forget and the destructor must not be called from Wake.
 #pragma once
@@ -46,16 +50,19 @@ namespace phalanx::op {
 class CoordinatorLink {
  public:
   using Wake = std::function<void(const std::string& job_key)>;
-  CoordinatorLink(base::Clock& clock, Wake wake);
+  // `tls_roots_pem`: the CA certificates (PEM) that coordinators serving TLS are verified with.
+  CoordinatorLink(base::Clock& clock, Wake wake, std::string tls_roots_pem = "");
   ~CoordinatorLink();  // Forget()s every job
   CoordinatorLink(const CoordinatorLink&) = delete;
   CoordinatorLink& operator=(const CoordinatorLink&) = delete;
 
   // Watches `key`'s coordinator at `address` with `token`; restarts the watch when either changes.
   // `coordinator` names the coordinator pod (its UID): a recreated coordinator gets a fresh
-  // channel at once instead of waiting out the old one's reconnect back-off.
+  // channel at once instead of waiting out the old one's reconnect back-off. With a
+  // `tls_server_name` the channel speaks TLS and accepts only a certificate for that name chained
+  // to the link's roots; "" is cleartext.
   void Ensure(const std::string& key, const std::string& address, const std::string& token,
-              const std::string& coordinator);
+              const std::string& coordinator, const std::string& tls_server_name = "");
   // Stops watching `key`: cancels its long poll and returns once the poll has ended.
   void Forget(const std::string& key);
   struct FailedTask {
@@ -114,6 +121,7 @@ class CoordinatorLink {
 
   base::Clock& clock_;
   const Wake wake_;
+  const std::string tls_roots_pem_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Watch>> watches_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/auth/tls_issuer.h"
 #include "common/testing/eventually.h"
 #include "common/testing/fake_clock.h"
 #include "common/testing/status_matchers.h"
@@ -44,15 +45,20 @@ constexpr absl::Duration kWait = absl::Seconds(20);
 // Destroying it is the coordinator going away; another on the same port is it coming back.
 class Coordinator {
  public:
-  Coordinator(FakeClock& clock, int port = 0) : clock_(clock) {
+  // `tls`: serve TLS only, with this certificate and key.
+  Coordinator(FakeClock& clock, int port = 0, const auth::TlsKeyPair& tls = {}) : clock_(clock) {
     coord::CoordinationService::Options options;
     options.job = "j";
     options.num_tasks = 4;
     options.heartbeat_interval = absl::Seconds(1);
     options.heartbeat_timeout = kHeartbeatTimeout;
     service_ = *coord::CoordinationService::Create(options, clock_, metrics_);
-    auto server = coord::CoordinatorServer::Start({absl::StrCat("127.0.0.1:", port), kToken},
-                                                  *service_, metrics_, clock_);
+    coord::CoordinatorServer::Options server_options;
+    server_options.listen_address = absl::StrCat("127.0.0.1:", port);
+    server_options.token = kToken;
+    server_options.tls_cert_pem = tls.cert_pem;
+    server_options.tls_key_pem = tls.key_pem;
+    auto server = coord::CoordinatorServer::Start(server_options, *service_, metrics_, clock_);
     EXPECT_THAT(server, IsOk());
     server_ = *std::move(server);
   }
@@ -204,6 +210,44 @@ TEST_F(CoordinatorLinkTest, WrongToken_IsRefusedAndRetriedWithBackoff_ANewTokenS
   link_.Ensure("ns/a", coordinator.address(), kToken, "uid-1");
   ASSERT_TRUE(Eventually([&] { return ShowsFailed("ns/a", 1); }, kWait));
   EXPECT_TRUE(clock_.PendingDeadlines().empty()) << "the old watch's back-off went with it";
+}
+
+// docs/security.md "TLS by default": the link dials the coordinator pod's IP and verifies its
+// certificate as the job's Service name, against the operator's CA; a coordinator whose
+// certificate another CA signed (another operator's, a forger's) is refused.
+TEST_F(CoordinatorLinkTest, ATlsCoordinatorIsVerifiedByTheOperatorsCaAsItsServiceName) {
+  absl::StatusOr<auth::TlsKeyPair> ca = auth::MakeCertificateAuthority("ca", absl::Hours(1));
+  absl::StatusOr<auth::TlsKeyPair> other = auth::MakeCertificateAuthority("ca", absl::Hours(1));
+  ASSERT_THAT(ca, IsOk());
+  ASSERT_THAT(other, IsOk());
+  const std::vector<std::string> names = {"j-coordinator.ns.svc", "j-coordinator"};
+  absl::StatusOr<auth::TlsKeyPair> leaf = auth::IssueServerCertificate(*ca, names, absl::Hours(1));
+  ASSERT_THAT(leaf, IsOk());
+  Coordinator coordinator(coordinator_clock_, 0, *leaf);
+  coordinator.FailSilently(1, 1);
+
+  CoordinatorLink link(
+      clock_, [](const std::string&) {}, ca->cert_pem);
+  link.Ensure("ns/j", coordinator.address(), kToken, "uid-1", "j-coordinator.ns.svc");
+  ASSERT_TRUE(Eventually([&] { return link.FailedTasks("ns/j").contains(1); }, kWait));
+
+  // Another CA's link, the right CA for another name, or cleartext get no answer (until its
+  // first answer a watch waits for its channel to connect, so the handshake's refusal shows as
+  // silence): a second of it, against the tens of milliseconds the answer above took.
+  CoordinatorLink foreign(
+      clock_, [](const std::string&) {}, other->cert_pem);
+  foreign.Ensure("ns/j", coordinator.address(), kToken, "uid-1", "j-coordinator.ns.svc");
+  link.Ensure("ns/j", coordinator.address(), kToken, "uid-1", "k-coordinator.ns.svc");
+  link_.Ensure("ns/j", coordinator.address(), kToken, "uid-1");
+  EXPECT_FALSE(Eventually(
+      [&] {
+        return !foreign.FailedTasks("ns/j").empty() || !link.FailedTasks("ns/j").empty() ||
+               !link_.FailedTasks("ns/j").empty();
+      },
+      absl::Seconds(1)));
+  // The right name again: a new watch, answered.
+  link.Ensure("ns/j", coordinator.address(), kToken, "uid-1", "j-coordinator.ns.svc");
+  EXPECT_TRUE(Eventually([&] { return link.FailedTasks("ns/j").contains(1); }, kWait));
 }
 
 TEST_F(CoordinatorLinkTest, CoordinatorGoneAndBack_IsRePolledWithDoublingBackoff) {

@@ -9,6 +9,7 @@
 #include "operator/api/codec.h"
 #include "operator/api/validation.h"
 #include "operator/controller/placement.h"
+#include "operator/controller/task_credentials.h"
 
 namespace phalanx::op {
 namespace {
@@ -50,9 +51,9 @@ Json EnvFieldRef(const std::string& name, const std::string& field_path) {
   return v;
 }
 
-// A Secret volume `volume` holding keys of the job's Secret as files ({key, file name}); an
+// A Secret volume `volume` holding keys of Secret `secret` as files ({key, file name}); an
 // optional one starts without the keys the Secret lacks.
-Json SecretVolume(const std::string& job, const char* volume,
+Json SecretVolume(const std::string& secret, const char* volume,
                   const std::vector<std::pair<std::string, std::string>>& files, bool optional) {
   Json items = Json::array();
   for (const auto& [key, path] : files) {
@@ -64,7 +65,7 @@ Json SecretVolume(const std::string& job, const char* volume,
   Json v = Json::object();
   v["name"] = Str(volume);
   v["secret"] = Json::object();
-  v["secret"]["secretName"] = Str(SecretName(job));
+  v["secret"]["secretName"] = Str(secret);
   v["secret"]["items"] = std::move(items);
   v["secret"]["defaultMode"] = Json::number(0444);  // the pods run as non-root
   if (optional) v["secret"]["optional"] = Json::boolean(true);
@@ -72,7 +73,7 @@ Json SecretVolume(const std::string& job, const char* volume,
 }
 Json TokenVolume(const std::string& job,
                  const std::vector<std::pair<std::string, std::string>>& files) {
-  return SecretVolume(job, "phalanx-token", files, /*optional=*/false);
+  return SecretVolume(SecretName(job), "phalanx-token", files, /*optional=*/false);
 }
 Json ReadOnlyMount(const char* volume, const char* path) {
   Json mount = Json::object();
@@ -82,6 +83,9 @@ Json ReadOnlyMount(const char* volume, const char* path) {
   return mount;
 }
 Json TokenMount() { return ReadOnlyMount("phalanx-token", kTokenMountPath); }
+// The job's TLS files a pod may hold (the coordinator's certificate and key, or the CA's
+// certificate), at kTlsMountPath.
+constexpr char kTlsVolume[] = "phalanx-tls";
 // Appends `item` to the array at obj[field], replacing an element with the same "name" (ours
 // win, as for env).
 void MergeNamed(Json& obj, const char* field, const Json& item) {
@@ -186,8 +190,20 @@ Json OwnerReferenceTo(const Json& job) {
   return ref.ToJson();
 }
 
+std::string CoordinatorTlsServerName(const Json& job) {
+  return absl::StrCat(CoordinatorName(MetaString(job, "name")), ".", MetaString(job, "namespace"),
+                      ".svc");
+}
+
+std::vector<std::string> CoordinatorTlsDnsNames(const Json& job) {
+  const std::string service = CoordinatorName(MetaString(job, "name"));
+  const std::string in_namespace = absl::StrCat(service, ".", MetaString(job, "namespace"));
+  return {in_namespace + ".svc", in_namespace + ".svc.cluster.local", in_namespace, service};
+}
+
 Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::string& token,
-                   const std::string& agent_clique_key) {
+                   const std::string& agent_clique_key, const JobTlsFiles* tls,
+                   bool bound_credentials) {
   const std::string name = MetaString(job, "name");
   Json secret = Json::object();
   secret["apiVersion"] = Str("v1");
@@ -200,11 +216,19 @@ Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::stri
   // (the Secret is written once: ADR 0003). It may only wait for a task (credentials.h).
   secret["stringData"][kSpareCredentialKey] = Str(auth::SpareCredential(token, 0));
   for (int i = 0; i < spec.NumTasks(); ++i) {
-    secret["stringData"][TaskCredentialKey(i)] = Str(auth::TaskCredential(token, i));
+    // Bound credentials are each in their task pod's own Secret (task_credentials.h).
+    if (!bound_credentials) {
+      secret["stringData"][TaskCredentialKey(i)] = Str(auth::TaskCredential(token, i));
+    }
     if (!agent_clique_key.empty()) {
       secret["stringData"][CliqueTicketKey(i)] = Str(auth::CliqueTicket(
           agent_clique_key, MetaString(job, "namespace"), name, MetaString(job, "uid"), i));
     }
+  }
+  if (tls != nullptr) {
+    secret["stringData"][kTlsCaKey] = Str(tls->ca_cert_pem);
+    secret["stringData"][kTlsCertKey] = Str(tls->coordinator.cert_pem);
+    secret["stringData"][kTlsPrivateKeyKey] = Str(tls->coordinator.key_pem);
   }
   return secret;
 }
@@ -220,21 +244,25 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
   Json command = Json::array();
   for (size_t i = 0; i < placement.command.size(); ++i) command[i] = Str(placement.command[i]);
   container["command"] = command;
-  const std::vector<std::string> args = {
-      absl::StrCat("--listen=0.0.0.0:", placement.port),
-      absl::StrCat("--metrics_listen=0.0.0.0:", placement.port + 1),
-      absl::StrCat("--job=", name),
-      absl::StrCat("--num_tasks=", spec.NumTasks()),
-      "--heartbeat_interval=" + Seconds(c.heartbeat_interval),
-      "--heartbeat_timeout=" + Seconds(c.heartbeat_timeout),
-      "--barrier_timeout=" + Seconds(c.barrier_timeout),
-      "--shutdown_timeout=" + Seconds(c.shutdown_timeout),
-      absl::StrCat("--token_file=", kTokenFile),
-      "--token_sha256=" + auth::Sha256Hex(token)};
+  std::vector<std::string> args = {absl::StrCat("--listen=0.0.0.0:", placement.port),
+                                   absl::StrCat("--metrics_listen=0.0.0.0:", placement.port + 1),
+                                   absl::StrCat("--job=", name),
+                                   absl::StrCat("--num_tasks=", spec.NumTasks()),
+                                   "--heartbeat_interval=" + Seconds(c.heartbeat_interval),
+                                   "--heartbeat_timeout=" + Seconds(c.heartbeat_timeout),
+                                   "--barrier_timeout=" + Seconds(c.barrier_timeout),
+                                   "--shutdown_timeout=" + Seconds(c.shutdown_timeout),
+                                   absl::StrCat("--token_file=", kTokenFile),
+                                   "--token_sha256=" + auth::Sha256Hex(token)};
+  if (placement.tls) {
+    args.push_back(absl::StrCat("--tls_cert_file=", kTlsCertFile));
+    args.push_back(absl::StrCat("--tls_key_file=", kTlsPrivateKeyFile));
+  }
   Json args_json = Json::array();
   for (size_t i = 0; i < args.size(); ++i) args_json[i] = Str(args[i]);
   container["args"] = args_json;
   container["volumeMounts"] = Json::array({TokenMount()});
+  if (placement.tls) container["volumeMounts"][1] = ReadOnlyMount(kTlsVolume, kTlsMountPath);
   // A start-up refusal (a squatted token Secret, bad flags) is one stderr line: make it the
   // pod's termination message, which the job's status.coordinator shows.
   container["terminationMessagePolicy"] = Str("FallbackToLogsOnError");
@@ -259,8 +287,12 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
   // fails and the operator recreates it (after its back-off, children.h). 3 misses 10 s apart
   // (a 5 s answer each): a loaded coordinator is not killed for one slow answer, a wedged one
   // is gone within ~40 s. The first check waits 10 s for start-up.
+  // Under TLS the kubelet's gRPC probe, which speaks cleartext, cannot reach the gRPC port: the
+  // probe is then /healthz on the metrics port (the coordinator's own loopback check of its
+  // server behind it).
   container["livenessProbe"] = Json::parse(absl::StrCat(
-      R"({"grpc":{"port":)", placement.port,
+      placement.tls ? absl::StrCat(R"({"httpGet":{"path":"/healthz","port":)", placement.port + 1)
+                    : absl::StrCat(R"({"grpc":{"port":)", placement.port),
       R"(},"initialDelaySeconds":10,"periodSeconds":10,"timeoutSeconds":5,"failureThreshold":3})"));
   // Small guaranteed resources (requests = limits: QoS Guaranteed), so a busy node still
   // schedules it and, under memory pressure, evicts it last. The coordinator's memory is bounded
@@ -291,6 +323,12 @@ Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
   pod["spec"]["restartPolicy"] = Str("Never");
   pod["spec"]["automountServiceAccountToken"] = Json::boolean(false);
   pod["spec"]["volumes"] = Json::array({TokenVolume(name, {{kTokenKey, "token"}})});
+  if (placement.tls) {
+    pod["spec"]["volumes"][1] =
+        SecretVolume(SecretName(name), kTlsVolume,
+                     {{kTlsCertKey, kTlsCertKey}, {kTlsPrivateKeyKey, kTlsPrivateKeyKey}},
+                     /*optional=*/false);
+  }
   // The same at pod level, with a fixed non-root uid (the images' user, as in the chart): an
   // image whose user is a name, not a number, would otherwise fail runAsNonRoot at start.
   pod["spec"]["securityContext"] = Json::parse(
@@ -437,20 +475,28 @@ struct WorkerIdentity {
 };
 
 Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentity& id,
-               const std::string& coordinator_address, int agent_clique_port);
+               const std::string& coordinator_address, int agent_clique_port, bool tls);
 
 }  // namespace
 
 Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
                     Incarnation incarnation, const std::string& coordinator_address,
-                    int agent_clique_port) {
-  return WorkerPod(job, spec, {false, index, incarnation, 0}, coordinator_address,
-                   agent_clique_port);
+                    int agent_clique_port, bool coordinator_tls, bool bound_credentials) {
+  Json pod = WorkerPod(job, spec, {false, index, incarnation, 0}, coordinator_address,
+                       agent_clique_port, coordinator_tls);
+  if (bound_credentials) {
+    // The same volume, from the pod's own Secret (task_credentials.h).
+    Json volume =
+        SecretVolume(TaskPodName(MetaString(job, "name"), index, incarnation), "phalanx-token",
+                     TaskCredentialFiles(spec, index), /*optional=*/false);
+    MergeNamed(pod["spec"], "volumes", volume);
+  }
+  return pod;
 }
 
 Json DesiredSparePod(const Json& job, const TrainingJobSpec& spec, int slot, int generation,
-                     const std::string& coordinator_address) {
-  return WorkerPod(job, spec, {true, slot, 0, generation}, coordinator_address, 0);
+                     const std::string& coordinator_address, bool coordinator_tls) {
+  return WorkerPod(job, spec, {true, slot, 0, generation}, coordinator_address, 0, coordinator_tls);
 }
 
 std::string SparePodName(const std::string& job, int slot, int generation) {
@@ -460,7 +506,7 @@ std::string SparePodName(const std::string& job, int slot, int generation) {
 namespace {
 
 Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentity& id,
-               const std::string& coordinator_address, int agent_clique_port) {
+               const std::string& coordinator_address, int agent_clique_port, bool tls) {
   const int index = id.spare ? 0 : id.index;
   const Incarnation incarnation = id.incarnation;
   const std::string name = MetaString(job, "name");
@@ -565,6 +611,10 @@ Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentit
     env.push_back(EnvVar("LOCAL_WORLD_SIZE", absl::StrCat(n)));
     env.push_back(EnvVar("GROUP_RANK", absl::StrCat(index)));
   }
+  if (tls) {
+    env.push_back(EnvVar("PHALANX_TLS_CA_FILE", kTlsCaFile));
+    env.push_back(EnvVar("PHALANX_TLS_SERVER_NAME", CoordinatorTlsServerName(job)));
+  }
   if (clique_channel) {
     env.push_back(EnvVar("PHALANX_CLIQUE_TICKET_FILE",
                          absl::StrCat(kCliqueTicketMountPath, "/", tickets.front().second)));
@@ -574,7 +624,13 @@ Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentit
   MergeNamed(pod_spec, "volumes", TokenVolume(name, credentials));
   if (clique_channel) {
     MergeNamed(pod_spec, "volumes",
-               SecretVolume(name, "phalanx-clique-ticket", tickets, /*optional=*/true));
+               SecretVolume(SecretName(name), "phalanx-clique-ticket", tickets, /*optional=*/true));
+  }
+  // Only the CA's certificate: never the coordinator's key, which would let a task pose as it.
+  if (tls) {
+    MergeNamed(pod_spec, "volumes",
+               SecretVolume(SecretName(name), kTlsVolume, {{kTlsCaKey, kTlsCaKey}},
+                            /*optional=*/false));
   }
   if (pod_spec.has_field("containers") && pod_spec.at("containers").is_array()) {
     for (Json& container : pod_spec["containers"].as_array()) {
@@ -585,6 +641,7 @@ Json WorkerPod(const Json& job, const TrainingJobSpec& spec, const WorkerIdentit
         MergeNamed(container, "volumeMounts",
                    ReadOnlyMount("phalanx-clique-ticket", kCliqueTicketMountPath));
       }
+      if (tls) MergeNamed(container, "volumeMounts", ReadOnlyMount(kTlsVolume, kTlsMountPath));
       // A failed task's log tail becomes its termination message, which the operator copies to
       // status.tasks[].lastFailureMessage and the TaskRestarted Event (the user's own policy,
       // if set, stands).

@@ -2,7 +2,11 @@
 // shape": pure functions compute desired children; one reconciler talks to the client):
 //   <job>-token          Secret with the job token (key "token", mounted only into the
 //                        coordinator) and one credential per task ("task-<i>", mounted only
-//                        into task i's pods); all derived from the operator key (ADR 0003)
+//                        into task i's pods); all derived from the operator key (ADR 0003).
+//                        With TLS (CoordinatorPlacement::tls) also the operator CA's
+//                        certificate ("ca.crt", mounted into every task and spare pod) and the
+//                        coordinator's certificate and key ("tls.crt", "tls.key", mounted only
+//                        into the coordinator): docs/security.md "TLS by default"
 //   <job>-coordinator    NetworkPolicy: only the job's pods and the operator reach the
 //                        coordinator's gRPC port (and Prometheus its metrics port, if allowed)
 //   <job>-coordinator    Pod running phalanx-coordinator, and a Service in front of it
@@ -22,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/auth/tls_issuer.h"
 #include "operator/api/types.h"
 
 namespace phalanx::op {
@@ -70,6 +75,20 @@ inline constexpr char kCliqueTicketMountPath[] = "/var/run/phalanx/clique";
 inline std::string LocalCliqueTicketFileName(int task) { return "ticket-" + std::to_string(task); }
 inline constexpr int kMasterPort = 29500;  // PyTorch rendezvous on task 0
 
+// TLS between the job's pods and its coordinator (docs/security.md "TLS by default"): the
+// keys of the job's Secret, and where pods find them (a Secret volume with only the keys each
+// pod may hold: the coordinator its certificate and key, a task or spare the CA certificate).
+inline constexpr char kTlsCaKey[] = "ca.crt";
+inline constexpr char kTlsCertKey[] = "tls.crt";
+inline constexpr char kTlsPrivateKeyKey[] = "tls.key";
+inline constexpr char kTlsMountPath[] = "/var/run/phalanx/tls";
+inline constexpr char kTlsCaFile[] = "/var/run/phalanx/tls/ca.crt";
+inline constexpr char kTlsCertFile[] = "/var/run/phalanx/tls/tls.crt";
+inline constexpr char kTlsPrivateKeyFile[] = "/var/run/phalanx/tls/tls.key";
+// How long a coordinator's certificate is valid (never past the operator CA's notAfter): the
+// Secret is written once per job, so it must outlive any job.
+inline constexpr absl::Duration kCoordinatorCertificateValidity = absl::Hours(24 * 3650);
+
 std::string SecretName(const std::string& job);
 std::string CoordinatorName(const std::string& job);  // the pod and its Service
 std::string TasksServiceName(const std::string& job);
@@ -89,6 +108,26 @@ struct CoordinatorPlacement {
   // Tasks reach the coordinator by its pod IP instead of its Service's DNS name (clusters
   // without DNS, such as the local cluster).
   bool address_by_pod_ip = false;
+  // TLS between the job's pods and the coordinator (the operator's --coordinator_tls, on by
+  // default there): the coordinator serves its certificate from the job's Secret, and tasks and
+  // spares verify it with the operator CA's certificate and CoordinatorTlsServerName. Off here
+  // so that a caller without a CA gets cleartext rather than pods whose Secret lacks the keys.
+  bool tls = false;
+};
+
+// The name a job's coordinator certificate is verified as, whatever address a client dials
+// (its Service's DNS name or its pod IP): `<job>-coordinator.<ns>.svc`, PHALANX_TLS_SERVER_NAME in
+// task and spare pods and the operator's link's target name override.
+std::string CoordinatorTlsServerName(const Json& job);
+// The coordinator certificate's DNS names: CoordinatorTlsServerName first, then the Service's
+// other names (`.svc.cluster.local`, `<svc>.<ns>`, `<svc>`).
+std::vector<std::string> CoordinatorTlsDnsNames(const Json& job);
+
+// What the job's Secret holds for TLS: the operator CA's certificate (public) and the
+// coordinator's certificate and key (auth::IssueServerCertificate for CoordinatorTlsDnsNames).
+struct JobTlsFiles {
+  std::string ca_cert_pem;
+  auth::TlsKeyPair coordinator;
 };
 
 // The controller ownerReference to `job`.
@@ -96,16 +135,21 @@ Json OwnerReferenceTo(const Json& job);
 
 // `token` is the job token; the Secret also holds every task's credential derived from it.
 // With `agent_clique_key`, also task i's clique ticket as "task-<i>-clique"
-// (common/auth/clique_ticket.h), mounted beside its credential.
+// (common/auth/clique_ticket.h), mounted beside its credential. With `tls`, also its three
+// files as "ca.crt", "tls.crt" and "tls.key". With `bound_credentials` no task credential: each
+// task pod has its own Secret (task_credentials.h).
 Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::string& token,
-                   const std::string& agent_clique_key = "");
+                   const std::string& agent_clique_key = "", const JobTlsFiles* tls = nullptr,
+                   bool bound_credentials = false);
 // `token` is only hashed: the coordinator refuses a mounted token with another SHA-256 (a
 // Secret the operator did not write, which it cannot check itself since it never reads Secrets).
 // spec.coordinator's settings apply, merged with the operator's scheduling rules: a required
 // node affinity `kubernetes.io/hostname NotIn avoid_nodes` (the nodes under a preemption notice:
 // a coordinator started there would have to move again; added to each of the user's required
 // node selector terms, which are ORed) and a preferred pod anti-affinity to the job's task pods
-// (a node's loss then takes the coordinator or tasks, less often both).
+// (a node's loss then takes the coordinator or tasks, less often both). With placement.tls it
+// mounts only tls.crt and tls.key of the job's Secret (kTlsMountPath) and serves TLS with them
+// (--tls_cert_file, --tls_key_file).
 Json DesiredCoordinatorPod(const Json& job, const TrainingJobSpec& spec,
                            const CoordinatorPlacement& placement, const std::string& token,
                            const std::vector<std::string>& avoid_nodes = {});
@@ -134,17 +178,23 @@ std::string CoordinatorAddress(const Json& job, const CoordinatorPlacement& plac
 // With `agent_clique_port` > 0 (the operator's --agent_clique_port) and spec.nodeAgent.enabled,
 // every container also gets PHALANX_NODE_IP (status.hostIP) and PHALANX_CLIQUE_ADDRESS, the node
 // agent's clique channel on that address (docs/adr/0004).
+// With `coordinator_tls` (CoordinatorPlacement::tls) every container mounts only ca.crt of the
+// job's Secret (kTlsCaFile) and gets PHALANX_TLS_CA_FILE and PHALANX_TLS_SERVER_NAME
+// (CoordinatorTlsServerName). With `bound_credentials` its credentials come from its own Secret
+// (named as the pod: task_credentials.h), not from the job's.
 Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
                     Incarnation incarnation, const std::string& coordinator_address,
-                    int agent_clique_port = 0);
+                    int agent_clique_port = 0, bool coordinator_tls = false,
+                    bool bound_credentials = false);
 
 // Spare slot `slot`'s pod of generation `generation` (ADR 0007): the task pod's template and
 // environment, but labelled role=spare, phalanx.dev/spare=<slot> and
 // phalanx.dev/spare-generation=<generation>, with PHALANX_SPARE and PHALANX_POD_NAME instead of
 // a task's identity, the job's spare credential instead of a task's, no host name and no clique
 // ticket. Its process waits in phalanx.init() until the coordinator gives it a failed task.
+// `coordinator_tls` as for DesiredTaskPod.
 Json DesiredSparePod(const Json& job, const TrainingJobSpec& spec, int slot, int generation,
-                     const std::string& coordinator_address);
+                     const std::string& coordinator_address, bool coordinator_tls = false);
 std::string SparePodName(const std::string& job, int slot, int generation);
 
 }  // namespace phalanx::op

@@ -9,11 +9,13 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "common/auth/clique_ticket.h"
 #include "common/auth/credentials.h"
+#include "common/auth/tls_issuer.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
 #include "operator/api/validation.h"
@@ -210,6 +212,135 @@ TEST(DesiredCoordinatorPod, ReadsItsTokenFromAFileAndKnowsItsFingerprint) {
             Json::parse(R"([{"key":"token","path":"token"}])"));
 }
 
+// --- TLS (docs/security.md "TLS by default") -----------------------------------------------------
+
+// The Secret's TLS files for `job`: a fresh CA's certificate and a coordinator leaf it signed.
+JobTlsFiles TlsFilesFor(const Json& job) {
+  absl::StatusOr<auth::TlsKeyPair> ca = auth::MakeCertificateAuthority("ca", absl::Hours(1));
+  EXPECT_TRUE(ca.ok()) << ca.status();
+  absl::StatusOr<auth::TlsKeyPair> leaf =
+      auth::IssueServerCertificate(*ca, CoordinatorTlsDnsNames(job), absl::Hours(1));
+  EXPECT_TRUE(leaf.ok()) << leaf.status();
+  return {ca->cert_pem, *leaf};
+}
+
+CoordinatorPlacement WithTls(bool tls) {
+  CoordinatorPlacement placement;
+  placement.tls = tls;
+  return placement;
+}
+
+// Every container's env as name → value.
+std::map<std::string, std::string> EnvOf(const Json& container) {
+  std::map<std::string, std::string> env;
+  for (const Json& e : kube::ArrayOrEmpty(container, "env").as_array()) {
+    env[e.at("name").as_string()] = kube::StringAt(e, "value");
+  }
+  return env;
+}
+
+TEST(CoordinatorTls, TheServerNameIsTheServicesAndTheCertificateNamesEveryFormOfIt) {
+  Json job = Job("j");
+  job["metadata"]["namespace"] = Json::string("team-a");
+  EXPECT_EQ(CoordinatorTlsServerName(job), "j-coordinator.team-a.svc");
+  EXPECT_THAT(
+      CoordinatorTlsDnsNames(job),
+      ::testing::ElementsAre("j-coordinator.team-a.svc", "j-coordinator.team-a.svc.cluster.local",
+                             "j-coordinator.team-a", "j-coordinator"));
+}
+
+TEST(DesiredSecret, WithTlsHoldsTheCaCertificateAndTheCoordinatorsCertificateAndKey) {
+  TrainingJobSpec spec = DefaultSpec();
+  spec.replicas = 3;
+  const JobTlsFiles tls = TlsFilesFor(Job("j"));
+  const Json secret = DesiredSecret(Job("j"), spec, "jt", "", &tls);
+  const Json& data = secret.at("stringData");
+  EXPECT_EQ(data.size(), 8u);  // the five of DesiredSecret without TLS, and three files
+  EXPECT_EQ(data.at("ca.crt").as_string(), tls.ca_cert_pem);
+  EXPECT_EQ(data.at("tls.crt").as_string(), tls.coordinator.cert_pem);
+  EXPECT_EQ(data.at("tls.key").as_string(), tls.coordinator.key_pem);
+  EXPECT_EQ(DesiredSecret(Job("j"), spec, "jt").at("stringData").size(), 5u);
+}
+
+TEST(DesiredCoordinatorPod, WithTlsMountsOnlyItsCertificateAndKeyAndServesThem) {
+  const Json pod = DesiredCoordinatorPod(Job("j"), DefaultSpec(), WithTls(true), "jt");
+  const Json& c = pod.at("spec").at("containers").at(0);
+  const std::string args = c.at("args").serialize();
+  EXPECT_THAT(args, HasSubstr(R"("--tls_cert_file=/var/run/phalanx/tls/tls.crt")"));
+  EXPECT_THAT(args, HasSubstr(R"("--tls_key_file=/var/run/phalanx/tls/tls.key")"));
+  const Json& volumes = pod.at("spec").at("volumes");
+  ASSERT_EQ(volumes.size(), 2u);
+  EXPECT_EQ(volumes.at(1).at("name"), Json::string("phalanx-tls"));
+  EXPECT_EQ(volumes.at(1).at("secret").at("secretName"), Json::string("j-token"));
+  EXPECT_EQ(
+      volumes.at(1).at("secret").at("items"),
+      Json::parse(R"([{"key":"tls.crt","path":"tls.crt"},{"key":"tls.key","path":"tls.key"}])"));
+  EXPECT_FALSE(volumes.at(1).at("secret").has_field("optional"));
+  EXPECT_THAT(c.at("volumeMounts").serialize(), HasSubstr(R"("mountPath":"/var/run/phalanx/tls")"));
+  // The kubelet's gRPC probe speaks cleartext: under TLS it is /healthz on the metrics port.
+  const Json& probe = c.at("livenessProbe");
+  EXPECT_FALSE(probe.has_field("grpc"));
+  EXPECT_EQ(probe.at("httpGet").at("path"), Json::string("/healthz"));
+  EXPECT_EQ(probe.at("httpGet").at("port").as_integer(), 8471);
+  EXPECT_THAT(RestrictedViolations(pod), ::testing::IsEmpty());
+}
+
+// A task or spare pod holds the CA's certificate only: never the coordinator's key (it could
+// pose as the coordinator) nor the job token.
+TEST(DesiredTaskPod, WithTlsEveryContainerMountsOnlyTheCaCertificateAndKnowsTheServerName) {
+  TrainingJobSpec spec = DefaultSpec();
+  spec.replicas = 2;
+  spec.spares = 1;
+  spec.pod_template = Json::parse(R"({"spec":{"containers":[
+      {"name":"main","image":"x","command":["train"]},{"name":"side","image":"y"}]}})");
+  const std::vector<std::pair<std::string, Json>> pods = {
+      {"task", DesiredTaskPod(Job("j"), spec, 1, 3, "c:1", 0, true)},
+      {"spare", DesiredSparePod(Job("j"), spec, 0, 0, "c:1", true)}};
+  for (const auto& [what, pod] : pods) {
+    SCOPED_TRACE(what);
+    const Json& volumes = pod.at("spec").at("volumes");
+    ASSERT_EQ(volumes.size(), 2u);
+    EXPECT_EQ(volumes.at(1).at("name"), Json::string("phalanx-tls"));
+    EXPECT_EQ(volumes.at(1).at("secret").at("items"),
+              Json::parse(R"([{"key":"ca.crt","path":"ca.crt"}])"));
+    const std::string text = pod.serialize();
+    EXPECT_THAT(text, ::testing::Not(HasSubstr("tls.key")));
+    EXPECT_THAT(text, ::testing::Not(HasSubstr(R"("key":"token")")));
+    for (const Json& c : pod.at("spec").at("containers").as_array()) {
+      SCOPED_TRACE(c.at("name").as_string());
+      const std::map<std::string, std::string> env = EnvOf(c);
+      EXPECT_EQ(env.at("PHALANX_TLS_CA_FILE"), "/var/run/phalanx/tls/ca.crt");
+      EXPECT_EQ(env.at("PHALANX_TLS_SERVER_NAME"), "j-coordinator.ns.svc");
+      EXPECT_THAT(c.at("volumeMounts").serialize(),
+                  HasSubstr(R"({"mountPath":"/var/run/phalanx/tls","name":"phalanx-tls",)"
+                            R"("readOnly":true})"));
+    }
+  }
+}
+
+// --coordinator_tls=false: the objects are exactly those of before TLS.
+TEST(DesiredChildren, WithoutTlsNothingOfItAppears) {
+  TrainingJobSpec spec = DefaultSpec();
+  spec.replicas = 2;
+  const std::vector<std::pair<std::string, Json>> objects = {
+      {"secret", DesiredSecret(Job("j"), spec, "jt")},
+      {"coordinator", DesiredCoordinatorPod(Job("j"), spec, WithTls(false), "jt")},
+      {"task", DesiredTaskPod(Job("j"), spec, 1, 3, "c:1")},
+      {"spare", DesiredSparePod(Job("j"), spec, 0, 0, "c:1")}};
+  for (const auto& [what, object] : objects) {
+    SCOPED_TRACE(what);
+    const std::string text = object.serialize();
+    for (const char* absent : {"tls", "TLS", "ca.crt"})
+      EXPECT_THAT(text, ::testing::Not(HasSubstr(absent)));
+  }
+  EXPECT_TRUE(DesiredCoordinatorPod(Job("j"), spec, WithTls(false), "jt")
+                  .at("spec")
+                  .at("containers")
+                  .at(0)
+                  .at("livenessProbe")
+                  .has_field("grpc"));
+}
+
 TEST(DesiredCoordinatorNetworkPolicy, AdmitsTheJobsPodsAndTheOperatorOnTheGrpcPort) {
   CoordinatorPlacement placement;
   placement.port = 8470;
@@ -305,18 +436,22 @@ TEST(DesiredChildren, DumpForTheRealApiServerCheck) {
                                  "env":[{"name":"KEEP","value":"1"}],
                                  "securityContext":{"allowPrivilegeEscalation":false,
                                                     "capabilities":{"drop":["ALL"]}}}]}})");
-  const CoordinatorPlacement placement;
+  // With TLS, the operator's default (--coordinator_tls): the TLS volumes, the probe over HTTP.
+  CoordinatorPlacement placement;
+  placement.tls = true;
+  const JobTlsFiles tls = TlsFilesFor(job);
   const std::vector<std::pair<std::string, Json>> children = {
-      {"secret", DesiredSecret(job, spec, "token", "agent-key")},
+      {"secret", DesiredSecret(job, spec, "token", "agent-key", &tls)},
       {"networkpolicy",
        DesiredCoordinatorNetworkPolicy(job, placement, {.operator_namespace = "phalanx-system"})},
       {"service-coordinator", DesiredCoordinatorService(job, placement)},
       {"service-tasks", DesiredTasksService(job)},
       {"pod-coordinator", DesiredCoordinatorPod(job, spec, placement, "token")},
-      {"pod-task", DesiredTaskPod(job, spec, 1, 3, CoordinatorAddress(job, placement, ""))},
+      {"pod-task",
+       DesiredTaskPod(job, spec, 1, 3, CoordinatorAddress(job, placement, ""), 0, true)},
       // With the node agent's clique channel wired (docs/adr/0004) it must still pass.
       {"pod-task-agent-channel",
-       DesiredTaskPod(job, spec, 0, 1, CoordinatorAddress(job, placement, ""), 8479)}};
+       DesiredTaskPod(job, spec, 0, 1, CoordinatorAddress(job, placement, ""), 8479, true)}};
   for (const auto& [name, object] : children) {
     std::ofstream out(absl::StrCat(dir, "/", name, ".json"));
     out << object.serialize();

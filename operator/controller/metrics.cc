@@ -66,6 +66,12 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                         .Name("phalanx_operator_api_requests_total")
                         .Help("Kubernetes API requests by verb and HTTP code (0: transport error)")
                         .Register(registry)),
+      certificates_issued_(prometheus::BuildCounter()
+                               .Name("phalanx_operator_coordinator_certificates_issued_total")
+                               .Help("Job coordinators' TLS certificates issued by the operator's "
+                                     "CA (one per job Secret written)")
+                               .Register(registry)
+                               .Add({})),
       productive_seconds_(prometheus::BuildCounter()
                               .Name("phalanx_operator_productive_seconds_total")
                               .Help("Job-seconds with every task running (goodput), all jobs")

@@ -36,6 +36,8 @@ class OperatorMetrics {
   // coordinator (controller/recovery_time.h).
   void Recovered(double seconds) { recovery_seconds_.Observe(seconds); }
   void ApiRequest(const std::string& verb, int code);
+  // A job coordinator's TLS certificate issued (for a pass that creates the job's Secret).
+  void CoordinatorCertificateIssued() { certificates_issued_.Increment(); }
   // Goodput booked by a status write: the changes of status.productiveSeconds and lostSeconds.
   // Productive time found lost later (controller/accounting.h) makes the first negative: a
   // counter cannot go down, so that part counts in phalanx_operator_rebooked_seconds_total.
@@ -90,6 +92,7 @@ class OperatorMetrics {
   prometheus::Histogram& replacement_seconds_;
   prometheus::Histogram& recovery_seconds_;
   prometheus::Family<prometheus::Counter>& api_requests_;
+  prometheus::Counter& certificates_issued_;
   prometheus::Counter& productive_seconds_;
   prometheus::Counter& lost_seconds_;
   prometheus::Counter& rebooked_seconds_;

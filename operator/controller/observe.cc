@@ -51,9 +51,15 @@ void TrimCachedPod(Json& pod) {
   if (spec.has_field("nodeName")) kept["nodeName"] = spec.at("nodeName");
   Json containers = Json::array();
   size_t n = 0;
+  // A coordinator's arguments say whether it serves TLS (PodView::serves_tls); a task's may be
+  // long and are never read.
+  const std::map<std::string, std::string> labels = kube::LabelsOf(pod);
+  const auto role = labels.find(kRoleLabel);
+  const bool coordinator = role != labels.end() && role->second == "coordinator";
   for (const Json& container : kube::ArrayOrEmpty(spec, "containers").as_array()) {
     Json slim = Json::object();
-    for (const char* field : {"name", "ports"}) {
+    for (const char* field : {"name", "ports", "args"}) {
+      if (std::string_view(field) == "args" && !coordinator) continue;
       if (container.is_object() && container.has_field(field)) slim[field] = container.at(field);
     }
     containers[n++] = std::move(slim);
@@ -83,6 +89,12 @@ PodView ViewOfPod(const Json& pod) {
       const Json& number = kube::FieldOrNull(port, "containerPort");
       if (kube::StringAt(port, "name") == "grpc" && number.is_integer()) {
         v.grpc_port = number.as_integer();
+      }
+    }
+    if (const auto role = labels.find(kRoleLabel);
+        role != labels.end() && role->second == "coordinator") {
+      for (const Json& arg : kube::ArrayOrEmpty(containers.at(0), "args").as_array()) {
+        if (arg.is_string() && arg.as_string().starts_with("--tls_cert_file=")) v.serves_tls = true;
       }
     }
   }

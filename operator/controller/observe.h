@@ -35,6 +35,9 @@ struct PodView {
   std::string node;
   std::string ip;
   int grpc_port = 0;  // the first container's port named "grpc" (the coordinator's), if any
+  // A coordinator pod started with --tls_cert_file: it serves TLS only, so the operator's link
+  // must speak TLS to it (and cleartext to one started without, as before --coordinator_tls).
+  bool serves_tls = false;
   bool being_deleted = false;
   bool ready = false;
   bool from_spare = false;  // labelled phalanx.dev/spare: a spare pod, or one that took a task over

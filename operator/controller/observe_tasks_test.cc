@@ -150,6 +150,7 @@ TEST(TrimCachedPod, KeepsWhatTheViewReads_DropsTheSpecsRest) {
   EXPECT_EQ(trimmed.node, "n1");
   EXPECT_EQ(trimmed.ip, full.ip);
   EXPECT_EQ(trimmed.grpc_port, 8470);
+  EXPECT_FALSE(trimmed.serves_tls);  // a task pod's arguments are dropped, never read
   EXPECT_TRUE(trimmed.being_deleted);
   EXPECT_EQ(trimmed.ready, full.ready);
   EXPECT_TRUE(trimmed.from_spare);
@@ -167,6 +168,24 @@ TEST(TrimCachedPod, KeepsWhatTheViewReads_DropsTheSpecsRest) {
   Json bare = Json::parse(R"({"metadata":{"name":"x"},"spec":"garbage"})");
   TrimCachedPod(bare);
   EXPECT_EQ(bare.at("spec").as_string(), "garbage");
+}
+
+// A coordinator pod keeps its arguments: whether it serves TLS decides how the link speaks to it.
+TEST(TrimCachedPod, ACoordinatorKeepsWhetherItServesTls) {
+  for (const bool tls : {false, true}) {
+    SCOPED_TRACE(tls);
+    Json pod = Json::parse(absl::StrCat(
+        R"({"metadata":{"name":"j-coordinator","labels":{"phalanx.dev/role":"coordinator"}},
+            "spec":{"containers":[{"name":"coordinator","args":["--listen=0.0.0.0:8470")",
+        tls ? R"(,"--tls_cert_file=/var/run/phalanx/tls/tls.crt")" : "", R"(]}]}})"));
+    EXPECT_EQ(ViewOfPod(pod).serves_tls, tls);
+    TrimCachedPod(pod);
+    EXPECT_EQ(ViewOfPod(pod).serves_tls, tls);
+  }
+  // A task pod whose user passes the same flag is no TLS coordinator.
+  Json task = Json::parse(R"({"metadata":{"name":"j-task-0-0","labels":{"phalanx.dev/role":"task"}},
+      "spec":{"containers":[{"name":"w","args":["--tls_cert_file=x"]}]}})");
+  EXPECT_FALSE(ViewOfPod(task).serves_tls);
 }
 
 TEST(NodePreemptionDeadline, ReadsTheAgentsAnnotation) {

@@ -119,8 +119,10 @@ void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& 
   const bool preemption = reason == "Preempted" && !record.preemption_reason.empty();
   pass.out.replacements.push_back({i, preemption, preemption ? record.preemption_reason : reason});
   if (pass.MayCreateTaskPods()) {
-    pass.out.create.push_back(DesiredTaskPod(in.job, in.spec, i, task.incarnation,
-                                             pass.coordinator_address, in.agent_clique_port));
+    pass.out.create.push_back(
+        DesiredTaskPod(in.job, in.spec, i, task.incarnation, pass.coordinator_address,
+                       in.agent_clique_port, pass.out.status.coordinator.tls.value_or(false),
+                       pass.out.status.incarnation_bound_credentials.value_or(false)));
     task.pod = TaskPodName(JobName(in), i, task.incarnation);
   }
 }

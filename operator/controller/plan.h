@@ -87,6 +87,10 @@ struct PlanInputs {
   // The node agents' key (common/auth/clique_ticket.h): the job's Secret gets each task's clique
   // ticket. Empty: no tickets.
   std::string agent_clique_key = {};
+  // With placement.tls, what the job's Secret gets for TLS when it is to be created (the
+  // reconciler issues a coordinator certificate only for a pass that creates the Secret, so it
+  // passes them only then, as the observation's !has_secret says); null otherwise.
+  const JobTlsFiles* tls_files = nullptr;
 };
 
 ReconcilePlan PlanReconcile(const PlanInputs& in);

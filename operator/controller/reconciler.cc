@@ -13,6 +13,7 @@
 #include "operator/api/codec.h"
 #include "operator/api/validation.h"
 #include "operator/controller/blocked.h"
+#include "operator/controller/children.h"
 #include "operator/controller/observe.h"
 #include "operator/controller/plan.h"
 
@@ -187,10 +188,14 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   // The link wakes the job when the coordinator first answers (coordinator_link.h).
   world.coordinator_unproven =
       options_.task_pods_wait_for_coordinator && link_ != nullptr && !world.rolled_back.has_value();
+  absl::StatusOr<std::optional<JobTlsFiles>> tls_files =
+      TlsFilesFor(job, previous, placement, world, active);
+  if (!tls_files.ok()) return tls_files.status();  // retried with back-off
   ReconcilePlan plan = PlanReconcile({job, *spec, previous, world, placement,
                                       TokenOf(ns, name, kube::MetaString(job, "uid")), clock_.Now(),
                                       options_.network_policy ? &*options_.network_policy : nullptr,
-                                      options_.agent_clique_port, agent_clique_key_});
+                                      options_.agent_clique_port, agent_clique_key_,
+                                      tls_files->has_value() ? &**tls_files : nullptr});
   // Status first: it records the new incarnations and counters, so a pass that loses the race
   // with another writer (409) or dies half-way is redone from the record, never double-counted
   // and never lost. Acting on a stale view is impossible: a stale job fails this write.
@@ -204,7 +209,12 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   // What the API server refused shows on the job: ChildrenReady, an Event, maybe Blocked. A
   // second status write only when that changed anything (a retry that fails the same way
   // writes nothing, so it does not wake itself up through the watch).
-  const std::vector<ChildFailure> failures = Execute(job, plan);
+  std::vector<ChildFailure> failures = Execute(job, *spec, plan);
+  if (plan.status.incarnation_bound_credentials.value_or(false) && failures.empty()) {
+    if (absl::Status caught_up = CatchUpTaskCredentials(job, *spec, world); !caught_up.ok()) {
+      failures.push_back({false, "Secret", "task credentials", caught_up});
+    }
+  }
   const bool acted = !plan.create.empty() || !plan.delete_pods.empty() || !plan.relabel.empty();
   StageResult outcome = RecordChildOutcome(plan.status, failures, acted, clock_.Now());
   absl::Status executed =
@@ -231,6 +241,28 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
     return kube::Controller::Result{};  // gone: its delete event ends the key
   }
   return kube::Controller::Result{requeue_after};
+}
+
+absl::StatusOr<std::optional<JobTlsFiles>> Reconciler::TlsFilesFor(
+    const Json& job, const TrainingJobStatus& stored, const CoordinatorPlacement& placement,
+    const JobObservation& world, bool active) {
+  // The Secret is written once (the operator never reads it back), so its certificate is issued
+  // only for a pass that will try to create it: a key pair and a signature per pass would cost
+  // every pass of every job for nothing.
+  if (world.has_secret || !active || !JobUsesTls(stored, world, placement.tls)) {
+    return std::nullopt;
+  }
+  absl::StatusOr<auth::TlsKeyPair> leaf = auth::IssueServerCertificate(
+      options_.coordinator_ca, CoordinatorTlsDnsNames(job), kCoordinatorCertificateValidity);
+  if (!leaf.ok()) {
+    PHX_LOG(WARNING) << "job " << kube::MetaString(job, "namespace") << "/"
+                     << kube::MetaString(job, "name")
+                     << ": issuing its coordinator's TLS certificate: " << leaf.status();
+    return absl::InternalError(
+        absl::StrCat("issuing the coordinator's TLS certificate: ", leaf.status().message()));
+  }
+  if (metrics_ != nullptr) metrics_->CoordinatorCertificateIssued();
+  return JobTlsFiles{options_.coordinator_ca.cert_pem, *std::move(leaf)};
 }
 
 absl::Status Reconciler::DeleteFinishedJob(const Json& job) {
@@ -273,7 +305,8 @@ std::string Reconciler::LinkCoordinator(const std::string& key, const Json& job,
   if (world.coordinator->grpc_port > 0) by_ip.port = world.coordinator->grpc_port;
   const std::string address = CoordinatorAddress(job, by_ip, world.coordinator->ip);
   if (token.empty() || address.empty()) return "";
-  link_->Ensure(key, address, token, world.coordinator->uid);
+  link_->Ensure(key, address, token, world.coordinator->uid,
+                world.coordinator->serves_tls ? CoordinatorTlsServerName(job) : "");
   for (const auto& [task, failure] : link_->FailedTasks(key)) {
     const PodTask pod = PodOfTask(spec, task, failure.incarnation);
     // Several local ranks of one pod may be reported: the first one stands for the pod.
@@ -341,7 +374,53 @@ bool Reconciler::DeliverPreemptionNotices(const std::string& key, const std::str
   return true;
 }
 
-std::vector<ChildFailure> Reconciler::Execute(const Json& job, const ReconcilePlan& plan) {
+absl::Status Reconciler::WriteTaskCredential(const Json& job, const TrainingJobSpec& spec,
+                                             const TaskPodRef& pod) {
+  const std::string ns = kube::MetaString(job, "namespace");
+  absl::StatusOr<Json> created =
+      client_.Create(kSecrets, ns,
+                     DesiredTaskCredentialSecret(
+                         job, spec, pod,
+                         TokenOf(ns, kube::MetaString(job, "name"), kube::MetaString(job, "uid"))));
+  // AlreadyExists: written before this process's restart. A squatter's Secret of that name
+  // cannot be told apart (no read right: ADR 0003), but its credential is refused by the
+  // coordinator, so the pod fails to register and is replaced under a new name.
+  if (!created.ok() && !absl::IsAlreadyExists(created.status())) {
+    PHX_LOG(WARNING) << "creating Secret " << pod.name
+                     << " (task pod credentials) failed: " << created.status();
+    return created.status();
+  }
+  absl::MutexLock lock(&credentials_mu_);
+  credentials_written_.insert(pod.uid);
+  return absl::OkStatus();
+}
+
+absl::Status Reconciler::CatchUpTaskCredentials(const Json& job, const TrainingJobSpec& spec,
+                                                const JobObservation& world) {
+  std::vector<TaskPodRef> missing;
+  {
+    absl::MutexLock lock(&credentials_mu_);
+    for (const PodView& pod : world.task_pods) {
+      // A spare that took a task over mounts its spare credential, not a Secret of its own.
+      // Not started: Pending, or no status yet (just created).
+      const bool started = pod.phase != PodPhase::kPending && pod.phase != PodPhase::kUnknown;
+      if (started || pod.being_deleted || pod.from_spare) {
+        credentials_written_.erase(pod.uid);
+        continue;
+      }
+      if (!credentials_written_.contains(pod.uid)) {
+        missing.push_back({pod.name, pod.uid, pod.index, pod.incarnation});
+      }
+    }
+  }
+  for (const TaskPodRef& pod : missing) {
+    if (absl::Status written = WriteTaskCredential(job, spec, pod); !written.ok()) return written;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<ChildFailure> Reconciler::Execute(const Json& job, const TrainingJobSpec& spec,
+                                              const ReconcilePlan& plan) {
   const std::string ns = kube::MetaString(job, "namespace");
   std::vector<ChildFailure> failures;
   // A transient failure (the server is down or throttling) ends the pass: the rest would fail
@@ -388,6 +467,13 @@ std::vector<ChildFailure> Reconciler::Execute(const Json& job, const ReconcilePl
     absl::StatusOr<Json> created = client_.Create(r, ns, object);
     if (created.ok()) {
       secret_created |= kind == "Secret";
+      if (kind == "Pod" && plan.status.incarnation_bound_credentials.value_or(false) &&
+          kube::LabelsOf(object)[kRoleLabel] == "task") {
+        // Right after its pod, whose UID owns it (task_credentials.h).
+        absl::StatusOr<TaskPodRef> pod = TaskPodRefOf(*created);
+        absl::Status written = pod.ok() ? WriteTaskCredential(job, spec, *pod) : pod.status();
+        if (!written.ok() && failed(false, "Secret", name, written)) return failures;
+      }
       continue;
     }
     if (absl::IsAlreadyExists(created.status()) && kind == "Secret") {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
@@ -30,6 +31,7 @@
 #include "operator/controller/metrics.h"
 #include "operator/controller/notice_ledger.h"
 #include "operator/controller/plan.h"
+#include "operator/controller/task_credentials.h"
 
 namespace phalanx::op {
 
@@ -41,7 +43,13 @@ using kube::kSecrets;
 using kube::kServices;
 
 struct ReconcilerOptions {
+  // placement.tls: TLS between every job's pods and its coordinator, with certificates of
+  // coordinator_ca (docs/security.md "TLS by default").
   CoordinatorPlacement placement;
+  // The operator's CA (operator_ca.h); required with placement.tls. A coordinator certificate it
+  // signs goes into each job's Secret when the Secret is written, and the link verifies
+  // coordinators with its certificate.
+  auth::TlsKeyPair coordinator_ca;
   // Give each job's coordinator its own port in [base, base + span) (from the job's UID's hash,
   // probing past ports other jobs' coordinator pods hold) instead of placement.port: needed
   // where pods share one network namespace (the local cluster). 0: every coordinator uses
@@ -82,7 +90,16 @@ class Reconciler {
   JobObservation ObserveChildren(const Json& job) const;
   // Deletes, then creates; returns what the API server refused (NotFound on delete is fine;
   // AlreadyExists on create only for an object this job controls, else it is a conflict).
-  std::vector<ChildFailure> Execute(const Json& job, const ReconcilePlan& plan);
+  std::vector<ChildFailure> Execute(const Json& job, const TrainingJobSpec& spec,
+                                    const ReconcilePlan& plan);
+  // Writes task pod `pod`'s own Secret of credentials bound to its incarnation
+  // (task_credentials.h); AlreadyExists is success. An error is returned for the pass to retry.
+  absl::Status WriteTaskCredential(const Json& job, const TrainingJobSpec& spec,
+                                   const TaskPodRef& pod);
+  // Writes it for each task pod of `world` that has not started and whose Secret this process
+  // has not written: after a restart of the operator between a pod's create and its Secret's.
+  absl::Status CatchUpTaskCredentials(const Json& job, const TrainingJobSpec& spec,
+                                      const JobObservation& world);
   // Writes `status` through /status unless it equals `stored` (the job's status, decoded once
   // per pass); returns the job as now stored (`job` itself when nothing was written), whose
   // resourceVersion a second write needs.
@@ -107,6 +124,14 @@ class Reconciler {
   // (coordinator_port_base) the port of its coordinator pod, else one from ports_.
   CoordinatorPlacement PlacementFor(const std::string& key, const Json& job,
                                     const JobObservation& world);
+  // For a job that uses TLS (children.h JobUsesTls: its recorded decision in `stored`, else
+  // placement.tls) and a pass that is to create the job's Secret (`world` has none): the
+  // files it gets, with a coordinator certificate issued for it now. nullopt otherwise; an
+  // error when the certificate could not be issued.
+  absl::StatusOr<std::optional<JobTlsFiles>> TlsFilesFor(const Json& job,
+                                                         const TrainingJobStatus& stored,
+                                                         const CoordinatorPlacement& placement,
+                                                         const JobObservation& world, bool active);
   // The job's token, derived from the operator key: never read from the job's Secret.
   std::string TokenOf(const std::string& ns, const std::string& job, const std::string& uid) const;
   // After a create answered AlreadyExists: OK when the object of that name is controlled by the
@@ -138,6 +163,10 @@ class Reconciler {
   // Port-hash mode only (coordinator_port_base > 0).
   std::optional<CoordinatorPortLedger> ports_;
   NoticeLedger notices_;
+  // UIDs of the not-yet-started task pods whose credential Secret this process wrote (or found):
+  // a pod leaves when it is seen started.
+  absl::Mutex credentials_mu_;
+  absl::flat_hash_set<std::string> credentials_written_ ABSL_GUARDED_BY(credentials_mu_);
 };
 
 }  // namespace phalanx::op

@@ -13,6 +13,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth/credentials.h"
+#include "common/auth/tls_issuer.h"
 #include "common/kube/object_meta.h"
 #include "common/kube/testing/fake_client.h"
 #include "common/kube/testing/object_store.h"
@@ -160,6 +161,61 @@ TEST_F(ReconcilerTest, AJobRunsLosesATaskToAFailureAndSucceeds) {
   EXPECT_EQ(FindCondition(status.conditions, "Suspended")->reason, "NotSuspended");
   EXPECT_THAT(EventReasons(), ::testing::Contains("Completed"));
   ExpectIdlePassWritesNothing();
+}
+
+// ADR 0006: every task pod gets its own Secret of credentials bound to its incarnation, owned by
+// the pod; a replacement gets one for its new incarnation; and an operator that restarted
+// between a pod's create and its Secret's writes the Secret again.
+TEST_F(ReconcilerTest, EachTaskPodGetsItsOwnCredentialBoundToItsIncarnation) {
+  CatchUp();
+  Pass();
+  const std::string token = auth::JobToken("", "ns", "j", kube::MetaString(Stored(), "uid"));
+  EXPECT_EQ(DecodeStatus(Stored()).incarnation_bound_credentials, true);
+  EXPECT_FALSE(store_.Get(kSecrets.Qualified(), "ns", "j-token")
+                   ->at("stringData")
+                   .has_field(TaskCredentialKey(0)));
+  for (int task : {0, 1}) {
+    const std::string name = absl::StrCat("j-task-", task, "-0");
+    absl::StatusOr<Json> secret = store_.Get(kSecrets.Qualified(), "ns", name);
+    ASSERT_THAT(secret.status(), IsOk()) << name;
+    EXPECT_EQ(secret->at("stringData").at("token").as_string(),
+              auth::TaskCredential(token, task, 0, 0));
+    EXPECT_EQ(secret->at("metadata").at("ownerReferences").at(0).at("uid").as_string(),
+              kube::MetaString(*pods_.Get("ns", name), "uid"));
+    EXPECT_THAT(pods_.Get("ns", name)->serialize(),
+                HasSubstr(absl::StrCat(R"("secretName":")", name, R"(")")));
+  }
+  ExpectIdlePassWritesNothing();
+
+  // Task 1's replacement, incarnation 1, gets a credential for 1 only.
+  for (const char* pod : {"j-coordinator", "j-task-0-0", "j-task-1-0"}) SetPod(pod, "Running");
+  CatchUp();
+  clock_.Advance(absl::Seconds(5));
+  Pass();
+  SetPod("j-task-1-0", "Failed", 1);
+  CatchUp();
+  clock_.Advance(absl::Seconds(5));
+  Pass();
+  EXPECT_THAT(PodNames(), ::testing::Contains("j-task-1-1"));
+  absl::StatusOr<Json> replacement = store_.Get(kSecrets.Qualified(), "ns", "j-task-1-1");
+  ASSERT_THAT(replacement.status(), IsOk());
+  EXPECT_EQ(replacement->at("stringData").at("token").as_string(),
+            auth::TaskCredential(token, 1, 1, 1));
+
+  // The operator restarts after creating a pod but before its Secret: a new reconciler writes
+  // the Secret of every task pod that has not started, once.
+  ASSERT_THAT(store_.Delete(kSecrets.Qualified(), "ns", "j-task-1-1").status(), IsOk());
+  CatchUp();
+  Reconciler restarted(client_, {jobs_, pods_, services_, nodes_}, events_, clock_, nullptr,
+                       ReconcilerOptions{});
+  ASSERT_THAT(restarted.Reconcile("ns/j").status(), IsOk());
+  CatchUp();
+  EXPECT_THAT(store_.Get(kSecrets.Qualified(), "ns", "j-task-1-1").status(), IsOk());
+  // The running pod's Secret is not written again (it has it, or it could not have started).
+  ASSERT_THAT(store_.Delete(kSecrets.Qualified(), "ns", "j-task-0-0").status(), IsOk());
+  ASSERT_THAT(restarted.Reconcile("ns/j").status(), IsOk());
+  CatchUp();
+  EXPECT_FALSE(store_.Get(kSecrets.Qualified(), "ns", "j-task-0-0").ok());
 }
 
 // Another writer got there first (409 on the status write): the pass ends with Aborted, which
@@ -388,6 +444,142 @@ TEST_F(ReconcilerTest, ADeadlineFailsTheJobAndItsTtlDeletesIt) {
   ASSERT_THAT(reconciler_.Reconcile("ns/j").status(), IsOk());
   EXPECT_TRUE(absl::IsNotFound(store_.Get(kTrainingJobs.Qualified(), "ns", "j").status()));
   EXPECT_THAT(EventReasons(), ::testing::Contains("TTLExpired"));
+}
+
+}  // namespace
+}  // namespace phalanx::op
+
+namespace phalanx::op {
+namespace {
+
+using ::testing::HasSubstr;
+
+double CertificatesIssued(prometheus::Registry& registry) {
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.name == "phalanx_operator_coordinator_certificates_issued_total") {
+      return family.metric.at(0).counter.value;
+    }
+  }
+  return -1;
+}
+
+// docs/security.md "TLS by default": the job's Secret gets the operator CA's certificate and a
+// coordinator certificate issued for the job, once, in the pass that creates it; the coordinator
+// serves it, the task pods verify it as the coordinator's Service name.
+TEST_F(ReconcilerTest, WithTlsTheSecretGetsACoordinatorCertificateIssuedOnlyWhenItIsCreated) {
+  CatchUp();
+  absl::StatusOr<auth::TlsKeyPair> ca = auth::MakeCertificateAuthority("ca", absl::Hours(24));
+  ASSERT_THAT(ca, IsOk());
+  ReconcilerOptions options;
+  options.placement.tls = true;
+  options.coordinator_ca = *ca;
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  Reconciler reconciler(client_, {jobs_, pods_, services_, nodes_}, events_, clock_, &metrics,
+                        options);
+  auto pass = [&] {
+    ASSERT_THAT(reconciler.Reconcile("ns/j").status(), IsOk());
+    CatchUp();
+  };
+  pass();
+  EXPECT_EQ(CertificatesIssued(registry), 1);
+  const Json secret = *store_.Get(kSecrets.Qualified(), "ns", "j-token");
+  const Json& data = secret.at("stringData");
+  EXPECT_EQ(data.at("ca.crt").as_string(), ca->cert_pem);
+  const auth::TlsKeyPair leaf{data.at("tls.crt").as_string(), data.at("tls.key").as_string()};
+  EXPECT_NE(leaf.key_pem, ca->key_pem);
+  // The leaf is the CA's, for the job's coordinator names: it could sign nothing itself.
+  EXPECT_THAT(auth::CheckCertificateAuthority(leaf),
+              ::phalanx::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  const std::string coordinator = store_.Get(kPods.Qualified(), "ns", "j-coordinator")->serialize();
+  EXPECT_THAT(coordinator, HasSubstr("--tls_cert_file=/var/run/phalanx/tls/tls.crt"));
+  const std::string task = store_.Get(kPods.Qualified(), "ns", "j-task-0-0")->serialize();
+  EXPECT_THAT(task,
+              HasSubstr(R"({"name":"PHALANX_TLS_SERVER_NAME","value":"j-coordinator.ns.svc"})"));
+  EXPECT_THAT(task, ::testing::Not(HasSubstr("tls.key")));
+
+  // Passes while the coordinator stands issue nothing.
+  SetPod("j-coordinator", "Running");
+  SetPod("j-task-0-0", "Running");
+  CatchUp();
+  pass();
+  pass();
+  EXPECT_EQ(CertificatesIssued(registry), 1);
+
+  // A recreated coordinator: the operator cannot read the Secret, so it tries to create it again
+  // (with a fresh certificate, which the API server's AlreadyExists discards); the Secret keeps
+  // the certificate it was created with, which the new coordinator pod mounts.
+  SetPod("j-coordinator", "Failed", 1);
+  CatchUp();
+  pass();
+  clock_.Advance(kCoordinatorMaxBackoff);
+  CatchUp();
+  pass();
+  EXPECT_THAT(store_.Get(kPods.Qualified(), "ns", "j-coordinator").status(), IsOk());
+  EXPECT_EQ(CertificatesIssued(registry), 2);
+  EXPECT_EQ(store_.Get(kSecrets.Qualified(), "ns", "j-token")->at("stringData").at("tls.crt"),
+            Json::string(leaf.cert_pem));
+}
+
+// --coordinator_tls=false: no certificate, nothing of TLS in the objects.
+TEST_F(ReconcilerTest, WithoutTlsNoCertificateIsIssued) {
+  CatchUp();
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  ReconcilerOptions options;
+  options.placement.tls = false;
+  Reconciler reconciler(client_, {jobs_, pods_, services_, nodes_}, events_, clock_, &metrics,
+                        options);
+  ASSERT_THAT(reconciler.Reconcile("ns/j").status(), IsOk());
+  CatchUp();
+  EXPECT_EQ(CertificatesIssued(registry), 0);
+  EXPECT_FALSE(
+      store_.Get(kSecrets.Qualified(), "ns", "j-token")->at("stringData").has_field("tls.crt"));
+  EXPECT_THAT(store_.Get(kPods.Qualified(), "ns", "j-coordinator")->serialize(),
+              ::testing::Not(HasSubstr("tls")));
+}
+
+// An operator upgraded to TLS meets a job whose Secret an operator without TLS wrote (no
+// status.coordinator.tls): the job stays cleartext for life, so a recreated coordinator or a
+// replacement task never mounts TLS files its Secret lacks.
+TEST_F(ReconcilerTest, AJobFromBeforeTlsStaysCleartextUnderATlsOperator) {
+  CatchUp();
+  {
+    Reconciler old(client_, {jobs_, pods_, services_, nodes_}, events_, clock_, nullptr,
+                   ReconcilerOptions{});
+    ASSERT_THAT(old.Reconcile("ns/j").status(), IsOk());
+    CatchUp();
+  }
+  // What an operator from before TLS recorded: no decision.
+  Json job = Stored();
+  job["status"]["coordinator"].as_object().erase("tls");
+  ASSERT_THAT(store_.Update(kTrainingJobs.Qualified(), "ns", job, true).status(), IsOk());
+  SetPod("j-coordinator", "Failed", 1);
+  SetPod("j-task-0-0", "Failed", 1);
+  CatchUp();
+
+  absl::StatusOr<auth::TlsKeyPair> ca = auth::MakeCertificateAuthority("ca", absl::Hours(24));
+  ASSERT_THAT(ca, IsOk());
+  ReconcilerOptions options;
+  options.placement.tls = true;
+  options.coordinator_ca = *ca;
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  Reconciler upgraded(client_, {jobs_, pods_, services_, nodes_}, events_, clock_, &metrics,
+                      options);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_THAT(upgraded.Reconcile("ns/j").status(), IsOk());
+    clock_.Advance(kCoordinatorMaxBackoff);
+    CatchUp();
+  }
+  EXPECT_EQ(DecodeStatus(Stored()).coordinator.tls, false);
+  EXPECT_EQ(CertificatesIssued(registry), 0);
+  ASSERT_THAT(store_.Get(kPods.Qualified(), "ns", "j-coordinator").status(), IsOk());
+  EXPECT_THAT(store_.Get(kPods.Qualified(), "ns", "j-coordinator")->serialize(),
+              ::testing::Not(HasSubstr("tls")));
+  ASSERT_THAT(store_.Get(kPods.Qualified(), "ns", "j-task-0-1").status(), IsOk());
+  EXPECT_THAT(store_.Get(kPods.Qualified(), "ns", "j-task-0-1")->serialize(),
+              ::testing::Not(HasSubstr("PHALANX_TLS")));
 }
 
 }  // namespace

@@ -170,8 +170,9 @@ Next ManageSpares(const PlanInputs& in, JobPass& pass) {
                        });
   for (int k = 0; k < in.spec.spares && job_ran && pass.MayCreateTaskPods(); ++k) {
     if (filled[static_cast<size_t>(k)]) continue;
-    pass.out.create.push_back(DesiredSparePod(
-        in.job, in.spec, k, generations[static_cast<size_t>(k)], pass.coordinator_address));
+    pass.out.create.push_back(
+        DesiredSparePod(in.job, in.spec, k, generations[static_cast<size_t>(k)],
+                        pass.coordinator_address, pass.out.status.coordinator.tls.value_or(false)));
     ++count;
   }
   generations.resize(static_cast<size_t>(in.spec.spares));

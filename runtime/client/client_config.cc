@@ -56,16 +56,28 @@ absl::StatusOr<std::string> Token(const base::GetenvFn& getenv) {
   return token;
 }
 
-// The PEM in PHALANX_TLS_CA_FILE; "" when it is not set.
-absl::StatusOr<std::string> TlsCa(const base::GetenvFn& getenv) {
+// The PEM in PHALANX_TLS_CA_FILE ("" when it is not set) and PHALANX_TLS_SERVER_NAME.
+absl::StatusOr<CoordinatorTls> Tls(const base::GetenvFn& getenv) {
+  CoordinatorTls tls;
   std::optional<std::string> ca = getenv("PHALANX_TLS_CA_FILE");
-  if (!ca.has_value() || ca->empty()) return std::string();
+  if (std::optional<std::string> name = getenv("PHALANX_TLS_SERVER_NAME"); name.has_value()) {
+    tls.server_name = *name;
+  }
+  if (!ca.has_value() || ca->empty()) {
+    if (!tls.server_name.empty()) {
+      return absl::InvalidArgumentError(
+          "PHALANX_TLS_SERVER_NAME is set without PHALANX_TLS_CA_FILE: the coordinator's "
+          "certificate cannot be verified without the CA");
+    }
+    return tls;
+  }
   absl::StatusOr<std::string> pem = base::ReadFileToString(*ca);
   if (!pem.ok() || pem->empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "PHALANX_TLS_CA_FILE: ", pem.ok() ? "the file is empty" : pem.status().message()));
   }
-  return pem;
+  tls.ca_pem = *std::move(pem);
+  return tls;
 }
 
 }  // namespace
@@ -90,9 +102,9 @@ absl::StatusOr<SpareConfig> SpareConfig::FromEnv(const base::GetenvFn& getenv_in
   value = Token(getenv);
   if (!value.ok()) return value.status();
   config.credential = *value;
-  value = TlsCa(getenv);
-  if (!value.ok()) return value.status();
-  config.tls_ca_pem = *value;
+  absl::StatusOr<CoordinatorTls> tls = Tls(getenv);
+  if (!tls.ok()) return tls.status();
+  config.tls = *std::move(tls);
   return config;
 }
 
@@ -140,9 +152,9 @@ absl::StatusOr<ClientConfig> ClientConfig::FromEnv(const base::GetenvFn& getenv_
   value = Token(getenv);
   if (!value.ok()) return value.status();
   config.token = *value;
-  value = TlsCa(getenv);
-  if (!value.ok()) return value.status();
-  config.tls_ca_pem = *value;
+  absl::StatusOr<CoordinatorTls> tls = Tls(getenv);
+  if (!tls.ok()) return tls.status();
+  config.tls = *std::move(tls);
   if (std::optional<std::string> transport = getenv("PHALANX_SESSION_TRANSPORT");
       transport && !transport->empty()) {
     if (*transport == "auto") {

@@ -9,6 +9,8 @@
 //                        a file holding it (the operator mounts one: docs/security.md)
 //   PHALANX_TLS_CA_FILE  PEM CA certificates: when set, the coordinator is reached over TLS
 //                        and its certificate must chain to one of them (default: cleartext)
+//   PHALANX_TLS_SERVER_NAME  the name the coordinator's certificate must carry, whatever
+//                        address is dialled (default: the host of PHALANX_COORDINATOR)
 //   PHALANX_SESSION_TRANSPORT  auto (default), wire or grpc: how the session travels (below)
 // A spare pod (spec.spares) has PHALANX_SPARE=<slot> and PHALANX_POD_NAME instead of
 // PHALANX_TASK_ID/PHALANX_INCARNATION, and a spare credential: SpareConfig, then
@@ -24,6 +26,7 @@
 #include "absl/time/time.h"
 #include "common/base/env_and_files.h"
 #include "common/base/incarnation.h"
+#include "runtime/client/coordinator_credentials.h"
 
 namespace phalanx::client {
 
@@ -34,12 +37,12 @@ struct ClientConfig {
   int num_tasks = 1;
   base::Incarnation incarnation = 0;
   std::string token;
-  // PEM roots to verify the coordinator's TLS certificate; empty: cleartext gRPC.
-  std::string tls_ca_pem;
+  // The job's CA and the coordinator's name; no CA: cleartext (gRPC and the session wire).
+  CoordinatorTls tls;
   // How the session (registration, heartbeats, events, barriers and key-value set/get) travels:
   // kWire is the session wire (wire_session_stream.h), kGrpc the Session RPC. kAuto takes the
-  // wire and falls back to gRPC, for good, when the coordinator does not speak it. With TLS
-  // the session is always gRPC's. Other calls are gRPC calls either way.
+  // wire and falls back to gRPC, for good, when the coordinator does not speak it. Both are
+  // TLS when `tls` is. Other calls are gRPC calls either way.
   enum class SessionTransport { kAuto, kWire, kGrpc };
   SessionTransport session_transport = SessionTransport::kAuto;
   // Added to each blocking call's own timeout to form its RPC deadline, so the service's
@@ -60,9 +63,10 @@ struct SpareConfig {
   int slot = 0;
   std::string pod;
   std::string credential;
-  std::string tls_ca_pem;
+  CoordinatorTls tls;
   // PHALANX_COORDINATOR, PHALANX_SPARE, PHALANX_POD_NAME (default: HOSTNAME), PHALANX_TOKEN or
-  // PHALANX_TOKEN_FILE, PHALANX_TLS_CA_FILE. InvalidArgument naming what is missing.
+  // PHALANX_TOKEN_FILE, PHALANX_TLS_CA_FILE, PHALANX_TLS_SERVER_NAME. InvalidArgument naming
+  // what is missing.
   static absl::StatusOr<SpareConfig> FromEnv(const base::GetenvFn& getenv = nullptr);
 };
 

@@ -97,13 +97,8 @@ CoordinationClientImpl::CoordinationClientImpl(ClientConfig config, ClientCallba
   // in one loaded run). 5 s: a loaded peer gets time to answer, and an address that swallows
   // packets (a coordinator's old pod IP) still costs an attempt at most 5 s.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (!config_.tls_ca_pem.empty()) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = config_.tls_ca_pem;
-    credentials = grpc::SslCredentials(ssl);
-  }
-  channel_ = grpc::CreateCustomChannel(config_.coordinator, credentials, args);
+  channel_ = grpc::CreateCustomChannel(config_.coordinator,
+                                       CoordinatorChannelCredentials(config_.tls, args), args);
   stub_ = pb::Coordination::NewStub(channel_);
   rpc_ = std::make_unique<RpcCaller>(*stub_, config_.token);
   SessionChannel::Listener& listener = *this;  // a private base: convert here, in scope

@@ -203,7 +203,7 @@ void SessionChannel::SetFatal(const absl::Status& status) {
 
 bool SessionChannel::UseWire() const {
   using Transport = ClientConfig::SessionTransport;
-  if (config_.session_transport == Transport::kGrpc || !config_.tls_ca_pem.empty()) return false;
+  if (config_.session_transport == Transport::kGrpc) return false;
   return config_.session_transport == Transport::kWire || !wire_refused_;
 }
 
@@ -218,8 +218,8 @@ absl::StatusOr<bool> SessionChannel::RegisterTask(bool ever_connected,
     // The first time, `open` rides with the hello (a round trip less). Not on a reconnect:
     // OnCoordinatorRestarted must run before the session opens.
     absl::StatusOr<WireSessionStream::Opened> opened =
-        WireSessionStream::Open(config_.coordinator, config_.token, request, kRegisterTimeout,
-                                *this, /*open_at_once=*/!ever_connected,
+        WireSessionStream::Open(config_.coordinator, config_.tls, config_.token, request,
+                                kRegisterTimeout, *this, /*open_at_once=*/!ever_connected,
                                 [this](absl::Duration d) { return PauseUnlessStopping(d); });
     if (opened.ok()) {
       absl::StatusOr<bool> restarted = AcceptRegistration(opened->registered, ever_connected);

@@ -14,17 +14,11 @@ namespace pb = ::phalanx::coord::v1;
 absl::StatusOr<SpareIdentity> AwaitSpareAssignment(const SpareConfig& config,
                                                    absl::Duration unreachable_timeout,
                                                    absl::Duration poll) {
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (!config.tls_ca_pem.empty()) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = config.tls_ca_pem;
-    credentials = grpc::SslCredentials(ssl);
-  }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(config.coordinator, credentials, args);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      config.coordinator, CoordinatorChannelCredentials(config.tls, args), args);
   std::unique_ptr<pb::Coordination::Stub> stub = pb::Coordination::NewStub(channel);
   // A real-time bound, like the transport's own deadlines.
   absl::Time reachable_until = absl::Now() + unreachable_timeout;

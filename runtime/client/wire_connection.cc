@@ -65,14 +65,16 @@ Registry& TheRegistry() {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<WireConnection>> WireConnection::ForAddress(
-    const std::string& address, absl::Time deadline,
+    const std::string& address, const CoordinatorTls& tls, absl::Time deadline,
     absl::FunctionRef<bool(absl::Duration)> pause) {
   Registry& registry = TheRegistry();
   std::shared_ptr<WireConnection> connection;
   bool dial = false;
   {
     absl::MutexLock lock(&registry.mu);
-    std::weak_ptr<WireConnection>& slot = registry.by_address[address];
+    // A connection is shared by the tasks that would verify the coordinator the same way.
+    std::weak_ptr<WireConnection>& slot = registry.by_address[absl::StrCat(
+        address, tls.enabled() ? absl::StrCat(" tls:", TlsServerName(tls, address)) : "")];
     connection = slot.lock();
     // One inherited through fork() is the parent's socket, with no reader in this process.
     if (connection != nullptr && connection->pid_ != getpid()) connection = nullptr;
@@ -84,7 +86,7 @@ absl::StatusOr<std::shared_ptr<WireConnection>> WireConnection::ForAddress(
       }
     }
     if (connection == nullptr) {
-      connection.reset(new WireConnection(address));
+      connection.reset(new WireConnection(address, tls));
       slot = connection;
       dial = true;
     }
@@ -108,6 +110,12 @@ void WireConnection::Dial(absl::Time deadline, absl::FunctionRef<bool(absl::Dura
     }
     fd = DialSocket(address_, deadline);
   }
+  if (fd.ok() && tls_config_.enabled()) {
+    if (absl::Status secured = StartTls(*fd, deadline); !secured.ok()) {
+      close(*fd);
+      fd = secured;
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (!fd.ok()) {
     state_ = State::kEnded;
@@ -118,8 +126,76 @@ void WireConnection::Dial(absl::Time deadline, absl::FunctionRef<bool(absl::Dura
   state_ = State::kOpen;
   reader_ = std::thread([this] { ReadLoop(); });
   // The magic leads every write; a write is whole frames, so the streams' first frames follow.
-  absl::MutexLock write_lock(&write_mu_);
-  writer_.Append(coord::kWireMagicView);  // sent with the first stream's hello
+  // With TLS it went in the clear before the handshake.
+  if (tls_ == nullptr) {
+    absl::MutexLock write_lock(&write_mu_);
+    writer_.Append(coord::kWireMagicView);  // sent with the first stream's hello
+  }
+}
+
+absl::Status WireConnection::StartTls(int fd, absl::Time deadline) {
+  absl::StatusOr<std::shared_ptr<const coord::TlsContext>> context =
+      coord::TlsContext::ForClient(tls_config_.ca_pem);
+  if (!context.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PHALANX_TLS_CA_FILE: ", context.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<coord::TlsSession>> session =
+      coord::TlsSession::Connect(**context, TlsServerName(tls_config_, address_));
+  if (!session.ok()) return session.status();
+  std::string out(coord::kWireTlsMagicView);
+  (*session)->TakeOutput(out);
+  bool first = true;
+  std::vector<char> buffer(16 << 10);
+  while (true) {
+    if (!out.empty() && !SendAll(fd, out)) {
+      return absl::UnavailableError(
+          absl::StrCat("the coordinator at ", address_, " closed the connection during TLS"));
+    }
+    out.clear();
+    if ((*session)->established()) break;
+    pollfd readable{fd, POLLIN, 0};
+    const int64_t wait_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    const int ready = wait_ms > 0 ? poll(&readable, 1, static_cast<int>(wait_ms)) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("the TLS handshake with the coordinator at ", address_, " timed out"));
+    }
+    const ssize_t n = recv(fd, buffer.data(), buffer.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::UnavailableError(absl::StrCat("the coordinator at ", address_,
+                                                 " closed the connection during the TLS "
+                                                 "handshake"));
+    }
+    if (first && static_cast<unsigned char>(buffer[0]) == coord::kWireFirstByte) {
+      // Its cleartext magic: it has no certificate.
+      return absl::UnauthenticatedError(absl::StrCat(
+          "the coordinator at ", address_,
+          " serves the session wire without TLS, but this task was given PHALANX_TLS_CA_FILE: "
+          "start it with --tls_cert_file/--tls_key_file, or give the task no CA"));
+    }
+    first = false;
+    if (absl::Status received =
+            (*session)->Receive(std::string_view(buffer.data(), n), handshake_leftover_);
+        !received.ok()) {
+      return absl::UnauthenticatedError(
+          absl::StrCat("the coordinator at ", address_, ": ", received.message()));
+    }
+    (*session)->TakeOutput(out);
+  }
+  tls_ = *std::move(session);
+  return absl::OkStatus();
+}
+
+std::string WireConnection::Seal(std::string bytes) {
+  if (tls_ == nullptr) return bytes;
+  absl::MutexLock lock(&tls_mu_);
+  std::string sealed;
+  if (absl::Status encrypted = tls_->Send(bytes); !encrypted.ok()) return sealed;
+  tls_->TakeOutput(sealed);
+  return sealed;
 }
 
 absl::Status WireConnection::AwaitDialled(absl::Time deadline,
@@ -202,9 +278,10 @@ void WireConnection::Flush() {
   // Unless another thread is in send() (it takes what is queued with its next one) or the reader
   // holds the writes back (it sends them when its batch is handed out).
   while (writer_.ShouldSend()) {
-    const std::string batch = writer_.Claim();
+    // Sealed by the one thread that claimed the batch, so records leave in the order made.
+    const std::string batch = Seal(writer_.Claim());
     write_mu_.Unlock();
-    const bool sent = SendAll(fd_, batch);
+    const bool sent = !batch.empty() && SendAll(fd_, batch);
     write_mu_.Lock();
     writer_.Release();
     if (!sent) {
@@ -241,7 +318,7 @@ void WireConnection::Break(const absl::Status& why) {
 void WireConnection::ReadLoop() { EndAll(ReadUntilEnd()); }
 
 absl::Status WireConnection::ReadUntilEnd() {
-  std::string in;
+  std::string in = std::move(handshake_leftover_);
   size_t at = 0;
   bool magic_seen = false;
   bool corked = false;  // this thread holds the writes back (writer_ corked)
@@ -309,7 +386,15 @@ absl::Status WireConnection::ReadUntilEnd() {
       return absl::UnavailableError(absl::StrCat("session connection: ", std::strerror(errno)));
     }
     last_read_micros_ = absl::ToUnixMicros(absl::Now());
-    in.append(buffer.data(), n);
+    if (tls_ == nullptr) {
+      in.append(buffer.data(), n);
+      continue;
+    }
+    absl::MutexLock lock(&tls_mu_);
+    if (absl::Status received = tls_->Receive(std::string_view(buffer.data(), n), in);
+        !received.ok()) {
+      return absl::UnavailableError(absl::StrCat("session connection: ", received.message()));
+    }
   }
 }
 

@@ -38,7 +38,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/client/coordinator_credentials.h"
 #include "runtime/coordination/coalescing_writer.h"
+#include "runtime/coordination/tls_session.h"
 #include "runtime/coordination/types.h"
 #include "runtime/coordination/wire_format.h"
 #include "runtime/proto/coordination.pb.h"
@@ -63,13 +65,15 @@ class WireConnection {
   // Largest frame accepted from the coordinator (a key-value answer holds at most 1 MiB).
   static constexpr size_t kMaxFrameBytes = 16 << 20;
 
-  // This process's live connection to `address` (host:port), dialled now if there is none.
+  // This process's live connection to `address` (host:port), dialled now if there is none;
+  // over TLS when `tls` has a CA (the handshake is part of the dial, within `deadline`).
   // Like gRPC's wait-for-ready, a coordinator that is not listening yet (restarting, or its pod
   // still starting) is dialled again every 25 ms until `deadline`; `pause(d)` waits between
   // dials and returns true (give up: Cancelled) when the caller is stopping. Errors:
-  // Unavailable (cannot connect by the deadline), InvalidArgument (not host:port).
+  // Unavailable (cannot connect by the deadline), InvalidArgument (not host:port, or a CA that
+  // does not parse), Unauthenticated (the TLS handshake failed, or the coordinator has no TLS).
   static absl::StatusOr<std::shared_ptr<WireConnection>> ForAddress(
-      const std::string& address, absl::Time deadline,
+      const std::string& address, const CoordinatorTls& tls, absl::Time deadline,
       absl::FunctionRef<bool(absl::Duration)> pause);
   ~WireConnection();
   WireConnection(const WireConnection&) = delete;
@@ -105,10 +109,15 @@ class WireConnection {
     bool in_use = false;  // its session is open
   };
 
-  explicit WireConnection(std::string address) : address_(std::move(address)) {}
+  WireConnection(std::string address, CoordinatorTls tls)
+      : address_(std::move(address)), tls_config_(std::move(tls)) {}
   // Waits until the dialler is done (or the deadline); the connection's status then.
   absl::Status AwaitDialled(absl::Time deadline, absl::FunctionRef<bool(absl::Duration)> pause);
   void Dial(absl::Time deadline, absl::FunctionRef<bool(absl::Duration)> pause);
+  // Asks for TLS on the dialled `fd` and runs the handshake (blocking, until `deadline`).
+  absl::Status StartTls(int fd, absl::Time deadline);
+  // `bytes` as they go on the socket: encrypted with TLS.
+  std::string Seal(std::string bytes);
   // Writes what is queued unless another thread is already doing so.
   void Flush() ABSL_UNLOCK_FUNCTION(write_mu_);
   void ReadLoop();
@@ -122,10 +131,17 @@ class WireConnection {
   void EndAll(const absl::Status& status);
 
   const std::string address_;
+  const CoordinatorTls tls_config_;
   const pid_t pid_ = getpid();  // the process that made it
   std::atomic<int64_t> last_read_micros_{std::numeric_limits<int64_t>::min()};
   int fd_ = -1;  // set once when the dial succeeds (under mu_), constant after
   std::thread reader_;
+  // With TLS, set by the dial before the reader starts; its calls are serialised by tls_mu_
+  // (the reader decrypts while one writer at a time encrypts).
+  std::unique_ptr<coord::TlsSession> tls_;
+  absl::Mutex tls_mu_;
+  // Plaintext that arrived with the end of the TLS handshake: the reader's first bytes.
+  std::string handshake_leftover_;
   // The peer batches defined on the connection (reader thread only).
   coord::PeerBatchWindow<std::shared_ptr<const std::vector<coord::SessionEvent>>> peer_batches_;
 

@@ -13,13 +13,13 @@ namespace phalanx::client {
 namespace pb = ::phalanx::coord::v1;
 
 absl::StatusOr<WireSessionStream::Opened> WireSessionStream::Open(
-    const std::string& address, const std::string& token, const pb::RegisterRequest& request,
-    absl::Duration timeout, Sink& sink, bool open_at_once,
+    const std::string& address, const CoordinatorTls& tls, const std::string& token,
+    const pb::RegisterRequest& request, absl::Duration timeout, Sink& sink, bool open_at_once,
     absl::FunctionRef<bool(absl::Duration)> pause) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + timeout;
   absl::StatusOr<std::shared_ptr<WireConnection>> connection =
-      WireConnection::ForAddress(address, deadline, pause);
+      WireConnection::ForAddress(address, tls, deadline, pause);
   if (!connection.ok()) return connection.status();
   std::shared_ptr<WireSessionStream> stream(
       new WireSessionStream(*connection, request.task(), open_at_once, sink));

@@ -39,14 +39,17 @@ class WireSessionStream final : public SessionStream, private WireConnection::Re
   };
 
   // Presents `token` and registers `request` over this process's connection to `address`
-  // (dialled if there is none) within `timeout`. Errors: FailedPrecondition when the
-  // coordinator does not speak the wire (an older one, or one serving TLS: use gRPC);
+  // (dialled if there is none; over TLS when `tls` has a CA) within `timeout`. Errors:
+  // FailedPrecondition when the coordinator does not speak the wire (an older one: use gRPC);
+  // Unauthenticated when TLS is on one side only or the coordinator's certificate does not
+  // verify;
   // Unavailable when it cannot be reached or does not answer; otherwise the registration's own
   // error (Unauthenticated, Aborted, ...). `pause(d)` waits `d` between dials to a coordinator
   // that is not listening yet, and returns true (Open gives up) when the client is stopping.
   // With `open_at_once`, the session's `open` goes in the same write as the hello (one round
   // trip less; the server ignores it if the registration fails), and Start() sends nothing.
-  static absl::StatusOr<Opened> Open(const std::string& address, const std::string& token,
+  static absl::StatusOr<Opened> Open(const std::string& address, const CoordinatorTls& tls,
+                                     const std::string& token,
                                      const coord::v1::RegisterRequest& request,
                                      absl::Duration timeout, Sink& sink, bool open_at_once,
                                      absl::FunctionRef<bool(absl::Duration)> pause);

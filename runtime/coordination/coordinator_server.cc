@@ -36,24 +36,24 @@ class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const pb::RegisterRequest* req,
                                      pb::RegisterResponse* resp) override {
-    return Unary(ctx, "Register", ForTask(req->task().task_id()),
+    return Unary(ctx, "Register", ForTask(req->task()),
                  [&](Finisher done) { done(handler_.Register(*req, resp)); });
   }
   grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx,
                                         const pb::ReportErrorRequest* req,
                                         pb::ReportErrorResponse*) override {
-    return Unary(ctx, "ReportError", ForTask(req->task().task_id()),
+    return Unary(ctx, "ReportError", ForTask(req->task()),
                  [&](Finisher done) { done(handler_.ReportError(*req)); });
   }
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const pb::BarrierRequest* req,
                                     pb::BarrierResponse*) override {
-    return Unary(ctx, "Barrier", ForTask(req->task().task_id()),
+    return Unary(ctx, "Barrier", ForTask(req->task()),
                  [&](Finisher done) { handler_.Barrier(*req, std::move(done)); });
   }
   grpc::ServerUnaryReactor* CancelBarrier(grpc::CallbackServerContext* ctx,
                                           const pb::CancelBarrierRequest* req,
                                           pb::CancelBarrierResponse*) override {
-    return Unary(ctx, "CancelBarrier", ForTask(req->task().task_id()),
+    return Unary(ctx, "CancelBarrier", ForTask(req->task()),
                  [&](Finisher done) { done(handler_.CancelBarrier(*req)); });
   }
   grpc::ServerUnaryReactor* KeyValueInsert(grpc::CallbackServerContext* ctx,
@@ -65,7 +65,7 @@ class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
   grpc::ServerUnaryReactor* KeyValueGet(grpc::CallbackServerContext* ctx,
                                         const pb::KeyValueGetRequest* req,
                                         pb::KeyValueGetResponse* resp) override {
-    return Unary(ctx, "KeyValueGet", req->has_task() ? ForTask(req->task().task_id()) : JobWide(),
+    return Unary(ctx, "KeyValueGet", req->has_task() ? ForTask(req->task()) : JobWide(),
                  [&](Finisher done) { handler_.KvGet(*req, resp, std::move(done)); });
   }
   grpc::ServerUnaryReactor* KeyValueTryGet(grpc::CallbackServerContext* ctx,
@@ -107,7 +107,7 @@ class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
   grpc::ServerUnaryReactor* GetAliveTasks(grpc::CallbackServerContext* ctx,
                                           const pb::GetAliveTasksRequest* req,
                                           pb::GetAliveTasksResponse* resp) override {
-    return Unary(ctx, "GetAliveTasks", ForTask(req->task().task_id()),
+    return Unary(ctx, "GetAliveTasks", ForTask(req->task()),
                  [&](Finisher done) { handler_.GetAliveTasks(*req, resp, std::move(done)); });
   }
   grpc::ServerUnaryReactor* NotifyPreemption(grpc::CallbackServerContext* ctx,
@@ -119,19 +119,19 @@ class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
   grpc::ServerUnaryReactor* ReportSyncStep(grpc::CallbackServerContext* ctx,
                                            const pb::ReportSyncStepRequest* req,
                                            pb::ReportSyncStepResponse* resp) override {
-    return Unary(ctx, "ReportSyncStep", ForTask(req->task().task_id()),
+    return Unary(ctx, "ReportSyncStep", ForTask(req->task()),
                  [&](Finisher done) { handler_.ReportSyncStep(*req, resp, std::move(done)); });
   }
   grpc::ServerUnaryReactor* ReportRolledBack(grpc::CallbackServerContext* ctx,
                                              const pb::ReportRolledBackRequest* req,
                                              pb::ReportRolledBackResponse* resp) override {
-    return Unary(ctx, "ReportRolledBack", ForTask(req->task().task_id()),
+    return Unary(ctx, "ReportRolledBack", ForTask(req->task()),
                  [&](Finisher done) { done(handler_.ReportRolledBack(*req, resp)); });
   }
   grpc::ServerUnaryReactor* ReportStepping(grpc::CallbackServerContext* ctx,
                                            const pb::ReportSteppingRequest* req,
                                            pb::ReportSteppingResponse* /*resp*/) override {
-    return Unary(ctx, "ReportStepping", ForTask(req->task().task_id()),
+    return Unary(ctx, "ReportStepping", ForTask(req->task()),
                  [&](Finisher done) { done(handler_.ReportStepping(*req)); });
   }
   grpc::ServerUnaryReactor* AwaitAssignment(grpc::CallbackServerContext* ctx,
@@ -143,9 +143,12 @@ class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
         [&](Finisher done) {
           handler_.AwaitAssignment(
               spare.spare, *req, resp, [this, resp, done](absl::Status status) mutable {
-                // The task's credential: what the spare acts with now.
+                // The task's credential for the incarnation it takes over: what the spare acts
+                // with now (bound to it, as a task pod's own is).
                 if (status.ok() && resp->assigned()) {
-                  resp->set_credential(auth::TaskCredential(token_, resp->task_id()));
+                  const int64_t incarnation = base::IncarnationFromWire(resp->incarnation());
+                  resp->set_credential(
+                      auth::TaskCredential(token_, resp->task_id(), incarnation, incarnation));
                 }
                 done(std::move(status));
               });
@@ -155,7 +158,7 @@ class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx,
                                      const pb::ShutdownRequest* req,
                                      pb::ShutdownResponse*) override {
-    return Unary(ctx, "Shutdown", ForTask(req->task().task_id()),
+    return Unary(ctx, "Shutdown", ForTask(req->task()),
                  [&](Finisher done) { handler_.Shutdown(*req, std::move(done)); });
   }
 
@@ -220,7 +223,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::InvalidArgumentError("TLS needs both a certificate and its private key");
   }
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  std::shared_ptr<const TlsContext> wire_tls;
   if (!options.tls_cert_pem.empty()) {
+    // The same certificate for the session wire; made first, so bad PEM is refused here with
+    // OpenSSL's reason rather than by gRPC at the first handshake.
+    absl::StatusOr<std::shared_ptr<const TlsContext>> context =
+        TlsContext::ForServer(options.tls_cert_pem, options.tls_key_pem);
+    if (!context.ok()) return context.status();
+    wire_tls = *std::move(context);
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
     credentials = grpc::SslServerCredentials(ssl);
@@ -263,14 +273,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     connection.fd = fd;
     acceptor->HandleNewConnection(&connection);
   };
-  if (!options.session_wire || !options.tls_cert_pem.empty()) {
+  if (!options.session_wire) {
     server->listener_->Start(std::move(to_grpc));
     return server;
   }
   server->wire_handler_ = std::make_unique<RpcHandler>(service);
   server->wire_ = std::make_unique<WireSessionServer>(
-      WireSessionServer::Options{options.token,
-                                 static_cast<size_t>(options.max_receive_message_bytes)},
+      WireSessionServer::Options{
+          .token = options.token,
+          .max_frame_bytes = static_cast<size_t>(options.max_receive_message_bytes),
+          .tls = std::move(wire_tls)},
       *server->wire_handler_, metrics, clock,
       [listener = server->listener_.get()](const std::string& peer) {
         listener->MarkAuthenticated(peer);

@@ -46,13 +46,13 @@ class CoordinatorServer {
     int max_connections = 1000;  // one more is accepted and closed at once
     // A connection with no call carrying a valid credential by then is closed.
     absl::Duration unauthenticated_timeout = absl::Seconds(5);
-    // Also serve sessions over the session wire on the same port (wire_server.h, ADR 0005).
-    // Cleartext only: with TLS every connection is gRPC's.
+    // Also serve sessions over the session wire on the same port (wire_server.h, ADR 0005);
+    // with TLS the wire is encrypted with the same certificate (tls_session.h, ADR 0006).
     bool session_wire = true;
   };
 
-  // Unavailable when the address cannot be bound; InvalidArgument for an empty token or only one
-  // of the TLS certificate and key.
+  // Unavailable when the address cannot be bound; InvalidArgument for an empty token, only one
+  // of the TLS certificate and key, or PEM that does not parse.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Options options,
                                                                   CoordinationService& service,
                                                                   CoordinatorMetrics& metrics,

@@ -20,6 +20,7 @@
 #include "runtime/coordination/health_probe.h"
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/service.h"
+#include "runtime/coordination/tls_session.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:8470", "gRPC listen address host:port (port 0: any)");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090",
@@ -50,7 +51,7 @@ ABSL_FLAG(absl::Duration, health_rpc_timeout, absl::Seconds(1),
           "deadline of /healthz's loopback grpc.health.v1 Check through the gRPC port");
 ABSL_FLAG(bool, session_wire, true,
           "also serve task sessions over the session wire (framed TCP on the same port; "
-          "cleartext only: off with TLS); clients fall back to gRPC without it");
+          "over TLS with --tls_cert_file); clients fall back to gRPC without it");
 ABSL_FLAG(bool, exit_after_shutdown, false,
           "exit 0 once every task has passed the shutdown barrier");
 ABSL_FLAG(bool, testing_reword_errors, false,
@@ -211,17 +212,15 @@ int main(int argc, char** argv) {
   if (const std::string addr = absl::GetFlag(FLAGS_metrics_listen); !addr.empty()) {
     // Healthy means a loopback RPC through the real listening server answers: a server that
     // stopped accepting is reported 503 even though this process is otherwise fine.
-    phalanx::http::StatusHttpServer::HealthCheck health;
-    if (server_options.tls_cert_pem.empty()) {
-      health = [target =
-                    phalanx::coord::LoopbackTarget(absl::GetFlag(FLAGS_listen), (*server)->port()),
-                timeout = absl::GetFlag(FLAGS_health_rpc_timeout)] {
-        return phalanx::coord::CheckGrpcHealth(target, timeout);
-      };
-    } else {
-      PHX_LOG(WARNING) << "TLS: /healthz does not check the gRPC port (the loopback check "
-                          "speaks cleartext)";
-    }
+    phalanx::http::StatusHttpServer::HealthCheck health =
+        [target = phalanx::coord::LoopbackTarget(absl::GetFlag(FLAGS_listen), (*server)->port()),
+         timeout = absl::GetFlag(FLAGS_health_rpc_timeout),
+         tls_name = server_options.tls_cert_pem.empty()
+                        ? std::nullopt
+                        : std::optional<std::string>(
+                              phalanx::coord::CertificateDnsName(server_options.tls_cert_pem))] {
+          return phalanx::coord::CheckGrpcHealth(target, timeout, tls_name);
+        };
     auto started = phalanx::http::StatusHttpServer::Start(addr, registry, std::move(health));
     if (!started.ok()) return process.Fail(std::string(started.status().message()));
     http = *std::move(started);

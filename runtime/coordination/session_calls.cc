@@ -11,7 +11,7 @@ absl::StatusOr<RpcHandler::Session> OpenAuthorizedSession(RpcHandler& handler,
                                                           const auth::Principal& principal,
                                                           const pb::TaskRef& task,
                                                           std::shared_ptr<SessionOutbox> outbox) {
-  if (absl::Status allowed = Authorize(principal, ForTask(task.task_id())); !allowed.ok()) {
+  if (absl::Status allowed = Authorize(principal, ForTask(task)); !allowed.ok()) {
     metrics.AuthFailure();
     return allowed;
   }

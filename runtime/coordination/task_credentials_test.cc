@@ -140,6 +140,29 @@ TEST_F(TaskCredentialsTest, Register_ImplausibleIncarnationIsRefusedAndDoesNotPo
   EXPECT_TRUE(Register(Cred(0), 0, 4).ok());  // the real next incarnation still registers
 }
 
+// ADR 0006: a pod's credential is bound to its incarnation, so a zombie (a partitioned process
+// of incarnation 3) cannot register as a newer incarnation and take the task from the real one,
+// nor push the task's incarnation up so that the operator's next replacement is stale.
+TEST_F(TaskCredentialsTest, ABoundCredential_RegistersOnlyItsOwnIncarnation) {
+  const std::string third = auth::TaskCredential(kJobToken, 0, 3, 3);
+  EXPECT_TRUE(Register(third, 0, 3).ok());
+  for (base::Incarnation other :
+       {base::Incarnation{4}, base::Incarnation{7}, base::Incarnation{3 + kMaxIncarnationStep}}) {
+    grpc::Status zombie = Register(third, 0, other);
+    EXPECT_EQ(zombie.error_code(), grpc::StatusCode::PERMISSION_DENIED) << other;
+    EXPECT_THAT(zombie.error_message(), ::testing::HasSubstr("incarnation 3"));
+  }
+  // The real incarnation 7, with its own credential, takes over; the zombie's calls as 3 are
+  // those of a superseded incarnation.
+  EXPECT_TRUE(Register(auth::TaskCredential(kJobToken, 0, 7, 7), 0, 7).ok());
+  EXPECT_FALSE(Register(third, 0, 3).ok());
+  // A launcher's range (nprocPerNode > 1) covers its in-place restarts, and nothing above.
+  const std::string range = auth::TaskCredential(kJobToken, 1, 2000, 2999);
+  EXPECT_TRUE(Register(range, 1, 2000).ok());
+  EXPECT_TRUE(Register(range, 1, 2001).ok());
+  EXPECT_EQ(Register(range, 1, 3000).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
 // A self-signed certificate for 127.0.0.1/localhost, made with the openssl command at run time.
 struct TestCert {
   std::string cert_pem, key_pem;

@@ -28,9 +28,20 @@ absl::Status Authorize(const auth::Principal& principal, CallScope scope) {
                            " may only wait to be assigned a task (AwaitAssignment)")
             : std::string("only a spare's credential may wait to be assigned a task"));
   }
-  if (principal.admin() || scope.task_id == CallScope::kJobWide ||
-      scope.task_id == principal.task_id) {
-    return absl::OkStatus();
+  if (principal.admin() || scope.task_id == CallScope::kJobWide) return absl::OkStatus();
+  if (scope.task_id == principal.task_id) {
+    // Unbound (v1) credentials leave a garbage incarnation to the service's own check.
+    if (!principal.incarnation_bound() || (scope.incarnation >= principal.min_incarnation &&
+                                           scope.incarnation <= principal.max_incarnation)) {
+      return absl::OkStatus();
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the credential of task ", principal.task_id, " is for incarnation",
+        principal.min_incarnation == principal.max_incarnation
+            ? absl::StrCat(" ", principal.min_incarnation)
+            : absl::StrCat("s ", principal.min_incarnation, "-", principal.max_incarnation),
+        " and may not act as incarnation ", scope.incarnation,
+        " (only the pod of that incarnation holds its credential)"));
   }
   return absl::PermissionDeniedError(absl::StrCat("the credential of task ", principal.task_id,
                                                   " may not act as task ", scope.task_id));

@@ -11,7 +11,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/auth/credentials.h"
+#include "common/base/incarnation.h"
 #include "runtime/coordination/bearer.h"
+#include "runtime/proto/coordination.pb.h"
 
 namespace phalanx::coord {
 
@@ -26,14 +28,21 @@ struct CallScope {
   static constexpr int kJobWide = -1;
   static constexpr int kSpare = -3;
   int task_id = kJobWide;
+  base::Incarnation incarnation = 0;  // the incarnation the call speaks for (a task's call)
 };
 inline CallScope JobWide() { return CallScope{}; }
-inline CallScope ForTask(int task_id) { return CallScope{task_id < 0 ? -2 : task_id}; }
+// A call that names `task` (its id and incarnation, as every task call does).
+inline CallScope ForTask(const v1::TaskRef& task) {
+  return CallScope{task.task_id() < 0 ? -2 : task.task_id(),
+                   base::IncarnationFromWire(task.incarnation())};
+}
 inline CallScope SpareOnly() { return CallScope{CallScope::kSpare}; }
 
 // PermissionDenied when a task credential is used to act as another task (hijacking its
-// session, reporting errors as it, arriving at barriers for it), when a spare credential is
-// used for anything but waiting for its assignment, or a task credential to wait as a spare.
+// session, reporting errors as it, arriving at barriers for it) or as an incarnation it is not
+// bound to (a zombie of an earlier incarnation registering as a newer one), when a spare
+// credential is used for anything but waiting for its assignment, or a task credential to wait
+// as a spare.
 absl::Status Authorize(const auth::Principal& principal, CallScope scope);
 
 }  // namespace phalanx::coord

@@ -26,6 +26,12 @@ namespace phalanx::coord {
 // its own, so a client of another version learns it should use gRPC.
 inline constexpr char kWireMagic[4] = {'\xF0', 'P', 'W', '\x03'};
 inline constexpr std::string_view kWireMagicView(kWireMagic, sizeof(kWireMagic));
+// A client's magic saying that a TLS handshake follows (tls_session.h, ADR 0006): sent in the
+// clear, then everything both ways is TLS records, the coordinator's magic (kWireMagic) and the
+// frames inside them. A coordinator with a certificate takes only this one; one without answers
+// it with its cleartext magic and closes, so the client can say which side is misconfigured.
+inline constexpr char kWireTlsMagic[4] = {'\xF0', 'P', 'T', '\x03'};
+inline constexpr std::string_view kWireTlsMagicView(kWireTlsMagic, sizeof(kWireTlsMagic));
 inline constexpr unsigned char kWireFirstByte = 0xF0;
 inline constexpr size_t kWireHeaderBytes = 8;
 // Peer batches (WirePeerBatch) each side keeps per connection: the last ones defined, the

@@ -22,6 +22,7 @@
 #include "runtime/coordination/proto_convert.h"
 #include "runtime/coordination/session_calls.h"
 #include "runtime/coordination/session_outbox.h"
+#include "runtime/coordination/tls_session.h"
 #include "runtime/coordination/token_auth.h"
 #include "runtime/coordination/wire_format.h"
 
@@ -90,8 +91,9 @@ class WireSessionServer::Connection final
   const std::string& peer() const { return peer_; }
 
   // Loop thread only.
-  std::string in_;
+  std::string in_;  // plaintext: frames, after the magic
   bool magic_seen_ = false;
+  bool tls_started_ = false;    // what arrives is TLS records (StartTls)
   bool ending_ = false;         // nothing more is read: the connection is being shut
   bool authenticated_ = false;  // some stream presented a valid credential
   uint32_t last_stream_ = 0;    // the highest stream id seen (ids only grow)
@@ -125,6 +127,24 @@ class WireSessionServer::Connection final
     std::string bytes;
     AppendFrame(frame, stream, bytes);
     Write(bytes, last);
+  }
+  // The client asked for TLS (kWireTlsMagic): from now on what it sends is fed to Decrypt and
+  // what is written to it is encrypted (loop thread).
+  absl::Status StartTls(const TlsContext& context) {
+    absl::StatusOr<std::unique_ptr<TlsSession>> session = TlsSession::Accept(context);
+    if (!session.ok()) return session.status();
+    absl::MutexLock lock(&mu_);
+    tls_ = *std::move(session);
+    return absl::OkStatus();
+  }
+  bool tls() const { return tls_started_; }
+  // Appends the plaintext `ciphertext` completes to `plaintext`, and sends the handshake's
+  // answers (or its failure's alert) at once. An error ends the connection (loop thread).
+  absl::Status Decrypt(std::string_view ciphertext, std::string& plaintext) {
+    absl::MutexLock lock(&mu_);
+    absl::Status received = tls_->Receive(ciphertext, plaintext);
+    if (!closed_ && !shut_) SendLocked();
+    return received;
   }
   // The socket has room again (loop thread).
   void Flush() {
@@ -165,11 +185,13 @@ class WireSessionServer::Connection final
   void SendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writer_.corked() && !ending_write_) return;
     writer_.Uncork();
-    while (writer_.unsent_bytes() > 0) {
-      const std::string_view unsent = writer_.Unsent();
+    if (tls_ != nullptr) Encrypt();
+    while (UnsentLocked() > 0) {
+      const std::string_view unsent =
+          tls_ != nullptr ? std::string_view(tls_out_).substr(tls_sent_) : writer_.Unsent();
       const ssize_t n = send(fd_, unsent.data(), unsent.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
-        writer_.Sent(static_cast<size_t>(n));
+        Sent(static_cast<size_t>(n));
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -177,7 +199,7 @@ class WireSessionServer::Connection final
         // Per connection, however many streams it carries: a budget that multiplied by the
         // streams let one credential grow the coordinator by gigabytes.
         const size_t limit = max_unsent_;
-        if (writer_.unsent_bytes() > limit) {
+        if (UnsentLocked() > limit) {
           // The tasks stopped reading: drop them rather than grow without bound.
           PHX_LOG(WARNING) << "session wire " << peer_ << ": more than " << limit
                            << " bytes unread by its tasks; disconnecting it";
@@ -196,6 +218,33 @@ class WireSessionServer::Connection final
       // The last frame is out: the task reads it and closes; a broken task's reset ends it too.
       shutdown(fd_, SHUT_WR);
       shut_ = true;
+    }
+  }
+  // With TLS the writer's plaintext becomes records in tls_out_, which is what is sent.
+  void Encrypt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writer_.unsent_bytes() > 0) {
+      if (absl::Status encrypted = tls_->Send(writer_.Unsent()); !encrypted.ok()) {
+        PHX_LOG(WARNING) << "session wire " << peer_ << ": " << encrypted.message();
+        Shut();
+        return;
+      }
+      writer_.Sent(writer_.unsent_bytes());
+    }
+    if (tls_sent_ == tls_out_.size()) {
+      tls_out_.clear();
+      tls_sent_ = 0;
+    }
+    tls_->TakeOutput(tls_out_);
+  }
+  size_t UnsentLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return writer_.unsent_bytes() + (tls_out_.size() - tls_sent_);
+  }
+  void Sent(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (tls_ == nullptr) return writer_.Sent(n);
+    tls_sent_ += n;
+    if (tls_sent_ == tls_out_.size()) {
+      tls_out_.clear();
+      tls_sent_ = 0;
     }
   }
   void Shut() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -226,6 +275,10 @@ class WireSessionServer::Connection final
   bool ending_write_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // With TLS (StartTls): the session, and the records made but not sent yet.
+  std::unique_ptr<TlsSession> tls_ ABSL_GUARDED_BY(mu_);
+  std::string tls_out_ ABSL_GUARDED_BY(mu_);
+  size_t tls_sent_ ABSL_GUARDED_BY(mu_) = 0;
   // The peer batches the client holds (WirePeerBatch): their ids only.
   PeerBatchWindow<std::monostate> defined_batches_ ABSL_GUARDED_BY(mu_);
 };
@@ -402,7 +455,16 @@ void WireSessionServer::Readable(const std::shared_ptr<Connection>& c) {
     if (n > 0) {
       // Cut frames after every read, so what a connection holds is one read plus one partial
       // frame (bounded small until a hello was accepted), never all the socket had.
-      c->in_.append(buffer, n);
+      if (c->tls()) {
+        if (absl::Status decrypted = c->Decrypt(std::string_view(buffer, n), c->in_);
+            !decrypted.ok()) {
+          PHX_LOG(WARNING) << "session wire " << c->peer() << ": " << decrypted.message();
+          ended = decrypted;
+          break;
+        }
+      } else {
+        c->in_.append(buffer, n);
+      }
       HandleFrames(c);
       continue;
     }
@@ -434,15 +496,23 @@ void WireSessionServer::HandleFrames(const std::shared_ptr<Connection>& c) {
     const std::string_view rest = std::string_view(c->in_).substr(at);
     if (!c->magic_seen_) {
       if (rest.size() < kWireMagicView.size()) break;
-      // Answered whatever it is: a client of another version reads this one and uses gRPC.
-      const bool ours = rest.substr(0, kWireMagicView.size()) == kWireMagicView;
-      c->Write(kWireMagicView, /*last=*/!ours);
-      if (!ours) {
+      if (!AcceptMagic(c, rest.substr(0, kWireMagicView.size()))) {
         c->ending_ = true;
         break;
       }
       at += kWireMagicView.size();
       c->magic_seen_ = true;
+      if (c->tls()) {
+        // What followed the magic in the same reads is the handshake's start.
+        std::string ciphertext = c->in_.substr(at);
+        c->in_.clear();
+        at = 0;
+        if (absl::Status decrypted = c->Decrypt(ciphertext, c->in_); !decrypted.ok()) {
+          PHX_LOG(WARNING) << "session wire " << c->peer() << ": " << decrypted.message();
+          c->ending_ = true;
+          break;
+        }
+      }
       continue;
     }
     Frame frame;
@@ -471,6 +541,41 @@ void WireSessionServer::HandleFrames(const std::shared_ptr<Connection>& c) {
   }
 }
 
+bool WireSessionServer::AcceptMagic(const std::shared_ptr<Connection>& c, std::string_view magic) {
+  const bool cleartext = magic == kWireMagicView;
+  const bool tls = magic == kWireTlsMagicView;
+  if (options_.tls == nullptr) {
+    // Answered whatever it is: a client of another version reads this one and uses gRPC, and a
+    // client that asked for TLS sees a cleartext answer and says the coordinator has none.
+    c->Write(kWireMagicView, /*last=*/!cleartext);
+    if (tls) {
+      PHX_LOG(WARNING) << "session wire " << c->peer()
+                       << ": a client asked for TLS, but this coordinator has no certificate "
+                          "(--tls_cert_file); refused";
+    }
+    return cleartext;
+  }
+  if (tls) {
+    if (absl::Status started = c->StartTls(*options_.tls); !started.ok()) {
+      PHX_LOG(WARNING) << "session wire " << c->peer() << ": " << started.message();
+      c->Write(kWireMagicView, /*last=*/true);
+      return false;
+    }
+    c->tls_started_ = true;
+    c->Write(kWireMagicView, /*last=*/false);  // the first plaintext, once the handshake is done
+    return true;
+  }
+  c->Write(kWireMagicView, /*last=*/!cleartext);
+  if (cleartext) {
+    // A client without the job's CA: its first task (stream 1) is told why, not just cut off.
+    c->Send(EndFrame(absl::UnauthenticatedError(
+                "this coordinator serves the session wire over TLS only: the client needs "
+                "PHALANX_TLS_CA_FILE (the job's CA) and PHALANX_TLS_SERVER_NAME")),
+            1, /*last=*/true);
+  }
+  return false;
+}
+
 void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32_t id,
                                     std::string_view payload) {
   auto refuse = [&](const absl::Status& status) { c->Send(EndFrame(status), id, /*last=*/false); };
@@ -494,9 +599,8 @@ void WireSessionServer::HandleFrame(const std::shared_ptr<Connection>& c, uint32
         ParseBearer(hello.authorization(), "the hello's authorization");
     absl::StatusOr<auth::Principal> principal =
         credential.ok() ? auth::Authenticate(options_.token, *credential) : credential.status();
-    absl::Status allowed = principal.ok()
-                               ? Authorize(*principal, ForTask(hello.register_().task().task_id()))
-                               : principal.status();
+    absl::Status allowed = principal.ok() ? Authorize(*principal, ForTask(hello.register_().task()))
+                                          : principal.status();
     if (!allowed.ok()) {
       metrics_.AuthFailure();
       return refuse(allowed);

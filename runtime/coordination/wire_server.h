@@ -33,6 +33,7 @@
 #include "common/base/clock.h"
 #include "runtime/coordination/metrics.h"
 #include "runtime/coordination/rpc_handler.h"
+#include "runtime/coordination/tls_session.h"
 
 namespace phalanx::coord {
 
@@ -53,6 +54,9 @@ class WireSessionServer {
     // Streams one task credential may hold on all connections together (the job token, which
     // the operator and tools hold, is bounded per connection only).
     int max_streams_per_task_credential = 4;
+    // The coordinator's certificate (tls_session.h): when set, a connection must ask for TLS
+    // (kWireTlsMagic) and everything after its magic is TLS; a cleartext client is refused.
+    std::shared_ptr<const TlsContext> tls{};
   };
   // Called with a connection's peer name once it presented a valid credential.
   using Authenticated = absl::AnyInvocable<void(const std::string& peer)>;
@@ -80,6 +84,9 @@ class WireSessionServer {
   // Reads what has arrived, handles every whole frame, and closes the connection if it ended.
   void Readable(const std::shared_ptr<Connection>& connection);
   void HandleFrames(const std::shared_ptr<Connection>& connection);
+  // Answers the client's magic; false when the connection must end (another version, or
+  // cleartext where TLS is required, or the reverse). Starts TLS when both sides want it.
+  bool AcceptMagic(const std::shared_ptr<Connection>& connection, std::string_view magic);
   // Frees the streams whose session's end went out since the last call (loop thread).
   void ReapEndedStreams(Connection& connection);
   void HandleFrame(const std::shared_ptr<Connection>& connection, uint32_t stream,

@@ -203,6 +203,10 @@ def check_rbac(objs, operator_ns_scoped):
             if "update" in r["verbs"]:
                 check(r.get("resourceNames") == ["phalanx-agent-clique-key"],
                       f"operator: updates a Secret other than the agents' key: {r}")
+            elif "get" in r["verbs"]:
+                # The operator key and the operator's CA (docs/security.md, TLS by default).
+                check(r.get("resourceNames") == ["phalanx-operator-key", "phalanx-operator-ca"],
+                      f"operator: reads Secrets other than its key and CA: {r}")
     daemonset = [o for o in objs if o.get("kind") == "DaemonSet"]
     check(len(daemonset) == 1, "one agent DaemonSet")
     if daemonset:
@@ -313,6 +317,9 @@ def check_render(src, binary_dir, helm):
           f"operator: coordinator image {a.get('--coordinator_image')}")
     check(a.get("--coordinator_command") == "phalanx-coordinator", "operator: coordinator command")
     check(a.get("--namespace") == "", "operator: watches every namespace by default")
+    # TLS between tasks and coordinators by default (issue 30 item 7), with the operator's CA.
+    check(a.get("--coordinator_tls") == "true", f"operator: --coordinator_tls {a.get('--coordinator_tls')}")
+    check(a.get("--ca_secret") == "phalanx-operator-ca", f"operator: --ca_secret {a.get('--ca_secret')}")
     check(dep["spec"]["template"]["spec"]["serviceAccountName"].endswith("-operator"), "operator SA")
 
     ag = ds["spec"]["template"]["spec"]["containers"][0]
@@ -387,6 +394,11 @@ def check_render(src, binary_dir, helm):
     pr = one(objs, "PrometheusRule")
     with open(os.path.join(src, "deploy", "alerts", "phalanx-rules.yaml")) as f:
         check(pr["spec"] == yaml.safe_load(f), "PrometheusRule spec differs from deploy/alerts")
+
+    # Cleartext only when asked for.
+    objs = objects(helm_template(helm, src, extra=("--set", "coordinator.tls=false")))
+    a = args_of(one(objs, "Deployment", "-operator")["spec"]["template"]["spec"]["containers"][0])
+    check(a.get("--coordinator_tls") == "false", "coordinator.tls=false: --coordinator_tls=false")
 
     # A standby replica without leader election would act twice: the chart refuses.
     r = run([helm, "template", RELEASE, chart, "--set", "operator.replicas=2",

@@ -161,16 +161,19 @@ def run_test(src, build, helm, kubectl, tmp):
             text = f.read()
         dt.check("forbidden" not in text.lower(), "the operator logged 'forbidden':\n" + text[-3000:])
         # `helm uninstall` leaves nothing in the release namespace: what the operator created
-        # for itself (its Lease, its key Secret) is owned by the chart's ServiceAccount, and the
+        # for itself (its Lease, its key and CA Secrets) is owned by the chart's ServiceAccount, and the
         # garbage collector removes it with the account.
         operator.terminate()
         operator.wait(timeout=30)
         operator = None
         owned = {}
-        for kind, name in (("lease", "phalanx-operator"), ("secret", "phalanx-operator-key")):
+        for kind, name in (("lease", "phalanx-operator"), ("secret", "phalanx-operator-key"),
+                           ("secret", "phalanx-operator-ca")):
             got = json.loads(kc("get", kind, name, "-n", NAMESPACE, "-o", "json").stdout)
-            owned[kind] = [o.get("kind") for o in got["metadata"].get("ownerReferences", [])]
-        dt.check(owned == {"lease": ["ServiceAccount"], "secret": ["ServiceAccount"]},
+            owned[name] = [o.get("kind") for o in got["metadata"].get("ownerReferences", [])]
+        dt.check(owned == {"phalanx-operator": ["ServiceAccount"],
+                           "phalanx-operator-key": ["ServiceAccount"],
+                           "phalanx-operator-ca": ["ServiceAccount"]},
                  f"the operator's own objects are not owned by its ServiceAccount: {owned}")
         r = dt.run([helm, "--kubeconfig", admin, "uninstall", RELEASE, "-n", NAMESPACE,
                     "--wait", "--timeout", "120s"], timeout=180)

@@ -70,6 +70,51 @@ TEST(ContainerLaunchOptionsTest, SecretVolumesAreWrittenAndPathsUnderTheMountRew
   EXPECT_FALSE(std::filesystem::exists(dir + "/tok/token"));
 }
 
+// TLS by default (docs/security.md): two volumes of one Secret, each with only its items, as the
+// operator's coordinator pod (token; tls.crt and tls.key) and task pods (their credential; ca.crt)
+// mount them: a process gets only the listed keys, each volume in its own directory, and the
+// flags and env naming either mount point at it.
+TEST(ContainerLaunchOptionsTest, EachSecretVolumeHoldsOnlyItsItems) {
+  const std::map<std::string, std::string> secret = {
+      {"token", "jt"}, {"tls.crt", "CERT"}, {"tls.key", "KEY"}, {"ca.crt", "CA"}};
+  auto lookup = [&](const std::string& name, const std::string& key) -> std::optional<std::string> {
+    auto it = secret.find(key);
+    if (name != "j-token" || it == secret.end()) return std::nullopt;
+    return it->second;
+  };
+  Json pod = ShellPod("p", "true");
+  pod["metadata"]["namespace"] = Json::string("ns");
+  pod["spec"]["volumes"] = Json::parse(R"([
+      {"name":"phalanx-token","secret":{"secretName":"j-token","items":[{"key":"token","path":"token"}]}},
+      {"name":"phalanx-tls","secret":{"secretName":"j-token","items":[
+          {"key":"tls.crt","path":"tls.crt"},{"key":"tls.key","path":"tls.key"}]}}])");
+  Json& c = pod["spec"]["containers"][0];
+  c["command"] = Strings({"sh", "-c", "true", "--token_file=/var/run/phalanx/token/token",
+                          "--tls_cert_file=/var/run/phalanx/tls/tls.crt",
+                          "--tls_key_file=/var/run/phalanx/tls/tls.key"});
+  c["env"] =
+      Json::parse(R"([{"name":"PHALANX_TLS_CA_FILE","value":"/var/run/phalanx/tls/ca.crt"}])");
+  c["volumeMounts"] = Json::parse(R"([
+      {"name":"phalanx-token","mountPath":"/var/run/phalanx/token","readOnly":true},
+      {"name":"phalanx-tls","mountPath":"/var/run/phalanx/tls","readOnly":true}])");
+  const std::string dir = ::testing::TempDir() + "/tls-volumes";
+  std::filesystem::remove_all(dir);
+  auto options = ContainerLaunchOptions(pod, "/tmp/x.log", {}, lookup, dir);
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->argv[3], "--token_file=" + dir + "/phalanx-token/token");
+  EXPECT_EQ(options->argv[4], "--tls_cert_file=" + dir + "/phalanx-tls/tls.crt");
+  EXPECT_EQ(options->argv[5], "--tls_key_file=" + dir + "/phalanx-tls/tls.key");
+  EXPECT_EQ(options->env.at("PHALANX_TLS_CA_FILE"), dir + "/phalanx-tls/ca.crt");
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  EXPECT_EQ(read(dir + "/phalanx-tls/tls.key"), "KEY");
+  EXPECT_EQ(read(dir + "/phalanx-token/token"), "jt");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/phalanx-tls/ca.crt")) << "not among its items";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/phalanx-token/tls.key"));
+}
+
 TEST(ContainerLaunchOptionsTest, ResolvesPathEnvAndRejectsWhatCannotRun) {
   Json pod = ShellPod("p", "true");
   pod["metadata"]["namespace"] = Json::string("ns");
