@@ -216,10 +216,12 @@ Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::stri
   // (the Secret is written once: ADR 0003). It may only wait for a task (credentials.h).
   secret["stringData"][kSpareCredentialKey] = Str(auth::SpareCredential(token, 0));
   for (int i = 0; i < spec.NumTasks(); ++i) {
-    // Bound credentials are each in their task pod's own Secret (task_credentials.h).
-    if (!bound_credentials) {
-      secret["stringData"][TaskCredentialKey(i)] = Str(auth::TaskCredential(token, i));
-    }
+    // Bound: the first pod's (incarnation 0); replacements get a Secret of their own
+    // (task_credentials.h).
+    const auto [lo, hi] = CredentialIncarnations(spec, 0);
+    secret["stringData"][TaskCredentialKey(i)] =
+        Str(bound_credentials ? auth::TaskCredential(token, i, lo, hi)
+                              : auth::TaskCredential(token, i));
     if (!agent_clique_key.empty()) {
       secret["stringData"][CliqueTicketKey(i)] = Str(auth::CliqueTicket(
           agent_clique_key, MetaString(job, "namespace"), name, MetaString(job, "uid"), i));
@@ -484,8 +486,8 @@ Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
                     int agent_clique_port, bool coordinator_tls, bool bound_credentials) {
   Json pod = WorkerPod(job, spec, {false, index, incarnation, 0}, coordinator_address,
                        agent_clique_port, coordinator_tls);
-  if (bound_credentials) {
-    // The same volume, from the pod's own Secret (task_credentials.h).
+  if (bound_credentials && HasOwnCredentialSecret(incarnation)) {
+    // A replacement: the same volume, from the pod's own Secret (task_credentials.h).
     Json volume =
         SecretVolume(TaskPodName(MetaString(job, "name"), index, incarnation), "phalanx-token",
                      TaskCredentialFiles(spec, index), /*optional=*/false);

@@ -136,8 +136,8 @@ Json OwnerReferenceTo(const Json& job);
 // `token` is the job token; the Secret also holds every task's credential derived from it.
 // With `agent_clique_key`, also task i's clique ticket as "task-<i>-clique"
 // (common/auth/clique_ticket.h), mounted beside its credential. With `tls`, also its three
-// files as "ca.crt", "tls.crt" and "tls.key". With `bound_credentials` no task credential: each
-// task pod has its own Secret (task_credentials.h).
+// files as "ca.crt", "tls.crt" and "tls.key". With `bound_credentials` the task credentials are
+// bound to incarnation 0, the first pods' (replacements have their own: task_credentials.h).
 Json DesiredSecret(const Json& job, const TrainingJobSpec& spec, const std::string& token,
                    const std::string& agent_clique_key = "", const JobTlsFiles* tls = nullptr,
                    bool bound_credentials = false);
@@ -180,8 +180,8 @@ std::string CoordinatorAddress(const Json& job, const CoordinatorPlacement& plac
 // agent's clique channel on that address (docs/adr/0004).
 // With `coordinator_tls` (CoordinatorPlacement::tls) every container mounts only ca.crt of the
 // job's Secret (kTlsCaFile) and gets PHALANX_TLS_CA_FILE and PHALANX_TLS_SERVER_NAME
-// (CoordinatorTlsServerName). With `bound_credentials` its credentials come from its own Secret
-// (named as the pod: task_credentials.h), not from the job's.
+// (CoordinatorTlsServerName). With `bound_credentials` a replacement (incarnation > 0) finds its
+// credentials in its own Secret (named as the pod: task_credentials.h), not in the job's.
 Json DesiredTaskPod(const Json& job, const TrainingJobSpec& spec, int index,
                     Incarnation incarnation, const std::string& coordinator_address,
                     int agent_clique_port = 0, bool coordinator_tls = false,

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/credentials.h"
 #include "common/kube/object_meta.h"
 #include "operator/api/codec.h"
 #include "operator/controller/blocked.h"
@@ -205,9 +206,10 @@ TEST(PlanTest, SeveralRanksPerPod_GetTheirTasksCredentialsAndTheFirstTasksEnv) {
   std::map<std::string, Json> created;
   for (const Json& o : plan.create) created[kube::MetaString(o, "name")] = o;
   ASSERT_TRUE(created.contains("j-token") && created.contains("j-task-1-0"));
-  // A new job's task credentials are each in their pod's own Secret (task_credentials.h).
+  // The first pods' credentials, bound to the launcher's range of incarnation 0.
   const Json& data = created["j-token"].at("stringData");
-  EXPECT_FALSE(data.has_field(TaskCredentialKey(3)));
+  EXPECT_EQ(data.at(TaskCredentialKey(3)).as_string(), auth::TaskCredential("tok", 3, 0, 999));
+  EXPECT_FALSE(data.has_field(TaskCredentialKey(4)));
   std::string coordinator_args;
   for (const auto& [name, o] : created) {
     if (kube::LabelsOf(o).contains(kRoleLabel) &&
@@ -228,17 +230,15 @@ TEST(PlanTest, SeveralRanksPerPod_GetTheirTasksCredentialsAndTheFirstTasksEnv) {
   EXPECT_EQ(env["WORLD_SIZE"], "4");
   EXPECT_EQ(env["GROUP_RANK"], "1");
   EXPECT_EQ(env["PHALANX_TOKEN_FILE"], LocalTokenFile(2));
-  // Only this pod's two credentials, each its own file, from the pod's own Secret.
-  std::string items, secret;
+  // Only this pod's two credentials, each its own file.
+  std::string items;
   for (const Json& v : pod.at("spec").at("volumes").as_array()) {
-    if (v.at("name").as_string() != "phalanx-token") continue;
-    items = v.at("secret").at("items").serialize();
-    secret = v.at("secret").at("secretName").as_string();
+    if (v.at("name").as_string() == "phalanx-token") items = v.at("secret").at("items").serialize();
   }
-  EXPECT_EQ(secret, "j-task-1-0");
-  EXPECT_THAT(items, ::testing::HasSubstr(R"({"key":"token-2","path":"token-2"})"));
-  EXPECT_THAT(items, ::testing::HasSubstr(R"({"key":"token-3","path":"token-3"})"));
-  EXPECT_THAT(items, ::testing::Not(::testing::HasSubstr("token-1")));
+  EXPECT_THAT(items, ::testing::HasSubstr(TaskCredentialKey(2)));
+  EXPECT_THAT(items, ::testing::HasSubstr(TaskCredentialKey(3)));
+  EXPECT_THAT(items, ::testing::Not(::testing::HasSubstr(TaskCredentialKey(1) + "\"")));
+  EXPECT_THAT(items, ::testing::HasSubstr("token-3"));
 }
 
 // The node agent's clique channel (docs/adr/0004): the node's address from the downward API,

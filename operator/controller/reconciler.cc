@@ -404,7 +404,8 @@ absl::Status Reconciler::CatchUpTaskCredentials(const Json& job, const TrainingJ
       // A spare that took a task over mounts its spare credential, not a Secret of its own.
       // Not started: Pending, or no status yet (just created).
       const bool started = pod.phase != PodPhase::kPending && pod.phase != PodPhase::kUnknown;
-      if (started || pod.being_deleted || pod.from_spare) {
+      if (started || pod.being_deleted || pod.from_spare ||
+          !HasOwnCredentialSecret(pod.incarnation)) {
         credentials_written_.erase(pod.uid);
         continue;
       }
@@ -469,9 +470,12 @@ std::vector<ChildFailure> Reconciler::Execute(const Json& job, const TrainingJob
       secret_created |= kind == "Secret";
       if (kind == "Pod" && plan.status.incarnation_bound_credentials.value_or(false) &&
           kube::LabelsOf(object)[kRoleLabel] == "task") {
-        // Right after its pod, whose UID owns it (task_credentials.h).
+        // A replacement's, right after its pod, whose UID owns it (task_credentials.h).
         absl::StatusOr<TaskPodRef> pod = TaskPodRefOf(*created);
-        absl::Status written = pod.ok() ? WriteTaskCredential(job, spec, *pod) : pod.status();
+        absl::Status written = !pod.ok() ? pod.status()
+                               : HasOwnCredentialSecret(pod->incarnation)
+                                   ? WriteTaskCredential(job, spec, *pod)
+                                   : absl::OkStatus();
         if (!written.ok() && failed(false, "Secret", name, written)) return failures;
       }
       continue;

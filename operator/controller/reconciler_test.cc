@@ -163,31 +163,23 @@ TEST_F(ReconcilerTest, AJobRunsLosesATaskToAFailureAndSucceeds) {
   ExpectIdlePassWritesNothing();
 }
 
-// ADR 0006: every task pod gets its own Secret of credentials bound to its incarnation, owned by
-// the pod; a replacement gets one for its new incarnation; and an operator that restarted
-// between a pod's create and its Secret's writes the Secret again.
-TEST_F(ReconcilerTest, EachTaskPodGetsItsOwnCredentialBoundToItsIncarnation) {
+// ADR 0006: the first pods' credentials are bound to incarnation 0, in the job's Secret; a
+// replacement gets its own Secret, bound to its incarnation and owned by the pod; and an operator
+// that restarted between a replacement's create and its Secret's writes the Secret again.
+TEST_F(ReconcilerTest, EachTaskPodsCredentialIsBoundToItsIncarnation) {
   CatchUp();
   Pass();
   const std::string token = auth::JobToken("", "ns", "j", kube::MetaString(Stored(), "uid"));
   EXPECT_EQ(DecodeStatus(Stored()).incarnation_bound_credentials, true);
-  EXPECT_FALSE(store_.Get(kSecrets.Qualified(), "ns", "j-token")
-                   ->at("stringData")
-                   .has_field(TaskCredentialKey(0)));
+  const Json job_secret = *store_.Get(kSecrets.Qualified(), "ns", "j-token");
   for (int task : {0, 1}) {
-    const std::string name = absl::StrCat("j-task-", task, "-0");
-    absl::StatusOr<Json> secret = store_.Get(kSecrets.Qualified(), "ns", name);
-    ASSERT_THAT(secret.status(), IsOk()) << name;
-    EXPECT_EQ(secret->at("stringData").at("token").as_string(),
+    EXPECT_EQ(job_secret.at("stringData").at(TaskCredentialKey(task)).as_string(),
               auth::TaskCredential(token, task, 0, 0));
-    EXPECT_EQ(secret->at("metadata").at("ownerReferences").at(0).at("uid").as_string(),
-              kube::MetaString(*pods_.Get("ns", name), "uid"));
-    EXPECT_THAT(pods_.Get("ns", name)->serialize(),
-                HasSubstr(absl::StrCat(R"("secretName":")", name, R"(")")));
+    EXPECT_FALSE(store_.Get(kSecrets.Qualified(), "ns", absl::StrCat("j-task-", task, "-0")).ok());
   }
   ExpectIdlePassWritesNothing();
 
-  // Task 1's replacement, incarnation 1, gets a credential for 1 only.
+  // Task 1's replacement, incarnation 1, gets its own Secret with a credential for 1 only.
   for (const char* pod : {"j-coordinator", "j-task-0-0", "j-task-1-0"}) SetPod(pod, "Running");
   CatchUp();
   clock_.Advance(absl::Seconds(5));
@@ -196,14 +188,17 @@ TEST_F(ReconcilerTest, EachTaskPodGetsItsOwnCredentialBoundToItsIncarnation) {
   CatchUp();
   clock_.Advance(absl::Seconds(5));
   Pass();
-  EXPECT_THAT(PodNames(), ::testing::Contains("j-task-1-1"));
   absl::StatusOr<Json> replacement = store_.Get(kSecrets.Qualified(), "ns", "j-task-1-1");
   ASSERT_THAT(replacement.status(), IsOk());
   EXPECT_EQ(replacement->at("stringData").at("token").as_string(),
             auth::TaskCredential(token, 1, 1, 1));
+  EXPECT_EQ(replacement->at("metadata").at("ownerReferences").at(0).at("uid").as_string(),
+            kube::MetaString(*pods_.Get("ns", "j-task-1-1"), "uid"));
+  EXPECT_THAT(pods_.Get("ns", "j-task-1-1")->serialize(),
+              HasSubstr(R"("secretName":"j-task-1-1")"));
 
-  // The operator restarts after creating a pod but before its Secret: a new reconciler writes
-  // the Secret of every task pod that has not started, once.
+  // The operator restarts after creating the pod but before its Secret: a new reconciler writes
+  // the Secret of every replacement that has not started, once.
   ASSERT_THAT(store_.Delete(kSecrets.Qualified(), "ns", "j-task-1-1").status(), IsOk());
   CatchUp();
   Reconciler restarted(client_, {jobs_, pods_, services_, nodes_}, events_, clock_, nullptr,
@@ -211,11 +206,15 @@ TEST_F(ReconcilerTest, EachTaskPodGetsItsOwnCredentialBoundToItsIncarnation) {
   ASSERT_THAT(restarted.Reconcile("ns/j").status(), IsOk());
   CatchUp();
   EXPECT_THAT(store_.Get(kSecrets.Qualified(), "ns", "j-task-1-1").status(), IsOk());
-  // The running pod's Secret is not written again (it has it, or it could not have started).
-  ASSERT_THAT(store_.Delete(kSecrets.Qualified(), "ns", "j-task-0-0").status(), IsOk());
-  ASSERT_THAT(restarted.Reconcile("ns/j").status(), IsOk());
+  // A started pod's Secret is not written again (it has it, or it could not have started).
+  SetPod("j-task-1-1", "Running");
+  ASSERT_THAT(store_.Delete(kSecrets.Qualified(), "ns", "j-task-1-1").status(), IsOk());
   CatchUp();
-  EXPECT_FALSE(store_.Get(kSecrets.Qualified(), "ns", "j-task-0-0").ok());
+  Reconciler restarted_again(client_, {jobs_, pods_, services_, nodes_}, events_, clock_, nullptr,
+                             ReconcilerOptions{});
+  ASSERT_THAT(restarted_again.Reconcile("ns/j").status(), IsOk());
+  CatchUp();
+  EXPECT_FALSE(store_.Get(kSecrets.Qualified(), "ns", "j-task-1-1").ok());
 }
 
 // Another writer got there first (409 on the status write): the pass ends with Aborted, which

@@ -56,15 +56,19 @@ Json DesiredTaskCredentialSecret(const Json& job, const TrainingJobSpec& spec,
   secret["metadata"] = std::move(meta);
   secret["type"] = Str("Opaque");
   secret["stringData"] = Json::object();
+  const auto [lo, hi] = CredentialIncarnations(spec, incarnation);
   for (int task = index * n; task < index * n + n; ++task) {
-    // One rank per pod: exactly its incarnation. Several: the launcher's range of it (each
-    // local rank's in-place restarts are I * stride + r).
-    const Incarnation lo = n > 1 ? incarnation * kLocalIncarnationStride : incarnation;
-    const Incarnation hi = n > 1 ? lo + kLocalIncarnationStride - 1 : incarnation;
     secret["stringData"][n > 1 ? LocalTokenFileName(task) : std::string("token")] =
         Str(auth::TaskCredential(token, task, lo, hi));
   }
   return secret;
+}
+
+std::pair<Incarnation, Incarnation> CredentialIncarnations(const TrainingJobSpec& spec,
+                                                           Incarnation incarnation) {
+  if (spec.nproc_per_node <= 1) return {incarnation, incarnation};
+  return {incarnation * kLocalIncarnationStride,
+          incarnation * kLocalIncarnationStride + kLocalIncarnationStride - 1};
 }
 
 std::vector<std::pair<std::string, std::string>> TaskCredentialFiles(const TrainingJobSpec& spec,

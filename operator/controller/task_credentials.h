@@ -1,7 +1,9 @@
-// Credentials bound to a task pod's incarnation (ADR 0006, common/auth/credentials.h v2): each
-// task pod gets its own Secret, named as the pod, holding its tasks' credentials for its
-// incarnation only, so a zombie of an earlier incarnation (a partitioned process that kept its
-// credential) cannot register as a newer one. The job's Secret holds no task credential then.
+// Credentials bound to a task pod's incarnation (ADR 0006, common/auth/credentials.h v2), so a
+// zombie of an earlier incarnation (a partitioned process that kept its credential) cannot
+// register as a newer one. The first pods (incarnation 0) find theirs in the job's Secret, written
+// with it (bound to incarnation 0): creating a job costs no request more than before (issue 33
+// counts them). Every later pod, a replacement, gets its own Secret, named as the pod, holding its
+// tasks' credentials for its incarnation only: one request per replacement.
 //
 // The Secret is owned by its pod (the garbage collector deletes it with the pod, so the operator
 // needs no right to delete Secrets) and therefore made right after the pod, once its UID is
@@ -40,6 +42,15 @@ absl::StatusOr<TaskPodRef> TaskPodRefOf(const Json& pod);
 // incarnation (with nprocPerNode > 1, to the launcher's range of it: kLocalIncarnationStride).
 Json DesiredTaskCredentialSecret(const Json& job, const TrainingJobSpec& spec,
                                  const TaskPodRef& pod, const std::string& token);
+
+// The incarnations the credentials of a task pod at `incarnation` cover: that one, or with
+// nprocPerNode > 1 the launcher's range of it (its local ranks' in-place restarts are
+// I * kLocalIncarnationStride + r).
+std::pair<Incarnation, Incarnation> CredentialIncarnations(const TrainingJobSpec& spec,
+                                                           Incarnation incarnation);
+// Whether a task pod at `incarnation` has a Secret of its own (a replacement), rather than its
+// keys in the job's Secret (the first pod of its task).
+inline bool HasOwnCredentialSecret(Incarnation incarnation) { return incarnation > 0; }
 
 // The files a task pod of task `index` mounts from its own Secret ({key, file name}), as the
 // token volume's items: "token", or token-<task> for each local task.

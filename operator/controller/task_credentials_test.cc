@@ -63,7 +63,7 @@ TEST(TaskCredentials, WithSeveralRanksAPod_EachLocalTaskGetsTheLaunchersRangeOfT
                                      std::pair<std::string, std::string>("token-3", "token-3")));
 }
 
-TEST(TaskCredentials, ATaskPodMountsItsOwnSecret_AndTheJobsSecretHoldsNoTaskCredential) {
+TEST(TaskCredentials, AReplacementMountsItsOwnSecret_TheFirstPodTheJobsSecret) {
   const Json pod = DesiredTaskPod(CredentialJob(), CredentialSpec(1), 1, 3, "c:1", 0, false,
                                   /*bound_credentials=*/true);
   const std::string serialized = pod.serialize();
@@ -72,10 +72,17 @@ TEST(TaskCredentials, ATaskPodMountsItsOwnSecret_AndTheJobsSecretHoldsNoTaskCred
       ::testing::HasSubstr(
           R"("secret":{"defaultMode":292,"items":[{"key":"token","path":"token"}],"secretName":"j-task-1-3"})"));
   EXPECT_THAT(serialized, ::testing::Not(::testing::HasSubstr(R"("key":"task-1")")));
+  // The first pod of a task (incarnation 0) finds its credential, bound to 0, in the job's
+  // Secret: creating a job costs no request more.
   const Json secret = DesiredSecret(CredentialJob(), CredentialSpec(1), "job-token", "", nullptr,
                                     /*bound_credentials=*/true);
-  EXPECT_FALSE(secret.at("stringData").has_field(TaskCredentialKey(0)));
+  EXPECT_EQ(secret.at("stringData").at(TaskCredentialKey(1)).as_string(),
+            auth::TaskCredential("job-token", 1, 0, 0));
   EXPECT_TRUE(secret.at("stringData").has_field(kSpareCredentialKey));  // spares keep theirs
+  const std::string first =
+      DesiredTaskPod(CredentialJob(), CredentialSpec(1), 1, 0, "c:1", 0, false, true).serialize();
+  EXPECT_THAT(first, ::testing::HasSubstr(R"({"key":"task-1","path":"token"})"));
+  EXPECT_THAT(first, ::testing::HasSubstr(R"("secretName":"j-token")"));
   // Unbound (a job of an operator from before): as it was.
   EXPECT_EQ(DesiredSecret(CredentialJob(), CredentialSpec(1), "job-token")
                 .at("stringData")

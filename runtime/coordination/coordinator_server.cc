@@ -188,6 +188,11 @@ class CoordinatorServer::Impl final : public pb::Coordination::CallbackService {
     Finisher done(reactor, method, clock_.Now(), this);
     absl::StatusOr<auth::Principal> principal = Authenticate(*ctx);
     absl::Status auth = principal.ok() ? Authorize(*principal, scope) : principal.status();
+    // A call naming a task names its incarnation, which Authorize checked; a job-wide one does
+    // not, so a bound credential's is compared with the task's newest here.
+    if (auth.ok() && scope.task_id == CallScope::kJobWide) {
+      auth = handler_.CheckNotSuperseded(*principal);
+    }
     if (!auth.ok()) {
       if (principal.ok()) metrics_.AuthFailure();  // a task acting as another one
       done(auth);

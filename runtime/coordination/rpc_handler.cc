@@ -18,6 +18,18 @@ void Fail(RpcHandler::Done done, absl::Status status) { std::move(done)(std::mov
 
 }  // namespace
 
+absl::Status RpcHandler::CheckNotSuperseded(const auth::Principal& principal) {
+  if (principal.admin() || principal.is_spare() || !principal.incarnation_bound()) {
+    return absl::OkStatus();
+  }
+  const std::optional<base::Incarnation> newest = service_.NewestIncarnation(principal.task_id);
+  if (!newest.has_value() || *newest <= principal.max_incarnation) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("the credential of task ", principal.task_id, " is for incarnation ",
+                   principal.max_incarnation, ", superseded by incarnation ", *newest,
+                   ": a process of an earlier incarnation may not act for the job"));
+}
+
 absl::Status RpcHandler::Register(const pb::RegisterRequest& req, pb::RegisterResponse* resp) {
   if (!req.has_task()) return MissingTask();
   if (!req.job().empty() && req.job() != service_.options().job) {

@@ -11,6 +11,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "common/auth/credentials.h"
 #include "runtime/coordination/service.h"
 #include "runtime/coordination/session_outbox.h"
 #include "runtime/proto/coordination.pb.h"
@@ -29,6 +30,10 @@ class RpcHandler {
   // Each method's errors are the service method's, plus InvalidArgument for a request that is
   // missing its task or carries a malformed field.
   absl::Status Register(const pb::RegisterRequest& req, pb::RegisterResponse* resp);
+  // PermissionDenied when `principal` is a task credential bound to incarnations older than the
+  // task's newest registered one: a zombie's job-wide calls (key-value, watch), which name no
+  // incarnation that Authorize could check (ADR 0006).
+  absl::Status CheckNotSuperseded(const auth::Principal& principal);
   absl::Status ReportError(const pb::ReportErrorRequest& req);
   void Barrier(const pb::BarrierRequest& req, Done done);
   absl::Status CancelBarrier(const pb::CancelBarrierRequest& req);

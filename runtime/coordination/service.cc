@@ -364,6 +364,14 @@ JobSnapshot CoordinationService::Snapshot() {
   return SnapshotLocked();
 }
 
+std::optional<base::Incarnation> CoordinationService::NewestIncarnation(int task_id) {
+  absl::MutexLock lock(&mu_);
+  if (!tasks_.CheckId(task_id).ok()) return std::nullopt;
+  const TaskInfo& info = tasks_[task_id].info;
+  if (info.state == TaskState::kUnregistered) return std::nullopt;
+  return info.incarnation;
+}
+
 void CoordinationService::GetAliveTasks(TaskRef ref, std::vector<int> tasks, absl::Duration timeout,
                                         AliveTasksCallback done) {
   Completions out;

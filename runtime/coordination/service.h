@@ -155,6 +155,9 @@ class CoordinationService {
   // unchanged state when `timeout` passes. Never fails (Stop() answers with the last state).
   void WatchJobState(uint64_t known_version, absl::Duration timeout, SnapshotCallback done);
   JobSnapshot Snapshot();
+  // The newest incarnation of `task_id` that registered (nullopt: none yet, or not a task id):
+  // what a credential bound to older incarnations has been superseded by.
+  std::optional<base::Incarnation> NewestIncarnation(int task_id);
 
   // Agreement on the alive members of `tasks` (empty: all); see alive_tasks.h.
   void GetAliveTasks(TaskRef task, std::vector<int> tasks, absl::Duration timeout,

@@ -156,6 +156,23 @@ TEST_F(TaskCredentialsTest, ABoundCredential_RegistersOnlyItsOwnIncarnation) {
   // those of a superseded incarnation.
   EXPECT_TRUE(Register(auth::TaskCredential(kJobToken, 0, 7, 7), 0, 7).ok());
   EXPECT_FALSE(Register(third, 0, 3).ok());
+  // Nor may the zombie write the job's keys: a job-wide call names no incarnation, so the
+  // credential's is compared with the task's newest.
+  auto insert = [&](const std::string& credential) {
+    grpc::ClientContext ctx;
+    Auth(ctx, credential);
+    pb::KeyValueInsertRequest req;
+    req.set_key("k");
+    req.set_value("v");
+    req.set_allow_overwrite(true);
+    pb::KeyValueInsertResponse resp;
+    return Stub()->KeyValueInsert(&ctx, req, &resp);
+  };
+  grpc::Status zombie_write = insert(third);
+  EXPECT_EQ(zombie_write.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(zombie_write.error_message(), ::testing::HasSubstr("superseded by incarnation 7"));
+  EXPECT_TRUE(insert(auth::TaskCredential(kJobToken, 0, 7, 7)).ok());
+  EXPECT_TRUE(insert(Cred(0)).ok());  // an unbound (v1) credential: as before
   // A launcher's range (nprocPerNode > 1) covers its in-place restarts, and nothing above.
   const std::string range = auth::TaskCredential(kJobToken, 1, 2000, 2999);
   EXPECT_TRUE(Register(range, 1, 2000).ok());

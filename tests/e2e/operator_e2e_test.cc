@@ -85,7 +85,11 @@ TEST_F(OperatorE2eTest, KilledTaskIsReplacedAloneAndTheJobCompletes) {
   // The stall holds the replacement's load: before, the operator booked the part of it after
   // the pods were Running again as productive (1.58 s of a 1.76 s stall in one run).
   EXPECT_GE(absl::ToDoubleSeconds(replacement_stepped - kill_done), kLoadSeconds);
-  EXPECT_LE(stall_lost, absl::ToDoubleSeconds(replacement_stepped - kill_sent) + 0.01)
+  // At most a heartbeat interval (the job's: 1 s) more: the failure is booked from the
+  // coordinator's last word from the task (accounting.h), its last message before the kill,
+  // which the kill follows by up to one interval (30 ms over the 10 ms this allowed before, once
+  // on a loaded machine); the container's finishedAt, also a candidate, has second precision.
+  EXPECT_LE(stall_lost, absl::ToDoubleSeconds(replacement_stepped - kill_sent) + 1.0)
       << goodput.serialize();
   // The coordinator heard the killed task's session end at once, and the worker logged its line
   // right after the report's answer: a quarter second covers both on a loaded machine.

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -374,6 +375,8 @@ int Admin(const Args& args) {
   }
   if (!ok) return Usage(absl::StrCat("admin: bad command or target: ", command, " ", target));
   absl::StatusOr<std::string> result = (*client)->Raw("POST", path_and_query);
+  // Never destroyed: the process ends with _Exit (main), not through cpprestsdk's teardown.
+  (void)client->release();
   if (!result.ok()) {
     std::cerr << "phalanx-localcluster admin: " << result.status().message() << "\n";
     return 1;
@@ -398,5 +401,15 @@ int main(int argc, char** argv) {
   if (!args.ok()) return Usage(std::string(args.status().message()));
   if (janitor) return Janitor(*args);
   if (check) return Check(*args);
-  return admin ? Admin(*args) : Serve(*args);
+  if (admin) {
+    // Out without static destructors: cpprestsdk's HTTPS connection pool, torn down at exit
+    // while its asio threads still run, corrupts the heap now and then (microsoft/cpprestsdk
+    // #1480, #1482: "malloc_consolidate(): unaligned fastbin chunk detected" at exit), which
+    // turned a kill-pod that had worked into a failed command (deploy_helm_install, once).
+    const int code = Admin(*args);
+    std::cout.flush();
+    std::cerr.flush();
+    std::_Exit(code);
+  }
+  return Serve(*args);
 }
