@@ -6,9 +6,11 @@
 // Thread-safety: a function; the client must be thread-safe.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/kube/client.h"
 #include "common/kube/object_meta.h"
@@ -16,6 +18,18 @@
 namespace phalanx::op {
 
 inline constexpr char kOperatorKeyField[] = "key";
+
+// Secret `ns`/`name` as stored: the existing one, else one created now as an Opaque Secret
+// owned by `owners` whose data (field -> raw bytes, base64-encoded here) `make_data` makes only
+// then, else (a replica won the race to create it) the winner's. API errors as the client
+// returns them; `make_data`'s own. What the operator keeps in its own namespace (its key, its
+// CA) is made this way.
+absl::StatusOr<kube::Json> LoadOrCreateOwnSecret(
+    kube::Client& client, const std::string& ns, const std::string& name,
+    const std::vector<kube::OwnerReference>& owners,
+    absl::FunctionRef<absl::StatusOr<std::map<std::string, std::string>>()> make_data);
+// data[field] of a stored Secret, decoded; "" when it is missing or not base64.
+std::string SecretDataField(const kube::Json& secret, const char* field);
 
 // The key in Secret `ns`/`name`, creating the Secret when there is none (a replica racing to
 // create it reads the winner's). FailedPrecondition when the Secret exists without a usable
