@@ -462,6 +462,14 @@ double CertificatesIssued(prometheus::Registry& registry) {
   return -1;
 }
 
+// The operator's options with TLS on (its default), signing with `ca`.
+ReconcilerOptions WithTls(const auth::TlsKeyPair& ca) {
+  ReconcilerOptions options;
+  options.placement.tls = true;
+  options.coordinator_ca = ca;
+  return options;
+}
+
 // docs/security.md "TLS by default": the job's Secret gets the operator CA's certificate and a
 // coordinator certificate issued for the job, once, in the pass that creates it; the coordinator
 // serves it, the task pods verify it as the coordinator's Service name.
@@ -469,9 +477,7 @@ TEST_F(ReconcilerTest, WithTlsTheSecretGetsACoordinatorCertificateIssuedOnlyWhen
   CatchUp();
   absl::StatusOr<auth::TlsKeyPair> ca = auth::MakeCertificateAuthority("ca", absl::Hours(24));
   ASSERT_THAT(ca, IsOk());
-  ReconcilerOptions options;
-  options.placement.tls = true;
-  options.coordinator_ca = *ca;
+  const ReconcilerOptions options = WithTls(*ca);
   prometheus::Registry registry;
   OperatorMetrics metrics(registry);
   Reconciler reconciler(client_, {jobs_, pods_, services_, nodes_}, events_, clock_, &metrics,
@@ -559,9 +565,7 @@ TEST_F(ReconcilerTest, AJobFromBeforeTlsStaysCleartextUnderATlsOperator) {
 
   absl::StatusOr<auth::TlsKeyPair> ca = auth::MakeCertificateAuthority("ca", absl::Hours(24));
   ASSERT_THAT(ca, IsOk());
-  ReconcilerOptions options;
-  options.placement.tls = true;
-  options.coordinator_ca = *ca;
+  const ReconcilerOptions options = WithTls(*ca);
   prometheus::Registry registry;
   OperatorMetrics metrics(registry);
   Reconciler upgraded(client_, {jobs_, pods_, services_, nodes_}, events_, clock_, &metrics,
