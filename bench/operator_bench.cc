@@ -16,7 +16,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "absl/flags/flag.h"
@@ -30,6 +32,7 @@
 #include "absl/time/clock.h"
 #include "bench/bench_util.h"
 #include "bench/standin_coordinators.h"
+#include "common/auth/tls_issuer.h"
 #include "common/base/clock.h"
 #include "common/base/process_init.h"
 #include "common/kube/cluster_config.h"
@@ -40,6 +43,8 @@
 #include "common/testing/http_get.h"
 #include "operator/api/yaml_json.h"
 #include "operator/controller/observe.h"
+#include "operator/controller/operator_ca.h"
+#include "operator/controller/operator_key.h"
 #include "operator/controller/reconciler.h"
 #include "runtime/proto/coordination.grpc.pb.h"
 
@@ -83,9 +88,11 @@ double SumOfMetric(const std::string& text, const std::string& name) {
 // A local cluster and an operator on it, stopped on destruction.
 class Stack {
  public:
-  static std::unique_ptr<Stack> Start(const std::string& name,
-                                      std::vector<std::string> cluster_args,
-                                      std::vector<std::string> operator_args) {
+  // `before_operator` runs once the cluster is up, before the operator starts (false: give up).
+  static std::unique_ptr<Stack> Start(
+      const std::string& name, std::vector<std::string> cluster_args,
+      std::vector<std::string> operator_args,
+      const std::function<bool(kube::Client&)>& before_operator = nullptr) {
     auto s = std::unique_ptr<Stack>(new Stack());
     s->dir_ = std::filesystem::temp_directory_path() /
               absl::StrCat("phalanx-operator-bench-", name, "-", getpid());
@@ -112,6 +119,7 @@ class Stack {
     if (!client.ok()) return nullptr;
     s->client_ = *std::move(client);
     if (!ApplyTrainingJobCrd(*s->client_, absl::GetFlag(FLAGS_source_dir))) return nullptr;
+    if (before_operator && !before_operator(*s->client_)) return nullptr;
     argv = {bin + "/operator/phalanx-operator",
             "--kubeconfig",
             kubeconfig,
@@ -248,24 +256,55 @@ void RunScale(Results& r) {
   // A coordinator port for every job, with room to spare (the operator hashes jobs into them).
   const int port_slots = std::max(64, r.jobs + r.jobs / 4);
   // Every job's coordinator answers the operator's watch, as in a running fleet
-  // (standin_coordinators.h); --stand_in_coordinators=false leaves them unreachable.
+  // (standin_coordinators.h); --stand_in_coordinators=false leaves them unreachable. Over TLS,
+  // the operator's default: the bench makes the operator's CA (the operator loads it as its
+  // own) and one leaf that passes for every job's coordinator, as the operator's own would.
+  const bool stand_ins = absl::GetFlag(FLAGS_stand_in_coordinators);
+  std::optional<auth::TlsKeyPair> leaf;
+  // Declared before the stack, so it outlives the operator that polls it.
   std::unique_ptr<StandInCoordinators> stand_in;
-  if (absl::GetFlag(FLAGS_stand_in_coordinators)) {
-    stand_in = StandInCoordinators::Start(port_base, port_slots);
-    if (stand_in == nullptr) {
-      std::fprintf(stderr, "scale: cannot listen on the %d stand-in coordinator ports from %d\n",
-                   port_slots, port_base);
-      return;
+  auto install_ca = [&](kube::Client& client) {
+    absl::StatusOr<auth::TlsKeyPair> ca =
+        auth::MakeCertificateAuthority("phalanx operator bench CA", absl::Hours(24));
+    // One wildcard name for every job's coordinator (<job>-coordinator.default.svc), which the
+    // operator's link accepts as a per-job leaf. Not one name per job: a leaf with 1,000 names,
+    // which every one of the operator's 1,000 TLS channels keeps as its peer's, made the
+    // operator's RSS 858 MiB instead of what production leaves (4 names each) cost.
+    absl::StatusOr<auth::TlsKeyPair> issued =
+        ca.ok() ? auth::IssueServerCertificate(*ca, {"*.default.svc"}, absl::Hours(24))
+                : ca.status();
+    absl::StatusOr<kube::Json> secret =
+        issued.ok() ? op::LoadOrCreateOwnSecret(
+                          client, "default", "phalanx-operator-ca", {},
+                          [&]() -> absl::StatusOr<std::map<std::string, std::string>> {
+                            return std::map<std::string, std::string>{
+                                {op::kCaCertField, ca->cert_pem}, {op::kCaKeyField, ca->key_pem}};
+                          })
+                    : issued.status();
+    if (!secret.ok()) {
+      std::fprintf(stderr, "scale: the operator's CA: %s\n", secret.status().ToString().c_str());
+      return false;
     }
-  }
+    leaf = *issued;
+    return true;
+  };
   std::unique_ptr<Stack> stack = Stack::Start(
       "scale",
       {"--nodes", "0", "--simulated-nodes", absl::StrCat(absl::GetFlag(FLAGS_simulated_nodes))},
       // Task pods wait for the coordinator's first answer, as by default, unless none comes.
       {"--coordinator_address", "pod-ip", "--coordinator_port_base", absl::StrCat(port_base),
        "--coordinator_port_span", absl::StrCat(2 * port_slots),
-       absl::StrCat("--task_pods_wait_for_coordinator=", stand_in != nullptr)});
+       absl::StrCat("--task_pods_wait_for_coordinator=", stand_ins)},
+      install_ca);
   if (stack == nullptr) return;
+  if (stand_ins) {
+    stand_in = StandInCoordinators::Start(port_base, port_slots, leaf->cert_pem, leaf->key_pem);
+    if (stand_in == nullptr) {
+      std::fprintf(stderr, "scale: cannot listen on the %d stand-in coordinator ports from %d\n",
+                   port_slots, port_base);
+      return;
+    }
+  }
   std::fprintf(stderr, "scale: creating %d jobs x %d tasks on simulated nodes\n", r.jobs, r.tasks);
   const absl::Time start = absl::Now();
   for (int j = 0; j < r.jobs; ++j) {

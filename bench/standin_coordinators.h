@@ -9,7 +9,9 @@
 // coordinator answers the first poll at once and holds each later one until its timeout
 // (coordination.proto); the stand-in does the same with an empty job state (no task has
 // registered, none failed), so the operator holds one long poll per job, as in production.
-// Its own CPU is the bench process's, not the operator's. Thread-safe.
+// Its own CPU is the bench process's, not the operator's. With a certificate it serves TLS, as
+// the operator's coordinators do by default (the bench gives it one leaf naming every job's
+// coordinator, signed by the CA it hands the operator). Thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -28,14 +30,21 @@ namespace phalanx::bench {
 
 class StandInCoordinators final : public coord::v1::Coordination::CallbackService {
  public:
-  // Listens on 127.0.0.1 at base, base + 2, ... (the operator's even coordinator ports);
-  // nullptr when a port cannot be bound.
-  static std::unique_ptr<StandInCoordinators> Start(int base, int ports) {
+  // Listens on 127.0.0.1 at base, base + 2, ... (the operator's even coordinator ports), over
+  // TLS with `cert_pem`/`key_pem` when given; nullptr when a port cannot be bound.
+  static std::unique_ptr<StandInCoordinators> Start(int base, int ports,
+                                                    const std::string& cert_pem = "",
+                                                    const std::string& key_pem = "") {
     auto stand_in = std::unique_ptr<StandInCoordinators>(new StandInCoordinators());
+    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+    if (!cert_pem.empty()) {
+      grpc::SslServerCredentialsOptions ssl;
+      ssl.pem_key_cert_pairs.push_back({key_pem, cert_pem});
+      credentials = grpc::SslServerCredentials(ssl);
+    }
     grpc::ServerBuilder builder;
     for (int i = 0; i < ports; ++i) {
-      builder.AddListeningPort("127.0.0.1:" + std::to_string(base + 2 * i),
-                               grpc::InsecureServerCredentials());
+      builder.AddListeningPort("127.0.0.1:" + std::to_string(base + 2 * i), credentials);
     }
     builder.RegisterService(stand_in.get());
     stand_in->server_ = builder.BuildAndStart();
@@ -64,8 +73,13 @@ class StandInCoordinators final : public coord::v1::Coordination::CallbackServic
       reactor->Finish(grpc::Status::OK);
       return reactor;
     }
-    // Nothing changes here: the poll is answered when its timeout passes.
+    // Nothing changes here: the poll is answered when its timeout passes (at once once stopping:
+    // no one would answer it).
     absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      reactor->Finish(grpc::Status::OK);
+      return reactor;
+    }
     held_.emplace(absl::Now() + absl::Milliseconds(request->timeout_ms()), reactor);
     return reactor;
   }

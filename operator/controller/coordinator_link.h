@@ -27,6 +27,8 @@
 // Thread-safe. Forget and the destructor must not be called from Wake.
 #pragma once
 
+#include <grpcpp/security/credentials.h>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -122,6 +124,7 @@ class CoordinatorLink {
   base::Clock& clock_;
   const Wake wake_;
   const std::string tls_roots_pem_;
+  const std::shared_ptr<grpc::ChannelCredentials> tls_credentials_;  // null without roots
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Watch>> watches_ ABSL_GUARDED_BY(mu_);
