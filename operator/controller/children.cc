@@ -159,10 +159,7 @@ Next EnsureTaskPods(const PlanInputs& in, JobPass& pass) {
   for (TaskRecord& record : pass.tasks) {
     if (record.event != TaskEvent::kNoPod) continue;
     TaskStatus& task = record.status;
-    pass.out.create.push_back(
-        DesiredTaskPod(in.job, in.spec, task.index, task.incarnation, pass.coordinator_address,
-                       in.agent_clique_port, pass.out.status.coordinator.tls.value_or(false),
-                       pass.out.status.incarnation_bound_credentials.value_or(false)));
+    pass.out.create.push_back(NewTaskPod(in, pass, task.index, task.incarnation));
     task.pod = TaskPodName(JobName(in), task.index, task.incarnation);
   }
   return Next::kContinue;

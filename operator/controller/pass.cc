@@ -97,6 +97,12 @@ Incarnation NextIncarnation(const PlanInputs& in, int i, Incarnation current) {
   return std::max(current, newest) + 1;
 }
 
+Json NewTaskPod(const PlanInputs& in, const JobPass& pass, int index, Incarnation incarnation) {
+  return DesiredTaskPod(in.job, in.spec, index, incarnation, pass.coordinator_address,
+                        in.agent_clique_port, pass.out.status.coordinator.tls.value_or(false),
+                        pass.out.status.incarnation_bound_credentials.value_or(false));
+}
+
 void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& reason,
                  std::optional<int> exit_code) {
   TaskRecord& record = pass.tasks[static_cast<size_t>(i)];
@@ -119,10 +125,7 @@ void RestartTask(const PlanInputs& in, JobPass& pass, int i, const std::string& 
   const bool preemption = reason == "Preempted" && !record.preemption_reason.empty();
   pass.out.replacements.push_back({i, preemption, preemption ? record.preemption_reason : reason});
   if (pass.MayCreateTaskPods()) {
-    pass.out.create.push_back(
-        DesiredTaskPod(in.job, in.spec, i, task.incarnation, pass.coordinator_address,
-                       in.agent_clique_port, pass.out.status.coordinator.tls.value_or(false),
-                       pass.out.status.incarnation_bound_credentials.value_or(false)));
+    pass.out.create.push_back(NewTaskPod(in, pass, i, task.incarnation));
     task.pod = TaskPodName(JobName(in), i, task.incarnation);
   }
 }

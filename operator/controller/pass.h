@@ -95,6 +95,9 @@ JobPass PassBefore(const PlanInputs& in, std::string_view stage);
 // --- Helpers the stages share ----------------------------------------------------------------
 
 std::string JobName(const PlanInputs& in);
+// Task `index`'s pod at `incarnation`, with the TLS and credential scheme the job's Secret was
+// written with (as the pass's status records them: children.h).
+Json NewTaskPod(const PlanInputs& in, const JobPass& pass, int index, Incarnation incarnation);
 bool IsTerminal(const std::string& phase);  // Succeeded or Failed
 // Sets condition `type` on the pass's status (metav1 semantics, codec.h SetCondition).
 void Mark(JobPass& pass, const std::string& type, bool value, const std::string& reason,

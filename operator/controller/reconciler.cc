@@ -472,10 +472,10 @@ std::vector<ChildFailure> Reconciler::Execute(const Json& job, const TrainingJob
           kube::LabelsOf(object)[kRoleLabel] == "task") {
         // A replacement's, right after its pod, whose UID owns it (task_credentials.h).
         absl::StatusOr<TaskPodRef> pod = TaskPodRefOf(*created);
-        absl::Status written = !pod.ok() ? pod.status()
-                               : HasOwnCredentialSecret(pod->incarnation)
-                                   ? WriteTaskCredential(job, spec, *pod)
-                                   : absl::OkStatus();
+        absl::Status written = pod.status();
+        if (pod.ok() && HasOwnCredentialSecret(pod->incarnation)) {
+          written = WriteTaskCredential(job, spec, *pod);
+        }
         if (!written.ok() && failed(false, "Secret", name, written)) return failures;
       }
       continue;

@@ -10,6 +10,7 @@
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "runtime/client/client_config.h"
 #include "runtime/coordination/coordinator_server.h"
 #include "runtime/coordination/service.h"
 
@@ -90,5 +91,17 @@ class Coordinator {
   std::unique_ptr<coord::CoordinatorServer> server_;
   std::unique_ptr<base::PeriodicRunner> ticker_;
 };
+
+// A client of the test job ("test", one task, kToken) for the coordinator on 127.0.0.1:`port`,
+// its session over `transport`.
+inline ClientConfig SessionConfig(int port, ClientConfig::SessionTransport transport) {
+  ClientConfig config;
+  config.coordinator = "127.0.0.1:" + std::to_string(port);
+  config.job = "test";
+  config.num_tasks = 1;
+  config.token = kToken;
+  config.session_transport = transport;
+  return config;
+}
 
 }  // namespace phalanx::client::testing

@@ -135,6 +135,7 @@ class WireSessionServer::Connection final
     if (!session.ok()) return session.status();
     absl::MutexLock lock(&mu_);
     tls_ = *std::move(session);
+    tls_started_ = true;
     return absl::OkStatus();
   }
   bool tls() const { return tls_started_; }
@@ -230,11 +231,7 @@ class WireSessionServer::Connection final
       }
       writer_.Sent(writer_.unsent_bytes());
     }
-    if (tls_sent_ == tls_out_.size()) {
-      tls_out_.clear();
-      tls_sent_ = 0;
-    }
-    tls_->TakeOutput(tls_out_);
+    tls_->TakeOutput(tls_out_);  // after what is still unsent (Sent drops what went)
   }
   size_t UnsentLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return writer_.unsent_bytes() + (tls_out_.size() - tls_sent_);
@@ -561,7 +558,6 @@ bool WireSessionServer::AcceptMagic(const std::shared_ptr<Connection>& c, std::s
       c->Write(kWireMagicView, /*last=*/true);
       return false;
     }
-    c->tls_started_ = true;
     c->Write(kWireMagicView, /*last=*/false);  // the first plaintext, once the handshake is done
     return true;
   }
