@@ -78,5 +78,14 @@ TEST(ClientConfig, FromEnv_BadInput_NamesTheVariable) {
   }
 }
 
+// The name a client verifies the coordinator's certificate as: the operator's
+// (PHALANX_TLS_SERVER_NAME) whatever address is dialled, else the address's host.
+TEST(CoordinatorTls, TheNameVerifiedIsTheGivenOne_ElseTheHostDialled) {
+  EXPECT_EQ(TlsServerName({"ca", "j-coordinator.ns.svc"}, "10.0.0.1:8470"), "j-coordinator.ns.svc");
+  EXPECT_EQ(TlsServerName({"ca", ""}, "10.0.0.1:8470"), "10.0.0.1");
+  EXPECT_EQ(TlsServerName({"ca", ""}, "[::1]:8470"), "::1");
+  EXPECT_EQ(TlsServerName({"ca", ""}, "coordinator.example:8470"), "coordinator.example");
+}
+
 }  // namespace
 }  // namespace phalanx::client

@@ -2,6 +2,8 @@
 
 #include <grpc/grpc_security_constants.h>
 
+#include "common/base/tcp_dial.h"
+
 namespace phalanx::client {
 
 std::shared_ptr<grpc::ChannelCredentials> CoordinatorChannelCredentials(
@@ -15,12 +17,10 @@ std::shared_ptr<grpc::ChannelCredentials> CoordinatorChannelCredentials(
 
 std::string TlsServerName(const CoordinatorTls& tls, const std::string& address) {
   if (!tls.server_name.empty()) return tls.server_name;
-  const size_t colon = address.rfind(':');
-  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);  // [v6]:port
-  }
-  return host;
+  // A malformed address fails its dial with the reason; the name is moot then.
+  absl::StatusOr<std::pair<std::string, std::string>> host_port =
+      base::SplitHostPort(address, "PHALANX_COORDINATOR");
+  return host_port.ok() ? host_port->first : address;
 }
 
 }  // namespace phalanx::client
