@@ -64,8 +64,8 @@ void Informer::AddIndex(const std::string& name, IndexFunc index) {
   }
   // Objects cached already are filed now, under the same lock as every later change.
   auto& filed = indexes_[name];
-  for (const auto& [key, object] : objects_) {
-    for (const std::string& value : index(object)) filed[value].insert(key);
+  for (const auto& [key, cached] : objects_) {
+    for (const std::string& value : index(Unpack(cached))) filed[value].insert(key);
   }
   index_funcs_[name] = std::move(index);
 }
@@ -122,20 +122,20 @@ std::optional<Json> Informer::Get(const std::string& ns, const std::string& name
   absl::MutexLock lock(&mu_);
   auto it = objects_.find(KeyFor(resource_.namespaced ? ns : "", name));
   if (it == objects_.end()) return std::nullopt;
-  return it->second;
+  return Unpack(it->second);
 }
 
 std::vector<Json> Informer::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<Json> out;
   out.reserve(objects_.size());
-  for (const auto& [key, object] : objects_) out.push_back(object);
+  for (const auto& [key, cached] : objects_) out.push_back(Unpack(cached));
   return out;
 }
 
 void Informer::ForEach(absl::FunctionRef<void(const Json&)> visit) const {
   absl::MutexLock lock(&mu_);
-  for (const auto& [key, object] : objects_) visit(object);
+  for (const auto& [key, cached] : objects_) visit(Unpack(cached));
 }
 
 std::vector<Json> Informer::ByIndex(const std::string& index_name, const std::string& value) const {
@@ -147,7 +147,7 @@ std::vector<Json> Informer::ByIndex(const std::string& index_name, const std::st
   if (keys == index->second.end()) return out;
   for (const std::string& key : keys->second) {
     auto it = objects_.find(key);
-    if (it != objects_.end()) out.push_back(it->second);
+    if (it != objects_.end()) out.push_back(Unpack(it->second));
   }
   return out;
 }
@@ -262,17 +262,19 @@ absl::Status Informer::ListAndReplace() {
       listed.insert(key);
       auto it = objects_.find(key);
       if (it == objects_.end()) {
-        deliveries.push_back({Delivery::Kind::kAdd, Json(), item});
-      } else if (MetaString(it->second, "resourceVersion") != MetaString(item, "resourceVersion")) {
-        deliveries.push_back({Delivery::Kind::kUpdate, it->second, item});
+        UpsertLocked(key, item);
+        deliveries.push_back({Delivery::Kind::kAdd, Json(), std::move(item)});
+      } else if (it->second.resource_version != MetaString(item, "resourceVersion")) {
+        Json previous;
+        UpsertLocked(key, item, &previous);
+        deliveries.push_back({Delivery::Kind::kUpdate, std::move(previous), std::move(item)});
       }
-      UpsertLocked(key, std::move(item));
     }
     std::vector<std::string> gone;
-    for (const auto& [key, object] : objects_) {
+    for (const auto& [key, cached] : objects_) {
       if (!listed.contains(key)) {
         gone.push_back(key);
-        deliveries.push_back({Delivery::Kind::kDelete, Json(), object});
+        deliveries.push_back({Delivery::Kind::kDelete, Json(), Unpack(cached)});
       }
     }
     for (const std::string& key : gone) EraseLocked(key);
@@ -354,14 +356,12 @@ void Informer::ApplyEvent(const WatchEventData& event) {
   {
     absl::MutexLock lock(&mu_);
     if (event.type == "ADDED" || event.type == "MODIFIED") {
-      const std::string key = KeyOf(object);
-      auto it = objects_.find(key);
-      if (it == objects_.end()) {
-        deliveries.push_back({Delivery::Kind::kAdd, Json(), object});
+      Json previous;
+      if (UpsertLocked(KeyOf(object), object, &previous)) {
+        deliveries.push_back({Delivery::Kind::kUpdate, std::move(previous), std::move(object)});
       } else {
-        deliveries.push_back({Delivery::Kind::kUpdate, it->second, object});
+        deliveries.push_back({Delivery::Kind::kAdd, Json(), std::move(object)});
       }
-      UpsertLocked(key, std::move(object));
     } else if (event.type == "DELETED") {
       const std::string key = KeyOf(object);
       if (objects_.contains(key)) {
@@ -389,7 +389,7 @@ void Informer::ActivatePendingHandlers() {
       handlers_.push_back(std::move(handler));
     }
     pending_handlers_.clear();
-    for (const auto& [key, object] : objects_) snapshot.push_back(object);
+    for (const auto& [key, cached] : objects_) snapshot.push_back(Unpack(cached));
   }
   for (const ResourceEventHandler* handler : activated) {
     if (!handler->on_add) continue;
@@ -411,8 +411,9 @@ void Informer::MaybeResync() {
     const absl::Time now = clock_.Now();
     if (!synced_ || now < next_resync_) return;
     next_resync_ = now + options_.resync_period;
-    for (const auto& [key, object] : objects_) {
-      deliveries.push_back({Delivery::Kind::kUpdate, object, object});
+    for (const auto& [key, cached] : objects_) {
+      Json object = Unpack(cached);
+      deliveries.push_back({Delivery::Kind::kUpdate, object, std::move(object)});
     }
   }
   Deliver(deliveries);
@@ -451,21 +452,37 @@ void Informer::Deliver(const std::vector<Delivery>& deliveries) {
   }
 }
 
-void Informer::UpsertLocked(const std::string& key, Json object) {
+Informer::CachedObject Informer::Pack(const Json& object) {
+  CachedObject cached{.text = object.serialize(),
+                      .resource_version = MetaString(object, "resourceVersion")};
+  cached.text.shrink_to_fit();
+  return cached;
+}
+
+Json Informer::Unpack(const CachedObject& cached) {
+  // The text is the informer's own serialization of a JSON value, so it always parses.
+  return Json::parse(cached.text);
+}
+
+bool Informer::UpsertLocked(const std::string& key, const Json& object, Json* previous) {
   auto it = objects_.find(key);
-  if (it != objects_.end()) {
-    IndexLocked(key, it->second, /*add=*/false);
-    it->second = std::move(object);
+  const bool replaced = it != objects_.end();
+  if (replaced) {
+    Json old = Unpack(it->second);
+    IndexLocked(key, old, /*add=*/false);
+    if (previous != nullptr) *previous = std::move(old);
+    it->second = Pack(object);
   } else {
-    it = objects_.emplace(key, std::move(object)).first;
+    objects_.emplace(key, Pack(object));
   }
-  IndexLocked(key, it->second, /*add=*/true);
+  IndexLocked(key, object, /*add=*/true);
+  return replaced;
 }
 
 void Informer::EraseLocked(const std::string& key) {
   auto it = objects_.find(key);
   if (it == objects_.end()) return;
-  IndexLocked(key, it->second, /*add=*/false);
+  IndexLocked(key, Unpack(it->second), /*add=*/false);
   objects_.erase(it);
 }
 

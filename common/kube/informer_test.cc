@@ -149,6 +149,50 @@ TEST_F(InformerTest, Watch_AppliesAddUpdateDelete) {
   EXPECT_EQ(informer.last_resource_version(), std::to_string(store_.resource_version()));
 }
 
+// The cache keeps each object as its JSON text (informer.h, CachedObject): what a read gives back
+// must be the object as the API server sent it, and an update's old object the one it replaced.
+TEST_F(InformerTest, ACachedObjectReadsBackAsItCame_AndAnUpdateDeliversTheOneItReplaced) {
+  Informer informer(client_, clock_, kPods, FastOptions());
+  std::vector<Json> old_objects;
+  absl::Mutex mu;
+  informer.AddHandler({.on_update = [&](const Json& old_object, const Json&) {
+    absl::MutexLock lock(&mu);
+    old_objects.push_back(old_object);
+  }});
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(kWait));
+
+  Json pod = Pod("p");
+  Json& status = pod["status"];
+  status["big"] = Json::number(int64_t{9007199254740993});  // above a double's exact range
+  status["negative"] = Json::number(int64_t{-42});
+  status["fraction"] = Json::number(0.1);
+  status["flag"] = Json::boolean(true);
+  status["nothing"] = Json::null();
+  status["text"] = Json::string("caf\u00e9 \"quoted\" back\\slash\nnew line \u2603");
+  status["nested"][0]["deeper"][0] = Json::number(1);
+  status["empty_object"] = Json::object();
+  status["empty_array"] = Json::array();
+  ASSERT_THAT(client_.Create(kPods, "ns", pod), IsOk());
+  ASSERT_TRUE(Eventually([&] { return informer.Get("ns", "p").has_value(); }, kWait));
+  absl::StatusOr<Json> stored = client_.Get(kPods, "ns", "p");
+  ASSERT_THAT(stored, IsOk());
+  EXPECT_EQ(*informer.Get("ns", "p"), *stored);
+  EXPECT_EQ(informer.Get("ns", "p")->at("status").at("big").as_number().to_int64(),
+            int64_t{9007199254740993});
+
+  Json changed = *stored;
+  changed["status"]["flag"] = Json::boolean(false);
+  ASSERT_THAT(client_.Update(kPods, "ns", changed), IsOk());
+  ASSERT_TRUE(Eventually(
+      [&] { return !informer.Get("ns", "p")->at("status").at("flag").as_bool(); }, kWait));
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(old_objects.size(), 1u);
+  EXPECT_EQ(old_objects[0], *stored);
+  EXPECT_EQ(informer.List().size(), 1u);
+  EXPECT_THAT(Keys(informer.ByIndex(Informer::kNamespaceIndex, "ns")), ElementsAre("ns/p"));
+}
+
 TEST_F(InformerTest, ByIndex_OwnerAndNamespace_FollowChanges) {
   CreatePod("ns1", Pod("a", {"u1"}));
   CreatePod("ns1", Pod("b", {"u1", "u2"}));
