@@ -167,6 +167,11 @@ int64_t Informer::watch_restarts() const {
   return watch_restarts_;
 }
 
+uint64_t Informer::changes() const {
+  absl::MutexLock lock(&mu_);
+  return changes_;
+}
+
 bool Informer::Stopping() const {
   absl::MutexLock lock(&mu_);
   return stopping_;
@@ -465,6 +470,7 @@ Json Informer::Unpack(const CachedObject& cached) {
 }
 
 bool Informer::UpsertLocked(const std::string& key, const Json& object, Json* previous) {
+  ++changes_;
   auto it = objects_.find(key);
   const bool replaced = it != objects_.end();
   if (replaced) {
@@ -482,6 +488,7 @@ bool Informer::UpsertLocked(const std::string& key, const Json& object, Json* pr
 void Informer::EraseLocked(const std::string& key) {
   auto it = objects_.find(key);
   if (it == objects_.end()) return;
+  ++changes_;
   IndexLocked(key, Unpack(it->second), /*add=*/false);
   objects_.erase(it);
 }

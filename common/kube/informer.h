@@ -129,6 +129,9 @@ class Informer {
   int64_t relists() const;
   // Watches re-opened after a stream ended or failed (not after a relist).
   int64_t watch_restarts() const;
+  // Objects cached, replaced or dropped so far: while it stands still, so does the cache (unlike
+  // last_resource_version(), which bookmarks move with every change anywhere in the cluster).
+  uint64_t changes() const;
 
  private:
   struct Delivery {
@@ -190,6 +193,7 @@ class Informer {
   std::string resource_version_ ABSL_GUARDED_BY(mu_);
   int64_t relists_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t watch_restarts_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time next_resync_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::flat_hash_map<std::string, CachedObject> objects_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, IndexFunc> index_funcs_ ABSL_GUARDED_BY(mu_);

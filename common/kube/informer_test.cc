@@ -151,7 +151,8 @@ TEST_F(InformerTest, Watch_AppliesAddUpdateDelete) {
 
 // The cache keeps each object as its JSON text (informer.h, CachedObject): what a read gives back
 // must be the object as the API server sent it, and an update's old object the one it replaced.
-TEST_F(InformerTest, ACachedObjectReadsBackAsItCame_AndAnUpdateDeliversTheOneItReplaced) {
+TEST_F(InformerTest,
+       ACachedObjectReadsBackAsItCame_AnUpdateDeliversTheOneItReplaced_AndEachCounts) {
   Informer informer(client_, clock_, kPods, FastOptions());
   std::vector<Json> old_objects;
   absl::Mutex mu;
@@ -173,8 +174,10 @@ TEST_F(InformerTest, ACachedObjectReadsBackAsItCame_AndAnUpdateDeliversTheOneItR
   status["nested"][0]["deeper"][0] = Json::number(1);
   status["empty_object"] = Json::object();
   status["empty_array"] = Json::array();
+  EXPECT_EQ(informer.changes(), 0u);
   ASSERT_THAT(client_.Create(kPods, "ns", pod), IsOk());
   ASSERT_TRUE(Eventually([&] { return informer.Get("ns", "p").has_value(); }, kWait));
+  EXPECT_EQ(informer.changes(), 1u);
   absl::StatusOr<Json> stored = client_.Get(kPods, "ns", "p");
   ASSERT_THAT(stored, IsOk());
   EXPECT_EQ(*informer.Get("ns", "p"), *stored);
@@ -186,6 +189,7 @@ TEST_F(InformerTest, ACachedObjectReadsBackAsItCame_AndAnUpdateDeliversTheOneItR
   ASSERT_THAT(client_.Update(kPods, "ns", changed), IsOk());
   ASSERT_TRUE(Eventually(
       [&] { return !informer.Get("ns", "p")->at("status").at("flag").as_bool(); }, kWait));
+  EXPECT_EQ(informer.changes(), 2u);
   absl::MutexLock lock(&mu);
   ASSERT_EQ(old_objects.size(), 1u);
   EXPECT_EQ(old_objects[0], *stored);

@@ -46,6 +46,11 @@ std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address,
   // Its own connections: from the global pool, a channel to the same address would share the
   // old channel's connection and its reconnect back-off, so it would not be fresh.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // The link holds a connection per running job (1,000 in issue 33's fleet) that carries a few
+  // hundred bytes every few minutes. gRPC's TLS keeps a buffer per connection as large as the
+  // biggest record it may write, 16 KiB by default: at 1 KiB (TLS's floor here), 15 KiB less a
+  // job (heaptrack, 500 jobs: 7.8 MiB).
+  args.SetInt(GRPC_ARG_TSI_MAX_FRAME_SIZE, 1024);
   if (tls_server_name.empty()) {
     return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   }
@@ -56,9 +61,10 @@ std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address,
 
 // One TLS credentials object for every coordinator channel (gRPC keeps a client handshake
 // factory, an SSL_CTX with the roots, per credentials object), rather than parsing the CA again
-// for each job. It did not move the operator's RSS, though: with TLS the link's 1,000 channels
-// cost ~105 KiB each (314 vs 209 MiB at 1,000 jobs, operator bench), the connections' TLS
-// state, not the factories; a smaller TLS frame (grpc.tsi.max_frame_size 4 KiB) did not either.
+// for each job. It did not move the operator's RSS, though: with TLS each of the link's channels
+// costs ~105 KiB more than in cleartext (heaptrack at 500 jobs: gRPC's BIO pair 34 KiB, OpenSSL's
+// record buffers 32 KiB, gRPC's TLS staging buffers 16 KiB, the SSL object 7 KiB, the write
+// record buffer below), none of which gRPC's API lets a client shrink but the last.
 std::shared_ptr<grpc::ChannelCredentials> SharedTlsCredentials(const std::string& roots_pem) {
   if (roots_pem.empty()) return nullptr;
   grpc::SslCredentialsOptions tls;
