@@ -404,10 +404,17 @@ void RunScale(Results& r) {
     const double ms =
         KillToReplacementMs(*stack, absl::StrFormat("%s-task-%d-0", job, task), "fail?exitCode=137",
                             absl::StrFormat("%s-task-%d-1", job, task), killed);
-    // One replacement between the two readings: the sum grew by exactly its latency.
-    const std::string after = stack->Metrics();
+    // One replacement between the two readings: the sum grew by exactly its latency. The
+    // operator books it once its create call has returned, which may be after this driver saw
+    // the pod: wait for it (bounded), or it would land in the next kill's readings.
     const std::string sum = absl::StrCat(kOperatorShare, "_sum");
     const std::string count = absl::StrCat(kOperatorShare, "_count");
+    std::string after = stack->Metrics();
+    for (const absl::Time until = absl::Now() + absl::Seconds(5);
+         SumOfMetric(after, count) == SumOfMetric(before, count) && absl::Now() < until;
+         after = stack->Metrics()) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
     const bool one = SumOfMetric(after, count) - SumOfMetric(before, count) == 1;
     const double operator_part =
         one ? (SumOfMetric(after, sum) - SumOfMetric(before, sum)) * 1000 : kFailed;

@@ -113,8 +113,9 @@ class Informer {
   std::optional<Json> Get(const std::string& ns, const std::string& name) const;
   // Every cached object (unordered).
   std::vector<Json> List() const;
-  // Calls `visit` on every cached object (unordered) without copying it, under the cache's lock:
-  // `visit` must be quick and must not call back into this informer.
+  // Calls `visit` on every cached object (unordered), one at a time, so a walk over thousands
+  // holds one of them as JSON at a time (List() holds them all). Outside the cache's lock: what
+  // was cached when it began.
   void ForEach(absl::FunctionRef<void(const Json&)> visit) const;
   // Objects filed under `value` in index `index_name`; empty for an unknown index.
   std::vector<Json> ByIndex(const std::string& index_name, const std::string& value) const;
@@ -169,6 +170,7 @@ class Informer {
     std::string resource_version;  // what a relist compares, without parsing
   };
   static CachedObject Pack(const Json& object);
+  std::vector<CachedObject> Snapshot() const;  // every cached object, as cached
   static Json Unpack(const CachedObject& cached);
 
   // Caches `object` under `key`; true (and the replaced object in `*previous`, if given) when
