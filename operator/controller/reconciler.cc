@@ -210,6 +210,9 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   // second status write only when that changed anything (a retry that fails the same way
   // writes nothing, so it does not wake itself up through the watch).
   std::vector<ChildFailure> failures = Execute(job, *spec, plan);
+  // The replacements exist now; what follows (credentials, a second status write, events) is
+  // not in their latency.
+  const absl::Duration until_created = clock_.Now() - started;
   if (plan.status.incarnation_bound_credentials.value_or(false) && failures.empty()) {
     if (absl::Status caught_up = CatchUpTaskCredentials(job, *spec, world); !caught_up.ok()) {
       failures.push_back({false, "Secret", "task credentials", caught_up});
@@ -234,7 +237,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   RecordEvents(job, plan.events);
   RecordEvents(job, outcome.events);
   RecordEvents(job, delivered);
-  if (metrics_ != nullptr) RecordReplacements(plan, executed.ok(), clock_.Now() - started);
+  if (metrics_ != nullptr) RecordReplacements(plan, executed.ok(), until_created);
   if (!executed.ok()) return executed;
   if (plan.delete_job) {
     if (absl::Status deleted = DeleteFinishedJob(job); !deleted.ok()) return deleted;

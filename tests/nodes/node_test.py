@@ -444,6 +444,29 @@ def case_install(src, cluster, helm):
 RACK = "node-test.phalanx.dev/rack"
 
 
+def placement_diagnosis(c, ns):
+    """What the placed job's pods, the job and the nodes' GPUs looked like, for a failure."""
+    pods = c.get("pods", "-n", ns) or {"items": []}
+    parts = []
+    for p in pods["items"]:
+        waiting = [f"{x.get('reason')}: {x.get('message', '')}"
+                   for x in p["status"].get("conditions", []) if x.get("status") == "False"]
+        parts.append(f"{p['metadata']['name']} {p['status'].get('phase')} on "
+                     f"{p['spec'].get('nodeName', '-')} {waiting}")
+    job = c.get("trainingjob", "placed", "-n", ns) or {}
+    conditions = [f"{x['type']}={x['status']} {x.get('message', '')}"
+                  for x in job.get("status", {}).get("conditions", [])]
+    gpus = {n["metadata"]["name"]: n["status"].get("allocatable", {}).get("nvidia.com/gpu")
+            for n in (c.get("nodes") or {"items": []})["items"]}
+    everywhere = c.get("pods", "-A", "--field-selector=status.phase!=Succeeded") or {"items": []}
+    holding = [f"{p['metadata']['namespace']}/{p['metadata']['name']} on "
+               f"{p['spec'].get('nodeName')}" for p in everywhere["items"]
+               if any("nvidia.com/gpu" in (k.get("resources", {}).get("limits") or {})
+                      for k in p["spec"].get("containers", []))]
+    return (f"pods: {parts}; job conditions: {conditions}; allocatable GPUs: {gpus}; "
+            f"pods asking for GPUs: {holding}")
+
+
 def placement_keeps_a_job_in_one_domain(c, example):
     """Issue 31 (4), with the real kube-scheduler: each node is a rack of its own. A 2-task job
     (1 GPU each) with spec.placement {topologyKey: rack, exclusive} has both tasks on one node,
@@ -475,7 +498,15 @@ def placement_keeps_a_job_in_one_domain(c, example):
                                      "phalanx.dev/role=task")["items"]
                     if p["status"].get("phase") == "Running"]
             return len(pods) == 2 and pods
-        pods = wait_until("the placed job's 2 tasks Running", both_running, 120)
+        try:
+            pods = wait_until("the placed job's 2 tasks Running", both_running, 120)
+        except Failure as e:
+            # Once under a parallel load (stop 50): say what stood in the way next time.
+            try:
+                why = placement_diagnosis(c, ns)
+            except Exception as d:  # the diagnosis must not hide the failure
+                why = f"(no diagnosis: {d!r})"
+            raise Failure(f"{e}; {why}")
         where = sorted(p["spec"]["nodeName"] for p in pods)
         check(where[0] == where[1], f"spec.placement: the tasks went to {where}, not one rack")
         print(f"placement: both tasks on {where[0]} ({RACK}) {time.monotonic() - t0:.1f}s after "

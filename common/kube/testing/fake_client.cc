@@ -78,22 +78,34 @@ void FakeClient::FailNext(int calls, absl::Status status) {
   fail_status_ = std::move(status);
 }
 
-absl::Status FakeClient::Injected() {
+void FakeClient::BeforeEachCall(std::function<void(std::string_view verb)> hook) {
   absl::MutexLock lock(&mu_);
-  if (fail_calls_ <= 0) return absl::OkStatus();
-  --fail_calls_;
-  return fail_status_;
+  before_each_call_ = std::move(hook);
+}
+
+absl::Status FakeClient::Injected(std::string_view verb) {
+  std::function<void(std::string_view)> hook;
+  {
+    absl::MutexLock lock(&mu_);
+    hook = before_each_call_;
+    if (fail_calls_ > 0) {
+      --fail_calls_;
+      return fail_status_;
+    }
+  }
+  if (hook) hook(verb);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Json> FakeClient::Get(const kube::Resource& r, const std::string& ns,
                                      const std::string& name) {
-  if (absl::Status s = Injected(); !s.ok()) return s;
+  if (absl::Status s = Injected("GET"); !s.ok()) return s;
   return store_.Get(r.Qualified(), r.namespaced ? ns : "", name);
 }
 
 absl::StatusOr<kube::ObjectList> FakeClient::List(const kube::Resource& r, const std::string& ns,
                                                   const kube::ListOptions& options) {
-  if (absl::Status s = Injected(); !s.ok()) return s;
+  if (absl::Status s = Injected("LIST"); !s.ok()) return s;
   absl::StatusOr<kube::ObjectFilter> filter =
       kube::ObjectFilter::Parse(options.label_selector, options.field_selector);
   if (!filter.ok()) return filter.status();
@@ -106,25 +118,25 @@ absl::StatusOr<kube::ObjectList> FakeClient::List(const kube::Resource& r, const
 
 absl::StatusOr<Json> FakeClient::Create(const kube::Resource& r, const std::string& ns,
                                         const Json& object) {
-  if (absl::Status s = Injected(); !s.ok()) return s;
+  if (absl::Status s = Injected("CREATE"); !s.ok()) return s;
   return store_.Create(r.Qualified(), r.namespaced ? ns : "", object);
 }
 
 absl::StatusOr<Json> FakeClient::Update(const kube::Resource& r, const std::string& ns,
                                         const Json& object) {
-  if (absl::Status s = Injected(); !s.ok()) return s;
+  if (absl::Status s = Injected("UPDATE"); !s.ok()) return s;
   return store_.Update(r.Qualified(), r.namespaced ? ns : "", object, false);
 }
 
 absl::StatusOr<Json> FakeClient::UpdateStatus(const kube::Resource& r, const std::string& ns,
                                               const Json& object) {
-  if (absl::Status s = Injected(); !s.ok()) return s;
+  if (absl::Status s = Injected("UPDATE_STATUS"); !s.ok()) return s;
   return store_.Update(r.Qualified(), r.namespaced ? ns : "", object, true);
 }
 
 absl::Status FakeClient::Delete(const kube::Resource& r, const std::string& ns,
                                 const std::string& name, const kube::DeleteOptions& options) {
-  if (absl::Status s = Injected(); !s.ok()) return s;
+  if (absl::Status s = Injected("DELETE"); !s.ok()) return s;
   if (!options.resource_version_precondition.empty()) {
     absl::StatusOr<Json> current = store_.Get(r.Qualified(), r.namespaced ? ns : "", name);
     if (!current.ok()) return current.status();
@@ -141,7 +153,7 @@ absl::Status FakeClient::Delete(const kube::Resource& r, const std::string& ns,
 absl::StatusOr<Json> FakeClient::Patch(const kube::Resource& r, const std::string& ns,
                                        const std::string& name, kube::PatchType type,
                                        const Json& patch, const kube::PatchOptions& options) {
-  if (absl::Status s = Injected(); !s.ok()) return s;
+  if (absl::Status s = Injected("PATCH"); !s.ok()) return s;
   const std::string store_ns = r.namespaced ? ns : "";
   absl::StatusOr<Json> current = store_.Get(r.Qualified(), store_ns, name);
   if (!current.ok() && absl::IsNotFound(current.status()) && type == kube::PatchType::kApply) {
@@ -156,7 +168,7 @@ absl::StatusOr<Json> FakeClient::Patch(const kube::Resource& r, const std::strin
 
 absl::StatusOr<std::unique_ptr<kube::WatchStream>> FakeClient::Watch(
     const kube::Resource& r, const std::string& ns, const kube::WatchOptions& options) {
-  if (absl::Status s = Injected(); !s.ok()) return s;
+  if (absl::Status s = Injected("WATCH"); !s.ok()) return s;
   absl::StatusOr<kube::ObjectFilter> filter =
       kube::ObjectFilter::Parse(options.label_selector, options.field_selector);
   if (!filter.ok()) return filter.status();
