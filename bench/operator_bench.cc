@@ -369,8 +369,22 @@ void RunScale(Results& r) {
   }
   std::fprintf(stderr, "  all %d pods exist and every job says so after %.2f s\n", want_pods,
                r.create_all_pods_s);
-  r.api_requests_per_job =
-      SumOfMetric(stack->Metrics(), "phalanx_operator_api_requests_total") / r.jobs;
+  const std::string metrics = stack->Metrics();
+  r.api_requests_per_job = SumOfMetric(metrics, "phalanx_operator_api_requests_total") / r.jobs;
+  // Which requests, per job: on a real API server a job costs more than on the built-in one.
+  std::string by_kind;
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (!absl::StartsWith(line, "phalanx_operator_api_requests_total{")) continue;
+    const size_t labels_end = line.find('}');
+    double v = 0;
+    if (labels_end == absl::string_view::npos ||
+        !absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) {
+      continue;
+    }
+    absl::StrAppend(&by_kind, " ", line.substr(36, labels_end - 36), " ",
+                    absl::StrFormat("%.2f", v / r.jobs));
+  }
+  std::fprintf(stderr, "scale: API requests per job by code and verb:%s\n", by_kind.c_str());
   // Let the last status writes and the coordinator links' first polls settle, then measure the
   // quiet.
   absl::SleepFor(absl::GetFlag(FLAGS_settle));
