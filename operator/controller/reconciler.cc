@@ -22,6 +22,9 @@ namespace {
 
 // Pods by the gRPC port of the coordinator they run (port-hash mode only: PlacementFor).
 constexpr char kCoordinatorPortIndex[] = "coordinator-port";
+// How long a pass skipped for a cache behind the operator's own write waits, should the write's
+// watch event never wake the job (it normally does within milliseconds).
+constexpr absl::Duration kOwnWriteWait = absl::Seconds(1);
 
 bool IsOwnedBy(const Json& object, const std::string& uid) {
   std::optional<kube::OwnerReference> owner = kube::ControllerOf(object);
@@ -145,6 +148,7 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   auto [ns, name] = kube::SplitKey(key);
   std::optional<Json> cached = informers_.jobs.Get(ns, name);
   if (!cached.has_value()) {  // deleted: owner references clean up the children
+    own_writes_.Forget(key);
     if (link_ != nullptr) link_->Forget(key);
     notices_.Forget(key);
     if (ports_.has_value()) ports_->Release(key);
@@ -152,6 +156,11 @@ absl::StatusOr<kube::Controller::Result> Reconciler::Reconcile(const std::string
   }
   const Json& job = *cached;
   if (kube::IsBeingDeleted(job)) return kube::Controller::Result{};
+  // The cache still holds a job this operator's own status write replaced: a pass now would be
+  // refused (409). That write's watch event wakes the job; the requeue only guards its loss.
+  if (own_writes_.CacheLags(key, kube::MetaString(job, "resourceVersion"))) {
+    return kube::Controller::Result{.requeue_after = kOwnWriteWait};
+  }
 
   const TrainingJobStatus stored = DecodeStatus(job);  // the only decode of it this pass
   TrainingJobStatus previous = stored;
@@ -542,7 +551,10 @@ absl::StatusOr<Json> Reconciler::WriteStatus(const Json& job, const TrainingJobS
   if (stored == status) return job;  // no write when unchanged
   Json updated = job;
   updated["status"] = EncodeStatus(status);
-  return client_.UpdateStatus(kTrainingJobs, kube::MetaString(job, "namespace"), updated);
+  absl::StatusOr<Json> written =
+      client_.UpdateStatus(kTrainingJobs, kube::MetaString(job, "namespace"), updated);
+  if (written.ok()) own_writes_.Wrote(kube::KeyOf(job), kube::MetaString(job, "resourceVersion"));
+  return written;
 }
 
 }  // namespace phalanx::op

@@ -30,6 +30,7 @@
 #include "operator/controller/desired_state.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/notice_ledger.h"
+#include "operator/controller/own_status_writes.h"
 #include "operator/controller/plan.h"
 #include "operator/controller/task_credentials.h"
 
@@ -165,6 +166,7 @@ class Reconciler {
   NoticeLedger notices_;
   // UIDs of the not-yet-started task pods whose credential Secret this process wrote (or found):
   // a pod leaves when it is seen started.
+  OwnStatusWrites own_writes_;
   absl::Mutex credentials_mu_;
   absl::flat_hash_set<std::string> credentials_written_ ABSL_GUARDED_BY(credentials_mu_);
 };
