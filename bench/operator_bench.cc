@@ -183,8 +183,9 @@ struct Results {
   double informer_pod_whole_kib = kFailed;  // ... were the pods cached whole
   double informer_job_kib = kFailed;        // ... per cached TrainingJob
   double scale_replace_p50_ms = kFailed;    // scale: a failed task pod → its replacement
-  // ... of which the operator's part: from its seeing the failure to its create call answered
-  // (its phalanx_operator_replacement_latency_seconds); the rest is the local cluster's.
+  // ... of which the operator's part: from the pass that sees the failure starting to the
+  // replacement created (its phalanx_operator_replacement_latency_seconds); the rest is the
+  // local cluster's.
   double scale_replace_operator_p50_ms = kFailed;
   int kills = 0;
 };
@@ -372,16 +373,18 @@ void RunScale(Results& r) {
   const std::string metrics = stack->Metrics();
   r.api_requests_per_job = SumOfMetric(metrics, "phalanx_operator_api_requests_total") / r.jobs;
   // Which requests, per job: on a real API server a job costs more than on the built-in one.
+  constexpr absl::string_view kRequestSeries = "phalanx_operator_api_requests_total{";
   std::string by_kind;
   for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
-    if (!absl::StartsWith(line, "phalanx_operator_api_requests_total{")) continue;
+    if (!absl::StartsWith(line, kRequestSeries)) continue;
     const size_t labels_end = line.find('}');
     double v = 0;
     if (labels_end == absl::string_view::npos ||
         !absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) {
       continue;
     }
-    absl::StrAppend(&by_kind, " ", line.substr(36, labels_end - 36), " ",
+    const size_t labels = kRequestSeries.size();
+    absl::StrAppend(&by_kind, " ", line.substr(labels, labels_end - labels), " ",
                     absl::StrFormat("%.2f", v / r.jobs));
   }
   std::fprintf(stderr, "scale: API requests per job by code and verb:%s\n", by_kind.c_str());
@@ -409,7 +412,9 @@ void RunScale(Results& r) {
   // A kill's replacement with every job running: task pods of jobs spread over the fleet fail
   // (exit 137, as a SIGKILLed process's would) one at a time.
   std::vector<double> replace_ms, operator_ms;
-  constexpr char kOperatorShare[] = "phalanx_operator_replacement_latency_seconds";
+  // The operator's own replacement_latency histogram.
+  const std::string sum = "phalanx_operator_replacement_latency_seconds_sum";
+  const std::string count = "phalanx_operator_replacement_latency_seconds_count";
   for (int k = 0; k < absl::GetFlag(FLAGS_kills); ++k) {
     const std::string before = stack->Metrics();
     const std::string job = absl::StrFormat("job-%03d", (k * 7919 + r.jobs / 2) % r.jobs);
@@ -421,8 +426,6 @@ void RunScale(Results& r) {
     // One replacement between the two readings: the sum grew by exactly its latency. The
     // operator books it once its create call has returned, which may be after this driver saw
     // the pod: wait for it (bounded), or it would land in the next kill's readings.
-    const std::string sum = absl::StrCat(kOperatorShare, "_sum");
-    const std::string count = absl::StrCat(kOperatorShare, "_count");
     std::string after = stack->Metrics();
     for (const absl::Time until = absl::Now() + absl::Seconds(5);
          SumOfMetric(after, count) == SumOfMetric(before, count) && absl::Now() < until;

@@ -400,7 +400,7 @@ void Informer::ApplyEvent(const WatchEventData& event) {
 
 void Informer::ActivatePendingHandlers() {
   std::vector<const ResourceEventHandler*> activated;
-  std::vector<Json> snapshot;
+  std::vector<CachedObject> snapshot;
   {
     absl::MutexLock lock(&mu_);
     if (pending_handlers_.empty()) return;
@@ -409,11 +409,15 @@ void Informer::ActivatePendingHandlers() {
       handlers_.push_back(std::move(handler));
     }
     pending_handlers_.clear();
-    for (const auto& [key, cached] : objects_) snapshot.push_back(Unpack(cached));
+    // Copied under the lock, parsed after it (as reads are): only this thread changes the
+    // cache, so the copy is still what the late handlers must see first.
+    for (const auto& [key, cached] : objects_) snapshot.push_back(cached);
   }
+  std::vector<Json> objects;
+  for (const CachedObject& cached : snapshot) objects.push_back(Unpack(cached));
   for (const ResourceEventHandler* handler : activated) {
     if (!handler->on_add) continue;
-    for (const Json& object : snapshot) {
+    for (const Json& object : objects) {
       try {
         handler->on_add(object);
       } catch (const std::exception& e) {
@@ -425,16 +429,16 @@ void Informer::ActivatePendingHandlers() {
 
 void Informer::MaybeResync() {
   if (options_.resync_period <= absl::ZeroDuration()) return;
-  std::vector<Delivery> deliveries;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_.Now();
     if (!synced_ || now < next_resync_) return;
     next_resync_ = now + options_.resync_period;
-    for (const auto& [key, cached] : objects_) {
-      Json object = Unpack(cached);
-      deliveries.push_back({Delivery::Kind::kUpdate, object, std::move(object)});
-    }
+  }
+  std::vector<Delivery> deliveries;
+  for (const CachedObject& cached : Snapshot()) {
+    Json object = Unpack(cached);
+    deliveries.push_back({Delivery::Kind::kUpdate, object, std::move(object)});
   }
   Deliver(deliveries);
 }

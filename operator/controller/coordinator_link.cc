@@ -63,8 +63,8 @@ std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address,
 // factory, an SSL_CTX with the roots, per credentials object), rather than parsing the CA again
 // for each job. It did not move the operator's RSS, though: with TLS each of the link's channels
 // costs ~105 KiB more than in cleartext (heaptrack at 500 jobs: gRPC's BIO pair 34 KiB, OpenSSL's
-// record buffers 32 KiB, gRPC's TLS staging buffers 16 KiB, the SSL object 7 KiB, the write
-// record buffer below), none of which gRPC's API lets a client shrink but the last.
+// record buffers 32 KiB, gRPC's TLS staging buffers 16 KiB, the SSL object 7 KiB, and the
+// written-record buffer), of which gRPC's API lets a client shrink only the last (ChannelTo).
 std::shared_ptr<grpc::ChannelCredentials> SharedTlsCredentials(const std::string& roots_pem) {
   if (roots_pem.empty()) return nullptr;
   grpc::SslCredentialsOptions tls;

@@ -164,9 +164,10 @@ class Reconciler {
   // Port-hash mode only (coordinator_port_base > 0).
   std::optional<CoordinatorPortLedger> ports_;
   NoticeLedger notices_;
+  // The jobs whose cache lags this operator's own status write (a pass then waits for it).
+  OwnStatusWrites own_writes_;
   // UIDs of the not-yet-started task pods whose credential Secret this process wrote (or found):
   // a pod leaves when it is seen started.
-  OwnStatusWrites own_writes_;
   absl::Mutex credentials_mu_;
   absl::flat_hash_set<std::string> credentials_written_ ABSL_GUARDED_BY(credentials_mu_);
 };
